@@ -1,0 +1,102 @@
+"""The ``pte-devconst`` command: a thin typer layer over the library.
+
+Exit codes follow ruff's convention: 0 clean, 1 findings (check/validate
+failed), 2 abnormal end (bad input, unreadable file, write error).  Every
+``PteDevconstError`` becomes one line on stderr; ``--debug`` shows the
+traceback instead.  Commands register themselves from their own modules and
+import heavy dependencies (torch) only inside the commands that execute a model.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any, Callable, Optional
+
+import click
+import typer
+
+from pte_devconst import __version__
+from pte_devconst.schema.errors import PteDevconstError
+
+app = typer.Typer(
+    name="pte-devconst",
+    help="Rewrite ExecuTorch .pte programs so that constants read only by device delegates live in "
+    "device memory, copied once at load instead of on every call.",
+    no_args_is_help=True,
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 80},
+)
+
+EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+class GlobalOptions:
+    debug: bool = False
+    quiet: bool = False
+    verbose: bool = False
+
+
+OPTIONS = GlobalOptions()
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"pte-devconst {__version__}")
+        raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks instead of one-line errors."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors and the machine-readable result."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Print more detail."),
+    version: Optional[bool] = typer.Option(None, "--version", callback=_version, is_eager=True,
+                                           help="Print the version and exit."),
+) -> None:
+    OPTIONS.debug = debug or bool(os.environ.get("PTE_DEVCONST_DEBUG"))
+    OPTIONS.quiet = quiet
+    OPTIONS.verbose = verbose
+
+
+def fail(error: BaseException) -> "typer.Exit":
+    """Print one line for an error and return the exit to raise (``--debug`` re-raises instead)."""
+    if OPTIONS.debug:
+        raise error
+    if isinstance(error, PteDevconstError):
+        message = str(error)
+    else:  # a bug: still one line, with the way to see more
+        message = f"internal error: {type(error).__name__}: {error} (run with --debug for the traceback)"
+    typer.echo(f"pte-devconst: error: {' '.join(message.split())}", err=True)
+    return typer.Exit(EXIT_ERROR)
+
+
+def command(*args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``app.command`` that turns every error escaping the command into one line and exit 2."""
+
+    def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def guarded(*a: Any, **k: Any) -> Any:
+            try:
+                return function(*a, **k)
+            except (typer.Exit, typer.Abort, click.exceptions.ClickException):
+                raise
+            except KeyboardInterrupt:
+                typer.echo("pte-devconst: interrupted", err=True)
+                raise typer.Exit(130)
+            except Exception as error:  # noqa: BLE001 - the one place errors become exit codes
+                raise fail(error) from None
+
+        return app.command(*args, **kwargs)(guarded)
+
+    return decorate
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    """Console-script entry point."""
+    app(args=argv)
+
+
+# Command modules register themselves on `app` (after it exists); none imports torch at import time.
+from pte_devconst.cli import commands  # noqa: E402,F401

@@ -1,0 +1,226 @@
+"""Bounds-checked reading of raw flatbuffer bytes.
+
+The flatbuffers Python runtime follows offsets without checking them: on a
+damaged file it raises whatever the slicing happens to raise, or loops for
+2^32 elements on a forged vector length.  This reader checks every offset,
+length and alignment before following it (the same rules as the C++
+``flatbuffers::Verifier`` that ExecuTorch runs at load), and charges every
+table, vector element and string byte it decodes to a budget proportional to
+the buffer size, so shared or overlapping offsets cannot blow a small file up
+into an unbounded amount of work.
+
+Errors are ``FlatbufferError`` with a path such as
+``execution_plan[0].values[3].sizes`` that callers extend as the error
+propagates (see ``FlatbufferError.at``).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Callable, Optional, TypeVar
+
+T = TypeVar("T")
+
+U8 = struct.Struct("<B")
+I8 = struct.Struct("<b")
+U16 = struct.Struct("<H")
+I32 = struct.Struct("<i")
+U32 = struct.Struct("<I")
+I64 = struct.Struct("<q")
+U64 = struct.Struct("<Q")
+F64 = struct.Struct("<d")
+BOOL = struct.Struct("<?")
+
+_VECTOR_FORMATS = {"b": 1, "B": 1, "?": 1, "h": 2, "H": 2, "i": 4, "I": 4, "q": 8, "Q": 8, "d": 8}
+
+
+class FlatbufferError(Exception):
+    """A structural problem in the flatbuffer; ``path`` says where."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+        self.path: list[str] = []
+
+    def at(self, component: str) -> "FlatbufferError":
+        self.path.insert(0, component)
+        return self
+
+    @property
+    def where(self) -> str:
+        text = ""
+        for part in self.path:
+            text += part if part.startswith("[") or not text else "." + part
+        return text
+
+
+class FlatReader:
+    """A buffer plus the work budget shared by every table read from it."""
+
+    __slots__ = ("buf", "size", "budget")
+
+    def __init__(self, buf: bytes | memoryview, budget: Optional[int] = None) -> None:
+        self.buf = buf
+        self.size = len(buf)
+        self.budget = budget if budget is not None else 2 * self.size + 4096
+
+    def spend(self, amount: int) -> None:
+        self.budget -= amount
+        if self.budget < 0:
+            raise FlatbufferError("offsets reference far more data than the buffer holds (shared or overlapping offsets)")
+
+    def root(self) -> "Table":
+        if self.size < 8:
+            raise FlatbufferError(f"{self.size} bytes is too short for a flatbuffer")
+        return self.table_at(U32.unpack_from(self.buf, 0)[0])
+
+    def identifier(self) -> bytes:
+        return bytes(self.buf[4:8])
+
+    def table_at(self, pos: int) -> "Table":
+        size = self.size
+        if pos & 3 or pos + 4 > size:
+            raise FlatbufferError(f"table offset {pos} is misaligned or outside the buffer ({size} bytes)")
+        vt = pos - I32.unpack_from(self.buf, pos)[0]
+        if vt < 0 or vt & 1 or vt + 4 > size:
+            raise FlatbufferError(f"vtable offset {vt} of the table at {pos} is outside the buffer")
+        vt_len, obj_len = U16.unpack_from(self.buf, vt)[0], U16.unpack_from(self.buf, vt + 2)[0]
+        if vt_len < 4 or vt_len & 1 or vt + vt_len > size:
+            raise FlatbufferError(f"vtable at {vt} has a bad length {vt_len}")
+        if obj_len < 4 or pos + obj_len > size:
+            raise FlatbufferError(f"table at {pos} claims {obj_len} bytes past the buffer end")
+        self.spend(1)
+        return Table(self, pos, vt, vt_len, obj_len)
+
+
+class Table:
+    """One table; field accessors take the field's slot number (its position in the schema)."""
+
+    __slots__ = ("r", "pos", "vt", "vt_len", "obj_len")
+
+    def __init__(self, reader: FlatReader, pos: int, vt: int, vt_len: int, obj_len: int) -> None:
+        self.r = reader
+        self.pos = pos
+        self.vt = vt
+        self.vt_len = vt_len
+        self.obj_len = obj_len
+
+    def _field(self, slot: int, width: int) -> int:
+        """Absolute position of a present field (0 when absent), checked to lie inside the table."""
+        entry = 4 + 2 * slot
+        if entry >= self.vt_len:
+            return 0
+        offset = U16.unpack_from(self.r.buf, self.vt + entry)[0]
+        if not offset:
+            return 0
+        if offset + width > self.obj_len:
+            raise FlatbufferError(f"field at +{offset} overruns its table ({self.obj_len} bytes)")
+        return self.pos + offset
+
+    def has(self, slot: int) -> bool:
+        return self._field(slot, 1) != 0
+
+    def scalar(self, slot: int, kind: struct.Struct, default: T) -> T:
+        at = self._field(slot, kind.size)
+        if not at:
+            return default
+        if at % kind.size:
+            raise FlatbufferError(f"misaligned {kind.size}-byte scalar at {at}")
+        return kind.unpack_from(self.r.buf, at)[0]
+
+    def _indirect(self, slot: int) -> int:
+        at = self._field(slot, 4)
+        if not at:
+            return 0
+        if at & 3:
+            raise FlatbufferError(f"misaligned offset at {at}")
+        target = at + U32.unpack_from(self.r.buf, at)[0]
+        if target + 4 > self.r.size:
+            raise FlatbufferError(f"offset at {at} points to {target}, outside the buffer ({self.r.size} bytes)")
+        return target
+
+    def table(self, slot: int) -> Optional["Table"]:
+        target = self._indirect(slot)
+        return self.r.table_at(target) if target else None
+
+    def _vector_header(self, slot: int, elem_size: int) -> tuple[int, int]:
+        """(start of the elements, count), or (0, -1) when absent."""
+        target = self._indirect(slot)
+        if not target:
+            return 0, -1
+        count = U32.unpack_from(self.r.buf, target)[0]
+        start = target + 4
+        if start + count * elem_size > self.r.size:
+            raise FlatbufferError(f"vector of {count} elements at {target} runs past the buffer end")
+        if elem_size > 1 and start % min(elem_size, 8):
+            raise FlatbufferError(f"misaligned vector of {elem_size}-byte elements at {target}")
+        self.r.spend(count * elem_size // 4 + 1)
+        return start, count
+
+    def vector(self, slot: int, fmt: str) -> Optional[tuple]:
+        """A vector of scalars (struct format character ``fmt``) as a tuple, or None when absent."""
+        start, count = self._vector_header(slot, _VECTOR_FORMATS[fmt])
+        if count < 0:
+            return None
+        return struct.unpack_from(f"<{count}{fmt}", self.r.buf, start)
+
+    def byte_vector(self, slot: int) -> Optional[bytes]:
+        start, count = self._vector_header(slot, 1)
+        if count < 0:
+            return None
+        return bytes(self.r.buf[start:start + count])
+
+    def byte_vector_span(self, slot: int) -> Optional[tuple[int, int]]:
+        """(offset, length) of a ubyte vector inside the buffer, without copying it."""
+        start, count = self._vector_header(slot, 1)
+        return None if count < 0 else (start, count)
+
+    def string(self, slot: int) -> Optional[str]:
+        start, count = self._vector_header(slot, 1)
+        if count < 0:
+            return None
+        if start + count >= self.r.size or self.r.buf[start + count] != 0:
+            raise FlatbufferError(f"string at {start - 4} lacks its terminating zero byte")
+        try:
+            return bytes(self.r.buf[start:start + count]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise FlatbufferError(f"string at {start - 4} is not valid UTF-8") from None
+
+    def tables(self, slot: int, decode: Callable[["Table"], T], name: str) -> Optional[tuple[T, ...]]:
+        """Decode a vector of tables with ``decode``, adding ``name[i]`` to any error's path."""
+        start, count = self._vector_header(slot, 4)
+        if count < 0:
+            return None
+        buf, reader = self.r.buf, self.r
+        out = []
+        for i in range(count):
+            at = start + 4 * i
+            try:
+                out.append(decode(reader.table_at(at + U32.unpack_from(buf, at)[0])))
+            except FlatbufferError as error:
+                raise error.at(f"[{i}]").at(name)
+        return tuple(out)
+
+    def union(self, type_slot: int, decoders: dict[int, Callable[["Table"], T]], name: str) -> tuple[int, Optional[T]]:
+        """(type tag, decoded member) of a union whose tag is at ``type_slot`` and value right after."""
+        tag = self.scalar(type_slot, U8, 0)
+        if tag == 0:
+            return 0, None
+        decode = decoders.get(tag)
+        if decode is None:
+            raise FlatbufferError(f"unknown union type {tag}").at(name)
+        member = self.table(type_slot + 1)
+        if member is None:
+            raise FlatbufferError(f"union type {tag} has no value").at(name)
+        try:
+            return tag, decode(member)
+        except FlatbufferError as error:
+            raise error.at(name)
+
+    def child(self, slot: int, decode: Callable[["Table"], T], name: str) -> Optional[T]:
+        """Decode an optional sub-table, adding ``name`` to any error's path."""
+        try:
+            sub = self.table(slot)
+            return None if sub is None else decode(sub)
+        except FlatbufferError as error:
+            raise error.at(name)

@@ -1,0 +1,104 @@
+"""The fixed-size headers in front of a .pte and a .ptd, and the alignment rules around them.
+
+.pte: bytes [0,4) root offset, [4,8) ``ET12``, then (only when the file has
+segment data) a 32-byte extended header ``eh00`` at offset 8 that says where
+the flatbuffer ends and the segments begin.
+.ptd: [0,4) root offset, [4,8) ``FT01``, a 40-byte header ``FH01`` at offset 8.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Optional
+
+from .errors import FormatError
+
+SEGMENT_ALIGNMENT = 128
+TENSOR_ALIGNMENT = 16
+EXTENDED_HEADER_MAGIC = b"eh00"
+EXTENDED_HEADER_LENGTH = 32
+# H: header length rounded up to the largest force_align of the schema (16).
+EXTENDED_HEADER_PADDED = 32
+PTD_HEADER_MAGIC = b"FH01"
+PTD_HEADER_LENGTH = 40
+PTD_HEADER_PADDED = 48
+MIN_PTE_SIZE = 64  # the runtime reads this many head bytes unconditionally
+
+_PTE_HEADER = struct.Struct("<4sIQQQ")
+_PTD_HEADER = struct.Struct("<4sIQQQQ")
+
+
+def align_up(value: int, alignment: int) -> int:
+    return (value + alignment - 1) // alignment * alignment
+
+
+@dataclass(frozen=True, slots=True)
+class ExtendedHeader:
+    """The .pte extended header; all offsets are absolute file offsets."""
+
+    program_size: int
+    segment_base_offset: int
+    segment_data_size: int
+    length: int = EXTENDED_HEADER_LENGTH
+
+    def pack(self) -> bytes:
+        return _PTE_HEADER.pack(EXTENDED_HEADER_MAGIC, self.length, self.program_size,
+                                self.segment_base_offset, self.segment_data_size)
+
+
+def read_pte_header(head: bytes | memoryview, file_size: int) -> Optional[ExtendedHeader]:
+    """Parse and check the extended header; None when the file has none (no segment data)."""
+    if file_size < 8:
+        raise FormatError(f"{file_size} bytes is too short for a .pte file", where="header")
+    if bytes(head[4:8]) != b"ET12":
+        raise FormatError(f"file identifier is {bytes(head[4:8])!r}, expected b'ET12' (not a .pte file?)",
+                          where="header")
+    if file_size < 8 + _PTE_HEADER.size or bytes(head[8:12]) != EXTENDED_HEADER_MAGIC:
+        return None
+    magic, length, program_size, base, data_size = _PTE_HEADER.unpack_from(head, 8)
+    if length < 24:
+        raise FormatError(f"extended header length {length} is below the minimum of 24", where="extended header")
+    if length < 32:
+        data_size = 0  # the runtime reads segment_data_size only from 32-byte headers
+    if not 8 + length <= program_size <= file_size:
+        raise FormatError(f"program_size {program_size} lies outside the file ({file_size} bytes)",
+                          where="extended header")
+    if base and (base < program_size or base % SEGMENT_ALIGNMENT):
+        raise FormatError(f"segment_base_offset {base} is before the program end or not {SEGMENT_ALIGNMENT}-aligned",
+                          where="extended header")
+    if base + data_size > file_size:
+        raise FormatError(f"segments end at {base + data_size}, past the file end ({file_size} bytes); "
+                          "the file is truncated", where="extended header")
+    return ExtendedHeader(program_size, base, data_size, length)
+
+
+@dataclass(frozen=True, slots=True)
+class PtdHeader:
+    flatbuffer_offset: int
+    flatbuffer_size: int
+    segment_base_offset: int
+    segment_data_size: int
+    length: int = PTD_HEADER_LENGTH
+
+    def pack(self) -> bytes:
+        return _PTD_HEADER.pack(PTD_HEADER_MAGIC, self.length, self.flatbuffer_offset, self.flatbuffer_size,
+                                self.segment_base_offset, self.segment_data_size)
+
+
+def read_ptd_header(head: bytes | memoryview, file_size: int) -> PtdHeader:
+    if file_size < 8 + _PTD_HEADER.size:
+        raise FormatError(f"{file_size} bytes is too short for a .ptd file", where="header")
+    if bytes(head[4:8]) != b"FT01":
+        raise FormatError(f"file identifier is {bytes(head[4:8])!r}, expected b'FT01' (not a .ptd file?)",
+                          where="header")
+    magic, length, fb_offset, fb_size, base, data_size = _PTD_HEADER.unpack_from(head, 8)
+    if magic != PTD_HEADER_MAGIC or length < PTD_HEADER_LENGTH:
+        raise FormatError(f"bad .ptd header magic {magic!r} or length {length}", where="header")
+    if fb_offset < 8 + length or fb_offset + fb_size > file_size:
+        raise FormatError(f"flatbuffer [{fb_offset}, {fb_offset + fb_size}) lies outside the file ({file_size} bytes)",
+                          where="header")
+    if base < fb_offset + fb_size or base + data_size > file_size:
+        raise FormatError(f"segments [{base}, {base + data_size}) lie outside the file ({file_size} bytes); "
+                          "the file is truncated", where="header")
+    return PtdHeader(fb_offset, fb_size, base, data_size, length)

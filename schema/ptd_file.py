@@ -1,0 +1,143 @@
+"""Opening and writing a .ptd (flat_tensor) data file: named tensor data keyed by fully qualified name."""
+
+from __future__ import annotations
+
+import math
+import mmap
+import os
+from typing import Optional, Sequence
+
+from . import model as m
+from .atomic import atomic_output, write_all
+from .decode import decode_flat_tensor
+from .encode import encode_flat_tensor
+from .errors import FormatError
+from .flatbuf import FlatbufferError
+from .header import PTD_HEADER_PADDED, SEGMENT_ALIGNMENT, PtdHeader, align_up, read_ptd_header
+from .pte_file import Span, map_file
+from .pte_writer import Piece, SegmentContent, write_segments
+from .ptd_model import FlatTensor, PtdNamedData, TensorLayout
+
+
+class PtdFile:
+    """A parsed, checked, read-only .ptd."""
+
+    def __init__(self, data: memoryview, *, path: str = "<bytes>", mapped: Optional[mmap.mmap] = None,
+                 fd: int = -1) -> None:
+        self.path, self.data, self.size = path, data, len(data)
+        self._mapped, self._fd = mapped, fd
+        try:
+            self.header: PtdHeader = read_ptd_header(data[:64], self.size)
+            fb_end = self.header.flatbuffer_offset + self.header.flatbuffer_size
+            try:
+                self.flat_tensor: FlatTensor = decode_flat_tensor(data[:fb_end])
+            except FlatbufferError as error:
+                raise FormatError(error.what, where=error.where or "flatbuffer") from None
+            self._check()
+        except FormatError as error:
+            self.close()
+            raise error.with_file(path)
+        self._by_key = {entry.key: entry for entry in self.flat_tensor.named_data or ()}
+
+    def _check(self) -> None:
+        ft = self.flat_tensor
+        if ft.version > 0:
+            raise FormatError(f"flat_tensor version {ft.version} is newer than ExecuTorch 1.5.1's (0)", where="version")
+        if ft.segments is None or ft.named_data is None:
+            raise FormatError("segments or named_data is missing", where="flatbuffer")
+        for i, seg in enumerate(ft.segments):
+            if seg.size and seg.offset + seg.size > self.header.segment_data_size:
+                raise FormatError(f"[{seg.offset}, {seg.offset + seg.size}) lies past the segment data "
+                                  f"({self.header.segment_data_size} bytes)", where=f"segments[{i}]")
+        for i, entry in enumerate(ft.named_data):
+            where = f"named_data[{i}]"
+            if entry.key is None:
+                raise FormatError("entry has no key", where=where)
+            if entry.segment_index >= len(ft.segments):
+                raise FormatError(f"segment_index {entry.segment_index} is out of range ({len(ft.segments)} segments)",
+                                  where=where)
+            layout = entry.tensor_layout
+            if layout is not None:
+                if layout.scalar_type not in m.KNOWN_SCALAR_TYPES:
+                    raise FormatError(f"unknown scalar type {layout.scalar_type}", where=where)
+                if any(s < 0 for s in layout.sizes or ()) or len(layout.sizes or ()) != len(layout.dim_order or ()):
+                    raise FormatError("bad sizes or dim_order in tensor_layout", where=where)
+                if math.prod(layout.sizes or ()) * m.element_size(layout.scalar_type) > ft.segments[entry.segment_index].size:
+                    raise FormatError(f"tensor {entry.key!r} needs more bytes than its segment holds", where=where)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> "PtdFile":
+        try:
+            view, mapped, fd = map_file(path)
+        except OSError as error:
+            raise FormatError(f"cannot read: {error.strerror or error}", file=str(path)) from None
+        return cls(view, path=str(path), mapped=mapped, fd=fd)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, path: str = "<bytes>") -> "PtdFile":
+        return cls(memoryview(data), path=path)
+
+    def close(self) -> None:
+        mapped, self._mapped = self._mapped, None
+        if mapped is not None:
+            self.data.release()
+            mapped.close()
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __enter__(self) -> "PtdFile":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def keys(self) -> list[str]:
+        return list(self._by_key)
+
+    def entry(self, key: str) -> Optional[PtdNamedData]:
+        return self._by_key.get(key)
+
+    def span(self, key: str) -> Optional[Span]:
+        entry = self._by_key.get(key)
+        if entry is None:
+            return None
+        seg = self.flat_tensor.segments[entry.segment_index]
+        return Span(self.header.segment_base_offset + seg.offset, seg.size)
+
+    def tensor_bytes(self, key: str, nbytes: Optional[int] = None) -> Optional[memoryview]:
+        span = self.span(key)
+        if span is None:
+            return None
+        size = span.size if nbytes is None else min(nbytes, span.size)
+        return self.data[span.offset: span.offset + size]
+
+
+def open_ptd(path: str | os.PathLike[str]) -> PtdFile:
+    return PtdFile.open(path)
+
+
+def write_ptd(destination: str | os.PathLike[str], entries: Sequence[tuple[str, Optional[TensorLayout], Piece]],
+              alignment: int = 16) -> None:
+    """Atomically write a .ptd holding one segment per entry (key, layout, data), as ExecuTorch lays it out."""
+    cursor = 0
+    segments, named = [], []
+    seg_align = math.lcm(SEGMENT_ALIGNMENT, alignment)
+    for index, (key, layout, piece) in enumerate(entries):
+        size = len(piece) if isinstance(piece, bytes) else piece.size
+        start = align_up(cursor, seg_align)
+        segments.append(m.DataSegment(start, size))
+        named.append(PtdNamedData(key, index, layout))
+        cursor = start + size
+    plain = encode_flat_tensor(FlatTensor(0, tuple(segments), tuple(named)))
+    # The 40-byte header plus 8 bytes of padding go after byte 8; the root offset moves past them.
+    inserted = PTD_HEADER_PADDED
+    base = align_up(inserted + len(plain), SEGMENT_ALIGNMENT)
+    header = PtdHeader(PTD_HEADER_PADDED, len(plain), base, cursor)
+    root = int.from_bytes(plain[0:4], "little") + inserted
+    packed = header.pack()
+    flatbuffer = root.to_bytes(4, "little") + plain[4:8] + packed + bytes(inserted - len(packed)) + plain[8:]
+    with atomic_output(destination) as fd:
+        write_all(fd, flatbuffer)
+        write_segments(fd, len(flatbuffer), base, segments,
+                                 [SegmentContent.of(piece) for _, _, piece in entries])

@@ -1,0 +1,147 @@
+"""Laying out and writing a .pte: flatbuffer, extended header, aligned segments.
+
+A caller describes each segment as a list of pieces (small ``bytes`` or a
+``FileRange`` of an input file) at offsets inside the segment; this module
+assigns segment offsets (each at a multiple of lcm(128, its alignment)),
+encodes the program with those offsets, inserts the extended header, and
+streams the pieces into place with ``copy_range`` so that tensor data never
+passes through Python objects.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field, replace
+from typing import Callable, Optional, Sequence, Union
+
+from . import model as m
+from .atomic import atomic_output, copy_range, write_all, write_zeros
+from .encode import encode_program
+from .header import (EXTENDED_HEADER_PADDED, MIN_PTE_SIZE, SEGMENT_ALIGNMENT, ExtendedHeader, align_up)
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class FileRange:
+    """``size`` bytes of an open file (by descriptor) starting at absolute ``offset``."""
+
+    fd: int
+    offset: int
+    size: int
+
+
+Piece = Union[bytes, FileRange]
+
+
+@dataclass(slots=True)
+class SegmentContent:
+    """What goes into one segment: pieces at offsets (ascending, non-overlapping), zero-filled between."""
+
+    size: int
+    pieces: list[tuple[int, Piece]] = field(default_factory=list)
+    alignment: int = 1
+
+    @classmethod
+    def of(cls, piece: Piece, alignment: int = 1) -> "SegmentContent":
+        size = len(piece) if isinstance(piece, bytes) else piece.size
+        return cls(size, [(0, piece)], alignment)
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where everything lands in the output file."""
+
+    flatbuffer: bytes  # header already inserted
+    header: Optional[ExtendedHeader]
+    segment_base: int
+    segments: tuple[m.DataSegment, ...]
+
+    @property
+    def file_size(self) -> int:
+        if not self.segments or self.header is None:
+            return max(len(self.flatbuffer), MIN_PTE_SIZE)
+        return self.segment_base + self.header.segment_data_size
+
+
+def insert_extended_header(flatbuffer: bytes, header: ExtendedHeader) -> bytes:
+    """Insert the padded extended header after byte 8 and shift the root offset past it."""
+    root = int.from_bytes(flatbuffer[0:4], "little") + EXTENDED_HEADER_PADDED
+    packed = header.pack()
+    padding = bytes(EXTENDED_HEADER_PADDED - len(packed))
+    return root.to_bytes(4, "little") + flatbuffer[4:8] + packed + padding + flatbuffer[8:]
+
+
+def plan_segments(contents: Sequence[SegmentContent]) -> tuple[m.DataSegment, ...]:
+    """Offsets relative to the segment base; an empty segment does not advance the cursor."""
+    cursor = 0
+    segments = []
+    for content in contents:
+        start = align_up(cursor, math.lcm(SEGMENT_ALIGNMENT, max(content.alignment, 1)))
+        segments.append(m.DataSegment(start, content.size))
+        cursor = start + content.size
+    return tuple(segments)
+
+
+def layout_pte(program: m.Program, contents: Sequence[SegmentContent]) -> Layout:
+    """Encode ``program`` with ``segments`` replaced by the layout of ``contents``."""
+    segments = plan_segments(contents)
+    data_size = max((s.offset + s.size for s in segments), default=0)
+    program = replace(program, segments=segments if program.segments is not None or segments else program.segments)
+    plain = encode_program(program)
+    if data_size == 0:
+        return Layout(plain, None, 0, segments)
+    program_size = len(plain) + EXTENDED_HEADER_PADDED
+    header = ExtendedHeader(program_size, align_up(program_size, SEGMENT_ALIGNMENT), data_size)
+    return Layout(insert_extended_header(plain, header), header, header.segment_base_offset, segments)
+
+
+def write_pte_to_fd(fd: int, layout: Layout, contents: Sequence[SegmentContent],
+                    progress: Optional[Progress] = None) -> None:
+    """Write a laid-out program and its segments sequentially to ``fd``."""
+    total = layout.file_size
+    write_all(fd, layout.flatbuffer)
+    position = len(layout.flatbuffer)
+    if layout.header is None:
+        write_zeros(fd, total - position)  # the runtime reads 64 head bytes even from tiny files
+        if progress:
+            progress(total, total)
+        return
+    write_segments(fd, position, layout.segment_base, layout.segments, contents, progress, total)
+
+
+def write_segments(fd: int, position: int, base: int, segments: Sequence[m.DataSegment],
+                   contents: Sequence[SegmentContent], progress: Optional[Progress] = None,
+                   total: int = 0) -> None:
+    """Stream each segment's pieces to ``base + segment.offset``, zero-filling every gap."""
+    for segment, content in zip(segments, contents):
+        if segment.size == 0:
+            continue
+        start = base + segment.offset
+        write_zeros(fd, start - position)
+        position = start
+        for offset, piece in content.pieces:
+            write_zeros(fd, start + offset - position)
+            if isinstance(piece, bytes):
+                write_all(fd, piece)
+                size = len(piece)
+            else:
+                copy_range(piece.fd, piece.offset, piece.size, fd)
+                size = piece.size
+            position = start + offset + size
+            if progress:
+                progress(position, total)
+        write_zeros(fd, start + segment.size - position)
+        position = start + segment.size
+    if progress:
+        progress(position, max(total, position))
+
+
+def write_pte(destination: str | os.PathLike[str], program: m.Program, contents: Sequence[SegmentContent], *,
+              check: Optional[Callable[[str], None]] = None, progress: Optional[Progress] = None) -> Layout:
+    """Atomically write a .pte at ``destination``; ``check(temp_path)`` runs before the rename."""
+    layout = layout_pte(program, contents)
+    with atomic_output(destination, check=check) as fd:
+        write_pte_to_fd(fd, layout, contents, progress)
+    return layout

@@ -1,0 +1,203 @@
+"""Semantic checks of a decoded program: every index and byte range it holds points somewhere real.
+
+``decode.py`` guarantees the flatbuffer is well-formed; this module checks what
+the runtime's ``validate_program`` and method parser check on top of that
+(value, operator, delegate, segment and buffer indices in range; tensor sizes
+that fit their data and do not overflow; known scalar types), so that every
+later layer can index without re-checking.  The first problem raises
+``FormatError`` naming where it is.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from . import model as m
+from .errors import FormatError
+
+MAX_TENSOR_BYTES = 1 << 62
+MAX_RANK = 16
+
+
+
+def _fail(where: str, what: str) -> FormatError:
+    return FormatError(what, where=where)
+
+
+def _segment_size(program: m.Program, index: int, where: str) -> int:
+    segments = program.segments or ()
+    if not 0 <= index < len(segments):
+        raise _fail(where, f"segment index {index} is out of range ({len(segments)} segments)")
+    return segments[index].size
+
+
+def check_segments(program: m.Program, segment_data_size: Optional[int]) -> None:
+    """Segments lie inside the segment area (which is empty when the file has no extended header)."""
+    limit = segment_data_size or 0
+    for i, seg in enumerate(program.segments or ()):
+        if seg.offset + seg.size > limit and seg.size:
+            raise _fail(f"segments[{i}]", f"[{seg.offset}, {seg.offset + seg.size}) lies past the end of the "
+                        f"segment data ({limit} bytes); the file is truncated or corrupt")
+
+
+def _check_subsegment(program: m.Program, sub: m.SubsegmentOffsets, where: str) -> int:
+    size = _segment_size(program, sub.segment_index, where)
+    for k, offset in enumerate(sub.offsets or ()):
+        if offset > size:
+            raise _fail(f"{where}.offsets[{k}]", f"offset {offset} is past the end of its segment ({size} bytes)")
+    return size
+
+
+def _tensor_nbytes(t: m.Tensor, where: str) -> int:
+    if t.scalar_type not in m.KNOWN_SCALAR_TYPES:
+        raise _fail(where, f"unknown scalar type {t.scalar_type}")
+    if t.sizes is None or t.dim_order is None:
+        raise _fail(where, "tensor lacks sizes or dim_order")
+    if len(t.sizes) != len(t.dim_order):
+        raise _fail(where, f"sizes has {len(t.sizes)} dims but dim_order {len(t.dim_order)}")
+    if len(t.sizes) > MAX_RANK:
+        raise _fail(where, f"rank {len(t.sizes)} exceeds the runtime limit of {MAX_RANK}")
+    if sorted(t.dim_order) != list(range(len(t.dim_order))):
+        raise _fail(where, f"dim_order {list(t.dim_order)} is not a permutation")
+    nbytes = m.element_size(t.scalar_type)
+    for size in t.sizes:
+        if size < 0:
+            raise _fail(where, f"negative size {size}")
+        nbytes *= size
+        if nbytes > MAX_TENSOR_BYTES:
+            raise _fail(where, f"sizes {list(t.sizes)} overflow (more than 2^62 bytes)")
+    if t.storage_offset != 0:
+        raise _fail(where, f"storage_offset {t.storage_offset} is not 0 (the runtime requires 0)")
+    return nbytes
+
+
+class _Context:
+    """Per-program facts every tensor check needs."""
+
+    def __init__(self, program: m.Program) -> None:
+        self.program = program
+        cs = program.constant_segment
+        self.constant_offsets = (cs.offsets or ()) if cs else ()
+        self.constant_size = _check_subsegment(program, cs, "constant_segment") if cs and len(self.constant_offsets) > 1 else 0
+        self.inline_constants = program.constant_buffer or ()
+        muts = program.mutable_data_segments or ()
+        self.mutable_offsets: tuple[int, ...] = ()
+        self.mutable_size = 0
+        for i, sub in enumerate(muts):
+            size = _check_subsegment(program, sub, f"mutable_data_segments[{i}]")
+            if i == 0:
+                self.mutable_offsets, self.mutable_size = sub.offsets or (), size
+
+    def constant_extent(self, idx: int, where: str) -> int:
+        """Bytes available to constant entry idx."""
+        if len(self.constant_offsets) > 1 or not self.inline_constants:
+            if idx >= len(self.constant_offsets):
+                raise _fail(where, f"data_buffer_idx {idx} is out of range ({len(self.constant_offsets)} constant entries)")
+            return self.constant_size - self.constant_offsets[idx]
+        if idx >= len(self.inline_constants):
+            raise _fail(where, f"data_buffer_idx {idx} is out of range ({len(self.inline_constants)} inline constants)")
+        return len(self.inline_constants[idx].storage or b"")
+
+    def mutable_extent(self, idx: int, where: str) -> int:
+        if idx >= len(self.mutable_offsets):
+            raise _fail(where, f"initial-data index {idx} is out of range ({len(self.mutable_offsets)} mutable entries)")
+        return self.mutable_size - self.mutable_offsets[idx]
+
+
+def _check_tensor(ctx: _Context, plan: m.ExecutionPlan, t: m.Tensor, where: str) -> None:
+    nbytes = _tensor_nbytes(t, where)
+    info = t.extra_tensor_info
+    if info is not None and info.location not in (0, 1):
+        raise _fail(where, f"unknown data location {info.location}")
+    if t.is_external and not info.fully_qualified_name:
+        raise _fail(where, "external tensor has no fully_qualified_name")
+    alloc = t.allocation_info
+    if alloc is not None:
+        sizes = plan.non_const_buffer_sizes or ()
+        if not 1 <= alloc.memory_id < len(sizes):
+            raise _fail(where, f"memory_id {alloc.memory_id} is out of range (buffers 1..{len(sizes) - 1})")
+        if alloc.memory_offset + nbytes > sizes[alloc.memory_id]:
+            raise _fail(where, f"[{alloc.memory_offset}, {alloc.memory_offset + nbytes}) overruns buffer "
+                        f"{alloc.memory_id} ({sizes[alloc.memory_id]} bytes)")
+        if t.data_buffer_idx > 0 and not t.is_external and nbytes:
+            if nbytes > ctx.mutable_extent(t.data_buffer_idx, where):
+                raise _fail(where, f"initial data entry {t.data_buffer_idx} holds fewer than {nbytes} bytes")
+    elif t.data_buffer_idx > 0 and not t.is_external:
+        if nbytes > ctx.constant_extent(t.data_buffer_idx, where):
+            raise _fail(where, f"constant entry {t.data_buffer_idx} holds fewer than {nbytes} bytes")
+
+
+def _check_index(index: int, count: int, where: str, what: str, allow_none: bool = False) -> None:
+    if not (0 <= index < count or (allow_none and index == -1)):
+        raise _fail(where, f"{what} {index} is out of range (0..{count - 1})")
+
+
+def _check_plan(ctx: _Context, plan: m.ExecutionPlan, where: str) -> None:
+    values = plan.values or ()
+    n = len(values)
+    if plan.non_const_buffer_sizes is None:
+        raise _fail(where, "non_const_buffer_sizes is missing")
+    for i, size in enumerate(plan.non_const_buffer_sizes):
+        if size < 0:
+            raise _fail(f"{where}.non_const_buffer_sizes[{i}]", f"negative buffer size {size}")
+    for i, entry in enumerate(plan.non_const_buffer_device or ()):
+        _check_index(entry.buffer_idx, len(plan.non_const_buffer_sizes), f"{where}.non_const_buffer_device[{i}]",
+                     "buffer_idx")
+    for i, value in enumerate(values):
+        vw = f"{where}.values[{i}]"
+        if isinstance(value, m.Tensor):
+            _check_tensor(ctx, plan, value, vw)
+        elif isinstance(value, (m.TensorList, m.OptionalTensorList, m.IntList)):
+            optional = isinstance(value, m.OptionalTensorList)
+            for k, item in enumerate(value.items or ()):
+                _check_index(item, n, f"{vw}.items[{k}]", "value index", allow_none=optional)
+    for name in ("inputs", "outputs"):
+        for k, item in enumerate(getattr(plan, name) or ()):
+            _check_index(item, n, f"{where}.{name}[{k}]", "value index")
+    ops = len(plan.operators or ())
+    delegates = plan.delegates or ()
+    for d, delegate in enumerate(delegates):
+        dw = f"{where}.delegates[{d}]"
+        ref = delegate.processed
+        if ref is None:
+            raise _fail(dw, "delegate has no processed data reference")
+        if ref.location == m.DataLocation.INLINE:
+            _check_index(ref.index, len(ctx.program.backend_delegate_data or ()), dw, "inline data index")
+        elif ref.location == m.DataLocation.SEGMENT:
+            _segment_size(ctx.program, ref.index, dw)
+        else:
+            raise _fail(dw, f"unknown data location {ref.location}")
+    for c, chain in enumerate(plan.chains or ()):
+        instructions = chain.instructions or ()
+        for k, ins in enumerate(instructions):
+            iw = f"{where}.chains[{c}].instructions[{k}]"
+            if isinstance(ins, m.KernelCall):
+                _check_index(ins.op_index, ops, iw, "op_index")
+            elif isinstance(ins, m.DelegateCall):
+                _check_index(ins.delegate_index, len(delegates), iw, "delegate_index")
+            elif isinstance(ins, m.MoveCall):
+                _check_index(ins.move_from, n, iw, "move_from")
+                _check_index(ins.move_to, n, iw, "move_to")
+            elif isinstance(ins, m.JumpFalseCall):
+                _check_index(ins.cond_value_index, n, iw, "cond_value_index")
+                _check_index(ins.destination_instruction, len(instructions) + 1, iw, "destination_instruction")
+            elif isinstance(ins, m.FreeCall):
+                _check_index(ins.value_index, n, iw, "value_index")
+            else:
+                raise _fail(iw, "instruction has no arguments")
+            for a in getattr(ins, "args", None) or ():
+                _check_index(a, n, iw, "argument value index")
+
+
+def check_program(program: m.Program, segment_data_size: Optional[int]) -> None:
+    """Raise ``FormatError`` at the first index or range that points nowhere."""
+    if program.version > 0:
+        raise _fail("version", f"schema version {program.version} is newer than ExecuTorch 1.5.1's (0)")
+    check_segments(program, segment_data_size)
+    if program.execution_plan is None:
+        raise _fail("execution_plan", "the program has no execution plans")
+    for i, nd in enumerate(program.named_data or ()):
+        _segment_size(program, nd.segment_index, f"named_data[{i}]")
+    ctx = _Context(program)
+    for i, plan in enumerate(program.execution_plan):
+        _check_plan(ctx, plan, plan.name or f"execution_plan[{i}]")
