@@ -1,3 +1,9 @@
 """Imports every command module so that each registers itself on the app."""
 
-from pte_devconst.cli import inspect_cmd  # noqa: F401
+import importlib
+
+# Each entry is a module of pte_devconst.cli that registers its commands on `app`.
+COMMAND_MODULES = ("inspect_cmd",)
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(f"pte_devconst.cli.{_name}")
