@@ -111,6 +111,15 @@ def write_pte_to_fd(fd: int, layout: Layout, contents: Sequence[SegmentContent],
     write_segments(fd, position, layout.segment_base, layout.segments, contents, progress, total)
 
 
+def write_piece(fd: int, piece: Piece) -> int:
+    """Append one piece at ``fd``'s position; file ranges are copied by the kernel. Returns its size."""
+    if isinstance(piece, bytes):
+        write_all(fd, piece)
+        return len(piece)
+    copy_range(piece.fd, piece.offset, piece.size, fd)
+    return piece.size
+
+
 def write_segments(fd: int, position: int, base: int, segments: Sequence[m.DataSegment],
                    contents: Sequence[SegmentContent], progress: Optional[Progress] = None,
                    total: int = 0) -> None:
@@ -123,13 +132,7 @@ def write_segments(fd: int, position: int, base: int, segments: Sequence[m.DataS
         position = start
         for offset, piece in content.pieces:
             write_zeros(fd, start + offset - position)
-            if isinstance(piece, bytes):
-                write_all(fd, piece)
-                size = len(piece)
-            else:
-                copy_range(piece.fd, piece.offset, piece.size, fd)
-                size = piece.size
-            position = start + offset + size
+            position = start + offset + write_piece(fd, piece)
             if progress:
                 progress(position, total)
         write_zeros(fd, start + segment.size - position)
