@@ -13,7 +13,7 @@ import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from pte_devconst.schema.atomic import atomic_output
 from pte_devconst.schema.errors import PteDevconstError, UnsupportedProgramError
@@ -53,20 +53,27 @@ def external_data(ptd: PtdFile) -> ExternalData:
     return ExternalData(layouts)
 
 
+def analyze_opened(source: PteFile, data: Optional[PtdFile], *, host_placement: bool = False) -> Analysis:
+    return analyze_program(source.program, external_data(data) if data else None, host_placement=host_placement)
+
+
 def analyze_file(path: str | os.PathLike[str], ptd: Optional[str | os.PathLike[str]] = None, *,
                  host_placement: bool = False) -> Analysis:
     """Verdicts for every constant of a .pte (and its .ptd, for external constants)."""
-    with open_pte(path) as source, _maybe_ptd(ptd) as data:
-        return analyze_program(source.program, external_data(data) if data else None, host_placement=host_placement)
+    with opened(path, ptd) as (source, data):
+        return analyze_opened(source, data, host_placement=host_placement)
 
 
 @contextlib.contextmanager
-def _maybe_ptd(path: Optional[str | os.PathLike[str]]):
-    if path is None:
-        yield None
-        return
-    with open_ptd(path) as data:
-        yield data
+def opened(path: str | os.PathLike[str], ptd: Optional[str | os.PathLike[str]] = None
+           ) -> Iterator[tuple[PteFile, Optional[PtdFile]]]:
+    """Open a .pte and, when given, its .ptd; both are closed on exit."""
+    with open_pte(path) as source:
+        if ptd is None:
+            yield source, None
+            return
+        with open_ptd(ptd) as data:
+            yield source, data
 
 
 def default_output(path: str | os.PathLike[str]) -> Path:
@@ -76,8 +83,7 @@ def default_output(path: str | os.PathLike[str]) -> Path:
 
 
 def plan_file(source: PteFile, ptd: Optional[PtdFile], options: RewriteOptions) -> RewritePlan:
-    analysis = analyze_program(source.program, external_data(ptd) if ptd else None,
-                               host_placement=options.host_placement)
+    analysis = analyze_opened(source, ptd, host_placement=options.host_placement)
     plan = make_plan(source.program, analysis, options)
     if analysis.refusal and not plan.is_empty:
         raise UnsupportedProgramError(f"cannot rewrite: {analysis.refusal}", file=source.path)
@@ -96,7 +102,7 @@ def rewrite_file(input_path: str | os.PathLike[str], output_path: Optional[str |
         if not dry_run and output.exists() and output.resolve() == input_path.resolve():
             raise PteDevconstError("the output would overwrite the input; pass --in-place to allow that",
                                    file=str(input_path))
-    with open_pte(input_path) as source, _maybe_ptd(ptd) as data:
+    with opened(input_path, ptd) as (source, data):
         plan = plan_file(source, data, options)
         removed = sum(len(edit.removed) for edit in plan.methods)
         if dry_run:

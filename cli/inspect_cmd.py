@@ -1,0 +1,106 @@
+"""``pte-devconst inspect``: what is in a .pte, at a glance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from pte_devconst.cli.app import command
+from pte_devconst.cli.output import (FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
+                                     resolve_format, shape_text, stdout_console, table)
+from pte_devconst.rewriter.inventory import MethodSummary, ProgramSummary, summarize
+from pte_devconst.rewriter.rewrite import analyze_opened, opened
+
+
+def _io(values) -> str:
+    parts = []
+    for v in values:
+        parts.append(f"{v.dtype}{shape_text(v.shape)}" + (f"@{v.device}" if v.device not in (None, "cpu") else "")
+                     if v.kind == "tensor" else v.kind)
+    return ", ".join(parts) or "-"
+
+
+def _short(reader: str) -> str:
+    """``#1 et_copy::_h2d_copy.out`` -> ``#1 _h2d_copy.out``: namespaces cost columns a terminal lacks."""
+    return " ".join(part.split("::")[-1] for part in reader.split(" "))
+
+
+def _method_tables(method: MethodSummary):
+    yield table(None, ["method", "style", "values", "instructions", "H2D/call (est.)"],
+                [[method.name, method.style, method.values, method.instructions,
+                  human_bytes(method.h2d_bytes_per_call)]], right=["values", "instructions", "H2D/call (est.)"])
+    yield table(None, ["inputs", "outputs"], [[_io(method.inputs), _io(method.outputs)]])
+    if method.delegates:
+        yield table("delegates", ["#", "backend", "device", "size", "calls at"],
+                    [[d.index, d.backend_id, d.device, human_bytes(d.nbytes), ", ".join(map(str, d.call_sites))]
+                     for d in method.delegates], right=["#", "size"])
+    if method.buffers:
+        yield table("planned buffers", ["id", "device", "size", "tensors"],
+                    [[b.memory_id, b.device, human_bytes(b.nbytes), b.tensors] for b in method.buffers],
+                    right=["id", "size", "tensors"])
+    if method.constants:
+        yield table("constants", ["v", "name", "dtype", "shape", "bytes", "read by", "verdict"],
+                    [[c.value, c.name, c.dtype, shape_text(c.shape), human_bytes(c.nbytes), "; ".join(_short(r) for r in c.readers) or "-",
+                      c.verdict] for c in method.constants], right=["v", "bytes"])
+    if method.initial_data:
+        yield table("planned with initial data", ["v", "name", "bytes", "buffer", "offset", "device", "from"],
+                    [[i.value, i.name, human_bytes(i.nbytes), i.memory_id, i.offset, i.device, i.source]
+                     for i in method.initial_data], right=["v", "bytes", "buffer", "offset"])
+
+
+def render_text(summary: ProgramSummary) -> None:
+    console = stdout_console()
+    console.print(f"[bold]{summary.path}[/]: {human_bytes(summary.file_size)}, program "
+                  f"{human_bytes(summary.program_size)}, schema version {summary.schema_version}, "
+                  f"{len(summary.methods)} method(s)")
+    if summary.segments:
+        console.print(table("segments", ["#", "holds", "offset", "size"],
+                            [[s.index, s.role, s.offset, human_bytes(s.nbytes)] for s in summary.segments],
+                            right=["#", "offset", "size"]))
+    for method in summary.methods:
+        console.print()
+        for t in _method_tables(method):
+            console.print(t)
+    console.print()
+    if summary.eligible_constants:
+        console.print(f"{summary.eligible_constants} constant(s) could move to device memory, saving "
+                      f"{human_bytes(summary.eligible_bytes_per_call)} of host-to-device copies per call: "
+                      "run [bold]pte-devconst rewrite[/].")
+    else:
+        console.print("No constant is copied to a device on every call.")
+
+
+def render_markdown(summary: ProgramSummary) -> None:
+    out = [f"### `{Path(summary.path).name}`", "",
+           f"{human_bytes(summary.file_size)}, {len(summary.methods)} method(s), "
+           f"{summary.eligible_constants} constant(s) eligible for device memory "
+           f"({human_bytes(summary.eligible_bytes_per_call)} per call).", ""]
+    for method in summary.methods:
+        out += [f"#### method `{method.name}` ({method.style} style, ~{human_bytes(method.h2d_bytes_per_call)} "
+                "host-to-device per call)", ""]
+        if method.constants:
+            out += [markdown_table(["value", "name", "dtype", "shape", "bytes", "read by", "verdict"],
+                                   [[c.value, f"`{c.name}`", c.dtype, shape_text(c.shape), c.nbytes,
+                                     "; ".join(c.readers) or "-", c.verdict] for c in method.constants]), ""]
+    typer.echo("\n".join(out))
+
+
+@command("inspect")
+def inspect_command(
+    file: Path = typer.Argument(..., help="The .pte file.", show_default=False),
+    ptd: Optional[Path] = typer.Option(None, "--ptd", help="The .ptd data file of its external constants."),
+    fmt: OutputFormat = FORMAT_OPTION,
+    json_flag: bool = JSON_FLAG,
+) -> None:
+    """Show methods, delegates, planned buffers, constants (and who reads them) and segments."""
+    with opened(file, ptd) as (source, data):
+        summary = summarize(source, analyze_opened(source, data))
+    fmt = resolve_format(fmt, json_flag)
+    if fmt is OutputFormat.json:
+        emit_json("inspect", {"file": summary})
+    elif fmt is OutputFormat.markdown:
+        render_markdown(summary)
+    else:
+        render_text(summary)

@@ -1,0 +1,104 @@
+"""Shared output plumbing for the commands: formats, JSON envelopes, consoles, sizes.
+
+JSON output is one object per invocation with ``format_version`` and
+``command`` first; its shape is described by ``schema/report.schema.json``.
+Text goes through rich (NO_COLOR is honoured by rich itself); markdown is
+plain GitHub-flavoured tables, fit for a pull-request comment or
+``$GITHUB_STEP_SUMMARY``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import sys
+from typing import Any, Iterable, Optional, Sequence
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pte_devconst.schema.model import Device
+
+JSON_FORMAT_VERSION = 1
+
+
+class OutputFormat(str, enum.Enum):
+    text = "text"
+    markdown = "markdown"
+    json = "json"
+
+
+FORMAT_OPTION = typer.Option(OutputFormat.text, "--format", "-f", case_sensitive=False,
+                             help="text (rich tables), markdown (for pull requests) or json (for CI).")
+JSON_FLAG = typer.Option(False, "--json", help="Shorthand for --format json.")
+
+
+def resolve_format(fmt: OutputFormat, json_flag: bool) -> OutputFormat:
+    return OutputFormat.json if json_flag else fmt
+
+
+def stdout_console() -> Console:
+    return Console(soft_wrap=False, highlight=False)
+
+
+def stderr_console() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Dataclasses, tuples, devices and enums -> JSON-ready values, recursively."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Device):
+        return str(obj)
+    if isinstance(obj, enum.Enum):
+        return obj.name.lower()
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, bytes):
+        return obj.hex()
+    return obj
+
+
+def emit_json(command: str, payload: dict[str, Any]) -> None:
+    document = {"format_version": JSON_FORMAT_VERSION, "command": command, **to_jsonable(payload)}
+    sys.stdout.write(json.dumps(document, indent=2) + "\n")
+
+
+def human_bytes(count: int) -> str:
+    """1536 -> '1.5 KiB'; exact below 1 KiB."""
+    if count < 1024:
+        return f"{count} B"
+    value = float(count)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+    return f"{value:.1f} PiB"
+
+
+def shape_text(shape: Optional[Sequence[int]]) -> str:
+    return "[" + ", ".join(str(s) for s in shape or ()) + "]"
+
+
+def table(title: Optional[str], columns: Sequence[str], rows: Iterable[Sequence[Any]], *,
+          right: Sequence[str] = ()) -> Table:
+    t = Table(title=title, title_justify="left", show_lines=False, expand=False, pad_edge=False)
+    for column in columns:
+        t.add_column(column, justify="right" if column in right else "left", overflow="fold")
+    for row in rows:
+        t.add_row(*[str(cell) for cell in row])
+    return t
+
+
+def markdown_table(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    def cell(value: Any) -> str:
+        return str(value).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)

@@ -1,0 +1,221 @@
+"""What is in a program, at a glance: the facts ``inspect`` shows, as plain typed records.
+
+Built from a ``PteFile`` (never its tensor data) and an ``Analysis`` (for who
+reads each constant and its verdict); the command line renders these as
+tables, markdown or JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from pte_devconst.schema import model as m
+from pte_devconst.schema.pte_file import PteFile
+
+from .analysis import Analysis, Reader
+
+_DTYPE_NAMES = {
+    0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32", 7: "float64",
+    11: "bool", 12: "qint8", 13: "quint8", 14: "qint32", 15: "bfloat16", 16: "quint4x2", 17: "quint2x4",
+    22: "bits16", 23: "float8_e5m2", 24: "float8_e4m3fn", 25: "float8_e5m2fnuz", 26: "float8_e4m3fnuz",
+    27: "uint16", 28: "uint32", 29: "uint64",
+}
+
+
+def dtype_name(scalar_type: int) -> str:
+    """torch's name for an ExecuTorch scalar type (``float32``)."""
+    return _DTYPE_NAMES.get(scalar_type, f"scalar_type_{scalar_type}")
+
+
+@dataclass(frozen=True, slots=True)
+class ValueSummary:
+    index: int
+    kind: str  # tensor, int, bool, double, string, list, none
+    dtype: Optional[str] = None
+    shape: Optional[tuple[int, ...]] = None
+    device: Optional[str] = None
+
+
+@dataclass(frozen=True, slots=True)
+class DelegateSummary:
+    index: int
+    backend_id: str
+    device: str
+    location: str  # inline or segment
+    nbytes: int
+    call_sites: tuple[int, ...]
+    compile_specs: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BufferSummary:
+    memory_id: int
+    nbytes: int
+    device: str
+    tensors: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConstantSummary:
+    value: int
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int
+    location: str  # constant segment, inline, external
+    device_tag: str
+    readers: tuple[str, ...]
+    verdict: str
+
+
+@dataclass(frozen=True, slots=True)
+class InitialDataSummary:
+    value: int
+    name: str
+    nbytes: int
+    memory_id: int
+    offset: int
+    device: str
+    source: str  # mutable segment or external
+
+
+@dataclass(frozen=True, slots=True)
+class MethodSummary:
+    name: str
+    inputs: tuple[ValueSummary, ...]
+    outputs: tuple[ValueSummary, ...]
+    values: int
+    instructions: int
+    operators: tuple[str, ...]
+    delegates: tuple[DelegateSummary, ...]
+    buffers: tuple[BufferSummary, ...]
+    constants: tuple[ConstantSummary, ...]
+    initial_data: tuple[InitialDataSummary, ...]
+    style: str
+    h2d_bytes_per_call: int
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentSummary:
+    index: int
+    role: str
+    offset: int
+    nbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramSummary:
+    path: str
+    file_size: int
+    program_size: int
+    schema_version: int
+    segments: tuple[SegmentSummary, ...]
+    methods: tuple[MethodSummary, ...]
+    named_data: tuple[str, ...]
+    eligible_constants: int
+    eligible_bytes_per_call: int
+
+
+def value_summary(plan: m.ExecutionPlan, index: int) -> ValueSummary:
+    value = (plan.values or ())[index]
+    if isinstance(value, m.Tensor):
+        return ValueSummary(index, "tensor", dtype_name(value.scalar_type), tuple(value.sizes or ()), str(value.device))
+    kind = {m.Int: "int", m.Bool: "bool", m.Double: "double", m.String: "string", m.Null: "none"}.get(type(value), "list")
+    return ValueSummary(index, kind)
+
+
+def describe_reader(reader: Reader) -> str:
+    if reader.kind == "KernelCall":
+        return f"#{reader.instruction} {reader.name}"
+    if reader.kind == "DelegateCall":
+        return f"#{reader.instruction} delegate {reader.delegate_index} ({reader.name}, {reader.device})"
+    if reader.kind == "output":
+        return f"output {reader.arg_pos}"
+    if reader.kind == "TensorList":
+        return f"in list {reader.name}"
+    return f"#{reader.instruction} {reader.kind}"
+
+
+def _segment_roles(program: m.Program) -> dict[int, str]:
+    roles: dict[int, str] = {}
+    if program.constant_segment is not None and len(program.constant_segment.offsets or ()) > 0:
+        roles[program.constant_segment.segment_index] = "constants"
+    for sub in program.mutable_data_segments or ():
+        roles[sub.segment_index] = "initial data"
+    for plan in program.execution_plan or ():
+        for delegate in plan.delegates or ():
+            ref = delegate.processed
+            if ref is not None and ref.location == m.DataLocation.SEGMENT:
+                roles.setdefault(ref.index, f"delegate {delegate.id}")
+    for entry in program.named_data or ():
+        roles.setdefault(entry.segment_index, f"named data {entry.key}")
+    return roles
+
+
+def _constant_location(tensor: m.Tensor, program: m.Program) -> str:
+    if tensor.is_external:
+        return "external"
+    cs = program.constant_segment
+    return "constant segment" if cs is not None and len(cs.offsets or ()) > 1 else "inline"
+
+
+def summarize(source: PteFile, analysis: Analysis) -> ProgramSummary:
+    program = source.program
+    methods = []
+    for method in analysis.methods:
+        plan = (program.execution_plan or ())[method.plan_index]
+        values = plan.values or ()
+        counts: dict[int, int] = {}
+        initial = []
+        for index, value in enumerate(values):
+            if isinstance(value, m.Tensor) and value.allocation_info is not None:
+                mid = value.allocation_info.memory_id
+                counts[mid] = counts.get(mid, 0) + 1
+                if value.has_initial_data:
+                    initial.append(InitialDataSummary(
+                        index, value.fqn or f"value {index}", value.nbytes, mid, value.allocation_info.memory_offset,
+                        str(value.device), "external" if value.is_external else "mutable segment"))
+        delegates = []
+        for info in method.delegates:
+            delegate = (plan.delegates or ())[info.index]
+            span = source.delegate_span(delegate)
+            inline = (program.backend_delegate_data or ())
+            size = span.size if span else len((inline[delegate.processed.index].data or b"")) if delegate.processed else 0
+            specs = tuple(f"{s.key}={_spec_text(s.value)}" for s in delegate.compile_specs or ())
+            delegates.append(DelegateSummary(info.index, info.backend_id, str(info.device),
+                                             "segment" if span else "inline", size,
+                                             tuple(k for _, k in info.call_sites), specs))
+        sizes = plan.non_const_buffer_sizes or ()
+        buffers = tuple(BufferSummary(i, sizes[i], str(plan.buffer_device(i)), counts.get(i, 0)) for i in range(1, len(sizes)))
+        constants = tuple(
+            ConstantSummary(c.value, c.name, dtype_name(c.tensor.scalar_type), tuple(c.tensor.sizes or ()), c.nbytes,
+                            _constant_location(c.tensor, program), str(c.tensor.device),
+                            tuple(describe_reader(r) for r in c.readers), c.verdict)
+            for c in method.constants
+        )
+        operators = tuple(op.qualified_name for op in plan.operators or ())
+        instructions = sum(len(chain.instructions or ()) for chain in plan.chains or ())
+        methods.append(MethodSummary(
+            method.name, tuple(value_summary(plan, i) for i in plan.inputs or ()),
+            tuple(value_summary(plan, i) for i in plan.outputs or ()), len(values), instructions, operators,
+            tuple(delegates), buffers, constants, tuple(initial), method.style, method.h2d_bytes_per_call))
+    roles = _segment_roles(program)
+    segments = tuple(SegmentSummary(i, roles.get(i, "unused"), source.segment_base + s.offset, s.size)
+                     for i, s in enumerate(program.segments or ()))
+    eligible = analysis.eligible
+    return ProgramSummary(
+        source.path, source.size, source.flatbuffer_size, program.version, segments, tuple(methods),
+        tuple(e.key or "" for e in program.named_data or ()), len(eligible),
+        sum(c.nbytes * c.copies_per_call for c in eligible))
+
+
+def _spec_text(value: Optional[bytes]) -> str:
+    raw = bytes(value or b"")
+    try:
+        text = raw.decode("utf-8")
+        if text.isprintable():
+            return text
+    except UnicodeDecodeError:
+        pass
+    return "0x" + raw.hex() if len(raw) <= 16 else f"<{len(raw)} bytes>"
