@@ -1,0 +1,168 @@
+"""DelegateCall: a registry of delegate executors keyed by backend id, open to third parties.
+
+An executor plays the part of an ExecuTorch backend: ``init`` gets the
+processed blob and compile specs once, when the method loads; ``execute``
+gets the call's arguments (inputs, then outputs, as the program lists them)
+and writes the outputs in place.  ``DelegateContext`` gives it the two things a
+real device delegate does at its boundary, each counted in the copy ledger:
+copy a host input to its device, and write a result into host memory.
+
+Third parties register executors under the entry-point group
+``pte_devconst.delegate_executors``: the entry-point name is the backend id,
+the object a ``DelegateExecutor`` subclass (or any zero-argument factory).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any, Callable, Optional
+
+import torch
+
+from pte_devconst.schema import model as m
+
+from .copies import Cause, CopyLedger, Direction
+from .devices import DeviceMap
+from .values import RunnerError
+
+ENTRY_POINT_GROUP = "pte_devconst.delegate_executors"
+
+
+@dataclass(frozen=True)
+class DelegateArg:
+    """One argument of a DelegateCall: its value index, value, and the device its memory is on."""
+
+    index: int
+    value: Any
+    residence: Optional[m.Device]
+
+
+@dataclass
+class DelegateInitContext:
+    """What ``init`` may use: the target device, device memory, named data, and the ledger (load phase)."""
+
+    backend_id: str
+    target_device: m.Device
+    devices: DeviceMap
+    ledger: CopyLedger
+    named_data: Callable[[str], Optional[memoryview]]
+    where: str
+
+    def load_to_device(self, host: torch.Tensor) -> torch.Tensor:
+        """Copy delegate-owned constant data to the target device once (counted as a load-time copy)."""
+        if self.target_device.is_cpu:
+            return host
+        self.ledger.record(Direction.H2D, Cause.DELEGATE_INIT, host.numel() * host.element_size(),
+                           str(self.target_device))
+        return host.to(self.devices.physical(self.target_device), copy=True)
+
+
+@dataclass
+class DelegateContext:
+    """What ``execute`` may use: the target device and counted copies across the delegate boundary."""
+
+    backend_id: str
+    target_device: m.Device
+    devices: DeviceMap
+    ledger: CopyLedger
+    where: str
+
+    @property
+    def torch_device(self) -> torch.device:
+        return self.devices.physical(self.target_device)
+
+    def input(self, arg: DelegateArg) -> Any:
+        """An input on the target device: copied there (and counted) when its memory is elsewhere."""
+        value = arg.value
+        if not isinstance(value, torch.Tensor):
+            return value
+        here = arg.residence or m.CPU
+        if here == self.target_device:
+            return value
+        nbytes = value.numel() * value.element_size()
+        if here.is_cpu:
+            self.ledger.record(Direction.H2D, Cause.DELEGATE_HOST_INPUT, nbytes, str(self.target_device), arg.index)
+        elif self.target_device.is_cpu:
+            self.ledger.record(Direction.D2H, Cause.DELEGATE_DEVICE_INPUT, nbytes, str(here), arg.index)
+        return value.to(self.torch_device)
+
+    def output(self, arg: DelegateArg, result: torch.Tensor) -> None:
+        """Write ``result`` into output ``arg`` in place, counting a copy when the output's memory is elsewhere."""
+        out = arg.value
+        if not isinstance(out, torch.Tensor):
+            raise RunnerError(f"delegate output value {arg.index} is not a tensor", where=self.where)
+        if tuple(out.shape) != tuple(result.shape):
+            raise RunnerError(f"{self.backend_id} produced shape {tuple(result.shape)} for output value "
+                              f"{arg.index}, which is planned as {tuple(out.shape)}", where=self.where)
+        here = arg.residence or m.CPU
+        nbytes = out.numel() * out.element_size()
+        if here.is_cpu and not self.target_device.is_cpu:
+            self.ledger.record(Direction.D2H, Cause.DELEGATE_HOST_OUTPUT, nbytes, str(self.target_device))
+        elif not here.is_cpu and self.target_device.is_cpu:
+            self.ledger.record(Direction.H2D, Cause.DELEGATE_HOST_OUTPUT, nbytes, str(here))
+        out.copy_(result)
+
+
+class DelegateExecutor(ABC):
+    """Runs one backend's delegates.  Subclasses set ``backend_id``."""
+
+    backend_id: str = ""
+
+    @abstractmethod
+    def init(self, blob: bytes, compile_specs: dict[str, bytes], context: DelegateInitContext) -> Any:
+        """Parse the processed blob; return a handle passed back to ``execute``."""
+
+    @abstractmethod
+    def execute(self, handle: Any, args: list[DelegateArg], context: DelegateContext) -> None:
+        """Run the delegate on ``args`` (inputs, then outputs) and write the outputs in place."""
+
+
+ExecutorFactory = Callable[[], DelegateExecutor]
+_REGISTERED: dict[str, ExecutorFactory] = {}
+
+
+def register_executor(backend_id: str, factory: ExecutorFactory) -> None:
+    """Register (or replace) the executor for ``backend_id`` in this process."""
+    _REGISTERED[backend_id] = factory
+
+
+def _builtin() -> dict[str, ExecutorFactory]:
+    from .demo_backend import DemoBackendExecutor
+    from .reference_backend import ReferenceBackendExecutor
+
+    return {DemoBackendExecutor.backend_id: DemoBackendExecutor,
+            ReferenceBackendExecutor.backend_id: ReferenceBackendExecutor}
+
+
+def _entry_points() -> dict[str, Any]:
+    try:
+        return {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    except Exception:  # noqa: BLE001 - broken metadata must not stop built-in backends
+        return {}
+
+
+def known_backends() -> list[str]:
+    return sorted(set(_builtin()) | set(_REGISTERED) | set(_entry_points()))
+
+
+def executor_for(backend_id: str, where: str) -> DelegateExecutor:
+    """A fresh executor for ``backend_id``: registered in-process, else built in, else from an entry point."""
+    factory = _REGISTERED.get(backend_id) or _builtin().get(backend_id)
+    if factory is None:
+        entry = _entry_points().get(backend_id)
+        if entry is not None:
+            try:
+                factory = entry.load()
+            except Exception as error:  # noqa: BLE001 - a third party's import error, reported in one line
+                raise RunnerError(f"the executor registered for backend {backend_id!r} ({entry.value}) "
+                                  f"failed to load: {error}", where=where) from None
+    if factory is None:
+        raise RunnerError(f"no delegate executor for backend {backend_id!r} (known: {', '.join(known_backends())}); "
+                          f"register one in the entry-point group {ENTRY_POINT_GROUP}", where=where)
+    executor = factory()
+    if not isinstance(executor, DelegateExecutor):
+        raise RunnerError(f"the executor registered for backend {backend_id!r} is not a DelegateExecutor",
+                          where=where)
+    return executor

@@ -1,0 +1,50 @@
+"""Logical devices (what the program says) and the torch devices that hold their memory.
+
+With ``simulate=False`` device ``cuda:N`` is torch's ``cuda:N``; with
+``simulate=True`` every device's memory is host memory, while the runner keeps
+using the logical device for every check and every count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from pte_devconst.schema import model as m
+from pte_devconst.schema.errors import UnsupportedProgramError
+
+
+@dataclass(frozen=True)
+class DeviceMap:
+    simulate: bool
+
+    def physical(self, device: m.Device) -> torch.device:
+        """The torch device that holds memory of logical ``device``; checks it exists when not simulating."""
+        if device.is_cpu or self.simulate:
+            return torch.device("cpu")
+        if device.type != m.DeviceType.CUDA:
+            raise UnsupportedProgramError(f"the runner has no memory for device {device}")
+        if not torch.cuda.is_available():
+            raise UnsupportedProgramError(
+                f"the program uses {device} but torch sees no CUDA GPU; run with --simulate-devices "
+                f"(simulate_devices=True) to keep device memory on the host while counting every copy")
+        if device.index >= torch.cuda.device_count():
+            raise UnsupportedProgramError(
+                f"the program uses {device} but this machine has {torch.cuda.device_count()} CUDA device(s); "
+                f"run with --simulate-devices to run it anyway")
+        return torch.device("cuda", device.index)
+
+    def synchronize(self) -> None:
+        if not self.simulate and torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+
+
+def parse_target_device(value: bytes | None, where: str) -> m.Device:
+    """A ``target_device`` compile spec (``b"cuda:1"``) as a Device; CPU when absent."""
+    if value is None:
+        return m.CPU
+    try:
+        return m.Device.parse(bytes(value).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise UnsupportedProgramError(f"bad target_device compile spec {bytes(value)!r}: {error}", where=where) from None

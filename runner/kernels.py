@@ -1,0 +1,224 @@
+"""KernelCall: the runner's own kernels (device copies, dim-order ops, prim ops) and torch.ops by schema.
+
+Every other operator resolves to ``torch.ops.<ns>.<name>.<overload>`` and is
+called with the program's arguments bound to the operator schema in order
+(positional, then keyword-only, then the return values), so ``.out`` kernels
+write straight into planned memory.  A host kernel that would touch device
+memory is refused, as ExecuTorch's CPU kernels cannot read it.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+
+from pte_devconst.schema import model as m
+
+from .copies import Cause, Direction
+from .values import RunnerError, RuntimeValues
+
+Kernel = Callable[[RuntimeValues, tuple[int, ...], str], None]
+
+_MEMORY_FORMATS = (torch.contiguous_format, torch.preserve_format, torch.channels_last, torch.channels_last_3d)
+
+
+def _check_host(rv: RuntimeValues, indices: tuple[int, ...], op: str, where: str) -> None:
+    for index in indices:
+        for tensor_index in rv.tensor_indices(index):
+            device = rv.device_of(tensor_index)
+            if not device.is_cpu:
+                raise RunnerError(f"host kernel {op} reads or writes value {tensor_index}, whose memory is on "
+                                  f"{device}: an ExecuTorch CPU kernel cannot access it", where=where)
+
+
+def _resize_like(out: torch.Tensor, src: torch.Tensor, op: str, where: str) -> None:
+    if out.shape != src.shape:
+        if src.numel() > out.numel():
+            raise RunnerError(f"{op}: source shape {tuple(src.shape)} does not fit output {tuple(out.shape)}",
+                              where=where)
+        raise RunnerError(f"{op}: source shape {tuple(src.shape)} differs from output {tuple(out.shape)}",
+                          where=where)
+
+
+def _device_copy(direction: Direction) -> Kernel:
+    name = "et_copy::_h2d_copy.out" if direction is Direction.H2D else "et_copy::_d2h_copy.out"
+
+    def kernel(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
+        if len(args) < 2:
+            raise RunnerError(f"{name} needs (self, out), got {len(args)} arguments", where=where)
+        src_i, out_i = args[0], args[1]
+        src, out = rv.tensor(src_i, where), rv.tensor(out_i, where)
+        src_dev, out_dev = rv.device_of(src_i), rv.device_of(out_i)
+        host, device = (src_dev, out_dev) if direction is Direction.H2D else (out_dev, src_dev)
+        if not host.is_cpu or device.is_cpu:
+            raise RunnerError(f"{name} copies from {src_dev} (value {src_i}) to {out_dev} (value {out_i}); "
+                              f"it needs {'host to device' if direction is Direction.H2D else 'device to host'}",
+                              where=where)
+        _resize_like(out, src, name, where)
+        out.copy_(src)
+        cause = Cause.H2D_KERNEL if direction is Direction.H2D else Cause.D2H_KERNEL
+        rv.ledger.record(direction, cause, src.numel() * src.element_size(), str(device), src_i)
+        for ret in args[2:]:
+            if ret != out_i:
+                rv.set(ret, out, out_dev)
+
+    return kernel
+
+
+def _dim_order_copy(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
+    # (Tensor self, *, bool non_blocking, int[]? dim_order, Tensor(a!) out) -> Tensor(a!)
+    if len(args) < 4:
+        raise RunnerError(f"dim-order copy needs (self, non_blocking, dim_order, out), got {len(args)} arguments",
+                          where=where)
+    _check_host(rv, (args[0], args[3]), "dim_order_ops copy", where)
+    src, out = rv.tensor(args[0], where), rv.tensor(args[3], where)
+    _resize_like(out, src, "dim_order_ops copy", where)
+    out.copy_(src)
+
+
+def _empty_dim_order(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
+    # (int[] size, *, int[]? dim_order, Tensor(a!) out) -> Tensor(a!): only the shape matters
+    out = rv.tensor(args[2], where)
+    size = tuple(rv.get(args[0], where))
+    if tuple(out.shape) != size:
+        raise RunnerError(f"_empty_dim_order.out: size {size} differs from the planned {tuple(out.shape)}",
+                          where=where)
+
+
+def _aten_copy_(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
+    # aten::copy_(Tensor(a!) self, Tensor src, bool non_blocking=False) -> Tensor(a!); writes mutated buffers back
+    _check_host(rv, args[:2], "aten::copy_", where)
+    rv.tensor(args[0], where).copy_(rv.tensor(args[1], where))
+    for ret in args[3:]:
+        if ret != args[0]:
+            rv.set(ret, rv.values[args[0]], rv.residence[args[0]])
+
+
+_PRIM_BINARY: dict[str, Callable[[Any, Any], Any]] = {
+    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "floordiv": operator.floordiv,
+    "truediv": operator.truediv, "mod": operator.mod, "eq": operator.eq, "gt": operator.gt, "lt": operator.lt,
+    "ge": operator.ge, "le": operator.le,
+}
+
+
+def _prim(name: str) -> Optional[Kernel]:
+    base = name.removeprefix("executorch_prim::").split(".")[0]
+    if name == "executorch_prim::sym_size.int":
+        def sym_size(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
+            rv.set(args[-1], int(rv.tensor(args[0], where).size(rv.get(args[1], where))))
+        return sym_size
+    if name == "executorch_prim::sym_numel.default" or base == "sym_numel":
+        def sym_numel(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
+            rv.set(args[-1], int(rv.tensor(args[0], where).numel()))
+        return sym_numel
+    if base == "neg":
+        def neg(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
+            rv.set(args[-1], -rv.get(args[0], where))
+        return neg
+    if base == "et_view":
+        def et_view(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
+            src = rv.tensor(args[0], where)
+            rv.set(args[-1], src.view(tuple(rv.get(args[1], where))), rv.residence[args[0]])
+        return et_view
+    function = _PRIM_BINARY.get(base)
+    if function is None:
+        return None
+
+    def binary(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
+        if len(args) != 3:
+            raise RunnerError(f"{name} needs (a, b, out), got {len(args)} arguments", where=where)
+        rv.set(args[2], function(rv.get(args[0], where), rv.get(args[1], where)))
+
+    return binary
+
+
+BUILTIN_KERNELS: dict[str, Kernel] = {
+    "et_copy::_h2d_copy.out": _device_copy(Direction.H2D),
+    "et_copy::_d2h_copy.out": _device_copy(Direction.D2H),
+    "dim_order_ops::_to_dim_order_copy.out": _dim_order_copy,
+    "dim_order_ops::_clone_dim_order.out": _dim_order_copy,
+    "dim_order_ops::_empty_dim_order.out": _empty_dim_order,
+    "aten::copy_": _aten_copy_,
+    "aten::copy_.default": _aten_copy_,
+}
+
+
+@dataclass(frozen=True)
+class TorchKernel:
+    """A torch operator bound to ExecuTorch's argument convention for it."""
+
+    name: str
+    op: Any  # torch._ops.OpOverload
+
+    def __call__(self, rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
+        schema = self.op._schema
+        n_args, n_ret = len(schema.arguments), len(schema.returns)
+        if len(args) not in {n_args, n_args + n_ret, n_args + (1 if n_ret > 1 else n_ret)}:
+            raise RunnerError(f"{self.name} got {len(args)} arguments; its schema has {n_args} arguments "
+                              f"and {n_ret} return values", where=where)
+        _check_host(rv, args, self.name, where)
+        positional: list[Any] = []
+        keywords: dict[str, Any] = {}
+        for argument, index in zip(schema.arguments, args):
+            value = _convert(rv.get(index, where), str(argument.type))
+            if argument.kwarg_only:
+                keywords[argument.name] = value
+            else:
+                positional.append(value)
+        try:
+            result = self.op(*positional, **keywords)
+        except (RuntimeError, TypeError, ValueError, IndexError) as error:
+            raise RunnerError(f"{self.name} failed: {' '.join(str(error).split())[:300]}", where=where) from None
+        returns = args[n_args:]
+        if not returns:
+            return
+        results = list(result) if isinstance(result, (tuple, list)) and n_ret > 1 else [result]
+        if len(returns) == 1 and n_ret > 1:  # several outs returned as one TensorList value
+            return
+        for ret_index, value in zip(returns, results):
+            existing = rv.values[ret_index]
+            if isinstance(existing, torch.Tensor) and isinstance(value, torch.Tensor):
+                if existing is value or existing.data_ptr() == value.data_ptr() or existing.numel() == 0:
+                    continue
+                if existing.shape == value.shape:
+                    existing.copy_(value)
+                    continue
+            rv.set(ret_index, value, m.CPU if isinstance(value, torch.Tensor) else None)
+
+
+def _convert(value: Any, type_name: str) -> Any:
+    """Turn a program value into what torch expects for a schema type (ints stand for enums)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if "ScalarType" in type_name:
+            from .dtypes import torch_dtype
+            return torch_dtype(value)
+        if "MemoryFormat" in type_name:
+            return _MEMORY_FORMATS[value] if 0 <= value < len(_MEMORY_FORMATS) else value
+        if "Layout" in type_name:
+            return torch.strided
+    return value
+
+
+def resolve_kernel(operator_: m.Operator, where: str) -> Kernel:
+    """The kernel for an operator, or a ``RunnerError`` naming the operator the runner cannot execute."""
+    name = operator_.qualified_name
+    builtin = BUILTIN_KERNELS.get(name)
+    if builtin is not None:
+        return builtin
+    if name.startswith("executorch_prim::"):
+        prim = _prim(name)
+        if prim is None:
+            raise RunnerError(f"unknown operator {name}: the runner does not implement this prim op", where=where)
+        return prim
+    namespace, _, rest = (operator_.name or "").partition("::")
+    try:
+        packet = getattr(getattr(torch.ops, namespace), rest)
+        overload = getattr(packet, operator_.overload or "default")
+        overload._schema  # noqa: B018 - raises if the overload does not exist
+    except (AttributeError, RuntimeError):
+        raise RunnerError(f"unknown operator {name}: torch has no such operator (load the library that "
+                          f"defines it, or this program cannot run here)", where=where) from None
+    return TorchKernel(name, overload)

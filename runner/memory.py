@@ -1,0 +1,158 @@
+"""Memory as the ExecuTorch runtime lays it out: constant data loaded once, one arena per planned buffer.
+
+* ``ProgramData`` owns what a program ships: the constant segment, read once
+  into host memory as a whole (as ``Program::load`` does), the .ptd entries
+  (each read once), initial-state data and named data for delegates.
+  Constants are views into that host memory.
+* ``MethodMemory`` owns one ``uint8`` tensor per planned buffer, on the
+  (physical) device that ``non_const_buffer_device`` names.  A planned tensor
+  is a view of its arena at its offset with the strides its ``dim_order``
+  implies, so tensors planned into overlapping regions really alias.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Optional
+
+import torch
+
+from pte_devconst.schema import model as m
+from pte_devconst.schema.errors import FormatError, UnsupportedProgramError
+from pte_devconst.schema.ptd_file import PtdFile
+from pte_devconst.schema.pte_file import PteFile
+
+from .devices import DeviceMap
+from .dtypes import dim_order_strides, torch_dtype
+
+
+def host_bytes(data: memoryview | bytes) -> torch.Tensor:
+    """A host uint8 tensor holding a copy of ``data`` (one memcpy, no Python loop)."""
+    if len(data) == 0:
+        return torch.empty(0, dtype=torch.uint8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # bytearray is writable; the warning is about read-only buffers
+        return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+
+
+def typed_view(base: torch.Tensor, offset: int, tensor: m.Tensor, where: str) -> torch.Tensor:
+    """View ``base`` (a uint8 tensor) at byte ``offset`` as ``tensor``'s dtype, sizes and dim_order strides."""
+    dtype = torch_dtype(tensor.scalar_type, where)
+    sizes = tuple(tensor.sizes or ())
+    strides = dim_order_strides(sizes, tuple(tensor.dim_order or ()))
+    nbytes = tensor.nbytes
+    if offset + nbytes > base.numel():
+        raise FormatError(f"tensor needs bytes [{offset}, {offset + nbytes}) but its memory holds {base.numel()}",
+                          where=where)
+    if nbytes == 0:
+        return torch.empty_strided(sizes, strides, dtype=dtype, device=base.device)
+    if offset % dtype.itemsize:
+        raise UnsupportedProgramError(f"offset {offset} is not aligned to the {dtype.itemsize}-byte element size",
+                                      where=where)
+    return base[offset: offset + nbytes].view(dtype).as_strided(sizes, strides)
+
+
+class ProgramData:
+    """The bytes a program ships, read once and kept on the host for the life of the loaded program."""
+
+    def __init__(self, pte: PteFile, ptd: Optional[PtdFile] = None) -> None:
+        self.pte = pte
+        self.ptd = ptd
+        self._constant_segment: Optional[torch.Tensor] = None
+        self._constant_base = 0
+        self._external: dict[str, torch.Tensor] = {}
+        self._constants: dict[tuple[int, ...], torch.Tensor] = {}
+
+    def _segment(self) -> tuple[torch.Tensor, int]:
+        if self._constant_segment is None:
+            sub = self.pte.program.constant_segment
+            span = self.pte.segment_span(sub.segment_index)
+            self._constant_segment = host_bytes(self.pte.read(span))
+            self._constant_base = 0
+        return self._constant_segment, self._constant_base
+
+    def constant(self, tensor: m.Tensor, where: str) -> torch.Tensor:
+        """A read-only (by convention) host view of a constant's data."""
+        if tensor.is_external:
+            return typed_view(self.external(tensor, where), 0, tensor, where)
+        program = self.pte.program
+        offsets = (program.constant_segment.offsets or ()) if program.constant_segment else ()
+        if len(offsets) > 1:
+            if tensor.data_buffer_idx >= len(offsets):
+                raise FormatError(f"data_buffer_idx {tensor.data_buffer_idx} is past the constant table "
+                                  f"({len(offsets)} entries)", where=where)
+            segment, _ = self._segment()
+            return typed_view(segment, offsets[tensor.data_buffer_idx], tensor, where)
+        data = self.pte.tensor_bytes(tensor)  # deprecated inline constant_buffer
+        if data is None:
+            raise FormatError(f"constant data_buffer_idx {tensor.data_buffer_idx} has no data", where=where)
+        return typed_view(host_bytes(data), 0, tensor, where)
+
+    def external(self, tensor: m.Tensor, where: str) -> torch.Tensor:
+        """The .ptd bytes of an EXTERNAL tensor (host uint8), checked against the tensor's layout."""
+        key = tensor.fqn
+        if key is None:
+            raise FormatError("external tensor has no fully_qualified_name", where=where)
+        if key not in self._external:
+            if self.ptd is None:
+                raise UnsupportedProgramError(
+                    f"tensor {key!r} is stored in a .ptd data file; pass it with --ptd", where=where)
+            entry = self.ptd.entry(key)
+            if entry is None:
+                raise FormatError(f"the .ptd has no entry {key!r}", file=self.ptd.path, where=where)
+            layout = entry.tensor_layout
+            if layout is not None and (layout.scalar_type != tensor.scalar_type
+                                       or tuple(layout.sizes or ()) != tuple(tensor.sizes or ())
+                                       or tuple(layout.dim_order or ()) != tuple(tensor.dim_order or ())):
+                raise FormatError(f"the .ptd entry {key!r} has a different dtype, shape or dim_order than the program",
+                                  file=self.ptd.path, where=where)
+            data = self.ptd.tensor_bytes(key)
+            self._external[key] = host_bytes(data)
+        return self._external[key]
+
+    def initial_data(self, tensor: m.Tensor, where: str) -> torch.Tensor:
+        """Host bytes (uint8) of a planned tensor's initial state: mutable-data segment or .ptd."""
+        if tensor.is_external:
+            return self.external(tensor, where)[: tensor.nbytes]
+        if not self.pte.program.mutable_data_segments:
+            raise FormatError("tensor has initial data but the program has no mutable_data_segments "
+                              "(ExecuTorch fails the load the same way)", where=where)
+        sub = self.pte.program.mutable_data_segments[0]
+        if tensor.data_buffer_idx >= len(sub.offsets or ()):
+            raise FormatError(f"data_buffer_idx {tensor.data_buffer_idx} is past the mutable data table", where=where)
+        return host_bytes(self.pte.tensor_bytes(tensor))
+
+    def named_data(self, key: str) -> Optional[memoryview]:
+        """Named data for delegates: the program's own entries, then the .ptd's (ExecuTorch merges both)."""
+        data = self.pte.named_data(key)
+        if data is None and self.ptd is not None:
+            data = self.ptd.tensor_bytes(key)
+        return data
+
+
+class MethodMemory:
+    """One uint8 arena per planned buffer (memory ids 1..n), on the device its entry names."""
+
+    def __init__(self, plan: m.ExecutionPlan, devices: DeviceMap, method: str) -> None:
+        sizes = tuple(plan.non_const_buffer_sizes or ())
+        self.sizes = sizes
+        self.arena_devices: dict[int, m.Device] = {}
+        self.arenas: dict[int, torch.Tensor] = {}
+        for memory_id in range(1, len(sizes)):
+            device = plan.buffer_device(memory_id)
+            self.arena_devices[memory_id] = device
+            self.arenas[memory_id] = torch.zeros(int(sizes[memory_id]), dtype=torch.uint8,
+                                                 device=devices.physical(device))
+        self.method = method
+
+    def device_of(self, memory_id: int) -> m.Device:
+        return self.arena_devices[memory_id]
+
+    def planned(self, tensor: m.Tensor, where: str) -> tuple[torch.Tensor, m.Device]:
+        """The view of a planned tensor and the device its memory is on."""
+        info = tensor.allocation_info
+        if info.memory_id < 1 or info.memory_id not in self.arenas:
+            raise FormatError(f"memory_id {info.memory_id} names no planned buffer "
+                              f"({len(self.sizes) - 1} in method {self.method!r})", where=where)
+        return (typed_view(self.arenas[info.memory_id], info.memory_offset, tensor, where),
+                self.arena_devices[info.memory_id])

@@ -1,0 +1,278 @@
+"""Loading a program and running its methods instruction by instruction, as ``Method::execute`` does."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import torch
+
+from pte_devconst.schema import model as m
+from pte_devconst.schema.ptd_file import PtdFile
+from pte_devconst.schema.pte_file import PteFile
+
+from .copies import LOAD, Cause, CopyLedger, Direction
+from .delegates import DelegateArg, DelegateContext, DelegateExecutor, DelegateInitContext, executor_for
+from .devices import DeviceMap, parse_target_device
+from .dtypes import dim_order_strides, dtype_name, torch_dtype
+from .kernels import Kernel, resolve_kernel
+from .memory import MethodMemory, ProgramData, typed_view
+from .values import FREED, NOT_BOUND, ListRef, RunnerError, RuntimeValues
+
+MAX_INSTRUCTIONS = 10_000_000
+
+
+@dataclass
+class _Delegate:
+    executor: DelegateExecutor
+    handle: Any
+    backend_id: str
+    target_device: m.Device
+
+
+def describe(tensor: m.Tensor) -> str:
+    try:
+        name = dtype_name(torch_dtype(tensor.scalar_type))
+    except Exception:  # noqa: BLE001 - only a label
+        name = f"scalar_type {tensor.scalar_type}"
+    return f"{name}{list(tensor.sizes or ())}"
+
+
+class LoadedMethod:
+    """One method with its memory laid out, constants bound, initial data loaded and delegates initialized."""
+
+    def __init__(self, data: ProgramData, plan: m.ExecutionPlan, devices: DeviceMap, ledger: CopyLedger) -> None:
+        self.plan = plan
+        self.name = plan.name or ""
+        self.devices = devices
+        self.ledger = ledger
+        ledger.phase, ledger.method = LOAD, self.name
+        self.where = f"method {self.name!r}"
+        self.memory = MethodMemory(plan, devices, self.name)
+        self.rv = RuntimeValues(self.name, len(plan.values or ()), devices, ledger)
+        for index, value in enumerate(plan.values or ()):
+            self._load_value(data, index, value)
+        self.delegates = [self._init_delegate(data, i, d) for i, d in enumerate(plan.delegates or ())]
+        self.kernels: dict[int, Kernel] = {}
+        for chain in plan.chains or ():
+            for instruction in chain.instructions or ():
+                if isinstance(instruction, m.KernelCall) and instruction.op_index not in self.kernels:
+                    operators = plan.operators or ()
+                    if not 0 <= instruction.op_index < len(operators):
+                        raise RunnerError(f"op_index {instruction.op_index} is out of range", where=self.where)
+                    self.kernels[instruction.op_index] = resolve_kernel(operators[instruction.op_index], self.where)
+
+    # --- load -------------------------------------------------------------
+
+    def _load_value(self, data: ProgramData, index: int, value: m.EValue) -> None:
+        where = f"{self.where}: value {index}"
+        rv = self.rv
+        if isinstance(value, m.Tensor):
+            if value.storage_offset:
+                raise RunnerError("tensors with a non-zero storage_offset are not supported", where=where)
+            if value.shape_dynamism == m.TensorShapeDynamism.DYNAMIC_UNBOUND:
+                raise RunnerError("DYNAMIC_UNBOUND tensors are not supported (ExecuTorch rejects them too)",
+                                  where=where)
+            if value.allocation_info is not None:
+                view, device = self.memory.planned(value, where)
+                rv.set(index, view, device)
+                if value.has_initial_data:
+                    source = typed_view(data.initial_data(value, where), 0, value, where)
+                    view.copy_(source)
+                    if not device.is_cpu:
+                        self.ledger.record(Direction.H2D, Cause.LOAD_INITIAL_DATA, value.nbytes, str(device), index)
+            elif value.is_constant:
+                rv.set(index, data.constant(value, where), m.CPU)
+            else:
+                rv.set(index, NOT_BOUND, None)
+        elif isinstance(value, (m.Null, type(None))):
+            rv.set(index, None)
+        elif isinstance(value, m.Int):
+            rv.set(index, int(value.int_val))
+        elif isinstance(value, m.Bool):
+            rv.set(index, bool(value.bool_val))
+        elif isinstance(value, m.Double):
+            rv.set(index, float(value.double_val))
+        elif isinstance(value, m.String):
+            rv.set(index, value.string_val)
+        elif isinstance(value, (m.DoubleList, m.BoolList)):
+            rv.set(index, list(value.items or ()))
+        elif isinstance(value, m.IntList):
+            rv.set(index, ListRef("int", tuple(value.items or ())))
+        elif isinstance(value, m.TensorList):
+            rv.set(index, ListRef("tensor", tuple(value.items or ())))
+        elif isinstance(value, m.OptionalTensorList):
+            rv.set(index, ListRef("optional_tensor", tuple(value.items or ())))
+        else:  # pragma: no cover - the decoder knows no other kinds
+            raise RunnerError(f"unsupported value kind {type(value).__name__}", where=where)
+
+    def _init_delegate(self, data: ProgramData, index: int, delegate: m.BackendDelegate) -> _Delegate:
+        where = f"{self.where}: delegate {index} ({delegate.id})"
+        specs = {spec.key or "": bytes(spec.value or b"") for spec in delegate.compile_specs or ()}
+        target = parse_target_device(specs.get("target_device"), where)
+        self.devices.physical(target)  # fails early, with the --simulate-devices hint, when the GPU is missing
+        executor = executor_for(delegate.id or "", where)
+        context = DelegateInitContext(delegate.id or "", target, self.devices, self.ledger, data.named_data, where)
+        handle = executor.init(bytes(data.pte.delegate_blob(delegate)), specs, context)
+        return _Delegate(executor, handle, delegate.id or "", target)
+
+    # --- inputs and outputs -------------------------------------------------
+
+    def set_inputs(self, inputs: Sequence[Any]) -> None:
+        plan_inputs = tuple(self.plan.inputs or ())
+        if len(inputs) != len(plan_inputs):
+            raise RunnerError(f"method {self.name!r} takes {len(plan_inputs)} inputs, {len(inputs)} given")
+        for position, (index, given) in enumerate(zip(plan_inputs, inputs)):
+            self._set_input(position, index, given)
+
+    def _set_input(self, position: int, index: int, given: Any) -> None:
+        where = f"{self.where}: input {position}"
+        spec = self.plan.values[index]
+        if isinstance(spec, m.Tensor):
+            if not isinstance(given, torch.Tensor):
+                raise RunnerError(f"expected a tensor {describe(spec)}, got {type(given).__name__}", where=where)
+            dtype = torch_dtype(spec.scalar_type, where)
+            sizes = tuple(spec.sizes or ())
+            shape = tuple(given.shape)
+            if given.dtype != dtype:
+                raise RunnerError(f"expected dtype {dtype_name(dtype)}, got {dtype_name(given.dtype)} "
+                                  f"(shape {list(shape)})", where=where)
+            dynamic = spec.shape_dynamism == m.TensorShapeDynamism.DYNAMIC_BOUND
+            if shape != sizes and not (dynamic and len(shape) == len(sizes) and all(a <= b for a, b in zip(shape, sizes))):
+                raise RunnerError(f"expected shape {list(sizes)}{' (upper bounds)' if dynamic else ''}, "
+                                  f"got {list(shape)}", where=where)
+            if spec.allocation_info is not None:
+                view, device = self.memory.planned(spec, where)
+                if shape != sizes:  # DYNAMIC_BOUND: the same memory, the current shape
+                    view = view.as_strided(shape, dim_order_strides(shape, tuple(spec.dim_order or ())))
+                view.copy_(given)
+                self.rv.set(index, view, device)
+                if not device.is_cpu:
+                    self.ledger.record(Direction.H2D, Cause.METHOD_INPUT, view.numel() * view.element_size(),
+                                       str(device), index)
+            else:
+                device = spec.device
+                bound = given.detach()
+                if not device.is_cpu:
+                    bound = bound.to(self.devices.physical(device))
+                    self.ledger.record(Direction.H2D, Cause.METHOD_INPUT, given.numel() * given.element_size(),
+                                       str(device), index)
+                self.rv.set(index, bound, device)
+        else:
+            traced = self.rv.values[index]
+            if isinstance(given, torch.Tensor) and given.numel() == 1:
+                given = given.item()
+            if given != traced:
+                raise RunnerError(f"this input was traced as the constant {traced!r}; got {given!r}", where=where)
+
+    def outputs(self) -> list[Any]:
+        """The method outputs, copied to host memory (counted when they live on a device)."""
+        result = []
+        for index in self.plan.outputs or ():
+            value = self.rv.get(index, f"{self.where}: output value {index}")
+            if isinstance(value, torch.Tensor):
+                device = self.rv.device_of(index)
+                if not device.is_cpu:
+                    self.ledger.record(Direction.D2H, Cause.METHOD_OUTPUT, value.numel() * value.element_size(),
+                                       str(device), index)
+                value = value.detach().to("cpu", copy=True)
+            result.append(value)
+        return result
+
+    # --- execution -----------------------------------------------------------
+
+    def execute(self) -> None:
+        executed = 0
+        for chain_index, chain in enumerate(self.plan.chains or ()):
+            instructions = chain.instructions or ()
+            pc = 0
+            while pc < len(instructions):
+                executed += 1
+                if executed > MAX_INSTRUCTIONS:
+                    raise RunnerError(f"more than {MAX_INSTRUCTIONS} instructions executed (a jump loop?)",
+                                      where=self.where)
+                pc = self._step(instructions[pc], pc, f"{self.where}: chain {chain_index} instruction {pc}")
+                if not 0 <= pc <= len(instructions):
+                    raise RunnerError(f"jump to instruction {pc} leaves the chain ({len(instructions)} instructions)",
+                                      where=self.where)
+
+    def _step(self, instruction: m.Instruction, pc: int, where: str) -> int:
+        rv = self.rv
+        if isinstance(instruction, m.KernelCall):
+            kernel = self.kernels[instruction.op_index]
+            kernel(rv, tuple(instruction.args or ()), f"{where} ({self.plan.operators[instruction.op_index].qualified_name})")
+        elif isinstance(instruction, m.DelegateCall):
+            self._delegate_call(instruction, where)
+        elif isinstance(instruction, m.MoveCall):
+            rv.get(instruction.move_from, where)
+            rv.set(instruction.move_to, rv.values[instruction.move_from], rv.residence[instruction.move_from])
+        elif isinstance(instruction, m.JumpFalseCall):
+            cond = rv.get(instruction.cond_value_index, where)
+            if isinstance(cond, torch.Tensor):
+                if cond.dtype != torch.bool:
+                    raise RunnerError(f"jump condition value {instruction.cond_value_index} is a "
+                                      f"{dtype_name(cond.dtype)} tensor, not bool", where=where)
+                cond = bool(cond.all())
+            elif not isinstance(cond, bool):
+                raise RunnerError(f"jump condition value {instruction.cond_value_index} is not a Bool", where=where)
+            return pc + 1 if cond else instruction.destination_instruction
+        elif isinstance(instruction, m.FreeCall):
+            rv.set(instruction.value_index, FREED, None)
+        else:
+            raise RunnerError("empty instruction", where=where)
+        return pc + 1
+
+    def _delegate_call(self, call: m.DelegateCall, where: str) -> None:
+        if not 0 <= call.delegate_index < len(self.delegates):
+            raise RunnerError(f"delegate_index {call.delegate_index} is out of range", where=where)
+        delegate = self.delegates[call.delegate_index]
+        where = f"{where} (delegate {call.delegate_index}, {delegate.backend_id})"
+        args = [DelegateArg(i, self.rv.get(i, where), self.rv.residence[i]) for i in call.args or ()]
+        context = DelegateContext(delegate.backend_id, delegate.target_device, self.devices, self.ledger, where)
+        delegate.executor.execute(delegate.handle, args, context)
+
+
+class LoadedProgram:
+    """An opened .pte (plus optional .ptd) whose methods load on demand; close it when done."""
+
+    def __init__(self, pte_path: str, ptd_path: Optional[str] = None, *, simulate_devices: bool = False) -> None:
+        self.pte = PteFile.open(pte_path)
+        try:
+            self.ptd = PtdFile.open(ptd_path) if ptd_path else None
+        except BaseException:
+            self.pte.close()
+            raise
+        self.data = ProgramData(self.pte, self.ptd)
+        self.devices = DeviceMap(simulate_devices)
+        self.ledger = CopyLedger()
+        self.methods: dict[str, LoadedMethod] = {}
+
+    @property
+    def method_names(self) -> list[str]:
+        return [plan.name or "" for plan in self.pte.program.execution_plan or ()]
+
+    def load_method(self, name: str) -> LoadedMethod:
+        if name not in self.methods:
+            try:
+                plan = self.pte.program.plan(name)
+            except KeyError:
+                raise RunnerError(f"the program has no method {name!r} (it has: {', '.join(self.method_names)})",
+                                  file=self.pte.path) from None
+            try:
+                self.methods[name] = LoadedMethod(self.data, plan, self.devices, self.ledger)
+            except RunnerError as error:
+                raise error.with_file(self.pte.path)
+        return self.methods[name]
+
+    def close(self) -> None:
+        self.methods.clear()
+        self.data = None  # type: ignore[assignment]
+        if self.ptd is not None:
+            self.ptd.close()
+        self.pte.close()
+
+    def __enter__(self) -> "LoadedProgram":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

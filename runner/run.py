@@ -1,0 +1,198 @@
+"""``run_program``: load a program, run one method N times on given inputs, and report outputs and copies."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import torch
+
+from pte_devconst.schema import model as m
+from pte_devconst.schema.errors import PteDevconstError
+
+from .copies import LOAD, CopyEvent, PhaseCopies
+from .dtypes import dtype_name, torch_dtype
+from .method import LoadedProgram
+from .profiling import ProfiledCopies, profile_call
+from .values import RunnerError
+
+CallInputs = Sequence[Any]
+
+
+@dataclass(frozen=True)
+class OutputSummary:
+    """What ``run`` prints for one output: shape, dtype and a checksum of the raw bytes."""
+
+    kind: str
+    dtype: Optional[str]
+    shape: Optional[tuple[int, ...]]
+    sha256: Optional[str]
+    sum: Optional[float]
+    value: Any = None  # non-tensor outputs
+
+    @classmethod
+    def of(cls, value: Any) -> "OutputSummary":
+        if not isinstance(value, torch.Tensor):
+            return cls(type(value).__name__, None, None, None, None, value)
+        contiguous = value.detach().contiguous()
+        digest = hashlib.sha256(contiguous.view(-1).view(torch.uint8).numpy().tobytes()
+                                if contiguous.numel() else b"").hexdigest()
+        total = None if contiguous.dtype.is_complex else float(contiguous.double().sum())
+        return cls("tensor", dtype_name(value.dtype), tuple(value.shape), digest, total)
+
+    def to_json(self) -> dict:
+        if self.kind != "tensor":
+            return {"kind": self.kind, "value": self.value}
+        return {"kind": "tensor", "dtype": self.dtype, "shape": list(self.shape or ()), "sha256": self.sha256,
+                "sum": self.sum}
+
+
+@dataclass(frozen=True)
+class CallResult:
+    index: int
+    outputs: list[Any]
+    copies: PhaseCopies
+    wall_s: float
+    profiled: Optional[ProfiledCopies] = None
+
+    def to_json(self) -> dict:
+        return {"call": self.index, "wall_s": self.wall_s, "copies": self.copies.to_json(),
+                "outputs": [OutputSummary.of(v).to_json() for v in self.outputs],
+                "profiler": self.profiled.to_json() if self.profiled else None}
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Everything one ``run_program`` measured: the load's copies and each call's outputs, copies and time."""
+
+    path: str
+    method: str
+    simulated: bool
+    load: PhaseCopies
+    calls: list[CallResult]
+    events: list[CopyEvent] = field(default_factory=list)
+
+    @property
+    def per_call_h2d_bytes(self) -> int:
+        """Host-to-device bytes of one steady-state call (the last one)."""
+        return self.calls[-1].copies.h2d.nbytes if self.calls else 0
+
+    def to_json(self) -> dict:
+        return {"file": self.path, "method": self.method, "devices": "simulated" if self.simulated else "real",
+                "load": self.load.to_json(), "calls": [c.to_json() for c in self.calls]}
+
+
+def synthetic_inputs(plan: m.ExecutionPlan, seed: int = 0) -> tuple[Any, ...]:
+    """Deterministic inputs matching a method's declared inputs (used when the user gives none)."""
+    generator = torch.Generator().manual_seed(seed)
+    result = []
+    for index in plan.inputs or ():
+        value = plan.values[index]
+        if isinstance(value, m.Tensor):
+            dtype = torch_dtype(value.scalar_type, f"input value {index}")
+            sizes = tuple(value.sizes or ())
+            if dtype.is_floating_point:
+                result.append(torch.randn(sizes, generator=generator).to(dtype))
+            elif dtype == torch.bool:
+                result.append(torch.randint(0, 2, sizes, generator=generator).bool())
+            else:
+                result.append(torch.randint(0, 4, sizes, generator=generator).to(dtype))
+        elif isinstance(value, m.Int):
+            result.append(value.int_val)
+        elif isinstance(value, m.Double):
+            result.append(value.double_val)
+        elif isinstance(value, m.Bool):
+            result.append(value.bool_val)
+        else:
+            result.append(None)
+    return tuple(result)
+
+
+def load_torch_file(path: str | Path, what: str) -> Any:
+    """``torch.load`` with weights_only, turning any failure into one clear error."""
+    try:
+        return torch.load(str(path), map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise PteDevconstError(f"{what} file not found", file=str(path)) from None
+    except Exception as error:  # noqa: BLE001 - pickle/zip errors of many kinds
+        raise PteDevconstError(f"cannot read {what} (expected a torch.save file): "
+                               f"{' '.join(str(error).split())[:200]}", file=str(path)) from None
+
+
+def calls_from(data: Any, method: str, what: str, path: str = "") -> list[tuple[Any, ...]]:
+    """Normalize a loaded inputs/expected file: ``{method: [call, ...]}``, ``[call, ...]`` or one call."""
+    if isinstance(data, dict):
+        if method not in data:
+            raise PteDevconstError(f"{what} has no entry for method {method!r} (has: {', '.join(map(str, data))})",
+                                   file=path or None)
+        data = data[method]
+    if isinstance(data, torch.Tensor):
+        return [(data,)]
+    if isinstance(data, (list, tuple)) and data and all(isinstance(c, (list, tuple)) for c in data):
+        return [tuple(c) for c in data]
+    if isinstance(data, (list, tuple)):
+        return [tuple(data)]
+    raise PteDevconstError(f"{what} holds {type(data).__name__}; expected a tuple of tensors per call",
+                           file=path or None)
+
+
+def resolve_inputs(inputs: Any, method: str, plan: m.ExecutionPlan) -> list[tuple[Any, ...]]:
+    """Inputs as a list of calls from a path, a loaded object or None (synthetic)."""
+    if inputs is None:
+        return [synthetic_inputs(plan)]
+    if isinstance(inputs, (str, Path)):
+        return calls_from(load_torch_file(inputs, "inputs"), method, "inputs", str(inputs))
+    return calls_from(inputs, method, "inputs")
+
+
+def default_method(program: LoadedProgram, method: Optional[str]) -> str:
+    if method is not None:
+        return method
+    names = program.method_names
+    return "forward" if "forward" in names or not names else names[0]
+
+
+def run_program(pte_path: str | Path, *, ptd_path: Optional[str | Path] = None, method: Optional[str] = None,
+                inputs: Any = None, calls: int = 1, simulate_devices: bool = False,
+                profile: bool = False) -> RunResult:
+    """Load ``pte_path`` and run ``method`` ``calls`` times (inputs cycle through the given calls).
+
+    ``inputs`` is a path to a torch.save file, the loaded object (``{method: [call, ...]}``, a list of
+    calls, or one call), or None for deterministic synthetic inputs.  ``profile`` cross-checks the copy
+    bytes with torch.profiler's memcpy events (real GPUs only).
+    """
+    if calls < 1:
+        raise PteDevconstError(f"--calls must be at least 1, got {calls}")
+    with LoadedProgram(str(pte_path), str(ptd_path) if ptd_path else None, simulate_devices=simulate_devices) as program:
+        name = default_method(program, method)
+        loaded = program.load_method(name)
+        call_inputs = resolve_inputs(inputs, name, loaded.plan)
+        if not call_inputs:
+            raise PteDevconstError("the inputs file holds no calls")
+        ledger = program.ledger
+        results = []
+        for index in range(calls):
+            phase = f"call {index}"
+            ledger.phase, ledger.method = phase, name
+            try:
+                def one_call() -> list[Any]:
+                    loaded.set_inputs(call_inputs[index % len(call_inputs)])
+                    loaded.execute()
+                    return loaded.outputs()
+
+                program.devices.synchronize()
+                start = time.perf_counter()
+                if profile and not simulate_devices:
+                    outputs, profiled = profile_call(one_call)
+                else:
+                    outputs, profiled = one_call(), None
+                program.devices.synchronize()
+                wall = time.perf_counter() - start
+            except RunnerError as error:
+                raise error.with_file(str(pte_path))
+            results.append(CallResult(index, outputs, PhaseCopies.of(phase, ledger.of_phase(phase, name)), wall, profiled))
+        load = PhaseCopies.of(LOAD, ledger.of_phase(LOAD, name))
+        return RunResult(str(pte_path), name, simulate_devices, load, results, list(ledger.events))
