@@ -1,0 +1,283 @@
+"""``validate``: run an original program and its rewrite on the same inputs and check what the rewrite promises.
+
+For every method it checks that
+
+* the outputs agree: bit for bit when both programs run the same kernels and
+  delegates on the same devices, else within ``rtol``/``atol``;
+* both match the expected outputs, when given (within ``rtol``/``atol``);
+* every moved constant was copied to its device exactly once, at load, with
+  its full size;
+* no call copies a moved constant;
+* each call's host-to-device bytes fell by exactly the bytes the original
+  copied from the moved constants in that call (a constant's size when it was
+  copied once per call, as in the usual program).
+
+"Moved constants" come from the two programs alone: a value that is a constant
+in the original and, in the rewrite, is planned in a non-CPU buffer with
+initial data, in the same method at the same value index.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import torch
+
+from pte_devconst.schema import model as m
+from pte_devconst.schema.errors import PteDevconstError
+from pte_devconst.schema.pte_file import PteFile
+
+from .copies import LOAD, Cause, CopyEvent, Direction
+from .run import RunResult, calls_from, load_torch_file, run_program, synthetic_inputs
+from .dtypes import dtype_name
+
+COPY_KERNELS = frozenset({"et_copy::_h2d_copy.out", "et_copy::_d2h_copy.out"})
+
+
+@dataclass(frozen=True)
+class MovedConstant:
+    method: str
+    value: int
+    name: Optional[str]
+    device: str
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    passed: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class CallComparison:
+    """One call of one method, before and after."""
+
+    index: int
+    h2d_before: int
+    h2d_after: int
+    moved_bytes_copied_before: int  # what the original copied this call from the moved constants
+    d2h_before: int
+    d2h_after: int
+    wall_s_before: float
+    wall_s_after: float
+    max_abs_diff: float
+
+
+@dataclass(frozen=True)
+class MethodValidation:
+    method: str
+    moved: list[MovedConstant]
+    bit_identical_required: bool
+    calls: list[CallComparison]
+    load_h2d_before: int
+    load_h2d_after: int
+    checks: list[Check]
+    original: RunResult = field(repr=False)
+    rewritten: RunResult = field(repr=False)
+
+    @property
+    def passed(self) -> bool:
+        return all(check.passed for check in self.checks)
+
+
+@dataclass(frozen=True)
+class ValidationResult:
+    original: str
+    rewritten: str
+    simulated: bool
+    calls: int
+    methods: list[MethodValidation]
+
+    @property
+    def passed(self) -> bool:
+        return all(method.passed for method in self.methods)
+
+    def to_json(self) -> dict:
+        return {
+            "original": self.original, "rewritten": self.rewritten, "passed": self.passed,
+            "devices": "simulated" if self.simulated else "real", "calls": self.calls,
+            "methods": [{
+                "method": mv.method, "passed": mv.passed, "bit_identical_required": mv.bit_identical_required,
+                "moved_constants": [_constant_json(c) for c in mv.moved],
+                "load_h2d_bytes": {"before": mv.load_h2d_before, "after": mv.load_h2d_after},
+                "calls": [_call_json(c) for c in mv.calls],
+                "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail} for c in mv.checks],
+            } for mv in self.methods],
+        }
+
+
+def _constant_json(c: MovedConstant) -> dict:
+    return {"value": c.value, "name": c.name, "device": c.device, "nbytes": c.nbytes}
+
+
+def _call_json(c: CallComparison) -> dict:
+    return {"call": c.index, "h2d_bytes": {"before": c.h2d_before, "after": c.h2d_after,
+                                           "moved_constants_before": c.moved_bytes_copied_before},
+            "d2h_bytes": {"before": c.d2h_before, "after": c.d2h_after},
+            "wall_s": {"before": c.wall_s_before, "after": c.wall_s_after}, "max_abs_diff": c.max_abs_diff}
+
+
+def moved_constants(original: m.Program, rewritten: m.Program) -> dict[str, list[MovedConstant]]:
+    """Per method: values constant in ``original`` that ``rewritten`` plans on a device with initial data."""
+    result: dict[str, list[MovedConstant]] = {}
+    for plan_a in original.execution_plan or ():
+        name = plan_a.name or ""
+        try:
+            plan_b = rewritten.plan(name)
+        except KeyError:
+            continue
+        moved = []
+        values_b = plan_b.values or ()
+        for index, value in enumerate(plan_a.values or ()):
+            if not (isinstance(value, m.Tensor) and value.is_constant and index < len(values_b)):
+                continue
+            after = values_b[index]
+            if isinstance(after, m.Tensor) and after.has_initial_data:
+                device = plan_b.buffer_device(after.allocation_info.memory_id)
+                if not device.is_cpu:
+                    moved.append(MovedConstant(name, index, value.fqn or after.fqn, str(device), after.nbytes))
+        result[name] = moved
+    return result
+
+
+def _compute_signature(plan: m.ExecutionPlan, pte: PteFile) -> tuple:
+    """What decides the arithmetic: compute kernels (not device copies) and delegates with their blobs."""
+    operators = plan.operators or ()
+    kernels = Counter(operators[i.op_index].qualified_name for chain in plan.chains or ()
+                      for i in chain.instructions or () if isinstance(i, m.KernelCall)
+                      and 0 <= i.op_index < len(operators)
+                      and operators[i.op_index].qualified_name not in COPY_KERNELS)
+    delegates = tuple((d.id, tuple((s.key, bytes(s.value or b"")) for s in d.compile_specs or ()),
+                       bytes(pte.delegate_blob(d))) for d in plan.delegates or ())
+    return tuple(sorted(kernels.items())), delegates
+
+
+def _max_abs_diff(a: Sequence[Any], b: Sequence[Any]) -> float:
+    worst = 0.0
+    for x, y in zip(a, b):
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape and x.numel():
+            worst = max(worst, float((x.double() - y.double()).abs().max()))
+    return worst
+
+
+def _outputs_equal(a: Sequence[Any], b: Sequence[Any], exact: bool, rtol: float, atol: float) -> Optional[str]:
+    """None when ``a`` and ``b`` agree, else why not."""
+    if len(a) != len(b):
+        return f"{len(a)} outputs vs {len(b)}"
+    for position, (x, y) in enumerate(zip(a, b)):
+        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
+            return f"output {position}: a tensor vs a {type(y if isinstance(x, torch.Tensor) else x).__name__}"
+        if not isinstance(x, torch.Tensor):
+            if x != y:
+                return f"output {position}: {x!r} vs {y!r}"
+            continue
+        if x.dtype != y.dtype or x.shape != y.shape:
+            return (f"output {position}: {dtype_name(x.dtype)}{list(x.shape)} vs "
+                    f"{dtype_name(y.dtype)}{list(y.shape)}")
+        if exact:
+            if not torch.equal(x, y):
+                return f"output {position}: not bit-identical (max |diff| {_max_abs_diff([x], [y]):.3g})"
+        elif not torch.allclose(x.double(), y.double(), rtol=rtol, atol=atol, equal_nan=True):
+            return f"output {position}: differs beyond rtol={rtol}, atol={atol} (max |diff| {_max_abs_diff([x], [y]):.3g})"
+    return None
+
+
+def _h2d(events: Sequence[CopyEvent], phase: str, method: str) -> list[CopyEvent]:
+    return [e for e in events if e.phase == phase and e.method == method and e.direction is Direction.H2D]
+
+
+def _check_method(name: str, before: RunResult, after: RunResult, moved: list[MovedConstant], exact: bool,
+                  expected: Optional[list[tuple[Any, ...]]], rtol: float, atol: float) -> MethodValidation:
+    moved_ids = {c.value for c in moved}
+    checks: list[Check] = []
+    problems = [f"call {i}: {why}" for i, (a, b) in enumerate(zip(before.calls, after.calls))
+                if (why := _outputs_equal(a.outputs, b.outputs, exact, rtol, atol))]
+    checks.append(Check("outputs agree" + (" (bit-identical)" if exact else f" (rtol={rtol}, atol={atol})"),
+                        not problems, "; ".join(problems) or f"{len(before.calls)} calls"))
+    if expected is not None:
+        problems = []
+        for label, run in (("original", before), ("rewritten", after)):
+            for i, call in enumerate(run.calls):
+                if (why := _outputs_equal(call.outputs, expected[i % len(expected)], False, rtol, atol)):
+                    problems.append(f"{label} call {i}: {why}")
+        checks.append(Check("outputs match expected", not problems, "; ".join(problems) or "all calls"))
+    load_events = _h2d(after.events, LOAD, name)
+    problems = []
+    for constant in moved:
+        copies = [e for e in load_events if e.source_value == constant.value and e.cause is Cause.LOAD_INITIAL_DATA]
+        if len(copies) != 1 or copies[0].nbytes != constant.nbytes or copies[0].device != constant.device:
+            problems.append(f"value {constant.value}: {len(copies)} load copies, "
+                            f"{sum(e.nbytes for e in copies)} B (expected 1 copy of {constant.nbytes} B to "
+                            f"{constant.device})")
+    checks.append(Check("moved constants copied once at load", not problems,
+                        "; ".join(problems) or f"{len(moved)} constant(s), {sum(c.nbytes for c in moved)} B"))
+    calls: list[CallComparison] = []
+    per_call_problems, drop_problems = [], []
+    for i, (a, b) in enumerate(zip(before.calls, after.calls)):
+        phase = f"call {i}"
+        moved_before = sum(e.nbytes for e in _h2d(before.events, phase, name) if e.source_value in moved_ids)
+        still = [e for e in _h2d(after.events, phase, name) if e.source_value in moved_ids]
+        if still:
+            per_call_problems.append(f"call {i}: {len(still)} copies ({sum(e.nbytes for e in still)} B) "
+                                     f"of values {sorted({e.source_value for e in still})}")
+        drop = a.copies.h2d.nbytes - b.copies.h2d.nbytes
+        if drop != moved_before:
+            drop_problems.append(f"call {i}: fell by {drop} B, expected {moved_before} B")
+        calls.append(CallComparison(i, a.copies.h2d.nbytes, b.copies.h2d.nbytes, moved_before, a.copies.d2h.nbytes,
+                                    b.copies.d2h.nbytes, a.wall_s, b.wall_s, _max_abs_diff(a.outputs, b.outputs)))
+    checks.append(Check("no per-call copies of moved constants", not per_call_problems,
+                        "; ".join(per_call_problems) or f"{len(calls)} calls"))
+    last = calls[-1] if calls else None
+    checks.append(Check("per-call H2D bytes fell by the moved constants' bytes", not drop_problems,
+                        "; ".join(drop_problems) or
+                        (f"{last.h2d_before} B -> {last.h2d_after} B per call" if last else "no calls")))
+    return MethodValidation(name, moved, exact, calls, before.load.h2d.nbytes, after.load.h2d.nbytes, checks,
+                            before, after)
+
+
+def validate(original: str | Path, rewritten: str | Path, *, ptd: Optional[str | Path] = None,
+             rewritten_ptd: Optional[str | Path] = None, inputs: Any = None, expected: Any = None,
+             calls: int = 2, rtol: float = 1e-4, atol: float = 1e-5, simulate_devices: bool = False,
+             methods: Optional[Sequence[str]] = None, profile: bool = False) -> ValidationResult:
+    """Run both programs ``calls`` (>= 2) times per method on the same inputs and check the rewrite's promises.
+
+    ``inputs``/``expected`` are paths to torch.save files (``{method: [call, ...]}``) or loaded objects;
+    without inputs, deterministic synthetic inputs are used.  ``rewritten_ptd`` defaults to ``ptd``.
+    """
+    if calls < 2:
+        raise PteDevconstError(f"validate needs --calls of at least 2 (load once, then steady calls), got {calls}")
+    with PteFile.open(original) as a, PteFile.open(rewritten) as b:
+        moved = moved_constants(a.program, b.program)
+        names = list(methods) if methods else [p.name or "" for p in a.program.execution_plan or ()]
+        for name in names:
+            if name not in moved:
+                raise PteDevconstError(f"method {name!r} is not in both programs", file=str(rewritten))
+        signatures = {name: (_compute_signature(a.program.plan(name), a), _compute_signature(b.program.plan(name), b))
+                      for name in names}
+        plans = {name: a.program.plan(name) for name in names}
+    input_data = load_torch_file(inputs, "inputs") if isinstance(inputs, (str, Path)) else inputs
+    expected_data = load_torch_file(expected, "expected outputs") if isinstance(expected, (str, Path)) else expected
+    results = []
+    for name in names:
+        if input_data is None:
+            call_inputs = [synthetic_inputs(plans[name])]
+        elif isinstance(input_data, dict) and name not in input_data and methods is None:
+            continue  # inputs given for other methods only: validate those
+        else:
+            call_inputs = calls_from(input_data, name, "inputs", str(inputs) if isinstance(inputs, (str, Path)) else "")
+        expected_calls = None
+        if expected_data is not None and not (isinstance(expected_data, dict) and name not in expected_data):
+            expected_calls = [tuple(c) for c in calls_from(expected_data, name, "expected outputs")]
+        common = dict(method=name, inputs=call_inputs, calls=calls, simulate_devices=simulate_devices, profile=profile)
+        before = run_program(original, ptd_path=ptd, **common)
+        after = run_program(rewritten, ptd_path=rewritten_ptd or ptd, **common)
+        exact = signatures[name][0] == signatures[name][1]
+        results.append(_check_method(name, before, after, moved[name], exact, expected_calls, rtol, atol))
+    if not results:
+        raise PteDevconstError("the inputs name none of the program's methods", file=str(inputs))
+    return ValidationResult(str(original), str(rewritten), simulate_devices, calls, results)
