@@ -137,7 +137,7 @@ def describe_reader(reader: Reader) -> str:
     return f"#{reader.instruction} {reader.kind}"
 
 
-def _segment_roles(program: m.Program) -> dict[int, str]:
+def segment_roles(program: m.Program) -> dict[int, str]:
     roles: dict[int, str] = {}
     if program.constant_segment is not None and len(program.constant_segment.offsets or ()) > 0:
         roles[program.constant_segment.segment_index] = "constants"
@@ -200,7 +200,7 @@ def summarize(source: PteFile, analysis: Analysis) -> ProgramSummary:
             method.name, tuple(value_summary(plan, i) for i in plan.inputs or ()),
             tuple(value_summary(plan, i) for i in plan.outputs or ()), len(values), instructions, operators,
             tuple(delegates), buffers, constants, tuple(initial), method.style, method.h2d_bytes_per_call))
-    roles = _segment_roles(program)
+    roles = segment_roles(program)
     segments = tuple(SegmentSummary(i, roles.get(i, "unused"), source.segment_base + s.offset, s.size)
                      for i, s in enumerate(program.segments or ()))
     eligible = analysis.eligible

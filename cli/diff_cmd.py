@@ -1,0 +1,123 @@
+"""``pte-devconst diff``: what changed between two programs (text, markdown for pull requests, JSON for CI)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from pte_devconst.cli.app import OPTIONS, command
+from pte_devconst.cli.output import (FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
+                                     resolve_format, stdout_console, table)
+from pte_devconst.rewriter.diff import MethodDiff, ProgramDiff, diff_files
+from pte_devconst.schema.pte_file import open_pte
+
+ROW_LIMIT = 40  # text output; JSON always has everything
+
+
+def _ratio(before: int, after: int) -> str:
+    if before == after:
+        return "="
+    if before == 0:
+        return "new"
+    change = (after - before) / before
+    return f"{change:+.1%}" if abs(change) < 0.1 else f"{change:+.0%}"
+
+
+def _summary_rows(d: ProgramDiff) -> list[list[str]]:
+    rows = [["file size", human_bytes(d.file_size_before), human_bytes(d.file_size_after),
+             _ratio(d.file_size_before, d.file_size_after)],
+            ["program (flatbuffer)", human_bytes(d.program_size_before), human_bytes(d.program_size_after),
+             _ratio(d.program_size_before, d.program_size_after)]]
+    rows += [[f"segment: {s.role}", human_bytes(s.size_before), human_bytes(s.size_after),
+              _ratio(s.size_before, s.size_after)] for s in d.segments]
+    rows.append(["H2D bytes/call (est.)", human_bytes(d.h2d_bytes_per_call_before),
+                 human_bytes(d.h2d_bytes_per_call_after), _ratio(d.h2d_bytes_per_call_before, d.h2d_bytes_per_call_after)])
+    for method in d.methods:
+        rows.append([f"{method.name}: instructions", str(method.instructions_before), str(method.instructions_after),
+                     _ratio(method.instructions_before, method.instructions_after)])
+    return rows
+
+
+def _tensor_rows(method: MethodDiff) -> list[list[str]]:
+    return [[t.value, t.name, t.before.describe() if t.before else "-", t.after.describe() if t.after else "-",
+             human_bytes((t.after or t.before).nbytes)] for t in method.tensors]
+
+
+def _instruction_rows(method: MethodDiff) -> list[list[str]]:
+    return [[i.change, "-" if i.before_index is None else i.before_index,
+             "-" if i.after_index is None else i.after_index, i.before or "", i.after or ""]
+            for i in method.instructions]
+
+
+def _limited(rows: list, verbose: bool) -> tuple[list, str]:
+    if verbose or len(rows) <= ROW_LIMIT:
+        return rows, ""
+    return rows[:ROW_LIMIT], f"... and {len(rows) - ROW_LIMIT} more (--verbose or --format json for all)"
+
+
+def render_text(d: ProgramDiff) -> None:
+    console = stdout_console()
+    console.print(f"[bold]{d.a}[/] -> [bold]{d.b}[/]" + (": identical programs" if d.identical else ""))
+    console.print(table(None, ["", "before", "after", "change"], _summary_rows(d), right=["before", "after"]))
+    for method in d.methods:
+        if method.status == "same":
+            continue
+        console.print(f"\nmethod [bold]{method.name}[/]: {method.status}")
+        if method.tensors:
+            rows, more = _limited(_tensor_rows(method), OPTIONS.verbose)
+            console.print(table("tensors", ["v", "name", "before", "after", "bytes"], rows, right=["v", "bytes"]))
+            if more:
+                console.print(more)
+        if method.buffers:
+            console.print(table("planned buffers", ["id", "device", "before", "after"],
+                                [[b.memory_id, b.device_after or b.device_before,
+                                  "-" if b.size_before is None else human_bytes(b.size_before),
+                                  "-" if b.size_after is None else human_bytes(b.size_after)] for b in method.buffers],
+                                right=["id", "before", "after"]))
+        if method.instructions:
+            rows, more = _limited(_instruction_rows(method), OPTIONS.verbose)
+            console.print(table("instructions", ["", "old #", "new #", "before", "after"], rows,
+                                right=["old #", "new #"]))
+            if more:
+                console.print(more)
+
+
+def render_markdown(d: ProgramDiff) -> None:
+    lines = [f"### pte-devconst diff: `{Path(d.a).name}` → `{Path(d.b).name}`", ""]
+    if d.identical:
+        lines.append("The programs are identical.")
+    lines += [markdown_table(["", "before", "after", "change"], _summary_rows(d)), ""]
+    for method in d.methods:
+        if method.status == "same":
+            continue
+        lines += [f"#### method `{method.name}` ({method.status})", ""]
+        if method.tensors:
+            lines += ["<details><summary>{} tensor(s) changed</summary>".format(len(method.tensors)), "",
+                      markdown_table(["value", "name", "before", "after", "bytes"], _tensor_rows(method)), "",
+                      "</details>", ""]
+        if method.instructions:
+            lines += ["<details><summary>{} instruction change(s)</summary>".format(len(method.instructions)), "",
+                      markdown_table(["change", "old #", "new #", "before", "after"],
+                                     [[r[0], r[1], r[2], f"`{r[3]}`" if r[3] else "", f"`{r[4]}`" if r[4] else ""]
+                                      for r in _instruction_rows(method)]), "", "</details>", ""]
+    typer.echo("\n".join(lines))
+
+
+@command("diff")
+def diff_command(
+    before: Path = typer.Argument(..., help="The original .pte.", show_default=False),
+    after: Path = typer.Argument(..., help="The changed .pte (any .pte, not only a rewrite).", show_default=False),
+    fmt: OutputFormat = FORMAT_OPTION,
+    json_flag: bool = JSON_FLAG,
+) -> None:
+    """Report placement, device, initial data, instruction and segment changes, and per-call copies."""
+    with open_pte(before) as a, open_pte(after) as b:
+        d = diff_files(a, b)
+    fmt = resolve_format(fmt, json_flag)
+    if fmt is OutputFormat.json:
+        emit_json("diff", {"diff": d, "identical": d.identical, "moved_constants": d.moved_constants})
+    elif fmt is OutputFormat.markdown:
+        render_markdown(d)
+    else:
+        render_text(d)

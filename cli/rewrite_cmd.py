@@ -1,0 +1,155 @@
+"""``pte-devconst rewrite``: move device-read constants into device memory with initial data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from pte_devconst.cli.app import OPTIONS, command
+from pte_devconst.cli.output import (FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
+                                     resolve_format, stdout_console, table)
+from pte_devconst.cli.progress import write_progress
+from pte_devconst.rewriter.plan import RewriteOptions
+from pte_devconst.rewriter.rewrite import RewriteResult, rewrite_file
+from pte_devconst.schema.errors import PteDevconstError
+from pte_devconst.schema.model import Device
+
+
+def parse_devices(values: Optional[list[str]]) -> Optional[frozenset[Device]]:
+    if not values:
+        return None
+    devices = set()
+    for text in values:
+        for part in text.split(","):
+            try:
+                device = Device.parse(part)
+            except ValueError as error:
+                raise PteDevconstError(f"--device: {error}") from None
+            if device.is_cpu:
+                raise PteDevconstError("--device: constants only move to non-CPU devices (e.g. cuda:0)")
+            devices.add(device)
+    return frozenset(devices)
+
+
+def result_payload(result: RewriteResult) -> dict[str, Any]:
+    """The JSON document of a rewrite (also used by ``check`` and the Python API's callers)."""
+    plan = result.plan
+    methods = []
+    for edit in plan.methods:
+        method = plan.analysis.methods[[m.name for m in plan.analysis.methods].index(edit.name)]
+        methods.append({
+            "name": edit.name,
+            "style": method.style,
+            "moved": [{"value": p.value, "name": p.name, "device": p.device, "nbytes": p.nbytes,
+                       "memory_id": p.memory_id, "offset": p.offset, "initial_data_index": p.initial_data_index,
+                       "external_key": p.external_key, "copies_per_call_removed": p.copies_per_call,
+                       "bytes_per_call_saved": p.bytes_per_call} for p in edit.placements],
+            "buffers": edit.buffers,
+            "instructions_removed": [{"chain": c, "instruction": k} for c, k in edit.removed],
+            "instruction_map": [{"chain": c, "map": list(mapping)} for c, mapping in enumerate(edit.instruction_maps)
+                                if any(new != old for old, new in enumerate(mapping))],
+            "not_moved": [{"value": v.value, "name": v.name, "nbytes": v.nbytes, "verdict": v.verdict,
+                           "details": list(v.details)} for v in method.constants if not v.eligible],
+            "h2d_bytes_per_call_before": method.h2d_bytes_per_call,
+            "h2d_bytes_per_call_after": method.h2d_bytes_per_call - edit.bytes_per_call_saved,
+        })
+    return {
+        "input": result.input, "output": result.output, "dry_run": result.output is None, "changed": result.changed,
+        "input_size": result.input_size, "output_size": result.output_size,
+        "constants_moved": len(plan.placements), "bytes_per_call_saved": plan.bytes_per_call_saved,
+        "instructions_removed": result.instructions_removed,
+        "constant_entries_dropped": list(plan.dropped_constants),
+        "initial_data_entries_added": len(plan.initial_data),
+        "skipped": [{"method": s.verdict.method, "value": s.verdict.value, "name": s.verdict.name, "reason": s.reason}
+                    for s in plan.skipped],
+        "methods": methods,
+    }
+
+
+def _moved_rows(result: RewriteResult) -> list[list[Any]]:
+    rows = []
+    for edit in result.plan.methods:
+        per_device: dict[str, list] = {}
+        for p in edit.placements:
+            entry = per_device.setdefault(str(p.device), [0, 0, 0])
+            entry[0] += 1
+            entry[1] += p.nbytes
+            entry[2] += p.bytes_per_call
+        for device, (count, nbytes, per_call) in sorted(per_device.items()):
+            rows.append([edit.name, device, count, human_bytes(nbytes), human_bytes(per_call)])
+    return rows
+
+
+def render_text(result: RewriteResult) -> None:
+    console = stdout_console()
+    plan = result.plan
+    verb = "would move" if result.output is None else "moved"
+    if plan.is_empty:
+        console.print(f"{result.input}: nothing to move; " +
+                      ("no file written (dry run)." if result.output is None else f"{result.output} is an identical copy."))
+    else:
+        console.print(table(f"constants {verb} to device memory", ["method", "device", "constants", "bytes",
+                                                                    "H2D saved/call"],
+                            _moved_rows(result), right=["constants", "bytes", "H2D saved/call"]))
+        growth = [[e.name, b.memory_id, str(b.device), human_bytes(b.old_size), human_bytes(b.new_size),
+                   "new" if b.added else "grown"] for e in plan.methods for b in e.buffers]
+        console.print(table("planned buffers", ["method", "id", "device", "before", "after", ""], growth,
+                            right=["id", "before", "after"]))
+        console.print(f"{result.instructions_removed} copy instruction(s) removed; "
+                      f"{len(plan.dropped_constants)} constant entr(ies) dropped, "
+                      f"{len(plan.initial_data)} initial-data entr(ies) added; "
+                      f"{human_bytes(plan.bytes_per_call_saved)} fewer host-to-device bytes per call.")
+    not_moved = [[c.method, c.value, c.name, human_bytes(c.nbytes), "; ".join(c.reasons)]
+                 for method in plan.analysis.methods for c in method.constants if not c.eligible]
+    not_moved += [[s.verdict.method, s.verdict.value, s.verdict.name, human_bytes(s.verdict.nbytes), s.reason]
+                  for s in plan.skipped]
+    if not_moved and not OPTIONS.quiet:
+        console.print(table("left in place", ["method", "v", "name", "bytes", "why"], not_moved,
+                            right=["v", "bytes"]))
+    if result.output is not None and not plan.is_empty:
+        console.print(f"wrote [bold]{result.output}[/] ({human_bytes(result.output_size or 0)}; input "
+                      f"{human_bytes(result.input_size)}), re-read and checked.")
+
+
+def render_markdown(result: RewriteResult) -> None:
+    plan = result.plan
+    lines = [f"### pte-devconst rewrite: `{Path(result.input).name}`", ""]
+    if plan.is_empty:
+        lines.append("Nothing to move.")
+    else:
+        lines += [markdown_table(["method", "device", "constants", "bytes", "H2D saved/call"], _moved_rows(result)), "",
+                  f"**{human_bytes(plan.bytes_per_call_saved)}** fewer host-to-device bytes per call; "
+                  f"{result.instructions_removed} copy instruction(s) removed."]
+    typer.echo("\n".join(lines))
+
+
+@command("rewrite")
+def rewrite_command(
+    file: Path = typer.Argument(..., help="The .pte to rewrite (never modified unless --in-place).", show_default=False),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output file [default: NAME.devconst.pte]."),
+    ptd: Optional[Path] = typer.Option(None, "--ptd", help="The .ptd data file of its external constants."),
+    device: Optional[list[str]] = typer.Option(None, "--device", help="Only move constants to this device "
+                                               "(repeatable, e.g. cuda:0)."),
+    min_bytes: int = typer.Option(0, "--min-bytes", min=0, help="Leave constants smaller than this in place."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; write nothing."),
+    in_place: bool = typer.Option(False, "--in-place", help="Replace the input file (atomically)."),
+    fmt: OutputFormat = FORMAT_OPTION,
+    json_flag: bool = JSON_FLAG,
+) -> None:
+    """Find constants read only by delegates on one device and move them into device memory with initial data."""
+    if in_place and output is not None:
+        raise PteDevconstError("--in-place and --output exclude each other")
+    options = RewriteOptions(devices=parse_devices(device), min_bytes=min_bytes)
+    size = file.stat().st_size if file.exists() else 0
+    with write_progress(f"writing {file.name}", size, OPTIONS.quiet) as progress:
+        result = rewrite_file(file, output, ptd=ptd, options=options, dry_run=dry_run, in_place=in_place,
+                              progress=progress)
+    fmt = resolve_format(fmt, json_flag)
+    if fmt is OutputFormat.json:
+        emit_json("rewrite", result_payload(result))
+    elif fmt is OutputFormat.markdown:
+        render_markdown(result)
+    elif not OPTIONS.quiet:
+        render_text(result)

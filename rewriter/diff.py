@@ -1,0 +1,251 @@
+"""What changed between two programs: tensors, buffers, instructions, segments, per-call copies.
+
+Works on any two .pte files.  Methods are matched by name and values by index
+(a rewrite keeps value indices, so its diff lists exactly the moved
+constants); instructions are aligned by kind and operator with difflib, so
+removed copy kernels show up as removals and retargeted delegate arguments as
+changes, and the old-to-new instruction index map is reported for tools that
+key on instruction indices.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Optional
+
+from pte_devconst.schema import model as m
+from pte_devconst.schema.pte_file import PteFile
+
+from .analysis import analyze_program
+from .inventory import segment_roles, dtype_name
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a tensor's memory comes from."""
+
+    kind: str  # constant, planned, input, external constant, other
+    device: str
+    memory_id: Optional[int]
+    offset: Optional[int]
+    initial_data: bool
+    nbytes: int
+    dtype: str
+    shape: tuple[int, ...]
+
+    def describe(self) -> str:
+        if self.kind == "planned":
+            text = f"planned {self.device} buffer {self.memory_id} @{self.offset}"
+            return text + (", initial data" if self.initial_data else "")
+        return f"{self.kind} ({self.device})" if self.device != "cpu" else self.kind
+
+
+@dataclass(frozen=True, slots=True)
+class TensorChange:
+    value: int
+    name: str
+    before: Optional[Placement]
+    after: Optional[Placement]
+
+
+@dataclass(frozen=True, slots=True)
+class BufferChange:
+    memory_id: int
+    device_before: Optional[str]
+    device_after: Optional[str]
+    size_before: Optional[int]
+    size_after: Optional[int]
+
+
+@dataclass(frozen=True, slots=True)
+class InstructionChange:
+    chain: int
+    change: str  # removed, added, changed
+    before_index: Optional[int]
+    after_index: Optional[int]
+    before: Optional[str]
+    after: Optional[str]
+
+
+@dataclass(frozen=True, slots=True)
+class MethodDiff:
+    name: str
+    status: str  # same, changed, added, removed
+    tensors: tuple[TensorChange, ...]
+    buffers: tuple[BufferChange, ...]
+    instructions: tuple[InstructionChange, ...]
+    instruction_map: tuple[tuple[int, Optional[int]], ...]  # (old, new) for chain 0 where they differ
+    instructions_before: int
+    instructions_after: int
+    h2d_bytes_per_call_before: int
+    h2d_bytes_per_call_after: int
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentChange:
+    role: str
+    size_before: int
+    size_after: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramDiff:
+    a: str
+    b: str
+    file_size_before: int
+    file_size_after: int
+    program_size_before: int
+    program_size_after: int
+    methods: tuple[MethodDiff, ...]
+    segments: tuple[SegmentChange, ...]
+    h2d_bytes_per_call_before: int
+    h2d_bytes_per_call_after: int
+
+    @property
+    def identical(self) -> bool:
+        return (all(method.status == "same" for method in self.methods) and not self.segments
+                and self.file_size_before == self.file_size_after and self.program_size_before == self.program_size_after)
+
+    @property
+    def moved_constants(self) -> int:
+        return sum(1 for method in self.methods for t in method.tensors
+                   if t.before and t.after and t.before.kind in ("constant", "external constant")
+                   and t.after.kind == "planned" and t.after.initial_data)
+
+
+def placement(plan: m.ExecutionPlan, value: m.EValue) -> Optional[Placement]:
+    if not isinstance(value, m.Tensor):
+        return None
+    try:
+        nbytes = value.nbytes
+    except KeyError:
+        nbytes = 0
+    common = dict(nbytes=nbytes, dtype=dtype_name(value.scalar_type), shape=tuple(value.sizes or ()))
+    if value.allocation_info is not None:
+        alloc = value.allocation_info
+        return Placement("planned", str(plan.buffer_device(alloc.memory_id)), alloc.memory_id, alloc.memory_offset,
+                         value.has_initial_data, **common)
+    if value.is_constant:
+        return Placement("external constant" if value.is_external else "constant", str(value.device), None, None,
+                         False, **common)
+    return Placement("input" if value.data_buffer_idx == 0 else "other", str(value.device), None, None, False, **common)
+
+
+def instruction_text(plan: m.ExecutionPlan, ins: m.Instruction) -> str:
+    ops = plan.operators or ()
+    if isinstance(ins, m.KernelCall):
+        name = ops[ins.op_index].qualified_name if 0 <= ins.op_index < len(ops) else f"op {ins.op_index}"
+        return f"{name}({', '.join(map(str, ins.args or ()))})"
+    if isinstance(ins, m.DelegateCall):
+        return f"delegate {ins.delegate_index}({', '.join(map(str, ins.args or ()))})"
+    if isinstance(ins, m.MoveCall):
+        return f"move {ins.move_from} -> {ins.move_to}"
+    if isinstance(ins, m.JumpFalseCall):
+        return f"jump_false {ins.cond_value_index} -> {ins.destination_instruction}"
+    if isinstance(ins, m.FreeCall):
+        return f"free {ins.value_index}"
+    return "empty"
+
+
+def _instruction_key(plan: m.ExecutionPlan, ins: m.Instruction) -> str:
+    text = instruction_text(plan, ins)
+    return text.split("(")[0] if isinstance(ins, (m.KernelCall, m.DelegateCall)) else text.split(" ")[0]
+
+
+def _diff_instructions(a: m.ExecutionPlan, b: m.ExecutionPlan
+                       ) -> tuple[list[InstructionChange], list[tuple[int, Optional[int]]]]:
+    changes: list[InstructionChange] = []
+    mapping: list[tuple[int, Optional[int]]] = []
+    chains_a, chains_b = a.chains or (), b.chains or ()
+    for c in range(max(len(chains_a), len(chains_b))):
+        ins_a = (chains_a[c].instructions or ()) if c < len(chains_a) else ()
+        ins_b = (chains_b[c].instructions or ()) if c < len(chains_b) else ()
+        texts_a = [instruction_text(a, i) for i in ins_a]
+        texts_b = [instruction_text(b, i) for i in ins_b]
+        keys_a = [_instruction_key(a, i) for i in ins_a]
+        keys_b = [_instruction_key(b, i) for i in ins_b]
+        # Align identical instructions first; inside each differing block, pair by kind and operator,
+        # so a retargeted delegate call reads as "changed" and a deleted copy as "removed".
+        outer = difflib.SequenceMatcher(None, texts_a, texts_b, autojunk=False)
+        for tag, i1, i2, j1, j2 in outer.get_opcodes():
+            if tag == "equal":
+                mapping.extend((i, j) for i, j in zip(range(i1, i2), range(j1, j2)) if c == 0 and i != j)
+                continue
+            inner = difflib.SequenceMatcher(None, keys_a[i1:i2], keys_b[j1:j2], autojunk=False)
+            for itag, x1, x2, y1, y2 in inner.get_opcodes():
+                if itag == "equal":
+                    for i, j in zip(range(i1 + x1, i1 + x2), range(j1 + y1, j1 + y2)):
+                        changes.append(InstructionChange(c, "changed", i, j, texts_a[i], texts_b[j]))
+                        if c == 0 and i != j:
+                            mapping.append((i, j))
+                    continue
+                for i in range(i1 + x1, i1 + x2):
+                    changes.append(InstructionChange(c, "removed", i, None, texts_a[i], None))
+                    if c == 0:
+                        mapping.append((i, None))
+                for j in range(j1 + y1, j1 + y2):
+                    changes.append(InstructionChange(c, "added", None, j, None, texts_b[j]))
+        changes.sort(key=lambda ch: (ch.chain, ch.before_index if ch.before_index is not None else ch.after_index))
+        mapping.sort()
+    return changes, mapping
+
+
+def _diff_method(name: str, a: Optional[m.ExecutionPlan], b: Optional[m.ExecutionPlan], h2d: tuple[int, int]
+                 ) -> MethodDiff:
+    if a is None or b is None:
+        present = a or b
+        count = sum(len(ch.instructions or ()) for ch in present.chains or ())
+        return MethodDiff(name, "added" if a is None else "removed", (), (), (), (),
+                          0 if a is None else count, count if a is None else 0, *h2d)
+    tensors = []
+    values_a, values_b = a.values or (), b.values or ()
+    for index in range(max(len(values_a), len(values_b))):
+        pa = placement(a, values_a[index]) if index < len(values_a) else None
+        pb = placement(b, values_b[index]) if index < len(values_b) else None
+        if pa != pb:
+            source = values_b[index] if index < len(values_b) else values_a[index]
+            label = source.fqn if isinstance(source, m.Tensor) and source.fqn else f"value {index}"
+            tensors.append(TensorChange(index, label, pa, pb))
+    sizes_a, sizes_b = a.non_const_buffer_sizes or (), b.non_const_buffer_sizes or ()
+    buffers = []
+    for mid in range(1, max(len(sizes_a), len(sizes_b))):
+        da = str(a.buffer_device(mid)) if mid < len(sizes_a) else None
+        db = str(b.buffer_device(mid)) if mid < len(sizes_b) else None
+        sa = sizes_a[mid] if mid < len(sizes_a) else None
+        sb = sizes_b[mid] if mid < len(sizes_b) else None
+        if (da, sa) != (db, sb):
+            buffers.append(BufferChange(mid, da, db, sa, sb))
+    instructions, mapping = _diff_instructions(a, b)
+    count_a = sum(len(ch.instructions or ()) for ch in a.chains or ())
+    count_b = sum(len(ch.instructions or ()) for ch in b.chains or ())
+    status = "changed" if tensors or buffers or instructions or len(values_a) != len(values_b) else "same"
+    return MethodDiff(name, status, tuple(tensors), tuple(buffers), tuple(instructions), tuple(mapping),
+                      count_a, count_b, *h2d)
+
+
+def _segment_sizes(source: PteFile) -> dict[str, int]:
+    roles = segment_roles(source.program)
+    sizes: dict[str, int] = {}
+    for index, segment in enumerate(source.program.segments or ()):
+        role = roles.get(index, "unused")
+        role = "delegates" if role.startswith("delegate") else "named data" if role.startswith("named") else role
+        sizes[role] = sizes.get(role, 0) + segment.size
+    return sizes
+
+
+def diff_files(a: PteFile, b: PteFile) -> ProgramDiff:
+    """Compare two opened programs (either may be any .pte)."""
+    analysis_a, analysis_b = analyze_program(a.program), analyze_program(b.program)
+    h2d_a = {method.name: method.h2d_bytes_per_call for method in analysis_a.methods}
+    h2d_b = {method.name: method.h2d_bytes_per_call for method in analysis_b.methods}
+    plans_a = {p.name or f"plan{i}": p for i, p in enumerate(a.program.execution_plan or ())}
+    plans_b = {p.name or f"plan{i}": p for i, p in enumerate(b.program.execution_plan or ())}
+    names = list(plans_a) + [n for n in plans_b if n not in plans_a]
+    methods = tuple(_diff_method(n, plans_a.get(n), plans_b.get(n), (h2d_a.get(n, 0), h2d_b.get(n, 0))) for n in names)
+    seg_a, seg_b = _segment_sizes(a), _segment_sizes(b)
+    segments = tuple(SegmentChange(role, seg_a.get(role, 0), seg_b.get(role, 0))
+                     for role in list(seg_a) + [r for r in seg_b if r not in seg_a]
+                     if seg_a.get(role, 0) != seg_b.get(role, 0))
+    return ProgramDiff(a.path, b.path, a.size, b.size, a.flatbuffer_size, b.flatbuffer_size, methods, segments,
+                       sum(h2d_a.values()), sum(h2d_b.values()))

@@ -1,0 +1,55 @@
+"""Shared fixtures: the committed copy of the ExecuTorch 1.5.1 corpus and helpers to reach it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+CORPUS = FIXTURES / "corpus"
+CASES = sorted(p.stem for p in CORPUS.glob("*.pte"))
+CPU_CASES = [name for name in CASES if (CORPUS / f"{name}.runtime.pt").exists()]
+
+
+def pte_path(name: str) -> Path:
+    return CORPUS / f"{name}.pte"
+
+
+def ptd_path(name: str) -> Optional[Path]:
+    path = CORPUS / f"{name}.ptd"
+    return path if path.exists() else None
+
+
+def facts(name: str) -> dict:
+    return json.loads((CORPUS / f"{name}.json").read_text())
+
+
+@pytest.fixture
+def work_copy(tmp_path: Path):
+    """Copy a corpus case (pte and ptd) into tmp_path and return the .pte path there."""
+
+    def copy(name: str) -> Path:
+        for suffix in (".pte", ".ptd"):
+            source = CORPUS / f"{name}{suffix}"
+            if source.exists():
+                shutil.copy(source, tmp_path / source.name)
+        return tmp_path / f"{name}.pte"
+
+    return copy
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    try:
+        import torch
+        has_cuda = torch.cuda.is_available()
+    except Exception:  # torch missing or broken: GPU tests cannot run
+        has_cuda = False
+    if not has_cuda:
+        skip = pytest.mark.skip(reason="needs a CUDA GPU")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
