@@ -1,0 +1,95 @@
+"""Verdicts per constant against the corpus facts (computed by the generator from the exported graph)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from conftest import CASES, facts, ptd_path, pte_path
+from pte_devconst.rewriter.analysis import analyze_program
+from pte_devconst.rewriter.rewrite import analyze_file
+from pte_devconst.schema import model as m
+from pte_devconst.schema.pte_file import open_pte
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_verdicts_match_the_corpus_exactly(name: str) -> None:
+    analysis = analyze_file(pte_path(name), ptd_path(name))
+    expected = {(method, c["value"]): c["verdict"] for method, mf in facts(name)["methods"].items()
+                for c in mf["constants"]}
+    got = {(method.name, c.value): c.verdict for method in analysis.methods for c in method.constants}
+    assert got == expected
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_device_copies_found_are_the_exporters(name: str) -> None:
+    """Every h2d copy of an eligible constant that analysis plans to remove is one the corpus lists."""
+    analysis = analyze_file(pte_path(name), ptd_path(name))
+    for method in analysis.methods:
+        listed = {(d["instruction"], d["src"], d["dst"]) for d in facts(name)["methods"][method.name]["device_copies"]}
+        for verdict in method.eligible:
+            for copy in verdict.copies:
+                assert (copy.instruction, copy.src, copy.dst) in listed
+
+
+def test_external_constants_need_their_ptd() -> None:
+    analysis = analyze_file(pte_path("v_g_external_copy"))
+    verdicts = {c.value: c.verdict for c in analysis.methods[0].constants}
+    assert all("no .ptd given" in v for v in verdicts.values())
+
+
+def test_legacy_style_per_call_copies_count_each_delegate_call() -> None:
+    analysis = analyze_file(pte_path("v_j_cond_legacy"))
+    w = next(c for c in analysis.methods[0].constants if c.value == 0)
+    assert w.eligible and w.copies_per_call == 2 and not w.copies
+
+
+def test_copy_style_lists_the_copies_to_remove() -> None:
+    analysis = analyze_file(pte_path("v_j_cond_copy"))
+    w = next(c for c in analysis.methods[0].constants if c.value == 0)
+    assert [c.instruction for c in w.copies] == [1, 13]
+    assert w.copies_per_call == 2
+
+
+def test_a_device_copy_read_by_a_host_kernel_keeps_the_constant_on_the_host() -> None:
+    """If the h2d copy's output also feeds a host kernel, moving the constant would break that kernel."""
+    with open_pte(pte_path("v_i_kvcache_copy")) as pte:
+        program = pte.program
+    plan = program.execution_plan[0]
+    analysis = analyze_program(program)
+    copy = analysis.methods[0].constants[0].copies[0]
+    chain = plan.chains[0]
+    extra = m.KernelCall(0, (copy.dst, copy.dst, copy.dst))  # op 0 reads the device copy again
+    plan = replace(plan, chains=(replace(chain, instructions=chain.instructions + (extra,)),))
+    verdict = analyze_program(replace(program, execution_plan=(plan,))).methods[0].constants[0]
+    assert not verdict.eligible
+    assert verdict.reasons[0].startswith("its device copy is also read by host kernel")
+
+
+def test_a_delegate_with_an_unparseable_target_device_runs_on_the_host() -> None:
+    with open_pte(pte_path("v_b_dtypes_legacy")) as pte:
+        program = pte.program
+    plan = program.execution_plan[0]
+    delegate = plan.delegates[0]
+    specs = tuple(replace(s, value=b"tpu:x") if s.key == "target_device" else s for s in delegate.compile_specs)
+    plan = replace(plan, delegates=(replace(delegate, compile_specs=specs),))
+    analysis = analyze_program(replace(program, execution_plan=(plan,)))
+    assert not analysis.eligible
+    assert "without target_device" in analysis.methods[0].constants[0].verdict
+
+
+def test_host_placement_makes_host_read_constants_eligible_for_cpu() -> None:
+    analysis = analyze_file(pte_path("v_h_cpu_only"), host_placement=True)
+    assert {str(c.device) for c in analysis.eligible} == {"cpu"}
+    assert len(analysis.eligible) == 3
+
+
+def test_h2d_estimate_counts_copies_and_host_inputs_of_device_delegates() -> None:
+    copy_style = analyze_file(pte_path("v_a_dtypes_copy")).methods[0]
+    legacy = analyze_file(pte_path("v_b_dtypes_legacy")).methods[0]
+    constants = sum(c.nbytes for c in copy_style.constants)
+    # Same model: both styles move the 7 constants (208 B) and the 7 inputs (224 B) per call.
+    assert constants == 208
+    assert copy_style.h2d_bytes_per_call == legacy.h2d_bytes_per_call == 432
+    assert analyze_file(pte_path("v_h_cpu_only")).methods[0].h2d_bytes_per_call == 0

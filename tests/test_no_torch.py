@@ -1,0 +1,42 @@
+"""Commands that do not execute a model must not import torch (start-up time, and no GPU stack needed)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import pte_path
+
+PROBE = """
+import sys
+from pte_devconst.cli.app import main
+try:
+    main(sys.argv[1:])
+except SystemExit as done:
+    code = done.code
+else:
+    code = 0
+heavy = sorted(m for m in ("torch", "executorch") if m in sys.modules)
+print("IMPORTED:" + ",".join(heavy), file=sys.stderr)
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("args", [
+    ["--help"],
+    ["inspect", "{a}"],
+    ["inspect", "--json", "{a}"],
+    ["rewrite", "{a}", "-o", "{out}"],
+    ["rewrite", "--dry-run", "{a}"],
+    ["diff", "{a}", "{b}"],
+])
+def test_command_does_not_import_torch(args: list[str], tmp_path: Path) -> None:
+    values = {"a": str(pte_path("v_a_dtypes_copy")), "b": str(pte_path("v_b_dtypes_legacy")),
+              "out": str(tmp_path / "out.pte")}
+    argv = [arg.format(**values) for arg in args]
+    done = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "IMPORTED:\n" in done.stderr or done.stderr.rstrip().endswith("IMPORTED:"), done.stderr
