@@ -201,3 +201,22 @@ def test_host_placement_encoding_runs_bit_identically_in_executorch(name: str, t
         planned_constants = sum(1 for plan in after.program.execution_plan for v in plan.values
                                 if isinstance(v, m.Tensor) and v.has_initial_data)
     assert planned_constants == moved > 0
+
+
+def test_stack_traces_stay_parallel_to_the_surviving_instructions(tmp_path: Path) -> None:
+    """Give every instruction a frame naming its index, rewrite, and check each survivor kept its own frame."""
+    with open_pte(pte_path("v_j_cond_copy")) as pte:
+        plan = pte.program.execution_plan[0]
+        chain = plan.chains[0]
+        frames = tuple(m.FrameList((m.Frame("model.py", k, f"instruction {k}", None),))
+                       for k in range(len(chain.instructions)))
+        traced = replace(pte.program, execution_plan=(replace(plan, chains=(replace(chain, stacktrace=frames),)),))
+        source = tmp_path / "traced.pte"
+        write_pte(source, traced, unchanged_segments(pte))
+    result = rewrite_file(source, tmp_path / "out.pte")
+    mapping = result.plan.methods[0].instruction_maps[0]
+    with open_pte(tmp_path / "out.pte") as after:
+        new_chain = after.program.execution_plan[0].chains[0]
+    assert len(new_chain.stacktrace) == len(new_chain.instructions)
+    survivors = [old for old, new in enumerate(mapping) if new is not None]
+    assert [f.items[0].lineno for f in new_chain.stacktrace] == survivors
