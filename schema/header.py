@@ -64,6 +64,8 @@ def read_pte_header(head: bytes | memoryview, file_size: int) -> Optional[Extend
     if not 8 + length <= program_size <= file_size:
         raise FormatError(f"program_size {program_size} lies outside the file ({file_size} bytes)",
                           where="extended header")
+    if data_size and not base:
+        raise FormatError(f"segment_data_size is {data_size} but segment_base_offset is 0", where="extended header")
     if base and (base < program_size or base % SEGMENT_ALIGNMENT):
         raise FormatError(f"segment_base_offset {base} is before the program end or not {SEGMENT_ALIGNMENT}-aligned",
                           where="extended header")

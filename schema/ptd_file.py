@@ -14,9 +14,10 @@ from .encode import encode_flat_tensor
 from .errors import FormatError
 from .flatbuf import FlatbufferError
 from .header import PTD_HEADER_PADDED, SEGMENT_ALIGNMENT, PtdHeader, align_up, read_ptd_header
-from .pte_file import Span, map_file
+from .pte_file import Span, map_file, release_map
 from .pte_writer import Piece, SegmentContent, write_segments
 from .ptd_model import FlatTensor, PtdNamedData, TensorLayout
+from .validate import check_shape
 
 
 class PtdFile:
@@ -58,12 +59,11 @@ class PtdFile:
                                   where=where)
             layout = entry.tensor_layout
             if layout is not None:
-                if layout.scalar_type not in m.KNOWN_SCALAR_TYPES:
-                    raise FormatError(f"unknown scalar type {layout.scalar_type}", where=where)
-                if any(s < 0 for s in layout.sizes or ()) or len(layout.sizes or ()) != len(layout.dim_order or ()):
-                    raise FormatError("bad sizes or dim_order in tensor_layout", where=where)
-                if math.prod(layout.sizes or ()) * m.element_size(layout.scalar_type) > ft.segments[entry.segment_index].size:
-                    raise FormatError(f"tensor {entry.key!r} needs more bytes than its segment holds", where=where)
+                # Rank, permutation and overflow first: a forged rank must not cost a huge product.
+                nbytes = check_shape(layout.scalar_type, layout.sizes, layout.dim_order, f"{where}.tensor_layout")
+                if nbytes > ft.segments[entry.segment_index].size:
+                    raise FormatError(f"tensor {entry.key!r} needs {nbytes} bytes but its segment holds "
+                                      f"{ft.segments[entry.segment_index].size}", where=where)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> "PtdFile":
@@ -79,9 +79,7 @@ class PtdFile:
 
     def close(self) -> None:
         mapped, self._mapped = self._mapped, None
-        if mapped is not None:
-            self.data.release()
-            mapped.close()
+        release_map(self.data, mapped)
         fd, self._fd = self._fd, -1
         if fd >= 0:
             os.close(fd)

@@ -8,8 +8,11 @@ on disk and are only touched when a caller asks for a slice of them.  A
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import mmap
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -36,10 +39,20 @@ class Span:
 
 
 def map_file(path: str | os.PathLike[str]) -> tuple[memoryview, Optional[mmap.mmap], int]:
-    """(read-only view of the whole file, its mmap or None for an empty file, an open fd)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    """(read-only view of the whole file, its mmap or None for an empty file, an open fd).
+
+    Only regular files: a directory, pipe or device raises ``OSError`` instead of
+    blocking (``O_NONBLOCK`` keeps opening a FIFO from waiting for a writer) or
+    being mapped as something else.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
     try:
-        size = os.fstat(fd).st_size
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "it is a directory")
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a pipe, socket or device)")
+        size = info.st_size
         if size == 0:
             return memoryview(b""), None, fd
         mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
@@ -47,6 +60,21 @@ def map_file(path: str | os.PathLike[str]) -> tuple[memoryview, Optional[mmap.mm
     except BaseException:
         os.close(fd)
         raise
+
+
+def release_map(view: memoryview, mapped: Optional[mmap.mmap]) -> None:
+    """Release a view made by ``map_file`` and unmap it, or leave the unmapping to the last live slice.
+
+    Slices of the map may outlive the file object (a caller keeping ``tensor_bytes``,
+    or the traceback of the error that made opening fail); ``mmap.close`` then raises
+    ``BufferError``.  The map is freed when the last slice goes, so that is no error.
+    """
+    if mapped is None:
+        return
+    with contextlib.suppress(BufferError):
+        view.release()
+    with contextlib.suppress(BufferError):
+        mapped.close()
 
 
 class PteFile:
@@ -88,9 +116,7 @@ class PteFile:
 
     def close(self) -> None:
         mapped, self._mapped = self._mapped, None
-        if mapped is not None:
-            self.data.release()
-            mapped.close()
+        release_map(self.data, mapped)
         fd, self._fd = self._fd, -1
         if fd >= 0:
             os.close(fd)
@@ -141,10 +167,13 @@ class PteFile:
         return self.constant_span(tensor.data_buffer_idx, tensor.nbytes)
 
     def tensor_bytes(self, tensor: m.Tensor) -> Optional[memoryview]:
+        """The bytes ``tensor_span`` names, or the deprecated inline constant; None if external or none."""
+        if tensor.is_external or tensor.data_buffer_idx == 0:
+            return None
         span = self.tensor_span(tensor)
         if span is not None:
             return self.read(span)
-        if self.program.constant_buffer and tensor.data_buffer_idx and tensor.allocation_info is None:
+        if tensor.allocation_info is None:  # tensor_span said: an inline constant_buffer entry
             return memoryview(self.program.constant_buffer[tensor.data_buffer_idx].storage or b"")[: tensor.nbytes]
         return None
 

@@ -137,6 +137,11 @@ def write_segments(fd: int, position: int, base: int, segments: Sequence[m.DataS
                 progress(position, total)
         write_zeros(fd, start + segment.size - position)
         position = start + segment.size
+    # The headers count the data up to the last segment's end, an empty one's alignment gap included.
+    end = base + max((s.offset + s.size for s in segments), default=0)
+    if end > position:
+        write_zeros(fd, end - position)
+        position = end
     if progress:
         progress(position, max(total, position))
 

@@ -10,13 +10,14 @@ later layer can index without re-checking.  The first problem raises
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 from . import model as m
 from .errors import FormatError
 
 MAX_TENSOR_BYTES = 1 << 62
 MAX_RANK = 16
+KNOWN_DEVICE_TYPES = frozenset(int(d) for d in m.DeviceType)
 
 
 
@@ -48,24 +49,31 @@ def _check_subsegment(program: m.Program, sub: m.SubsegmentOffsets, where: str) 
     return size
 
 
-def _tensor_nbytes(t: m.Tensor, where: str) -> int:
-    if t.scalar_type not in m.KNOWN_SCALAR_TYPES:
-        raise _fail(where, f"unknown scalar type {t.scalar_type}")
-    if t.sizes is None or t.dim_order is None:
+def check_shape(scalar_type: int, sizes: Optional[Sequence[int]], dim_order: Optional[Sequence[int]],
+                where: str) -> int:
+    """The byte size of a (scalar type, sizes, dim_order) shape, after checking it the way the runtime does."""
+    if scalar_type not in m.KNOWN_SCALAR_TYPES:
+        raise _fail(where, f"unknown scalar type {scalar_type}")
+    if sizes is None or dim_order is None:
         raise _fail(where, "tensor lacks sizes or dim_order")
-    if len(t.sizes) != len(t.dim_order):
-        raise _fail(where, f"sizes has {len(t.sizes)} dims but dim_order {len(t.dim_order)}")
-    if len(t.sizes) > MAX_RANK:
-        raise _fail(where, f"rank {len(t.sizes)} exceeds the runtime limit of {MAX_RANK}")
-    if sorted(t.dim_order) != list(range(len(t.dim_order))):
-        raise _fail(where, f"dim_order {list(t.dim_order)} is not a permutation")
-    nbytes = m.element_size(t.scalar_type)
-    for size in t.sizes:
+    if len(sizes) != len(dim_order):
+        raise _fail(where, f"sizes has {len(sizes)} dims but dim_order {len(dim_order)}")
+    if len(sizes) > MAX_RANK:
+        raise _fail(where, f"rank {len(sizes)} exceeds the runtime limit of {MAX_RANK}")
+    if sorted(dim_order) != list(range(len(dim_order))):
+        raise _fail(where, f"dim_order {list(dim_order)} is not a permutation")
+    nbytes = m.element_size(scalar_type)
+    for size in sizes:
         if size < 0:
             raise _fail(where, f"negative size {size}")
         nbytes *= size
         if nbytes > MAX_TENSOR_BYTES:
-            raise _fail(where, f"sizes {list(t.sizes)} overflow (more than 2^62 bytes)")
+            raise _fail(where, f"sizes {list(sizes)} overflow (more than 2^62 bytes)")
+    return nbytes
+
+
+def _tensor_nbytes(t: m.Tensor, where: str) -> int:
+    nbytes = check_shape(t.scalar_type, t.sizes, t.dim_order, where)
     if t.storage_offset != 0:
         raise _fail(where, f"storage_offset {t.storage_offset} is not 0 (the runtime requires 0)")
     return nbytes
@@ -107,8 +115,10 @@ class _Context:
 def _check_tensor(ctx: _Context, plan: m.ExecutionPlan, t: m.Tensor, where: str) -> None:
     nbytes = _tensor_nbytes(t, where)
     info = t.extra_tensor_info
-    if info is not None and info.location not in (0, 1):
-        raise _fail(where, f"unknown data location {info.location}")
+    if info is not None:
+        if info.location not in (0, 1):
+            raise _fail(where, f"unknown data location {info.location}")
+        _check_device(info.device_type, info.device_index, where)
     if t.is_external and not info.fully_qualified_name:
         raise _fail(where, "external tensor has no fully_qualified_name")
     alloc = t.allocation_info
@@ -119,12 +129,21 @@ def _check_tensor(ctx: _Context, plan: m.ExecutionPlan, t: m.Tensor, where: str)
         if alloc.memory_offset + nbytes > sizes[alloc.memory_id]:
             raise _fail(where, f"[{alloc.memory_offset}, {alloc.memory_offset + nbytes}) overruns buffer "
                         f"{alloc.memory_id} ({sizes[alloc.memory_id]} bytes)")
-        if t.data_buffer_idx > 0 and not t.is_external and nbytes:
+        # The index is checked even for an empty tensor: the runtime looks the entry up either way.
+        if t.data_buffer_idx > 0 and not t.is_external:
             if nbytes > ctx.mutable_extent(t.data_buffer_idx, where):
                 raise _fail(where, f"initial data entry {t.data_buffer_idx} holds fewer than {nbytes} bytes")
     elif t.data_buffer_idx > 0 and not t.is_external:
         if nbytes > ctx.constant_extent(t.data_buffer_idx, where):
             raise _fail(where, f"constant entry {t.data_buffer_idx} holds fewer than {nbytes} bytes")
+
+
+def _check_device(device_type: int, device_index: int, where: str) -> None:
+    if device_type not in KNOWN_DEVICE_TYPES:
+        raise _fail(where, f"unknown device type {device_type} (known: "
+                    f"{', '.join(f'{d.value} {d.name}' for d in m.DeviceType)})")
+    if device_index < 0:
+        raise _fail(where, f"negative device index {device_index}")
 
 
 def _check_index(index: int, count: int, where: str, what: str, allow_none: bool = False) -> None:
@@ -135,29 +154,48 @@ def _check_index(index: int, count: int, where: str, what: str, allow_none: bool
 def _check_plan(ctx: _Context, plan: m.ExecutionPlan, where: str) -> None:
     values = plan.values or ()
     n = len(values)
-    if plan.non_const_buffer_sizes is None:
-        raise _fail(where, "non_const_buffer_sizes is missing")
+    # The runtime's MethodMeta needs these; later layers may rely on them being present.
+    for name in ("name", "inputs", "outputs", "non_const_buffer_sizes"):
+        if getattr(plan, name) is None:
+            raise _fail(where, f"{name} is missing")
     for i, size in enumerate(plan.non_const_buffer_sizes):
         if size < 0:
             raise _fail(f"{where}.non_const_buffer_sizes[{i}]", f"negative buffer size {size}")
     for i, entry in enumerate(plan.non_const_buffer_device or ()):
-        _check_index(entry.buffer_idx, len(plan.non_const_buffer_sizes), f"{where}.non_const_buffer_device[{i}]",
-                     "buffer_idx")
+        ew = f"{where}.non_const_buffer_device[{i}]"
+        _check_index(entry.buffer_idx, len(plan.non_const_buffer_sizes), ew, "buffer_idx")
+        _check_device(entry.device_type, entry.device_index, ew)
     for i, value in enumerate(values):
         vw = f"{where}.values[{i}]"
+        if value is None:
+            raise _fail(vw, "value has no type (union type NONE); the runtime rejects it")
         if isinstance(value, m.Tensor):
             _check_tensor(ctx, plan, value, vw)
         elif isinstance(value, (m.TensorList, m.OptionalTensorList, m.IntList)):
             optional = isinstance(value, m.OptionalTensorList)
+            wanted = m.Int if isinstance(value, m.IntList) else m.Tensor
             for k, item in enumerate(value.items or ()):
                 _check_index(item, n, f"{vw}.items[{k}]", "value index", allow_none=optional)
+                target = values[item] if item >= 0 else None
+                if item >= 0 and not isinstance(target, wanted) and not (optional and isinstance(target, m.Null)):
+                    raise _fail(f"{vw}.items[{k}]", f"value {item} is a {type(target).__name__}, "
+                                f"not the {wanted.__name__} a {type(value).__name__} holds")
     for name in ("inputs", "outputs"):
         for k, item in enumerate(getattr(plan, name) or ()):
             _check_index(item, n, f"{where}.{name}[{k}]", "value index")
-    ops = len(plan.operators or ())
+    operators = plan.operators or ()
+    ops = len(operators)
+    for k, op in enumerate(operators):
+        if op.name is None:
+            raise _fail(f"{where}.operators[{k}]", "operator has no name")
     delegates = plan.delegates or ()
     for d, delegate in enumerate(delegates):
         dw = f"{where}.delegates[{d}]"
+        if delegate.id is None:
+            raise _fail(dw, "delegate has no backend id")
+        for k, spec in enumerate(delegate.compile_specs or ()):
+            if spec.key is None or spec.value is None:
+                raise _fail(f"{dw}.compile_specs[{k}]", "compile spec lacks its key or value")
         ref = delegate.processed
         if ref is None:
             raise _fail(dw, "delegate has no processed data reference")
@@ -180,6 +218,9 @@ def _check_plan(ctx: _Context, plan: m.ExecutionPlan, where: str) -> None:
                 _check_index(ins.move_to, n, iw, "move_to")
             elif isinstance(ins, m.JumpFalseCall):
                 _check_index(ins.cond_value_index, n, iw, "cond_value_index")
+                if not isinstance(values[ins.cond_value_index], (m.Bool, m.Tensor)):
+                    raise _fail(iw, f"condition value {ins.cond_value_index} is a "
+                                f"{type(values[ins.cond_value_index]).__name__}, not a Bool or a Tensor")
                 _check_index(ins.destination_instruction, len(instructions) + 1, iw, "destination_instruction")
             elif isinstance(ins, m.FreeCall):
                 _check_index(ins.value_index, n, iw, "value_index")
@@ -197,6 +238,8 @@ def check_program(program: m.Program, segment_data_size: Optional[int]) -> None:
     if program.execution_plan is None:
         raise _fail("execution_plan", "the program has no execution plans")
     for i, nd in enumerate(program.named_data or ()):
+        if nd.key is None:
+            raise _fail(f"named_data[{i}]", "entry has no key")
         _segment_size(program, nd.segment_index, f"named_data[{i}]")
     ctx = _Context(program)
     for i, plan in enumerate(program.execution_plan):
