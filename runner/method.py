@@ -8,6 +8,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from pte_devconst.schema import model as m
+from pte_devconst.schema.errors import PteDevconstError
 from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile
 
@@ -260,7 +261,7 @@ class LoadedProgram:
                                   file=self.pte.path) from None
             try:
                 self.methods[name] = LoadedMethod(self.data, plan, self.devices, self.ledger)
-            except RunnerError as error:
+            except PteDevconstError as error:
                 raise error.with_file(self.pte.path)
         return self.methods[name]
 

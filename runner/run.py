@@ -17,7 +17,6 @@ from .copies import LOAD, CopyEvent, PhaseCopies
 from .dtypes import dtype_name, torch_dtype
 from .method import LoadedProgram
 from .profiling import ProfiledCopies, profile_call
-from .values import RunnerError
 
 CallInputs = Sequence[Any]
 
@@ -191,7 +190,7 @@ def run_program(pte_path: str | Path, *, ptd_path: Optional[str | Path] = None, 
                     outputs, profiled = one_call(), None
                 program.devices.synchronize()
                 wall = time.perf_counter() - start
-            except RunnerError as error:
+            except PteDevconstError as error:
                 raise error.with_file(str(pte_path))
             results.append(CallResult(index, outputs, PhaseCopies.of(phase, ledger.of_phase(phase, name)), wall, profiled))
         load = PhaseCopies.of(LOAD, ledger.of_phase(LOAD, name))

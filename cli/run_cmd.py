@@ -1,0 +1,121 @@
+"""``pte-devconst run``: execute a method with the torch runner and print outputs and the copy table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import typer
+
+from pte_devconst.cli.app import OPTIONS, command
+from pte_devconst.cli.output import (FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
+                                     resolve_format, stdout_console, table)
+
+MAX_CALL_COLUMNS = 6
+
+PTD_OPTION = typer.Option(None, "--ptd", help="The .ptd data file holding the program's external constants.")
+INPUTS_OPTION = typer.Option(None, "--inputs", "-i",
+                             help="torch.save file of inputs: {method: [call, ...]}, a list of calls, or one "
+                                  "tuple of tensors (default: deterministic random inputs of the right shapes).")
+SIMULATE_OPTION = typer.Option(False, "--simulate-devices",
+                               help="Keep device memory on the host (no GPU needed); every count stays the same.")
+PROFILE_OPTION = typer.Option(False, "--profile",
+                              help="On a real GPU, cross-check copy bytes with torch.profiler memcpy events.")
+
+
+def exact_bytes(count: int) -> str:
+    """Exact, because validation is about exact bytes; with a readable size once it is large."""
+    return f"{count:,} B" if count < 1024 * 1024 else f"{count:,} B ({human_bytes(count)})"
+
+
+def _cell(totals: Any) -> str:
+    return "-" if totals.count == 0 else f"{totals.count} × {exact_bytes(totals.nbytes)}"
+
+
+def _phases(result: Any) -> list[Any]:
+    calls = result.calls
+    shown = calls if len(calls) <= MAX_CALL_COLUMNS else calls[:MAX_CALL_COLUMNS - 1] + calls[-1:]
+    return [result.load] + [c.copies for c in shown]
+
+
+def copy_rows(result: Any) -> tuple[list[str], list[list[str]]]:
+    """The copy table: one row per (direction, cause), one column per phase (load, call 0, ...)."""
+    from pte_devconst.runner.copies import CopyTotals
+
+    phases = _phases(result)
+    keys = sorted({key for phase in phases for key in phase.cells}, key=lambda k: (k[0].value, k[1].value))
+    columns = ["copy", "cause"] + [p.phase for p in phases]
+    rows = [[d.value.upper(), c.value] + [_cell(p.cells.get((d, c), CopyTotals())) for p in phases] for d, c in keys]
+    rows.append(["H2D", "total"] + [_cell(p.h2d) for p in phases])
+    rows.append(["D2H", "total"] + [_cell(p.d2h) for p in phases])
+    timing = ["", "wall time"] + [""] + [f"{c.wall_s * 1e3:.3f} ms" for c in result.calls
+                                        if c.copies.phase in {p.phase for p in phases}]
+    rows.append(timing)
+    for call in result.calls:
+        if call.profiled is not None and call.copies.phase in {p.phase for p in phases}:
+            break
+    else:
+        return columns, rows
+    rows.append(["H2D", "profiler memcpy"] + [""] + [
+        f"{c.profiled.h2d_count} × {exact_bytes(c.profiled.h2d_bytes)}" if c.profiled else ""
+        for c in result.calls if c.copies.phase in {p.phase for p in phases}])
+    return columns, rows
+
+
+def output_rows(outputs: Sequence[Any]) -> list[list[str]]:
+    from pte_devconst.runner.run import OutputSummary
+
+    rows = []
+    for position, value in enumerate(outputs):
+        s = OutputSummary.of(value)
+        if s.kind != "tensor":
+            rows.append([str(position), s.kind, "", repr(s.value), ""])
+        else:
+            rows.append([str(position), s.dtype, "[" + ", ".join(map(str, s.shape or ())) + "]", (s.sha256 or "")[:16],
+                         f"{s.sum:.6g}" if s.sum is not None else ""])
+    return rows
+
+
+OUTPUT_COLUMNS = ["#", "dtype", "shape", "sha256", "sum"]
+
+
+def render(result: Any, fmt: OutputFormat) -> None:
+    columns, rows = copy_rows(result)
+    last = result.calls[-1]
+    devices = "simulated devices" if result.simulated else "real devices"
+    if fmt is OutputFormat.markdown:
+        typer.echo("\n".join([f"### `{Path(result.path).name}` method `{result.method}` ({devices})", "",
+                              f"Outputs of call {last.index}:", "", markdown_table(OUTPUT_COLUMNS, output_rows(last.outputs)),
+                              "", "Copies:", "", markdown_table(columns, rows)]))
+        return
+    console = stdout_console()
+    console.print(f"[bold]{result.path}[/] method [bold]{result.method}[/]: {len(result.calls)} call(s), {devices}")
+    console.print(table(f"outputs (call {last.index})", OUTPUT_COLUMNS, output_rows(last.outputs), right=["#", "sum"]))
+    console.print(table("host/device copies", columns, rows, right=columns[2:]))
+
+
+@command("run")
+def run_command(
+    file: Path = typer.Argument(..., help="The .pte program to run.", show_default=False),
+    ptd: Optional[Path] = PTD_OPTION,
+    method: Optional[str] = typer.Option(None, "--method", "-m", help="Method to run (default: forward or the first)."),
+    inputs: Optional[Path] = INPUTS_OPTION,
+    calls: int = typer.Option(1, "--calls", "-n", min=1, help="How many calls (inputs cycle through the given ones)."),
+    simulate_devices: bool = SIMULATE_OPTION,
+    profile: bool = PROFILE_OPTION,
+    fmt: OutputFormat = FORMAT_OPTION,
+    json_flag: bool = JSON_FLAG,
+) -> None:
+    """Run a program the way the ExecuTorch runtime does and count every host/device copy.
+
+    Without a GPU a program that uses device memory or device delegates needs --simulate-devices.
+    """
+    from pte_devconst.runner.run import run_program
+
+    result = run_program(file, ptd_path=ptd, method=method, inputs=inputs, calls=calls,
+                         simulate_devices=simulate_devices, profile=profile)
+    fmt = resolve_format(fmt, json_flag)
+    if fmt is OutputFormat.json:
+        emit_json("run", result.to_json())
+    elif not OPTIONS.quiet:
+        render(result, fmt)
