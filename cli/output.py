@@ -1,7 +1,7 @@
 """Shared output plumbing for the commands: formats, JSON envelopes, consoles, sizes.
 
 JSON output is one object per invocation with ``format_version`` and
-``command`` first; its shape is described by ``schema/report.schema.json``.
+``command`` first; its shape is described by ``cli/report.schema.json``.
 Text goes through rich (NO_COLOR is honoured by rich itself); markdown is
 plain GitHub-flavoured tables, fit for a pull-request comment or
 ``$GITHUB_STEP_SUMMARY``.
@@ -49,10 +49,10 @@ def stderr_console() -> Console:
 
 def to_jsonable(obj: Any) -> Any:
     """Dataclasses, tuples, devices and enums -> JSON-ready values, recursively."""
+    if isinstance(obj, Device):  # a dataclass too: spell it the way compile specs do (cuda:0)
+        return str(obj)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, Device):
-        return str(obj)
     if isinstance(obj, enum.Enum):
         return obj.name.lower()
     if isinstance(obj, dict):
