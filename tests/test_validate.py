@@ -1,0 +1,191 @@
+"""``validate``: rewritten corpus files and examples keep their outputs and stop copying moved constants."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from conftest import CASES, facts, pte_path, ptd_path
+from pte_devconst.cli.app import app
+from pte_devconst.rewriter import rewrite_file
+from pte_devconst.runner.copies import LOAD, Cause, CopyEvent, Direction, PhaseCopies
+from pte_devconst.runner.run import CallResult, RunResult
+from pte_devconst.runner.validate import MovedConstant, _check_method, moved_constants, validate
+from pte_devconst.schema import model as m
+from pte_devconst.schema.pte_file import open_pte
+
+CORPUS = pte_path(CASES[0]).parent
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "models"
+REWRITABLE = [n for n in CASES if facts(n)["style"] in ("copy", "legacy")]
+
+
+def rewritten(name: str, tmp_path: Path, folder: Path = CORPUS) -> Path:
+    out = tmp_path / f"{name}.devconst.pte"
+    ptd = folder / f"{name}.ptd"
+    rewrite_file(folder / f"{name}.pte", out, ptd=ptd if ptd.exists() else None)
+    return out
+
+
+@pytest.mark.parametrize("name", REWRITABLE)
+def test_rewritten_corpus_validates(name: str, tmp_path: Path) -> None:
+    out = rewritten(name, tmp_path)
+    result = validate(pte_path(name), out, ptd=ptd_path(name), inputs=CORPUS / f"{name}.inputs.pt",
+                      expected=CORPUS / f"{name}.expected.pt", calls=3, simulate_devices=True)
+    assert result.passed, [(c.name, c.detail) for mv in result.methods for c in mv.checks if not c.passed]
+    eligible = {(method, c["value"]) for method, d in facts(name)["methods"].items() for c in d["constants"]
+                if c["verdict"].startswith("eligible") and c["nbytes"] > 0}
+    moved = {(mv.method, c.value) for mv in result.methods for c in mv.moved}
+    assert eligible <= moved  # every eligible, non-empty constant moved
+    for mv in result.methods:
+        assert mv.bit_identical_required
+        moved_ids = {c.value for c in mv.moved}
+        for phase in (f"call {i}" for i in range(3)):
+            before = [e for e in mv.original.events if e.phase == phase and e.source_value in moved_ids
+                      and e.direction is Direction.H2D]
+            after = [e for e in mv.rewritten.events if e.phase == phase and e.source_value in moved_ids]
+            assert before and not after  # per-call copies of the moved constants go to zero
+        assert mv.calls[-1].h2d_before - mv.calls[-1].h2d_after == mv.calls[-1].moved_bytes_copied_before > 0
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in EXAMPLES.glob("*.pte") if not p.stem.endswith("_cpu")))
+def test_rewritten_examples_validate(name: str, tmp_path: Path) -> None:
+    out = rewritten(name, tmp_path, EXAMPLES)
+    result = validate(EXAMPLES / f"{name}.pte", out, inputs=EXAMPLES / f"{name}.inputs.pt",
+                      expected=EXAMPLES / f"{name}.expected.pt", calls=2, simulate_devices=True)
+    assert result.passed
+    (mv,) = result.methods
+    assert mv.moved and mv.load_h2d_after == sum(c.nbytes for c in mv.moved)
+    # Weights outside the delegate: each moved constant was copied once per call before, never after.
+    assert mv.calls[-1].h2d_before - mv.calls[-1].h2d_after == sum(c.nbytes for c in mv.moved)
+
+
+def test_moved_constants_come_from_the_two_programs(tmp_path: Path) -> None:
+    out = rewritten("v_c_shared_host_copy", tmp_path)
+    with open_pte(pte_path("v_c_shared_host_copy")) as a, open_pte(out) as b:
+        moved = moved_constants(a.program, b.program)
+    assert [(c.value, c.name, c.device, c.nbytes) for c in moved["forward"]] == [(2, None, "cuda:0", 96)]  # no FQN in the .pte
+
+
+def test_corrupted_initial_data_fails(tmp_path: Path) -> None:
+    out = rewritten("v_f_multi_method_copy", tmp_path)
+    with open_pte(out) as pte:
+        plan = pte.program.plan("forward")
+        moved = moved_constants(open_pte(pte_path("v_f_multi_method_copy")).program, pte.program)["forward"]
+        span = pte.tensor_span(plan.values[moved[0].value])
+    data = bytearray(out.read_bytes())
+    data[span.offset: span.offset + 4] = bytes(x ^ 0x40 for x in data[span.offset: span.offset + 4])
+    broken = tmp_path / "broken.pte"
+    broken.write_bytes(bytes(data))
+    result = validate(pte_path("v_f_multi_method_copy"), broken, inputs=CORPUS / "v_f_multi_method_copy.inputs.pt",
+                      simulate_devices=True)
+    assert not result.passed
+    failed = {c.name for mv in result.methods for c in mv.checks if not c.passed}
+    assert failed == {"outputs agree (bit-identical)"}
+
+
+def _run(events: list[CopyEvent], calls: int = 2) -> RunResult:
+    phases = [CallResult(i, [torch.ones(2)], PhaseCopies.of(f"call {i}", [e for e in events if e.phase == f"call {i}"]),
+                         0.0) for i in range(calls)]
+    return RunResult("x.pte", "forward", True, PhaseCopies.of(LOAD, [e for e in events if e.phase == LOAD]), phases,
+                     events)
+
+
+def _h2d(phase: str, cause: Cause, nbytes: int, value: int) -> CopyEvent:
+    return CopyEvent(phase, "forward", Direction.H2D, cause, nbytes, "cuda:0", value)
+
+
+def test_checks_catch_a_constant_still_copied_per_call() -> None:
+    moved = [MovedConstant("forward", 0, "w", "cuda:0", 64)]
+    before = _run([_h2d(f"call {i}", Cause.H2D_KERNEL, 64, 0) for i in range(2)])
+    good = _run([_h2d(LOAD, Cause.LOAD_INITIAL_DATA, 64, 0)])
+    assert _check_method("forward", before, good, moved, True, None, 1e-4, 1e-5).passed
+    still = _run([_h2d(LOAD, Cause.LOAD_INITIAL_DATA, 64, 0)] + [_h2d(f"call {i}", Cause.H2D_KERNEL, 64, 0)
+                                                                for i in range(2)])
+    failed = {c.name for c in _check_method("forward", before, still, moved, True, None, 1e-4, 1e-5).checks
+              if not c.passed}
+    assert failed == {"no per-call copies of moved constants", "per-call H2D bytes fell by the moved constants' bytes"}
+    twice = _run([_h2d(LOAD, Cause.LOAD_INITIAL_DATA, 64, 0)] * 2)
+    failed = {c.name for c in _check_method("forward", before, twice, moved, True, None, 1e-4, 1e-5).checks
+              if not c.passed}
+    assert failed == {"moved constants copied once at load"}
+
+
+def test_calls_below_two_are_refused() -> None:
+    with pytest.raises(Exception, match="at least 2"):
+        validate(pte_path("v_h_cpu_only"), pte_path("v_h_cpu_only"), calls=1)
+
+
+# --- the command line --------------------------------------------------------------------------------
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def test_cli_validate_passes_and_prints_json(tmp_path: Path) -> None:
+    out = rewritten("mlp_legacy", tmp_path, EXAMPLES)
+    done = invoke("validate", EXAMPLES / "mlp_legacy.pte", out, "--inputs", EXAMPLES / "mlp_legacy.inputs.pt",
+                  "--expected", EXAMPLES / "mlp_legacy.expected.pt", "--simulate-devices", "--format", "json")
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.output)
+    assert report["command"] == "validate" and report["passed"] is True
+    call = report["methods"][0]["calls"][-1]
+    assert call["h2d_bytes"]["before"] - call["h2d_bytes"]["after"] == call["h2d_bytes"]["moved_constants_before"]
+
+
+def test_cli_validate_text_and_markdown(tmp_path: Path) -> None:
+    out = rewritten("v_e_two_devices_copy", tmp_path)
+    done = invoke("validate", pte_path("v_e_two_devices_copy"), out, "--simulate-devices", "--calls", "3")
+    assert done.exit_code == 0 and "PASS" in done.output and "H2D per call" in done.output
+    done = invoke("validate", pte_path("v_e_two_devices_copy"), out, "--simulate-devices", "--format", "markdown")
+    assert done.exit_code == 0 and "| H2D per call |" in done.output
+
+
+def test_cli_validate_failure_exits_1(tmp_path: Path) -> None:
+    out = rewritten("v_c_shared_host_legacy", tmp_path)
+    wrong = tmp_path / "expected.pt"
+    torch.save({"forward": [[torch.zeros(4, 6), torch.zeros(4, 6)]]}, wrong)
+    done = invoke("validate", pte_path("v_c_shared_host_legacy"), out, "--simulate-devices", "--expected", wrong)
+    assert done.exit_code == 1 and "FAIL" in done.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--calls", "1"], "at least 2"),
+    (["--inputs", "missing.pt"], "not found"),
+    (["--rtol", "-1"], "must not be negative"),
+])
+def test_cli_validate_bad_input_exits_2(args: list[str], message: str, tmp_path: Path) -> None:
+    done = invoke("validate", pte_path("v_h_cpu_only"), pte_path("v_h_cpu_only"), *args)
+    assert done.exit_code == 2
+    assert message in done.output and "Traceback" not in done.output
+
+
+def test_cli_validate_garbage_file_exits_2(tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.pte"
+    garbage.write_bytes(b"not a program" * 10)
+    done = invoke("validate", pte_path("v_h_cpu_only"), garbage)
+    assert done.exit_code == 2 and "garbage.pte" in done.output
+
+
+def test_cli_run_prints_outputs_and_copies() -> None:
+    done = invoke("run", pte_path("v_k_cuda1_copy"), "--simulate-devices", "--calls", "2",
+                  "--inputs", CORPUS / "v_k_cuda1_copy.inputs.pt")
+    assert done.exit_code == 0, done.output
+    assert "_h2d_copy kernel" in done.output and "float32" in done.output and "[3, 5]" in done.output
+    done = invoke("run", pte_path("v_g_external_cpu"), "--ptd", ptd_path("v_g_external_cpu"), "--format", "json")
+    report = json.loads(done.output)
+    assert report["command"] == "run" and report["calls"][0]["outputs"][0]["shape"] == [4, 4]
+
+
+def test_cli_run_bad_inputs_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.pt"
+    torch.save((torch.zeros(2, 2),), bad)
+    done = invoke("run", pte_path("v_h_cpu_only"), "--inputs", bad)
+    assert done.exit_code == 2 and "expected shape [3, 6], got [2, 2]" in done.output
+    done = invoke("run", pte_path("v_h_xnnpack"))
+    assert done.exit_code == 2 and "XnnpackBackend" in done.output
