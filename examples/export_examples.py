@@ -23,7 +23,7 @@ import contextlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import torch
 
@@ -119,6 +119,9 @@ def _all_ops(device: str = "cuda:0") -> Callable[[], list]:
 EXAMPLES = (
     Example("mlp", MLP, lambda g: (torch.randn(4, 16, generator=g),), _all_ops()),
     Example("mlp", MLP, lambda g: (torch.randn(4, 16, generator=g),), lambda: [], ("cpu",)),
+    # The baseline a real device backend aims for: weights inside the delegate, on the device from init.
+    Example("mlp_inside", MLP, lambda g: (torch.randn(4, 16, generator=g),),
+            lambda: [DevconstPartitioner(None, "cuda:0", "inside")], ("copy",)),
     Example("transformer", TransformerBlock, lambda g: (torch.randn(2, 8, 32, generator=g),), _all_ops()),
     Example("two_gpu", TwoStage, lambda g: (torch.randn(4, 16, generator=g),),
             lambda: [DevconstPartitioner({"aten.mm", "aten.add", "aten.relu"}, "cuda:0"),
@@ -150,11 +153,14 @@ def write_example(out: Path, name: str, model: torch.nn.Module, calls: list[tupl
     return path
 
 
-def export_all(out: Path, big: bool = False) -> list[Path]:
+def export_all(out: Path, big: bool = False, only: Optional[set[str]] = None) -> list[Path]:
+    """Export every example (or those named in ``only``, e.g. ``{"mlp_legacy"}``) into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for example in EXAMPLES:
         for style in example.styles:
+            if only is not None and f"{example.name}_{style}" not in only:
+                continue
             torch.manual_seed(SEED)
             generator = torch.Generator().manual_seed(SEED)
             model = example.make()
@@ -162,6 +168,8 @@ def export_all(out: Path, big: bool = False) -> list[Path]:
             written.append(write_example(out, example.name, model, calls, example.partitioners(), style))
     if big:
         for style in ("copy", "legacy"):
+            if only is not None and f"mlp_big_{style}" not in only:
+                continue
             torch.manual_seed(SEED)
             generator = torch.Generator().manual_seed(SEED)
             model = MLP(4096, 8192, 4096)  # 2 x 4096 x 8192 fp32 weights = 256 MiB, plus biases
@@ -173,10 +181,12 @@ def export_all(out: Path, big: bool = False) -> list[Path]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default examples/models)")
+    parser.add_argument("--only", action="append", metavar="NAME",
+                        help="export only this program (e.g. mlp_legacy); repeatable")
     parser.add_argument("--big", action="store_true",
                         help="also export mlp_big_{copy,legacy}.pte with >= 256 MiB of constants (not committed)")
     args = parser.parse_args(argv)
-    for path in export_all(args.out, args.big):
+    for path in export_all(args.out, args.big, set(args.only) if args.only else None):
         print(f"{path}  {path.stat().st_size} B")
     return 0
 
