@@ -13,6 +13,7 @@ from et_oracle import run_with_executorch
 from pte_devconst.runner import Cause, DelegateExecutor, Direction, LoadedProgram, RunnerError, run_program
 from pte_devconst.runner import delegates as delegate_registry
 from pte_devconst.runner.dtypes import dim_order_strides
+from pte_devconst.runner.profiling import memcpy_totals
 from pte_devconst.schema import model as m
 from pte_devconst.schema.errors import PteDevconstError
 from pte_devconst.schema.pte_file import open_pte, unchanged_segments
@@ -248,3 +249,14 @@ def test_synthetic_inputs_when_none_are_given() -> None:
     result = run_program(pte_path("v_h_cpu_only"), calls=2)
     assert [tuple(o.shape) for o in result.calls[0].outputs] == [(3, 5), (3,)]
     assert_outputs_close(result.calls[0].outputs, result.calls[1].outputs, exact=True)
+
+
+def test_memcpy_totals_reads_a_chrome_trace() -> None:
+    # The parser of the GPU cross-check (tests/test_runner_gpu.py) needs no GPU.
+    trace = {"traceEvents": [
+        {"cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "args": {"bytes": 64}},
+        {"cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pageable)", "args": {"bytes": 16}},
+        {"cat": "kernel", "name": "gemm", "args": {}},
+    ]}
+    totals = memcpy_totals(trace)
+    assert (totals.h2d_count, totals.h2d_bytes, totals.d2h_count, totals.d2h_bytes) == (1, 64, 1, 16)

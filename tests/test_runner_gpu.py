@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from pte_devconst.runner import LoadedProgram, run_program
-from pte_devconst.runner.profiling import memcpy_totals
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "models"
 pytestmark = pytest.mark.gpu
@@ -51,13 +50,3 @@ def test_profiler_memcpy_bytes_match_the_ledger(name: str) -> None:
         assert call.profiled.h2d_bytes == call.copies.h2d.nbytes
         assert call.profiled.d2h_bytes == call.copies.d2h.nbytes
 
-
-def test_memcpy_totals_reads_a_chrome_trace() -> None:
-    # The parser itself needs no GPU, but it only matters next to the profiler test above.
-    trace = {"traceEvents": [
-        {"cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "args": {"bytes": 64}},
-        {"cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pageable)", "args": {"bytes": 16}},
-        {"cat": "kernel", "name": "gemm", "args": {}},
-    ]}
-    totals = memcpy_totals(trace)
-    assert (totals.h2d_count, totals.h2d_bytes, totals.d2h_count, totals.d2h_bytes) == (1, 64, 1, 16)
