@@ -1,12 +1,13 @@
-"""A rich progress bar for long writes, shown only when stderr is a terminal and not --quiet."""
+"""rich progress bars for long writes and many files, shown only when stderr is a terminal and not --quiet."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from typing import Callable, Iterator, Optional
 
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 # Below this many bytes a write takes well under a second: no bar.
 PROGRESS_THRESHOLD = 64 << 20
@@ -30,3 +31,34 @@ def write_progress(label: str, total_bytes: int, quiet: bool) -> Iterator[Option
             bar.update(task, completed=done, total=max(total, done))
 
         yield update
+
+
+# Checking this many files takes about a second even when each is small.
+MANY_FILES = 16
+
+
+@contextlib.contextmanager
+def files_progress(label: str, paths: list[str], quiet: bool) -> Iterator[Optional[Callable[[int, str], None]]]:
+    """Yield an ``advance(done, current_name)`` callback for work over several files, or None (no bar).
+
+    A bar is drawn only when stderr is a terminal, not ``--quiet``, and the work is long enough to
+    notice: many files, or files that together reach ``PROGRESS_THRESHOLD`` bytes.
+    """
+    total_bytes = 0
+    for path in paths:
+        try:
+            total_bytes += os.path.getsize(path)
+        except OSError:
+            pass
+    long_enough = len(paths) >= MANY_FILES or (len(paths) > 1 and total_bytes >= PROGRESS_THRESHOLD)
+    if quiet or not long_enough or not sys.stderr.isatty():
+        yield None
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[name]}"))
+    with Progress(*columns, transient=True, redirect_stdout=False) as bar:
+        task = bar.add_task(label, total=len(paths), name="")
+
+        def advance(done: int, name: str) -> None:
+            bar.update(task, completed=done, name=name)
+
+        yield advance

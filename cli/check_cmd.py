@@ -1,0 +1,138 @@
+"""``pte-devconst check``: the CI gate. Fails while a program still copies a movable constant on every call.
+
+Exit 0: no file has an eligible constant left; 1: some do (each is listed:
+file, method, constant, bytes per call); 2: some file could not be checked
+(every file is still reported).  Patterns are expanded here too, for shells
+and CI runners that pass them through unexpanded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from pte_devconst.api import CheckReport, check, expand_paths, parse_devices
+from pte_devconst.cli.app import EXIT_OK, OPTIONS, command
+from pte_devconst.cli.output import (FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
+                                     resolve_format, stdout_console, table)
+from pte_devconst.cli.progress import files_progress
+
+
+def check_payload(report: CheckReport) -> dict[str, Any]:
+    """The JSON document of a check (see cli/report.schema.json)."""
+    return {
+        "passed": report.passed,
+        "exit_code": report.exit_code,
+        "min_bytes": report.min_bytes,
+        "findings": len(report.findings),
+        "bytes_per_call": report.bytes_per_call,
+        "errors": len(report.errors),
+        "files": [{
+            "file": f.file, "ptd": f.ptd, "status": f.status, "constants": f.constants,
+            "bytes_per_call": f.bytes_per_call, "error": f.error, "note": f.note,
+            "findings": [{"method": x.method, "value": x.value, "name": x.name, "device": x.device,
+                          "nbytes": x.nbytes, "copies_per_call": x.copies_per_call,
+                          "bytes_per_call": x.bytes_per_call} for x in f.findings],
+        } for f in report.files],
+    }
+
+
+def constant_label(name: str, value: int) -> str:
+    """``w (v3)``, or ``value 3`` for a constant without a name."""
+    return name if name == f"value {value}" else f"{name} (v{value})"
+
+
+def _finding_rows(report: CheckReport) -> list[list[Any]]:
+    return [[f.file, f.method, constant_label(f.name, f.value), f.device, human_bytes(f.bytes_per_call)]
+            for f in report.findings]
+
+
+def _summary(report: CheckReport) -> str:
+    checked = sum(1 for f in report.files if not f.error)
+    if report.passed:
+        return f"{checked} file(s) checked: no constant is copied to a device on every call."
+    parts = [] if report.findings else [f"{checked} file(s) checked without findings"]
+    if report.findings:
+        parts.append(f"{len(report.findings)} constant(s) in "
+                     f"{sum(1 for f in report.files if f.findings)} file(s) still copied to a device on every "
+                     f"call ({human_bytes(report.bytes_per_call)} per call); run pte-devconst rewrite")
+    if report.errors:
+        parts.append(f"{len(report.errors)} file(s) could not be checked")
+    return "; ".join(parts) + "."
+
+
+def render_text(report: CheckReport) -> None:
+    console = stdout_console()
+    if report.findings:
+        if OPTIONS.quiet:
+            for f in report.findings:
+                console.print(f"{f.file}: {f.method}: {constant_label(f.name, f.value)} -> {f.device}: "
+                              f"{f.bytes_per_call} B per call", markup=False)
+        else:
+            console.print(table("constants copied host-to-device on every call",
+                                ["file", "method", "constant", "device", "bytes/call"],
+                                _finding_rows(report), right=["bytes/call"]))
+    if OPTIONS.verbose:
+        for f in report.files:
+            if f.status == "ok":
+                console.print(f"ok  {f.file} ({f.constants} constant(s) examined"
+                              + (f", data {f.ptd}" if f.ptd else "") + ")", markup=False)
+    if not OPTIONS.quiet:
+        for f in report.files:
+            if f.note:
+                console.print(f"note: {f.file}: {f.note}", markup=False)
+        console.print(_summary(report), markup=False)
+
+
+def render_markdown(report: CheckReport) -> None:
+    icon = "✅" if report.passed else "❌"
+    lines = [f"### {icon} pte-devconst check", "", _summary(report), ""]
+    if report.findings:
+        lines += [markdown_table(["file", "method", "constant", "device", "bytes/call"],
+                                 [[f"`{f.file}`", f"`{f.method}`", f"`{constant_label(f.name, f.value)}`", f.device,
+                                   f"{f.bytes_per_call:,}"] for f in report.findings]), ""]
+    if report.errors:
+        lines += ["**Could not check:**", ""] + [f"- {f.error}" for f in report.errors] + [""]
+    notes = [f"- `{f.file}`: {f.note}" for f in report.files if f.note]
+    if notes:
+        lines += ["**Notes:**", ""] + notes + [""]
+    checked = [f for f in report.files if not f.error]
+    if checked:
+        lines += ["<details><summary>{} file(s) checked</summary>".format(len(checked)), "",
+                  markdown_table(["file", "constants", "left on the host, copied per call", "bytes/call"],
+                                 [[f"`{f.file}`", f.constants, len(f.findings), f"{f.bytes_per_call:,}"]
+                                  for f in checked]), "", "</details>"]
+    typer.echo("\n".join(lines))
+
+
+@command("check")
+def check_command(
+    files: list[str] = typer.Argument(..., help="Programs to check: .pte files, glob patterns ('**/*.pte') "
+                                      "or directories.", show_default=False),
+    ptd: Optional[list[Path]] = typer.Option(None, "--ptd", help="The .ptd of a program's external constants "
+                                             "(repeatable; matched by name; default NAME.ptd next to NAME.pte)."),
+    device: Optional[list[str]] = typer.Option(None, "--device", help="Only count constants that could move "
+                                               "to this device (repeatable, e.g. cuda:0)."),
+    min_bytes: int = typer.Option(0, "--min-bytes", min=0, help="Ignore constants smaller than this."),
+    fmt: OutputFormat = FORMAT_OPTION,
+    json_flag: bool = JSON_FLAG,
+) -> None:
+    """Exit 1 when a program still copies a constant to a device on every call (for CI and pre-commit)."""
+    devices = parse_devices(device or None, "--device")
+    paths, _ = expand_paths(files)
+    with files_progress("checking", [str(p) for p in paths], OPTIONS.quiet) as advance:
+        report = check(files, ptd=ptd or None, min_bytes=min_bytes, devices=devices,
+                       progress=(lambda done, total, name: advance(done, Path(name).name)) if advance else None)
+    for failed in report.errors:
+        typer.echo(f"pte-devconst: error: {failed.error}", err=True)
+    fmt = resolve_format(fmt, json_flag)
+    if fmt is OutputFormat.json:
+        emit_json("check", check_payload(report))
+    elif fmt is OutputFormat.markdown:
+        render_markdown(report)
+    else:
+        render_text(report)
+    if report.exit_code != EXIT_OK:
+        raise typer.Exit(report.exit_code)

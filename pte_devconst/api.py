@@ -1,0 +1,287 @@
+"""The Python API: what the command line does, as plain functions returning the objects it renders.
+
+An export script can call it right after ``to_executorch()``::
+
+    from pte_devconst import analyze, rewrite, check
+
+    result = rewrite("model.pte")            # writes model.devconst.pte
+    assert check([result.output]).passed     # nothing is copied per call any more
+
+Nothing here imports torch except ``validate``, which runs both programs.
+Errors are ``pte_devconst.schema.errors.PteDevconstError`` (one readable line).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence, Union
+
+from pte_devconst.schema.errors import PteDevconstError
+from pte_devconst.schema.model import Device
+
+if TYPE_CHECKING:  # only for annotations: keep `import pte_devconst.api` light
+    from pte_devconst.rewriter.diff import ProgramDiff
+    from pte_devconst.rewriter.inventory import ProgramSummary
+    from pte_devconst.rewriter.rewrite import RewriteResult
+    from pte_devconst.runner.validate import ValidationResult
+
+PathLike = Union[str, "os.PathLike[str]"]
+DeviceLike = Union[str, Device]
+
+__all__ = ["analyze", "rewrite", "diff", "check", "validate", "expand_paths", "parse_devices", "CheckReport",
+           "FileCheck", "Finding"]
+
+_GLOB_CHARS = frozenset("*?[")
+
+
+def parse_devices(devices: Optional[Iterable[DeviceLike]], option: str = "devices") -> Optional[frozenset[Device]]:
+    """``["cuda:0,cuda:1", Device(1, 1)]`` -> a frozenset of non-CPU devices; None stays None (every device)."""
+    if devices is None:
+        return None
+    chosen = set()
+    for item in devices:
+        for part in [item] if isinstance(item, Device) else str(item).split(","):
+            try:
+                device = part if isinstance(part, Device) else Device.parse(part)
+            except ValueError as error:
+                raise PteDevconstError(f"{option}: {error}") from None
+            if device.is_cpu:
+                raise PteDevconstError(f"{option}: constants only move to non-CPU devices (e.g. cuda:0)")
+            chosen.add(device)
+    return frozenset(chosen)
+
+
+def analyze(pte: PathLike, ptd: Optional[PathLike] = None) -> "ProgramSummary":
+    """What ``inspect`` shows: methods, delegates, buffers, segments and every constant's verdict."""
+    from pte_devconst.rewriter.inventory import summarize
+    from pte_devconst.rewriter.rewrite import analyze_opened, opened
+
+    with opened(pte, ptd) as (source, data):
+        return summarize(source, analyze_opened(source, data))
+
+
+def rewrite(pte: PathLike, output: Optional[PathLike] = None, *, ptd: Optional[PathLike] = None,
+            devices: Optional[Iterable[DeviceLike]] = None, min_bytes: int = 0, dry_run: bool = False,
+            in_place: bool = False) -> "RewriteResult":
+    """Move every eligible constant into device memory with initial data (what ``rewrite`` does).
+
+    Writes ``output`` (default ``<stem>.devconst.pte`` next to ``pte``) atomically and re-reads it
+    before returning; ``dry_run`` only plans.  ``result.changed`` says whether anything moved and
+    ``result.plan`` holds every placement, removed instruction and left-in-place verdict.
+    """
+    from pte_devconst.rewriter.plan import RewriteOptions
+    from pte_devconst.rewriter.rewrite import rewrite_file
+
+    if min_bytes < 0:
+        raise PteDevconstError(f"min_bytes must be >= 0, got {min_bytes}")
+    if in_place and output is not None:
+        raise PteDevconstError("in_place and output exclude each other")
+    options = RewriteOptions(devices=parse_devices(devices), min_bytes=min_bytes)
+    return rewrite_file(pte, output, ptd=ptd, options=options, dry_run=dry_run, in_place=in_place)
+
+
+def diff(before: PathLike, after: PathLike) -> "ProgramDiff":
+    """What changed between two programs (any two .pte files): tensors, buffers, instructions, copies."""
+    from pte_devconst.rewriter.diff import diff_files
+    from pte_devconst.schema.pte_file import open_pte
+
+    with open_pte(before) as a, open_pte(after) as b:
+        return diff_files(a, b)
+
+
+def validate(original: PathLike, rewritten: PathLike, **options: Any) -> "ValidationResult":
+    """Run both programs on the same inputs and check the rewrite's promises (imports torch).
+
+    Keyword options are those of ``pte_devconst.runner.validate.validate``: ``ptd``, ``rewritten_ptd``,
+    ``inputs``, ``expected``, ``calls`` (>= 2), ``rtol``, ``atol``, ``simulate_devices``, ``methods``.
+    ``result.passed`` is the verdict.
+    """
+    from pte_devconst.runner.validate import validate as run_validation
+
+    return run_validation(original, rewritten, **options)
+
+
+# --------------------------------------------------------------------------- check
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A constant that is still copied host-to-device on every call and could be moved."""
+
+    file: str
+    method: str
+    value: int
+    name: str
+    device: str
+    nbytes: int
+    copies_per_call: int
+
+    @property
+    def bytes_per_call(self) -> int:
+        return self.nbytes * self.copies_per_call
+
+
+@dataclass(frozen=True, slots=True)
+class FileCheck:
+    """One file's result: its findings, or the error that kept it from being read."""
+
+    file: str
+    ptd: Optional[str]
+    constants: int  # constants examined
+    findings: tuple[Finding, ...]
+    error: Optional[str] = None
+    note: Optional[str] = None  # e.g. why `rewrite` would refuse this program
+
+    @property
+    def status(self) -> str:
+        """``ok``, ``findings`` or ``error``."""
+        return "error" if self.error else "findings" if self.findings else "ok"
+
+    @property
+    def bytes_per_call(self) -> int:
+        return sum(f.bytes_per_call for f in self.findings)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckReport:
+    files: tuple[FileCheck, ...]
+    min_bytes: int
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        return tuple(f for file in self.files for f in file.findings)
+
+    @property
+    def errors(self) -> tuple[FileCheck, ...]:
+        return tuple(file for file in self.files if file.error)
+
+    @property
+    def passed(self) -> bool:
+        return not self.findings and not self.errors
+
+    @property
+    def exit_code(self) -> int:
+        """0 clean, 1 some file still copies an eligible constant per call, 2 some file could not be checked."""
+        return 2 if self.errors else 1 if self.findings else 0
+
+    @property
+    def bytes_per_call(self) -> int:
+        return sum(f.bytes_per_call for f in self.findings)
+
+
+def _expand(patterns: Iterable[PathLike]) -> list[Union[Path, str]]:
+    """Files (``Path``) and problems (``str``) in argument order; duplicates dropped."""
+    items: list[Union[Path, str]] = []
+    seen: set[Path] = set()
+    for pattern in patterns:
+        text = os.fspath(pattern)
+        path = Path(text)
+        if path.is_dir():
+            matches = sorted(p for p in path.rglob("*.pte") if p.is_file())
+            if not matches:
+                items.append(f"{text}: no .pte file in this directory")
+        elif path.exists() or not (_GLOB_CHARS & set(text)):
+            matches = [path]
+        else:
+            # A pattern's .ptd matches are the data files of its programs, not programs.
+            matches = sorted(Path(p) for p in glob.glob(text, recursive=True)
+                             if os.path.isfile(p) and not p.endswith(".ptd"))
+            if not matches:
+                items.append(f"{text}: no file matches this pattern")
+        for match in matches:
+            if match not in seen:
+                seen.add(match)
+                items.append(match)
+    return items
+
+
+def expand_paths(patterns: Iterable[PathLike]) -> tuple[list[Path], list[str]]:
+    """Expand glob patterns (``**`` too) and directories (every ``*.pte`` below) into files.
+
+    Returns ``(files, problems)``: a pattern that matches nothing is a problem, not an exception, so a
+    caller can report every bad argument at once.  A name that exists is taken as it is, even with
+    glob characters in it.  Shells usually expand patterns first; this covers those that do not.
+    """
+    items = _expand(patterns)
+    return [i for i in items if isinstance(i, Path)], [i for i in items if isinstance(i, str)]
+
+
+def _ptd_for(pte: Path, given: Sequence[Path], single: bool) -> Optional[Path]:
+    """The .ptd of ``pte``: a given one with the same stem (or the only one, for a single file), else a sibling."""
+    for candidate in given:
+        if candidate.stem == pte.stem:
+            return candidate
+    if single and len(given) == 1:
+        return given[0]
+    sibling = pte.with_suffix(".ptd")
+    return sibling if sibling.is_file() else None
+
+
+def _check_one(pte: Path, ptd: Optional[Path], min_bytes: int, devices: Optional[frozenset[Device]]) -> FileCheck:
+    from pte_devconst.rewriter.rewrite import analyze_opened, opened
+
+    with opened(pte, ptd) as (source, data):
+        analysis = analyze_opened(source, data)
+    findings = []
+    examined = 0
+    for method in analysis.methods:
+        examined += len(method.constants)
+        for verdict in method.eligible:
+            if verdict.nbytes < min_bytes or (devices is not None and verdict.device not in devices):
+                continue
+            findings.append(Finding(str(pte), method.name, verdict.value, verdict.name, str(verdict.device),
+                                    verdict.nbytes, verdict.copies_per_call))
+    note = f"rewrite would refuse this program: {analysis.refusal}" if analysis.refusal and findings else None
+    return FileCheck(str(pte), str(ptd) if ptd else None, examined, tuple(findings), None, note)
+
+
+def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[PathLike]]] = None,
+          min_bytes: int = 0, devices: Optional[Iterable[DeviceLike]] = None,
+          progress: Optional[Callable[[int, int, str], None]] = None) -> CheckReport:
+    """Which constants do these programs still copy to a device on every call? (what ``check`` does)
+
+    ``files`` may hold paths, glob patterns and directories.  ``ptd`` is a .ptd (or several,
+    matched to programs by file stem); without one, a ``<stem>.ptd`` next to a program is used.
+    Constants under ``min_bytes`` are ignored.  Never raises for a bad file: each unreadable file is a
+    ``FileCheck`` with ``error`` set, and ``report.exit_code`` is 2.  ``progress(done, total, name)``
+    is called after each file.
+    """
+    if min_bytes < 0:
+        raise PteDevconstError(f"min_bytes must be >= 0, got {min_bytes}")
+    selected = parse_devices(devices)
+    given = [] if ptd is None else [Path(ptd)] if isinstance(ptd, (str, os.PathLike)) else [Path(p) for p in ptd]
+    items = _expand(files)
+    total = sum(isinstance(i, Path) for i in items)
+    results: list[FileCheck] = []
+    used: set[Path] = set()
+    done = 0
+    for item in items:
+        if isinstance(item, str):
+            results.append(FileCheck(item.rsplit(": ", 1)[0], None, 0, (), item))
+            continue
+        data = _ptd_for(item, given, total == 1)
+        if data is not None:
+            used.add(data)
+        try:
+            results.append(_check_one(item, data, min_bytes, selected))
+        except PteDevconstError as error:
+            text = " ".join(str(error).split())
+            results.append(FileCheck(str(item), str(data) if data else None, 0, (),
+                                     text if str(item) in text else f"{item}: {text}"))
+        except OSError as error:
+            results.append(FileCheck(str(item), str(data) if data else None, 0, (),
+                                     f"{item}: {error.strerror or error}"))
+        done += 1
+        if progress is not None:
+            progress(done, total, str(item))
+    for unused in given:
+        if unused not in used:
+            results.append(FileCheck(str(unused), str(unused), 0, (),
+                                     f"{unused}: --ptd matches no program (name it like the .pte: NAME.ptd)"))
+    if not results:
+        results.append(FileCheck("", None, 0, (), "no files given"))
+    return CheckReport(tuple(results), min_bytes)
+
