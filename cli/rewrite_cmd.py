@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 import typer
 
+from pte_devconst.api import parse_devices as api_parse_devices
 from pte_devconst.cli.app import OPTIONS, command
 from pte_devconst.cli.output import (FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
                                      resolve_format, stdout_console, table)
@@ -18,19 +19,8 @@ from pte_devconst.schema.model import Device
 
 
 def parse_devices(values: Optional[list[str]]) -> Optional[frozenset[Device]]:
-    if not values:
-        return None
-    devices = set()
-    for text in values:
-        for part in text.split(","):
-            try:
-                device = Device.parse(part)
-            except ValueError as error:
-                raise PteDevconstError(f"--device: {error}") from None
-            if device.is_cpu:
-                raise PteDevconstError("--device: constants only move to non-CPU devices (e.g. cuda:0)")
-            devices.add(device)
-    return frozenset(devices)
+    """``--device`` values (repeatable, comma-separated) -> devices; None when not given."""
+    return api_parse_devices(values or None, "--device")
 
 
 def result_payload(result: RewriteResult) -> dict[str, Any]:
