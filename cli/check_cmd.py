@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import typer
 
-from pte_devconst.api import CheckReport, check, expand_paths, parse_devices
+from pte_devconst.api import CheckReport, Finding, check, expand_paths, parse_devices
 from pte_devconst.cli.app import EXIT_OK, OPTIONS, command
 from pte_devconst.cli.output import (FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
                                      resolve_format, stdout_console, table)
@@ -44,9 +44,8 @@ def constant_label(name: str, value: int) -> str:
     return name if name == f"value {value}" else f"{name} (v{value})"
 
 
-def _finding_rows(report: CheckReport) -> list[list[Any]]:
-    return [[f.file, f.method, constant_label(f.name, f.value), f.device, human_bytes(f.bytes_per_call)]
-            for f in report.findings]
+def _finding_rows(findings: tuple[Finding, ...]) -> list[list[Any]]:
+    return [[f.method, constant_label(f.name, f.value), f.device, human_bytes(f.bytes_per_call)] for f in findings]
 
 
 def _summary(report: CheckReport) -> str:
@@ -67,13 +66,16 @@ def render_text(report: CheckReport) -> None:
     console = stdout_console()
     if report.findings:
         if OPTIONS.quiet:
-            for f in report.findings:
-                console.print(f"{f.file}: {f.method}: {constant_label(f.name, f.value)} -> {f.device}: "
-                              f"{f.bytes_per_call} B per call", markup=False)
+            for f in report.findings:  # one unwrapped line each, for grep and editors
+                typer.echo(f"{f.file}: {f.method}: {constant_label(f.name, f.value)} -> {f.device}: "
+                           f"{f.bytes_per_call} B per call")
         else:
-            console.print(table("constants copied host-to-device on every call",
-                                ["file", "method", "constant", "device", "bytes/call"],
-                                _finding_rows(report), right=["bytes/call"]))
+            for f in report.files:
+                if f.findings:
+                    console.print(f"{f.file}: {len(f.findings)} constant(s) copied host-to-device on every call",
+                                  markup=False)
+                    console.print(table(None, ["method", "constant", "device", "bytes/call"],
+                                        _finding_rows(f.findings), right=["bytes/call"]))
     if OPTIONS.verbose:
         for f in report.files:
             if f.status == "ok":

@@ -1,0 +1,152 @@
+"""``pte-devconst check``: the CI gate's exit codes, listings, patterns, .ptd pairing and formats."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cli_runner import invoke, invoke_json
+from conftest import CORPUS, facts, pte_path
+
+
+def _expected_findings(stem: str) -> set[tuple[str, int, str, int]]:
+    """(method, value, device, nbytes) of every constant the corpus facts call eligible."""
+    return {(method, c["value"], c["verdict"].split(":", 1)[1], c["nbytes"])
+            for method, body in facts(stem)["methods"].items() for c in body["constants"]
+            if c["verdict"].startswith("eligible:")}
+
+
+def test_clean_program_exits_0(tmp_path: Path) -> None:
+    result = invoke("check", pte_path("v_h_cpu_only"))
+    assert result.exit_code == 0, result.output
+    assert "no constant is copied to a device on every call" in result.stdout
+
+
+def test_findings_exit_1_and_list_file_method_constant_bytes() -> None:
+    result = invoke("check", pte_path("v_c_shared_host_copy"))
+    assert result.exit_code == 1
+    # v2 `b` (96 bytes) is the one eligible constant; w and gain are also read on the host.
+    assert "v_c_shared_host_copy.pte" in result.stdout
+    assert "forward" in result.stdout and "value 2" in result.stdout and "96 B" in result.stdout
+    assert "value 0" not in result.stdout
+
+
+def test_every_corpus_finding_matches_the_eligible_verdicts() -> None:
+    code, doc = invoke_json("check", *sorted(CORPUS.glob("*.pte")))
+    assert code == 1 and doc["exit_code"] == 1
+    by_file = {Path(f["file"]).stem: f for f in doc["files"]}
+    assert set(by_file) == {p.stem for p in CORPUS.glob("*.pte")}
+    for stem, entry in by_file.items():
+        listed = {(x["method"], x["value"], x["device"], x["nbytes"]) for x in entry["findings"]}
+        assert listed == _expected_findings(stem), stem
+        assert entry["bytes_per_call"] == sum(x["bytes_per_call"] for x in entry["findings"])
+
+
+def test_after_rewrite_check_passes(work_copy) -> None:
+    pte = work_copy("v_f_multi_method_legacy")
+    assert invoke("check", pte).exit_code == 1
+    assert invoke("rewrite", pte).exit_code == 0
+    result = invoke("check", pte.with_name("v_f_multi_method_legacy.devconst.pte"))
+    assert result.exit_code == 0, result.output
+
+
+def test_unreadable_file_is_an_error_but_every_file_is_reported(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.pte"
+    bad.write_bytes(b"not a program at all, just some bytes" * 4)
+    code, doc = invoke_json("check", pte_path("v_h_cpu_only"), bad, tmp_path / "missing.pte",
+                            pte_path("v_a_dtypes_copy"))
+    assert code == 2 and doc["exit_code"] == 2 and not doc["passed"]
+    statuses = [(Path(f["file"]).name, f["status"]) for f in doc["files"]]
+    assert statuses == [("v_h_cpu_only.pte", "ok"), ("bad.pte", "error"), ("missing.pte", "error"),
+                        ("v_a_dtypes_copy.pte", "findings")]
+    result = invoke("check", bad, pte_path("v_h_cpu_only"))
+    assert result.exit_code == 2
+    errors = [line for line in result.stderr.splitlines() if line]
+    assert len(errors) == 1 and errors[0].startswith("pte-devconst: error: ") and "bad.pte" in errors[0]
+    assert "Traceback" not in result.output
+
+
+def test_patterns_are_expanded_when_the_shell_did_not(tmp_path: Path) -> None:
+    for name in ("v_h_cpu_only", "v_h_xnnpack", "v_a_dtypes_copy"):
+        shutil.copy(pte_path(name), tmp_path / f"{name}.pte")
+    (tmp_path / "sub").mkdir()
+    shutil.copy(pte_path("v_k_cuda1_copy"), tmp_path / "sub" / "k.pte")
+    code, doc = invoke_json("check", str(tmp_path / "v_h_*.pte"))
+    assert code == 0 and [Path(f["file"]).name for f in doc["files"]] == ["v_h_cpu_only.pte", "v_h_xnnpack.pte"]
+    code, doc = invoke_json("check", str(tmp_path / "**" / "*.pte"))
+    assert code == 1 and {Path(f["file"]).name for f in doc["files"]} == {
+        "v_h_cpu_only.pte", "v_h_xnnpack.pte", "v_a_dtypes_copy.pte", "k.pte"}
+    code, doc = invoke_json("check", tmp_path)  # a directory: every .pte below it
+    assert code == 1 and len(doc["files"]) == 4
+    code, doc = invoke_json("check", str(tmp_path / "nothing_*.pte"))
+    assert code == 2 and "no file matches" in doc["files"][0]["error"]
+
+
+def test_external_constants_need_their_ptd(tmp_path: Path, work_copy) -> None:
+    pte = work_copy("v_g_external_legacy")
+    # Next to the program, NAME.ptd is found on its own.
+    code, doc = invoke_json("check", pte)
+    assert code == 1 and doc["files"][0]["ptd"].endswith("v_g_external_legacy.ptd")
+    assert {x["name"] for x in doc["files"][0]["findings"]} == {"w", "only_dev"}
+    # Elsewhere, --ptd names it; without it external constants cannot be judged movable.
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    shutil.copy(pte, lone / "model.pte")
+    assert invoke("check", lone / "model.pte").exit_code == 0
+    code, doc = invoke_json("check", lone / "model.pte", "--ptd", pte.with_suffix(".ptd"))
+    assert code == 1 and len(doc["files"][0]["findings"]) == 2
+    # A --ptd that belongs to none of several programs is reported, not ignored.
+    code, doc = invoke_json("check", lone / "model.pte", pte_path("v_h_cpu_only"), "--ptd", pte.with_suffix(".ptd"))
+    assert code == 2 and "matches no program" in doc["files"][-1]["error"]
+
+
+def test_glob_skips_data_files(work_copy) -> None:
+    pte = work_copy("v_g_external_copy")
+    code, doc = invoke_json("check", str(pte.parent / "v_g_external_copy.*"))
+    assert code == 1 and [Path(f["file"]).name for f in doc["files"]] == ["v_g_external_copy.pte"]
+
+
+def test_min_bytes_and_device_filters() -> None:
+    pte = pte_path("v_e_two_devices_copy")  # w0 -> cuda:0, w1 -> cuda:1, 64 B each
+    assert invoke("check", pte, "--min-bytes", "65").exit_code == 0
+    code, doc = invoke_json("check", pte, "--device", "cuda:1")
+    assert code == 1 and [x["device"] for x in doc["files"][0]["findings"]] == ["cuda:1"]
+    bad = invoke("check", pte, "--device", "cpu")
+    assert bad.exit_code == 2 and "non-CPU" in bad.stderr
+    assert invoke("check", pte, "--min-bytes", "-1").exit_code == 2
+
+
+def test_markdown_is_a_pull_request_summary() -> None:
+    result = invoke("check", pte_path("v_c_shared_host_copy"), pte_path("v_h_cpu_only"), "--format", "markdown")
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("### ") and "check" in lines[0]
+    assert "| file | method | constant | device | bytes/call |" in lines
+    assert any(line.startswith(f"| `{pte_path('v_c_shared_host_copy')}` | `forward` |") for line in lines)
+    assert "<details>" in result.stdout and "</details>" in result.stdout
+    ok = invoke("check", pte_path("v_h_cpu_only"), "-f", "markdown")
+    assert ok.exit_code == 0 and "✅" in ok.stdout.splitlines()[0]
+
+
+def test_quiet_prints_one_line_per_finding_and_nothing_when_clean() -> None:
+    result = invoke("--quiet", "check", pte_path("v_e_two_devices_legacy"))
+    assert result.exit_code == 1
+    assert result.stdout.splitlines() == [
+        f"{pte_path('v_e_two_devices_legacy')}: forward: value 1 -> cuda:0: 64 B per call",
+        f"{pte_path('v_e_two_devices_legacy')}: forward: value 2 -> cuda:1: 64 B per call",
+    ]
+    clean = invoke("-q", "check", pte_path("v_h_cpu_only"))
+    assert clean.exit_code == 0 and clean.stdout == ""
+
+
+def test_verbose_lists_clean_files_too() -> None:
+    result = invoke("--verbose", "check", pte_path("v_h_cpu_only"), pte_path("v_h_xnnpack"))
+    assert result.exit_code == 0
+    assert "ok  " in result.stdout and "v_h_xnnpack.pte (1 constant(s) examined)" in result.stdout
+
+
+@pytest.mark.parametrize("args", [(), ("--format", "yaml")])
+def test_usage_errors_exit_2(args: tuple[str, ...]) -> None:
+    assert invoke("check", *args).exit_code == 2
