@@ -53,3 +53,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+    # Long end-to-end runs (re-exports, large files) run only when asked for: pytest -m slow.
+    if "slow" not in (config.option.markexpr or ""):
+        later = pytest.mark.skip(reason="a long run: select it with -m slow")
+        for item in items:
+            if "slow" in item.keywords:
+                item.add_marker(later)
