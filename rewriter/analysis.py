@@ -319,18 +319,43 @@ def _lives_on_host(plan: m.ExecutionPlan, value: m.EValue) -> bool:
     return plan.buffer_device(value.allocation_info.memory_id).is_cpu
 
 
+def _first_uses(plan: m.ExecutionPlan, readers: Mapping[int, list[Reader]]
+                ) -> tuple[dict[int, tuple[int, int]], dict[tuple[int, int, int], tuple[int, int]]]:
+    """Earliest (chain, instruction) use of each value, and of each planned region (memory_id, offset, nbytes)."""
+    by_value: dict[int, tuple[int, int]] = {}
+    by_region: dict[tuple[int, int, int], tuple[int, int]] = {}
+    values = plan.values or ()
+    for index, uses in readers.items():
+        steps = [(r.chain, r.instruction) for r in uses if r.instruction >= 0]
+        if not steps:
+            continue
+        first = min(steps)
+        by_value[index] = first
+        value = values[index] if 0 <= index < len(values) else None
+        if isinstance(value, m.Tensor) and value.allocation_info is not None:
+            key = (value.allocation_info.memory_id, value.allocation_info.memory_offset, value.nbytes)
+            by_region[key] = min(first, by_region.get(key, first))
+    return by_value, by_region
+
+
 def estimate_h2d_bytes_per_call(plan: m.ExecutionPlan, delegates: Mapping[int, DelegateInfo],
                                 readers: Mapping[int, list[Reader]]) -> int:
     """Host-to-device bytes one call moves: ``_h2d_copy`` sources plus host tensors given to device delegates.
 
     A delegate's arguments are its inputs followed by its outputs, and the
     split is not stored; an argument counts as an input when something defined
-    it before the call (a method input, a constant, initial data, or an
-    earlier instruction).  Sizes of dynamic shapes are their upper bounds.
+    it before the call: a method input, a constant, initial data, an earlier
+    instruction, or, for a value nothing reads afterwards, an earlier-used value
+    with exactly the same planned region (the second value the emitter makes
+    for a static view; an output shares a slot only with dead values and is
+    read afterwards).  Sizes of dynamic
+    shapes are their upper bounds.  ``tests/test_estimate_vs_runner.py`` holds
+    this equal to the runner's measured copies.
     """
     values = plan.values or ()
     inputs = set(plan.inputs or ())
     ops = _operator_names(plan)
+    first_use, first_region_use = _first_uses(plan, readers)
     total = 0
     for c, chain in enumerate(plan.chains or ()):
         for k, ins in enumerate(chain.instructions or ()):
@@ -342,8 +367,13 @@ def estimate_h2d_bytes_per_call(plan: m.ExecutionPlan, delegates: Mapping[int, D
                     value = values[arg]
                     if not _lives_on_host(plan, value):
                         continue
+                    alloc = value.allocation_info
+                    region = None if alloc is None else (alloc.memory_id, alloc.memory_offset, value.nbytes)
+                    later = any((r.chain, r.instruction) > (c, k) or r.instruction < 0 for r in readers.get(arg, ()))
                     defined = (arg in inputs or value.data_buffer_idx > 0 or value.is_external
-                               or any((r.chain, r.instruction) < (c, k) and r.instruction >= 0 for r in readers.get(arg, ())))
+                               or first_use.get(arg, (c, k)) < (c, k)
+                               or (region is not None and not later
+                                   and first_region_use.get(region, (c, k)) < (c, k)))
                     if defined:
                         total += value.nbytes
     return total
