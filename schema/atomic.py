@@ -11,6 +11,7 @@ import contextlib
 import errno
 import os
 import signal
+import stat
 import tempfile
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -45,11 +46,74 @@ def _sigxfsz_as_error() -> Iterator[None]:
         signal.signal(signal.SIGXFSZ, previous)
 
 
+class _Terminated(BaseException):
+    """SIGTERM/SIGHUP arrived while writing (BaseException: nothing may swallow it on the way out)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _termination_removes_temp() -> Iterator[None]:
+    """Turn SIGTERM/SIGHUP into an unwinding exception, so the temporary file is removed; then die of it.
+
+    Only where the signal still has its default action (an application's own
+    handler is left alone) and only in the main thread.  After the clean-up the
+    process re-raises the signal with the default action, so the parent sees
+    the usual "killed by SIGTERM" status.
+    """
+    installed: dict[int, object] = {}
+
+    def handler(signum: int, frame: object) -> None:
+        raise _Terminated(signum)
+
+    for signum in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)):
+        if signum is None:
+            continue
+        try:
+            if signal.getsignal(signum) == signal.SIG_DFL:
+                installed[signum] = signal.signal(signum, handler)
+        except ValueError:  # not the main thread
+            break
+    try:
+        yield
+    except _Terminated as stop:
+        for signum, previous in installed.items():
+            signal.signal(signum, previous)  # type: ignore[arg-type]
+        installed.clear()
+        os.kill(os.getpid(), stop.signum)
+        raise  # only if the default action did not end the process
+    finally:
+        for signum, previous in installed.items():
+            signal.signal(signum, previous)  # type: ignore[arg-type]
+
+
+def _permissions(dest: Path, mode: Optional[int]) -> int:
+    """``mode`` less the umask; by default an existing destination's own permission bits (--in-place keeps them)."""
+    if mode is None:
+        with contextlib.suppress(OSError):
+            info = os.stat(dest)
+            if stat.S_ISREG(info.st_mode):
+                return stat.S_IMODE(info.st_mode)
+        mode = 0o644
+    return mode & ~_umask()
+
+
 @contextlib.contextmanager
 def atomic_output(destination: str | os.PathLike[str], *, check: Optional[Callable[[str], None]] = None,
-                  mode: int = 0o644) -> Iterator[int]:
-    """Yield a writable fd; on normal exit fsync it, run ``check(temp_path)``, then rename over ``destination``."""
-    dest = Path(destination)
+                  mode: Optional[int] = None) -> Iterator[int]:
+    """Yield a writable fd; on normal exit fsync it, run ``check(temp_path)``, then rename over ``destination``.
+
+    ``mode`` defaults to the permissions of the file being replaced, else 0o644 (less the umask).
+    """
+    with _termination_removes_temp():
+        with _atomic_output(Path(destination), check, mode) as fd:
+            yield fd
+
+
+@contextlib.contextmanager
+def _atomic_output(dest: Path, check: Optional[Callable[[str], None]], mode: Optional[int]) -> Iterator[int]:
     folder = dest.parent if str(dest.parent) else Path(".")
     try:
         fd, temp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=".tmp", dir=folder)
@@ -69,7 +133,7 @@ def atomic_output(destination: str | os.PathLike[str], *, check: Optional[Callab
         if check is not None:
             check(temp)
         try:
-            os.chmod(temp, mode & ~_umask())
+            os.chmod(temp, _permissions(dest, mode))
             os.replace(temp, dest)
         except OSError as error:
             raise OutputError(f"cannot replace the destination: {_describe(error)}", file=str(dest)) from None

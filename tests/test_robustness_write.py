@@ -98,11 +98,17 @@ def only_when_selected(request: pytest.FixtureRequest, marker: str) -> None:
 
 
 def _install_kill_hook(point: str) -> None:
-    """Patch the os/tempfile call where ``point`` lies so that reaching it kills the process."""
+    """Patch the os/tempfile call where ``point`` lies so that reaching it kills the process.
+
+    ``term:POINT`` sends SIGTERM instead of SIGKILL: the tool may then clean up before it dies.
+    """
     import tempfile
 
+    sent = signal.SIGTERM if point.startswith("term:") else signal.SIGKILL
+    point = point.removeprefix("term:")
+
     def die() -> None:
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), sent)
 
     if point == "mkstemp":
         original_mkstemp = tempfile.mkstemp
@@ -212,6 +218,7 @@ def driver(jobs_file: str) -> None:
             _run_job(job)
         _, status = os.waitpid(pid, 0)
         results.append({"killed": os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL,
+                        "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
                         "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
                         "stderr": Path(job["stderr"]).read_text(errors="replace")})
         if job.get("snapshot"):
@@ -244,6 +251,7 @@ def mount_tiny_fs(mount: Path, size: str = "4m") -> Optional[str]:
 KILL_POINTS = ("mkstemp", "first-write", "mid-write", "mid-copy", "fsync", "rename-before", "rename-after")
 IN_PLACE_POINTS = ("first-write", "mid-copy", "fsync", "rename-before", "rename-after")
 LIBRARY_POINTS = ("mkstemp", "first-write", "mid-copy", "fsync", "rename-before", "rename-after")
+TERM_POINTS = ("first-write", "mid-write", "mid-copy", "fsync")
 OLD_OUTPUT = CORPUS / "v_h_cpu_only.pte"
 
 
@@ -276,6 +284,8 @@ def outcomes(big: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, A
         add(f"in-place-{point}", ["rewrite", "--in-place", "{out}"], point=point, old=big)
     for point in LIBRARY_POINTS:
         add(f"library-{point}", [str(big), "{out}"], point=point, mode="library", old=CORPUS / "v_a_dtypes_copy.pte")
+    for point in TERM_POINTS:
+        add(f"term-{point}", ["rewrite", str(big), "-o", "{out}"], point=f"term:{point}", old=OLD_OUTPUT)
     for old in (None, OLD_OUTPUT):
         add(f"fsize-{'old' if old else 'new'}", ["rewrite", str(big), "-o", "{out}"], old=old, fsize=4 << 20)
     add("fsize-in-place", ["rewrite", "--in-place", "{out}"], old=big, fsize=4 << 20)
@@ -335,6 +345,29 @@ def test_sigkill_during_library_write_pte(outcomes: dict, big: Path) -> None:
     # write_pte of an unchanged program reproduces its input byte for byte.
     for point in LIBRARY_POINTS:
         _check_after_kill(outcomes[f"library-{point}"], point, sha(CORPUS / "v_a_dtypes_copy.pte"), sha(big))
+
+
+def test_sigterm_while_writing_removes_the_temporary_file(outcomes: dict) -> None:
+    """A CI timeout's SIGTERM: the process still dies of SIGTERM, but leaves no temporary file behind."""
+    for point in TERM_POINTS:
+        result = outcomes[f"term-{point}"]
+        assert result["signal"] == signal.SIGTERM, (point, result)
+        assert result["files"] == {"out.pte": sha(OLD_OUTPUT)}, (point, result["files"])
+
+
+def test_replacing_keeps_the_destination_permissions(tmp_path: Path) -> None:
+    dest = tmp_path / "private.pte"
+    shutil.copyfile(OLD_OUTPUT, dest)
+    dest.chmod(0o600)
+    with open_pte(CORPUS / "v_a_dtypes_copy.pte") as pte:
+        write_pte(dest, pte.program, unchanged_segments(pte))
+    assert dest.stat().st_mode & 0o777 == 0o600
+    fresh = tmp_path / "fresh.pte"
+    with open_pte(CORPUS / "v_a_dtypes_copy.pte") as pte:
+        write_pte(fresh, pte.program, unchanged_segments(pte))
+    umask = os.umask(0)
+    os.umask(umask)
+    assert fresh.stat().st_mode & 0o777 == 0o644 & ~umask
 
 
 def _one_error_line(stderr: str, *fragments: str) -> None:

@@ -163,6 +163,7 @@ class Template:
     args: tuple[str, ...]
     kind: str = "pte"  # "ptd": the case is the .ptd of its seed's .pte
     exits: tuple[int, ...] = (0, 2)
+    multi_file: bool = False  # reports each bad file on its own line (like a linter)
 
     @property
     def writes(self) -> bool:
@@ -182,6 +183,11 @@ TEMPLATES = (
     Template("diff", ("diff", "{orig}", "{pte}")),
     Template("diff", ("diff", "--json", "{pte}", "{orig}")),
     Template("run", ("run", "{pte}")),
+    Template("run", ("run", "--simulate-devices", "{pte}")),
+    Template("run", ("run", "--simulate-devices", "--ptd", "{ptd}", "{pte}"), kind="ptd"),
+    Template("validate", ("validate", "{orig}", "{pte}"), exits=(0, 1, 2)),
+    Template("check", ("check", "{pte}"), exits=(0, 1, 2)),
+    Template("check", ("check", "--json", "{pte}", "{orig}"), exits=(0, 1, 2), multi_file=True),
 )
 
 
@@ -205,6 +211,8 @@ class CliHarness:
             harness.skipped = f"the CLI does not import yet: {type(error).__name__}: {error}"
             return harness
         harness.templates = [t for t in TEMPLATES if t.command in names and (want is None or t.command in want)]
+        if any(t.command in ("run", "validate") for t in harness.templates):
+            import torch  # noqa: F401 - imported once here, not inside the first case's time bound
         if not harness.templates:
             harness.skipped = f"no fuzzable command is registered yet (registered: {sorted(names)})"
         return harness
@@ -255,8 +263,10 @@ class CliHarness:
         stderr = result.stderr
         if result.exit_code == 2:
             lines = stderr.splitlines()
-            if len(lines) != 1 or not lines[0].startswith("pte-devconst: error: "):
-                problems.append(f"stderr is not one error line: {stderr!r}")
+            most = 2 if template.multi_file else 1
+            if not 1 <= len(lines) <= most or not all(line.startswith("pte-devconst: error: ") for line in lines):
+                problems.append(f"stderr is not {'one line per bad file' if most > 1 else 'one error line'}: "
+                                f"{stderr!r}")
         if "Traceback" in stderr or "internal error" in stderr:
             problems.append(f"traceback or internal error on stderr: {stderr!r}")
         in_place = "--in-place" in template.args and result.exit_code == 0
