@@ -7,7 +7,13 @@ import os
 import sys
 from typing import Callable, Iterator, Optional
 
+from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+def _stderr() -> Console:
+    """Bars go to stderr (rich's default console is stdout, which may be a pipe or a JSON document)."""
+    return Console(stderr=True)
+
 
 # Below this many bytes a write takes well under a second: no bar.
 PROGRESS_THRESHOLD = 64 << 20
@@ -24,7 +30,7 @@ def write_progress(label: str, total_bytes: int, quiet: bool) -> Iterator[Option
         yield None
         return
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
-    with Progress(*columns, transient=True, redirect_stdout=False) as bar:
+    with Progress(*columns, transient=True, redirect_stdout=False, console=_stderr()) as bar:
         task = bar.add_task(label, total=total_bytes)
 
         def update(done: int, total: int) -> None:
@@ -55,7 +61,7 @@ def files_progress(label: str, paths: list[str], quiet: bool) -> Iterator[Option
         yield None
         return
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[name]}"))
-    with Progress(*columns, transient=True, redirect_stdout=False) as bar:
+    with Progress(*columns, transient=True, redirect_stdout=False, console=_stderr()) as bar:
         task = bar.add_task(label, total=len(paths), name="")
 
         def advance(done: int, name: str) -> None:
