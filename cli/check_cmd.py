@@ -85,7 +85,7 @@ def render_text(report: CheckReport) -> None:
         for f in report.files:
             if f.note:
                 console.print(f"note: {f.file}: {f.note}", markup=False)
-        console.print(_summary(report), markup=False)
+        console.print(_summary(report), markup=False, style="green" if report.passed else "red")
 
 
 def render_markdown(report: CheckReport) -> None:
