@@ -1,0 +1,112 @@
+"""The Python API: plain functions returning the objects the command line renders; no torch until validate."""
+
+from __future__ import annotations
+
+import inspect as pyinspect
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import pte_devconst
+from cli_runner import invoke_json
+from conftest import pte_path
+from pte_devconst import CheckReport, analyze, check, diff, rewrite, validate
+from pte_devconst.cli.output import to_jsonable
+from pte_devconst.cli.rewrite_cmd import result_payload
+from pte_devconst.rewriter.diff import ProgramDiff
+from pte_devconst.rewriter.inventory import ProgramSummary
+from pte_devconst.rewriter.rewrite import RewriteResult
+from pte_devconst.schema.errors import PteDevconstError
+
+API = ("analyze", "rewrite", "diff", "check", "validate")
+
+
+def test_import_is_light_and_never_imports_torch() -> None:
+    code = ("import sys, pte_devconst; assert 'pte_devconst.rewriter' not in sys.modules; "
+            "from pte_devconst import analyze, rewrite, diff, check; "
+            f"analyze({str(pte_path('v_a_dtypes_copy'))!r}); check([{str(pte_path('v_h_cpu_only'))!r}]); "
+            "print('torch' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("name", API)
+def test_api_functions_are_typed_and_documented(name: str) -> None:
+    function = getattr(pte_devconst, name)
+    assert function.__doc__ and len(function.__doc__.split()) > 5
+    signature = pyinspect.signature(function)
+    assert signature.return_annotation is not pyinspect.Signature.empty
+    assert all(p.annotation is not pyinspect.Parameter.empty for p in signature.parameters.values())
+    assert name in pte_devconst.__all__ and name in dir(pte_devconst)
+
+
+def test_unknown_attribute_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError):
+        pte_devconst.not_a_function  # noqa: B018
+
+
+def test_analyze_returns_what_inspect_renders() -> None:
+    summary = analyze(pte_path("v_c_shared_host_copy"))
+    assert isinstance(summary, ProgramSummary)
+    _, document = invoke_json("inspect", pte_path("v_c_shared_host_copy"))
+    assert to_jsonable(summary) == document["file"]
+    verdicts = {c.value: c.verdict for c in summary.methods[0].constants}
+    assert verdicts[2] == "eligible:cuda:0" and verdicts[0].startswith("not eligible")
+
+
+def test_rewrite_diff_check_from_an_export_script(work_copy, tmp_path: Path) -> None:
+    pte = work_copy("v_j_cond_copy")
+    before = check([pte])
+    assert isinstance(before, CheckReport) and before.exit_code == 1 and not before.passed
+    assert [(f.method, f.value, f.device) for f in before.findings] == [("forward", 0, "cuda:0")]
+
+    planned = rewrite(pte, dry_run=True)
+    assert isinstance(planned, RewriteResult) and planned.output is None and planned.changed
+    result = rewrite(pte, tmp_path / "out.pte")
+    assert result.output == str(tmp_path / "out.pte") and result.plan.bytes_per_call_saved > 0
+    _, document = invoke_json("rewrite", pte, "-o", tmp_path / "cli.pte")
+    payload = json.loads(json.dumps(to_jsonable(result_payload(result))))
+    assert {k: v for k, v in payload.items() if k != "output"} == \
+        {k: v for k, v in document.items() if k not in ("output", "format_version", "command")}
+
+    changes = diff(pte, result.output)
+    assert isinstance(changes, ProgramDiff) and changes.moved_constants == 1 and not changes.identical
+    assert diff(pte, pte).identical
+    after = check([result.output])
+    assert after.passed and after.exit_code == 0
+
+
+def test_rewrite_options_and_errors(work_copy, tmp_path: Path) -> None:
+    pte = work_copy("v_e_two_devices_legacy")
+    only_one = rewrite(pte, dry_run=True, devices=["cuda:1"])
+    assert {str(p.device) for p in only_one.plan.placements} == {"cuda:1"}
+    assert rewrite(pte, dry_run=True, min_bytes=1 << 20).changed is False
+    with pytest.raises(PteDevconstError):
+        rewrite(pte, dry_run=True, devices=["cpu"])
+    with pytest.raises(PteDevconstError):
+        analyze(tmp_path / "missing.pte")
+    with pytest.raises(PteDevconstError):
+        rewrite(pte, tmp_path / "x.pte", in_place=True)
+
+
+def test_check_reports_bad_files_instead_of_raising(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.pte"
+    junk.write_bytes(b"junk" * 64)
+    report = check([junk, pte_path("v_h_cpu_only")])
+    assert report.exit_code == 2 and [f.status for f in report.files] == ["error", "ok"]
+    assert "junk.pte" in report.files[0].error
+
+
+def test_validate_delegates_to_the_runner(work_copy) -> None:
+    pytest.importorskip("torch")
+    pte = work_copy("v_k_cuda1_legacy")
+    out = rewrite(pte).output
+    result = validate(pte, out, simulate_devices=True)
+    from pte_devconst.runner.validate import ValidationResult
+
+    assert isinstance(result, ValidationResult) and result.passed
+    assert sum(len(m.moved) for m in result.methods) == 2
