@@ -131,7 +131,14 @@ def _atomic_output(dest: Path, check: Optional[Callable[[str], None]], mode: Opt
         os.close(fd)
         fd = -1
         if check is not None:
-            check(temp)
+            try:
+                check(temp)
+            except PteDevconstError as error:
+                if error.file == temp:  # name what the user asked for, not a temporary file that is gone
+                    inner = ": ".join(part for part in (error.where, error.what) if part)
+                    error.file, error.where = str(dest), None
+                    error.what = f"the written file failed its check ({inner}); the destination was left untouched"
+                raise
         try:
             os.chmod(temp, _permissions(dest, mode))
             os.replace(temp, dest)

@@ -161,6 +161,8 @@ def _check_plan(ctx: _Context, plan: m.ExecutionPlan, where: str) -> None:
     for i, size in enumerate(plan.non_const_buffer_sizes):
         if size < 0:
             raise _fail(f"{where}.non_const_buffer_sizes[{i}]", f"negative buffer size {size}")
+        if size > MAX_TENSOR_BYTES:  # also keeps a rewrite that grows the buffer inside int64
+            raise _fail(f"{where}.non_const_buffer_sizes[{i}]", f"buffer size {size} exceeds 2^62 bytes")
     for i, entry in enumerate(plan.non_const_buffer_device or ()):
         ew = f"{where}.non_const_buffer_device[{i}]"
         _check_index(entry.buffer_idx, len(plan.non_const_buffer_sizes), ew, "buffer_idx")

@@ -201,3 +201,13 @@ def test_segment_data_without_a_base_is_rejected() -> None:
     data = bytearray((CORPUS / "v_h_cpu_only.pte").read_bytes())
     struct.pack_into("<Q", data, 24, 0)  # segment_base_offset = 0 while segment_data_size > 0
     _reject(bytes(data), "extended header", "segment_base_offset is 0")
+
+
+def test_planned_buffer_sizes_are_bounded() -> None:
+    """Was: accepted; a rewrite then grew the buffer past int64 and the encoder failed (internal error)."""
+    data, program = _load("v_a_dtypes_copy.pte")
+    plan = program.execution_plan[0]
+    sizes = list(plan.non_const_buffer_sizes)
+    sizes[2] = (1 << 63) - 64
+    forged = replace(program, execution_plan=(replace(plan, non_const_buffer_sizes=tuple(sizes)),))
+    _reject(assemble_pte(forged, data), "non_const_buffer_sizes[2]", "exceeds 2^62 bytes")

@@ -370,6 +370,22 @@ def test_replacing_keeps_the_destination_permissions(tmp_path: Path) -> None:
     assert fresh.stat().st_mode & 0o777 == 0o644 & ~umask
 
 
+def test_a_failed_check_names_the_destination_not_the_temporary_file(tmp_path: Path) -> None:
+    from pte_devconst.schema.atomic import atomic_output
+    from pte_devconst.schema.errors import FormatError
+
+    def check(temp: str) -> None:
+        raise FormatError("bad thing", file=temp, where="forward.values[3]")
+
+    dest = tmp_path / "out.pte"
+    with pytest.raises(FormatError) as caught:
+        with atomic_output(dest, check=check) as fd:
+            os.write(fd, b"data")
+    assert str(caught.value) == (f"{dest}: the written file failed its check (forward.values[3]: bad thing); "
+                                 "the destination was left untouched")
+    assert list(tmp_path.iterdir()) == []
+
+
 def _one_error_line(stderr: str, *fragments: str) -> None:
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("pte-devconst: error: "), stderr

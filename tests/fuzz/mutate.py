@@ -347,6 +347,52 @@ def structured(rng: random.Random, seed: Seed) -> tuple[str, bytes]:
     return "struct " + "; ".join(notes), data
 
 
+HUGE = (1 << 31, 1 << 40, 1 << 46, 1 << 50, (1 << 62) - 16, (1 << 63) - 1)
+
+
+def huge_sizes(rng: random.Random, seed: Seed) -> tuple[str, bytes]:
+    """Declared sizes far beyond the file (and any memory): planned buffers, tensor shapes, segments.
+
+    Nothing may allocate them: they must be refused, or reported, before use.
+    """
+    fb_end = _header_info(seed.data)[0]
+    if seed.kind == "ptd":
+        ft = decode_flat_tensor(seed.data[:fb_end])
+        k = rng.randrange(len(ft.segments or ()) or 1)
+        segments = list(ft.segments or (m.DataSegment(),))
+        segments[k] = m.DataSegment(segments[k].offset, rng.choice(HUGE))
+        return f"huge segment[{k}]", assemble_ptd(dataclasses.replace(ft, segments=tuple(segments)), seed.data)
+    program = decode_program(seed.data[:fb_end])
+    p = rng.randrange(len(program.execution_plan))
+    plan = program.execution_plan[p]
+    choice = rng.randrange(3)
+    if choice == 0 and len(plan.non_const_buffer_sizes or ()) > 1:
+        sizes = list(plan.non_const_buffer_sizes)
+        k = rng.randrange(1, len(sizes))
+        sizes[k] = rng.choice(HUGE)
+        plan = dataclasses.replace(plan, non_const_buffer_sizes=tuple(sizes))
+        note = f"huge non_const_buffer_sizes[{k}]={sizes[k]}"
+    elif choice == 1:
+        tensors = [i for i, v in enumerate(plan.values or ()) if isinstance(v, m.Tensor)]
+        inputs = [i for i in plan.inputs or () if i in tensors]
+        i = rng.choice(inputs or tensors)
+        t = plan.values[i]
+        shape = rng.choice(((1 << 20, 1 << 20, 16), (1 << 31 - 1, 1 << 12), (65536, 65536), (1 << 30,)))
+        values = list(plan.values)
+        values[i] = dataclasses.replace(t, sizes=shape, dim_order=tuple(range(len(shape))))
+        plan = dataclasses.replace(plan, values=tuple(values))
+        note = f"huge shape {shape} on value {i}"
+    else:
+        segments = list(program.segments or (m.DataSegment(),))
+        k = rng.randrange(len(segments))
+        segments[k] = m.DataSegment(segments[k].offset, rng.choice(HUGE))
+        program = dataclasses.replace(program, segments=tuple(segments))
+        note = f"huge segments[{k}]"
+    plans = list(program.execution_plan)
+    plans[p] = plan
+    return note, assemble_pte(dataclasses.replace(program, execution_plan=tuple(plans)), seed.data)
+
+
 def foreign(rng: random.Random, seed: Seed) -> tuple[str, bytes]:
     """Empty, tiny, random, other formats, and the other kind of file."""
     choice = rng.randrange(6)
@@ -388,7 +434,9 @@ def make_case(seed: int, index: int, seeds: Optional[tuple[Seed, ...]] = None) -
             # The encoder refused the forged model; fall back to a byte mutation (counted in the label).
             mutation, data = truncate(rng, source.data)
             mutation = f"encoder refused ({type(error).__name__}); {mutation}"
-    elif roll < 0.30:
+    elif roll < 0.28:
+        mutation, data = huge_sizes(rng, source)
+    elif roll < 0.33:
         mutation, data = foreign(rng, source)
     else:
         ops, weights = zip(*BYTE_MUTATIONS)
