@@ -245,4 +245,6 @@ def check_program(program: m.Program, segment_data_size: Optional[int]) -> None:
         _segment_size(program, nd.segment_index, f"named_data[{i}]")
     ctx = _Context(program)
     for i, plan in enumerate(program.execution_plan):
-        _check_plan(ctx, plan, plan.name or f"execution_plan[{i}]")
+        name = plan.name
+        # The method name goes into every message below: control characters from the file are shown escaped.
+        _check_plan(ctx, plan, (name if name.isprintable() else repr(name)) if name else f"execution_plan[{i}]")

@@ -150,3 +150,42 @@ def test_run_with_a_huge_declared_buffer_is_a_clean_error(tmp_path: Path) -> Non
     """A 1 PiB planned buffer is within the format's bounds but not the machine's: one clean line."""
     result = _invoke("run", str(_huge_arena(tmp_path, 1 << 50)))
     _one_line(result, "huge.pte")
+
+
+def _with_hostile_names(tmp_path: Path, method: str, backend: str) -> Path:
+    from dataclasses import replace
+
+    from pte_devconst.schema.pte_file import PteFile
+    try:
+        from fuzz.mutate import assemble_pte
+    except ImportError:
+        from tests.fuzz.mutate import assemble_pte
+    data = (CORPUS / "v_b_dtypes_legacy.pte").read_bytes()
+    with PteFile.from_bytes(data) as pte:
+        program = pte.program
+    plan = program.execution_plan[0]
+    delegate = replace(plan.delegates[0], id=backend)
+    forged = replace(program, execution_plan=(replace(plan, name=method, delegates=(delegate,)),))
+    path = tmp_path / "names.pte"
+    path.write_bytes(assemble_pte(forged, data))
+    return path
+
+
+@pytest.mark.xfail(strict=True, reason="text output passes names from the file to rich as markup: MarkupError "
+                   "becomes 'internal error' (owner: cli; escape with rich.markup.escape or Text)")
+@pytest.mark.parametrize("command", ["inspect", "rewrite --dry-run", "check"])
+def test_names_that_look_like_markup_are_printed_verbatim(command: str, tmp_path: Path) -> None:
+    path = _with_hostile_names(tmp_path, "[/]forward", "[/red]Backend")
+    result = _invoke(*command.split(), str(path))
+    assert result.exit_code in (0, 1), result.stderr
+    if command == "inspect":  # the one that lists every delegate by its id
+        assert "[/red]Backend" in result.stdout
+
+
+@pytest.mark.xfail(strict=True, reason="text output prints control characters from the file raw (a name can "
+                   "clear or retitle the terminal); owner: cli")
+@pytest.mark.parametrize("command", ["inspect", "rewrite --dry-run", "check"])
+def test_control_characters_in_names_are_escaped(command: str, tmp_path: Path) -> None:
+    path = _with_hostile_names(tmp_path, "forward\x1b]0;title\x07", "Backend\x1b[2J")
+    result = _invoke(*command.split(), str(path))
+    assert result.exit_code in (0, 1) and "\x1b" not in result.stdout + result.stderr

@@ -267,6 +267,8 @@ class CliHarness:
             if not 1 <= len(lines) <= most or not all(line.startswith("pte-devconst: error: ") for line in lines):
                 problems.append(f"stderr is not {'one line per bad file' if most > 1 else 'one error line'}: "
                                 f"{stderr!r}")
+        if "\x1b" in stderr or "\x1b" in result.stdout:  # not a terminal: any ESC came from the file's strings
+            problems.append("a raw escape sequence from the file reached the terminal output")
         if "Traceback" in stderr or "internal error" in stderr:
             problems.append(f"traceback or internal error on stderr: {stderr!r}")
         in_place = "--in-place" in template.args and result.exit_code == 0
