@@ -10,23 +10,47 @@ Scalar vectors are packed in one ``struct.pack_into`` call, not per element.
 
 from __future__ import annotations
 
+import importlib
 import struct
 from typing import Callable, Optional, Sequence, TypeVar
 
 import flatbuffers
 
 from . import model as m
-from .generated.executorch_flatbuffer import (
-    AllocationDetails, BackendDelegate, BackendDelegateDataReference, BackendDelegateInlineData, Bool,
-    BoolList, Buffer, Chain, CompileSpec, ContainerMetadata, DataSegment, DelegateCall, Double, DoubleList,
-    EValue, ExecutionPlan, ExtraTensorInfo, Frame, FrameList, FreeCall, Instruction, Int, IntList,
-    JumpFalseCall, KernelCall, MoveCall, NamedData, NonConstBufferDevice, Null, Operator,
-    OptionalTensorList, Program, String, SubsegmentOffsets, Tensor, TensorList,
-)
-from .generated.flat_tensor_flatbuffer import DataSegment as PtdDataSegment
-from .generated.flat_tensor_flatbuffer import FlatTensor, TensorLayout
-from .generated.flat_tensor_flatbuffer import NamedData as PtdNamedData
 from .ptd_model import FlatTensor as FlatTensorModel
+
+
+class _Generated:
+    """A flatc-generated module, imported on first use.
+
+    There are about 40 of them; importing them up front cost commands that never
+    encode (``--help``, ``inspect``, ``diff``) a noticeable part of their start-up.
+    After the first access the module's functions live in this object's
+    ``__dict__``, so later lookups cost what a module attribute lookup costs.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attribute: str) -> object:
+        module = importlib.import_module(f".generated.{self._name}", __package__)
+        self.__dict__.update(vars(module))
+        return getattr(module, attribute)
+
+
+(AllocationDetails, BackendDelegate, BackendDelegateDataReference, BackendDelegateInlineData, Bool,
+ BoolList, Buffer, Chain, CompileSpec, ContainerMetadata, DataSegment, DelegateCall, Double, DoubleList,
+ EValue, ExecutionPlan, ExtraTensorInfo, Frame, FrameList, FreeCall, Instruction, Int, IntList,
+ JumpFalseCall, KernelCall, MoveCall, NamedData, NonConstBufferDevice, Null, Operator,
+ OptionalTensorList, Program, String, SubsegmentOffsets, Tensor, TensorList) = (
+    _Generated(f"executorch_flatbuffer.{name}") for name in (
+        "AllocationDetails", "BackendDelegate", "BackendDelegateDataReference", "BackendDelegateInlineData", "Bool",
+        "BoolList", "Buffer", "Chain", "CompileSpec", "ContainerMetadata", "DataSegment", "DelegateCall", "Double",
+        "DoubleList", "EValue", "ExecutionPlan", "ExtraTensorInfo", "Frame", "FrameList", "FreeCall", "Instruction",
+        "Int", "IntList", "JumpFalseCall", "KernelCall", "MoveCall", "NamedData", "NonConstBufferDevice", "Null",
+        "Operator", "OptionalTensorList", "Program", "String", "SubsegmentOffsets", "Tensor", "TensorList"))
+PtdDataSegment, FlatTensor, TensorLayout, PtdNamedData = (
+    _Generated(f"flat_tensor_flatbuffer.{name}") for name in ("DataSegment", "FlatTensor", "TensorLayout", "NamedData"))
 
 T = TypeVar("T")
 FORCE_ALIGN = 16
