@@ -23,7 +23,7 @@ from .mutate import Case, make_case
 from .runner import run_cases, run_parallel
 from .seeds import load_seeds
 
-BOUNDED_CASES = int(os.environ.get("PTE_FUZZ_CASES", "400"))
+BOUNDED_CASES = int(os.environ.get("PTE_FUZZ_CI_CASES", "400"))
 BOUNDED_CLI_CASES = 36
 
 
