@@ -15,7 +15,7 @@ import typer
 
 from pte_devconst.api import CheckReport, Finding, check, expand_paths, parse_devices
 from pte_devconst.cli.app import EXIT_OK, OPTIONS, command
-from pte_devconst.cli.output import (FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
+from pte_devconst.cli.output import (echo_lines, printable, FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
                                      resolve_format, stdout_console, table)
 from pte_devconst.cli.progress import files_progress
 
@@ -67,24 +67,24 @@ def render_text(report: CheckReport) -> None:
     if report.findings:
         if OPTIONS.quiet:
             for f in report.findings:  # one unwrapped line each, for grep and editors
-                typer.echo(f"{f.file}: {f.method}: {constant_label(f.name, f.value)} -> {f.device}: "
-                           f"{f.bytes_per_call} B per call")
+                typer.echo(printable(f"{f.file}: {f.method}: {constant_label(f.name, f.value)} -> {f.device}: "
+                                     f"{f.bytes_per_call} B per call"))
         else:
             for f in report.files:
                 if f.findings:
-                    console.print(f"{f.file}: {len(f.findings)} constant(s) copied host-to-device on every call",
+                    console.print(printable(f"{f.file}: {len(f.findings)} constant(s) copied host-to-device on every call"),
                                   markup=False)
                     console.print(table(None, ["method", "constant", "device", "bytes/call"],
                                         _finding_rows(f.findings), right=["bytes/call"]))
     if OPTIONS.verbose:
         for f in report.files:
             if f.status == "ok":
-                console.print(f"ok  {f.file} ({f.constants} constant(s) examined"
-                              + (f", data {f.ptd}" if f.ptd else "") + ")", markup=False)
+                console.print(printable(f"ok  {f.file} ({f.constants} constant(s) examined"
+                                        + (f", data {f.ptd}" if f.ptd else "") + ")"), markup=False)
     if not OPTIONS.quiet:
         for f in report.files:
             if f.note:
-                console.print(f"note: {f.file}: {f.note}", markup=False)
+                console.print(printable(f"note: {f.file}: {f.note}"), markup=False)
         console.print(_summary(report), markup=False, style="green" if report.passed else "red")
 
 
@@ -106,7 +106,7 @@ def render_markdown(report: CheckReport) -> None:
                   markdown_table(["file", "constants", "left on the host, copied per call", "bytes/call"],
                                  [[f"`{f.file}`", f.constants, len(f.findings), f"{f.bytes_per_call:,}"]
                                   for f in checked]), "", "</details>"]
-    typer.echo("\n".join(lines))
+    echo_lines(lines)
 
 
 @command("check")
@@ -128,7 +128,7 @@ def check_command(
         report = check(files, ptd=ptd or None, min_bytes=min_bytes, devices=devices,
                        progress=(lambda done, total, name: advance(done, Path(name).name)) if advance else None)
     for failed in report.errors:
-        typer.echo(f"pte-devconst: error: {failed.error}", err=True)
+        typer.echo(printable(f"pte-devconst: error: {failed.error}"), err=True)
     fmt = resolve_format(fmt, json_flag)
     if fmt is OutputFormat.json:
         emit_json("check", check_payload(report))

@@ -7,8 +7,8 @@ from pathlib import Path
 import typer
 
 from pte_devconst.cli.app import OPTIONS, command
-from pte_devconst.cli.output import (FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
-                                     resolve_format, stdout_console, table)
+from pte_devconst.cli.output import (echo_lines, FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
+                                     markup_safe, resolve_format, stdout_console, table)
 from pte_devconst.rewriter.diff import MethodDiff, ProgramDiff, diff_files
 from pte_devconst.schema.pte_file import open_pte
 
@@ -58,12 +58,12 @@ def _limited(rows: list, verbose: bool) -> tuple[list, str]:
 
 def render_text(d: ProgramDiff) -> None:
     console = stdout_console()
-    console.print(f"[bold]{d.a}[/] -> [bold]{d.b}[/]" + (": identical programs" if d.identical else ""))
+    console.print(f"[bold]{markup_safe(d.a)}[/] -> [bold]{markup_safe(d.b)}[/]" + (": identical programs" if d.identical else ""))
     console.print(table(None, ["", "before", "after", "change"], _summary_rows(d), right=["before", "after"]))
     for method in d.methods:
         if method.status == "same":
             continue
-        console.print(f"\nmethod [bold]{method.name}[/]: {method.status}")
+        console.print(f"\nmethod [bold]{markup_safe(method.name)}[/]: {method.status}")
         if method.tensors:
             rows, more = _limited(_tensor_rows(method), OPTIONS.verbose)
             console.print(table("tensors", ["v", "name", "before", "after", "bytes"], rows, right=["v", "bytes"]))
@@ -101,7 +101,7 @@ def render_markdown(d: ProgramDiff) -> None:
                       markdown_table(["change", "old #", "new #", "before", "after"],
                                      [[r[0], r[1], r[2], f"`{r[3]}`" if r[3] else "", f"`{r[4]}`" if r[4] else ""]
                                       for r in _instruction_rows(method)]), "", "</details>", ""]
-    typer.echo("\n".join(lines))
+    echo_lines(lines)
 
 
 @command("diff")

@@ -8,8 +8,8 @@ from typing import Optional
 import typer
 
 from pte_devconst.cli.app import command
-from pte_devconst.cli.output import (FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
-                                     resolve_format, shape_text, stdout_console, table)
+from pte_devconst.cli.output import (echo_lines, FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
+                                     markup_safe, resolve_format, shape_text, stdout_console, table)
 from pte_devconst.rewriter.inventory import MethodSummary, ProgramSummary, summarize
 from pte_devconst.rewriter.rewrite import analyze_opened, opened
 
@@ -52,7 +52,7 @@ def _method_tables(method: MethodSummary):
 
 def render_text(summary: ProgramSummary) -> None:
     console = stdout_console()
-    console.print(f"[bold]{summary.path}[/]: {human_bytes(summary.file_size)}, program "
+    console.print(f"[bold]{markup_safe(summary.path)}[/]: {human_bytes(summary.file_size)}, program "
                   f"{human_bytes(summary.program_size)}, schema version {summary.schema_version}, "
                   f"{len(summary.methods)} method(s)")
     if summary.segments:
@@ -84,7 +84,7 @@ def render_markdown(summary: ProgramSummary) -> None:
             out += [markdown_table(["value", "name", "dtype", "shape", "bytes", "read by", "verdict"],
                                    [[c.value, f"`{c.name}`", c.dtype, shape_text(c.shape), c.nbytes,
                                      "; ".join(c.readers) or "-", c.verdict] for c in method.constants]), ""]
-    typer.echo("\n".join(out))
+    echo_lines(out)
 
 
 @command("inspect")

@@ -12,12 +12,15 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import re
 import sys
 from typing import Any, Iterable, Optional, Sequence
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from pte_devconst.schema.model import Device
 
@@ -85,19 +88,38 @@ def shape_text(shape: Optional[Sequence[int]]) -> str:
     return "[" + ", ".join(str(s) for s in shape or ()) + "]"
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: Any) -> str:
+    """Text from a file made safe for a terminal: control characters (ESC, BEL, ...) shown as ``\\x1b``."""
+    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", str(text))
+
+
+def echo_lines(lines: Iterable[str]) -> None:
+    """Print plain (markdown) lines, each made printable: data from a file cannot reach the terminal raw."""
+    typer.echo("\n".join(printable(line) for line in "\n".join(lines).split("\n")))
+
+
+def markup_safe(text: Any) -> str:
+    """File-derived text for a rich markup string: printable, and its brackets never read as markup."""
+    return escape(printable(text))
+
+
 def table(title: Optional[str], columns: Sequence[str], rows: Iterable[Sequence[Any]], *,
           right: Sequence[str] = ()) -> Table:
-    t = Table(title=title, title_justify="left", show_lines=False, expand=False, pad_edge=False)
+    t = Table(title=None if title is None else Text(printable(title), style="table.title"), title_justify="left", show_lines=False, expand=False, pad_edge=False)
     for column in columns:
         t.add_column(column, justify="right" if column in right else "left", overflow="fold")
     for row in rows:
-        t.add_row(*[str(cell) for cell in row])
+        # Cells are data, never markup: strings become plain Text; styled Text passes through.
+        t.add_row(*[cell if isinstance(cell, Text) else Text(printable(cell)) for cell in row])
     return t
 
 
 def markdown_table(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     def cell(value: Any) -> str:
-        return str(value).replace("|", "\\|").replace("\n", " ")
+        return printable(value).replace("|", "\\|")
 
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]

@@ -9,8 +9,8 @@ import typer
 
 from pte_devconst.api import parse_devices as api_parse_devices
 from pte_devconst.cli.app import OPTIONS, command
-from pte_devconst.cli.output import (FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
-                                     resolve_format, stdout_console, table)
+from pte_devconst.cli.output import (echo_lines, FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
+                                     markup_safe, resolve_format, stdout_console, table)
 from pte_devconst.cli.progress import write_progress
 from pte_devconst.rewriter.plan import RewriteOptions
 from pte_devconst.rewriter.rewrite import RewriteResult, rewrite_file
@@ -77,8 +77,8 @@ def render_text(result: RewriteResult) -> None:
     plan = result.plan
     verb = "would move" if result.output is None else "moved"
     if plan.is_empty:
-        console.print(f"{result.input}: nothing to move; " +
-                      ("no file written (dry run)." if result.output is None else f"{result.output} is an identical copy."))
+        console.print(f"{markup_safe(result.input)}: nothing to move; " +
+                      ("no file written (dry run)." if result.output is None else f"{markup_safe(result.output)} is an identical copy."))
     else:
         console.print(table(f"constants {verb} to device memory", ["method", "device", "constants", "bytes",
                                                                     "H2D saved/call"],
@@ -99,7 +99,7 @@ def render_text(result: RewriteResult) -> None:
         console.print(table("left in place", ["method", "v", "name", "bytes", "why"], not_moved,
                             right=["v", "bytes"]))
     if result.output is not None and not plan.is_empty:
-        console.print(f"wrote [bold]{result.output}[/] ({human_bytes(result.output_size or 0)}; input "
+        console.print(f"wrote [bold]{markup_safe(result.output)}[/] ({human_bytes(result.output_size or 0)}; input "
                       f"{human_bytes(result.input_size)}), re-read and checked.")
 
 
@@ -112,7 +112,7 @@ def render_markdown(result: RewriteResult) -> None:
         lines += [markdown_table(["method", "device", "constants", "bytes", "H2D saved/call"], _moved_rows(result)), "",
                   f"**{human_bytes(plan.bytes_per_call_saved)}** fewer host-to-device bytes per call; "
                   f"{result.instructions_removed} copy instruction(s) removed."]
-    typer.echo("\n".join(lines))
+    echo_lines(lines)
 
 
 @command("rewrite")

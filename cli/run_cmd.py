@@ -8,8 +8,8 @@ from typing import Any, Optional, Sequence
 import typer
 
 from pte_devconst.cli.app import OPTIONS, command
-from pte_devconst.cli.output import (FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
-                                     resolve_format, stdout_console, table)
+from pte_devconst.cli.output import (echo_lines, FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
+                                     markup_safe, resolve_format, stdout_console, table)
 
 MAX_CALL_COLUMNS = 6
 
@@ -84,12 +84,12 @@ def render(result: Any, fmt: OutputFormat) -> None:
     last = result.calls[-1]
     devices = "simulated devices" if result.simulated else "real devices"
     if fmt is OutputFormat.markdown:
-        typer.echo("\n".join([f"### `{Path(result.path).name}` method `{result.method}` ({devices})", "",
+        echo_lines([f"### `{Path(result.path).name}` method `{result.method}` ({devices})", "",
                               f"Outputs of call {last.index}:", "", markdown_table(OUTPUT_COLUMNS, output_rows(last.outputs)),
-                              "", "Copies:", "", markdown_table(columns, rows)]))
+                              "", "Copies:", "", markdown_table(columns, rows)])
         return
     console = stdout_console()
-    console.print(f"[bold]{result.path}[/] method [bold]{result.method}[/]: {len(result.calls)} call(s), {devices}")
+    console.print(f"[bold]{markup_safe(result.path)}[/] method [bold]{markup_safe(result.method)}[/]: {len(result.calls)} call(s), {devices}")
     console.print(table(f"outputs (call {last.index})", OUTPUT_COLUMNS, output_rows(last.outputs), right=["#", "sum"]))
     console.print(table("host/device copies", columns, rows, right=columns[2:]))
 

@@ -7,10 +7,11 @@ from statistics import mean
 from typing import Any, Optional
 
 import typer
+from rich.text import Text
 
 from pte_devconst.cli.app import EXIT_FINDINGS, OPTIONS, command
 from pte_devconst.cli.output import (FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, markdown_table,
-                                     resolve_format, stdout_console, table)
+                                     markup_safe, resolve_format, stdout_console, table)
 from pte_devconst.cli.run_cmd import INPUTS_OPTION, PROFILE_OPTION, PTD_OPTION, SIMULATE_OPTION, exact_bytes
 from pte_devconst.schema.errors import PteDevconstError
 
@@ -36,17 +37,17 @@ def summary_rows(mv: Any) -> list[list[str]]:
     ]
 
 
-def check_rows(mv: Any, marks: tuple[str, str]) -> list[list[str]]:
+def check_rows(mv: Any, marks: tuple[Any, Any]) -> list[list[Any]]:
     return [[c.name, marks[0] if c.passed else marks[1], c.detail] for c in mv.checks]
 
 
 def render_text(result: Any) -> None:
     console = stdout_console()
     devices = "simulated devices" if result.simulated else "real devices"
-    console.print(f"[bold]{result.original}[/] vs [bold]{result.rewritten}[/]: {result.calls} calls each, {devices}")
+    console.print(f"[bold]{markup_safe(result.original)}[/] vs [bold]{markup_safe(result.rewritten)}[/]: {result.calls} calls each, {devices}")
     for mv in result.methods:
         console.print(table(f"method {mv.method}", SUMMARY_COLUMNS, summary_rows(mv), right=SUMMARY_COLUMNS[1:]))
-        console.print(table(None, CHECK_COLUMNS, check_rows(mv, ("[green]pass[/]", "[red]FAIL[/]"))))
+        console.print(table(None, CHECK_COLUMNS, check_rows(mv, (Text("pass", style="green"), Text("FAIL", style="red")))))
     console.print("[bold green]PASS[/]" if result.passed else "[bold red]FAIL[/]")
 
 

@@ -144,8 +144,6 @@ def _huge_arena(tmp_path: Path, size: int) -> Path:
     return path
 
 
-@pytest.mark.xfail(strict=True, reason="runner/memory.py allocates a declared planned-buffer size without a check; "
-                   "torch's allocation error surfaces as 'internal error' (owner: runner)")
 def test_run_with_a_huge_declared_buffer_is_a_clean_error(tmp_path: Path) -> None:
     """A 1 PiB planned buffer is within the format's bounds but not the machine's: one clean line."""
     result = _invoke("run", str(_huge_arena(tmp_path, 1 << 50)))
@@ -171,8 +169,6 @@ def _with_hostile_names(tmp_path: Path, method: str, backend: str) -> Path:
     return path
 
 
-@pytest.mark.xfail(strict=True, reason="text output passes names from the file to rich as markup: MarkupError "
-                   "becomes 'internal error' (owner: cli; escape with rich.markup.escape or Text)")
 @pytest.mark.parametrize("command", ["inspect", "rewrite --dry-run", "check"])
 def test_names_that_look_like_markup_are_printed_verbatim(command: str, tmp_path: Path) -> None:
     path = _with_hostile_names(tmp_path, "[/]forward", "[/red]Backend")
@@ -182,8 +178,6 @@ def test_names_that_look_like_markup_are_printed_verbatim(command: str, tmp_path
         assert "[/red]Backend" in result.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="text output prints control characters from the file raw (a name can "
-                   "clear or retitle the terminal); owner: cli")
 @pytest.mark.parametrize("command", ["inspect", "rewrite --dry-run", "check"])
 def test_control_characters_in_names_are_escaped(command: str, tmp_path: Path) -> None:
     path = _with_hostile_names(tmp_path, "forward\x1b]0;title\x07", "Backend\x1b[2J")
