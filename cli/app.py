@@ -13,8 +13,12 @@ import functools
 import os
 from typing import Any, Callable, Optional
 
-import click
 import typer
+
+try:  # typer >= 0.22 vendors its own click; the exceptions it raises are that copy's
+    from typer._click import exceptions as click_errors
+except ImportError:  # pragma: no cover - older typer on stock click
+    from click import exceptions as click_errors  # type: ignore[no-redef]
 
 from pte_devconst import __version__
 from pte_devconst.schema.errors import PteDevconstError
@@ -26,6 +30,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help texts show brackets like [default: X] literally
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 80},
 )
 
@@ -68,7 +73,9 @@ def fail(error: BaseException) -> "typer.Exit":
         message = str(error)
     else:  # a bug: still one line, with the way to see more
         message = f"internal error: {type(error).__name__}: {error} (run with --debug for the traceback)"
-    typer.echo(f"pte-devconst: error: {' '.join(message.split())}", err=True)
+    from pte_devconst.cli.output import printable
+
+    typer.echo(f"pte-devconst: error: {printable(' '.join(message.split()))}", err=True)
     return typer.Exit(EXIT_ERROR)
 
 
@@ -80,7 +87,7 @@ def command(*args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callabl
         def guarded(*a: Any, **k: Any) -> Any:
             try:
                 return function(*a, **k)
-            except (typer.Exit, typer.Abort, click.exceptions.ClickException):
+            except (typer.Exit, typer.Abort, click_errors.ClickException):
                 raise
             except KeyboardInterrupt:
                 typer.echo("pte-devconst: interrupted", err=True)
@@ -93,9 +100,28 @@ def command(*args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callabl
     return decorate
 
 
-def main(argv: Optional[list[str]] = None) -> None:
-    """Console-script entry point."""
-    app(args=argv)
+def main(argv: Optional[list[str]] = None, prog_name: str = "pte-devconst") -> None:
+    """Console-script entry point: usage errors are one line too (``--help`` shows the usage)."""
+    try:
+        code = app(args=argv, prog_name=prog_name, standalone_mode=False)
+    except click_errors.NoArgsIsHelpError as error:
+        typer.echo(error.format_message())
+        raise SystemExit(EXIT_ERROR) from None
+    except click_errors.UsageError as error:
+        hint = f" (see '{error.ctx.command_path} --help')" if error.ctx is not None else ""
+        from pte_devconst.cli.output import printable
+
+        typer.echo(f"pte-devconst: error: {printable(error.format_message())}{hint}", err=True)
+        raise SystemExit(EXIT_ERROR) from None
+    except click_errors.ClickException as error:
+        from pte_devconst.cli.output import printable
+
+        typer.echo(f"pte-devconst: error: {printable(error.format_message())}", err=True)
+        raise SystemExit(error.exit_code) from None
+    except click_errors.Abort:
+        typer.echo("pte-devconst: aborted", err=True)
+        raise SystemExit(130) from None
+    raise SystemExit(code if isinstance(code, int) else EXIT_OK)
 
 
 # Command modules register themselves on `app` (after it exists); none imports torch at import time.

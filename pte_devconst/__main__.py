@@ -1,5 +1,5 @@
 """``python -m pte_devconst`` runs the command line (the same as the ``pte-devconst`` script)."""
 
-from pte_devconst.cli.app import app
+from pte_devconst.cli.app import main
 
-app(prog_name="pte-devconst")
+main()
