@@ -12,13 +12,14 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Optional
 
 import torch
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.errors import FormatError, UnsupportedProgramError
+from pte_devconst.schema.errors import FormatError, PteDevconstError, UnsupportedProgramError
 from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile
 
@@ -130,6 +131,19 @@ class ProgramData:
         return data
 
 
+def _check_fits(method: str, sizes: tuple[int, ...]) -> None:
+    """Refuse planned buffers larger than this machine's memory before touching them (a forged size
+    would otherwise be zero-filled page by page until the process is killed)."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return
+    total = sum(sizes[1:])
+    if total > physical:
+        raise PteDevconstError(f"method {method}: its planned buffers need {total} bytes, more than this "
+                               f"machine's {physical} bytes of memory")
+
+
 class MethodMemory:
     """One uint8 arena per planned buffer (memory ids 1..n), on the device its entry names."""
 
@@ -138,11 +152,17 @@ class MethodMemory:
         self.sizes = sizes
         self.arena_devices: dict[int, m.Device] = {}
         self.arenas: dict[int, torch.Tensor] = {}
+        _check_fits(method, sizes)
         for memory_id in range(1, len(sizes)):
             device = plan.buffer_device(memory_id)
             self.arena_devices[memory_id] = device
-            self.arenas[memory_id] = torch.zeros(int(sizes[memory_id]), dtype=torch.uint8,
-                                                 device=devices.physical(device))
+            try:
+                self.arenas[memory_id] = torch.zeros(int(sizes[memory_id]), dtype=torch.uint8,
+                                                     device=devices.physical(device))
+            except (RuntimeError, MemoryError) as error:  # torch's out-of-memory errors
+                first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+                raise PteDevconstError(f"method {method}: cannot allocate {sizes[memory_id]} bytes for planned "
+                                       f"buffer {memory_id} on {device}: {first_line}") from None
         self.method = method
 
     def device_of(self, memory_id: int) -> m.Device:

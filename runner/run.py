@@ -84,6 +84,10 @@ class RunResult:
                 "load": self.load.to_json(), "calls": [c.to_json() for c in self.calls]}
 
 
+# Synthetic inputs are for a quick look; a forged shape must not allocate the machine's memory.
+SYNTHETIC_INPUT_LIMIT = 1 << 30
+
+
 def synthetic_inputs(plan: m.ExecutionPlan, seed: int = 0) -> tuple[Any, ...]:
     """Deterministic inputs matching a method's declared inputs (used when the user gives none)."""
     generator = torch.Generator().manual_seed(seed)
@@ -93,6 +97,9 @@ def synthetic_inputs(plan: m.ExecutionPlan, seed: int = 0) -> tuple[Any, ...]:
         if isinstance(value, m.Tensor):
             dtype = torch_dtype(value.scalar_type, f"input value {index}")
             sizes = tuple(value.sizes or ())
+            if value.nbytes > SYNTHETIC_INPUT_LIMIT:
+                raise PteDevconstError(f"input value {index} declares {value.nbytes} bytes; too large for synthetic "
+                                       f"inputs (limit {SYNTHETIC_INPUT_LIMIT}): pass --inputs")
             if dtype.is_floating_point:
                 result.append(torch.randn(sizes, generator=generator).to(dtype))
             elif dtype == torch.bool:
@@ -163,6 +170,14 @@ def run_program(pte_path: str | Path, *, ptd_path: Optional[str | Path] = None, 
     calls, or one call), or None for deterministic synthetic inputs.  ``profile`` cross-checks the copy
     bytes with torch.profiler's memcpy events (real GPUs only).
     """
+    try:
+        return _run_program(pte_path, ptd_path, method, inputs, calls, simulate_devices, profile)
+    except PteDevconstError as error:
+        raise error.with_file(str(pte_path))
+
+
+def _run_program(pte_path: str | Path, ptd_path: Optional[str | Path], method: Optional[str], inputs: Any,
+                 calls: int, simulate_devices: bool, profile: bool) -> RunResult:
     if calls < 1:
         raise PteDevconstError(f"--calls must be at least 1, got {calls}")
     with LoadedProgram(str(pte_path), str(ptd_path) if ptd_path else None, simulate_devices=simulate_devices) as program:
