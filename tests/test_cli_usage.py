@@ -1,0 +1,34 @@
+"""Usage errors through the real entry point: one line, exit 2, like every other error."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+ENTRY = "from pte_devconst.cli.app import main; main()"
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", ENTRY, *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("rewrite", "model.pte", "--no-such-flag"), "No such option: --no-such-flag"),
+    (("bogus",), "No such command 'bogus'"),
+    (("rewrite",), "Missing argument"),
+    (("rewrite", "--min-bytes", "-5", "model.pte"), "--min-bytes"),
+])
+def test_usage_error_is_one_line_with_exit_2(args: tuple[str, ...], fragment: str) -> None:
+    done = _run(*args)
+    assert done.returncode == 2
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pte-devconst: error: ") and fragment in lines[0], done.stderr
+    assert "--help" in lines[0] and "Traceback" not in done.stderr
+
+
+def test_help_shows_brackets_literally() -> None:
+    done = _run("rewrite", "--help")
+    assert done.returncode == 0
+    assert "[default: NAME.devconst.pte]" in done.stdout
