@@ -14,19 +14,18 @@ from .encode import encode_flat_tensor
 from .errors import FormatError
 from .flatbuf import FlatbufferError
 from .header import PTD_HEADER_PADDED, SEGMENT_ALIGNMENT, PtdHeader, align_up, read_ptd_header
-from .pte_file import Span, map_file, release_map
+from .mapped import MappedFile, Span
 from .pte_writer import Piece, SegmentContent, write_segments
 from .ptd_model import FlatTensor, PtdNamedData, TensorLayout
 from .validate import check_shape
 
 
-class PtdFile:
+class PtdFile(MappedFile):
     """A parsed, checked, read-only .ptd."""
 
     def __init__(self, data: memoryview, *, path: str = "<bytes>", mapped: Optional[mmap.mmap] = None,
                  fd: int = -1) -> None:
-        self.path, self.data, self.size = path, data, len(data)
-        self._mapped, self._fd = mapped, fd
+        super().__init__(data, path=path, mapped=mapped, fd=fd)
         try:
             self.header: PtdHeader = read_ptd_header(data[:64], self.size)
             fb_end = self.header.flatbuffer_offset + self.header.flatbuffer_size
@@ -64,31 +63,6 @@ class PtdFile:
                 if nbytes > ft.segments[entry.segment_index].size:
                     raise FormatError(f"tensor {entry.key!r} needs {nbytes} bytes but its segment holds "
                                       f"{ft.segments[entry.segment_index].size}", where=where)
-
-    @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> "PtdFile":
-        try:
-            view, mapped, fd = map_file(path)
-        except OSError as error:
-            raise FormatError(f"cannot read: {error.strerror or error}", file=str(path)) from None
-        return cls(view, path=str(path), mapped=mapped, fd=fd)
-
-    @classmethod
-    def from_bytes(cls, data: bytes, path: str = "<bytes>") -> "PtdFile":
-        return cls(memoryview(data), path=path)
-
-    def close(self) -> None:
-        mapped, self._mapped = self._mapped, None
-        release_map(self.data, mapped)
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
-            os.close(fd)
-
-    def __enter__(self) -> "PtdFile":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def keys(self) -> list[str]:
         return list(self._by_key)

@@ -8,12 +8,8 @@ on disk and are only touched when a caller asks for a slice of them.  A
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import mmap
 import os
-import stat
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -22,71 +18,17 @@ from .decode import decode_program
 from .errors import FormatError
 from .flatbuf import FlatbufferError
 from .header import MIN_PTE_SIZE, ExtendedHeader, read_pte_header
-from .pte_writer import FileRange, Piece, SegmentContent
+from .mapped import MappedFile, Span
+from .pte_writer import SegmentContent
 from .validate import check_program
 
 
-@dataclass(frozen=True, slots=True)
-class Span:
-    """An absolute byte range of the file."""
-
-    offset: int
-    size: int
-
-    @property
-    def end(self) -> int:
-        return self.offset + self.size
-
-
-def map_file(path: str | os.PathLike[str]) -> tuple[memoryview, Optional[mmap.mmap], int]:
-    """(read-only view of the whole file, its mmap or None for an empty file, an open fd).
-
-    Only regular files: a directory, pipe or device raises ``OSError`` instead of
-    blocking (``O_NONBLOCK`` keeps opening a FIFO from waiting for a writer) or
-    being mapped as something else.
-    """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
-    try:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise IsADirectoryError(errno.EISDIR, "it is a directory")
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file (a pipe, socket or device)")
-        size = info.st_size
-        if size == 0:
-            return memoryview(b""), None, fd
-        mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-        return memoryview(mapped), mapped, fd
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def release_map(view: memoryview, mapped: Optional[mmap.mmap]) -> None:
-    """Release a view made by ``map_file`` and unmap it, or leave the unmapping to the last live slice.
-
-    Slices of the map may outlive the file object (a caller keeping ``tensor_bytes``,
-    or the traceback of the error that made opening fail); ``mmap.close`` then raises
-    ``BufferError``.  The map is freed when the last slice goes, so that is no error.
-    """
-    if mapped is None:
-        return
-    with contextlib.suppress(BufferError):
-        view.release()
-    with contextlib.suppress(BufferError):
-        mapped.close()
-
-
-class PteFile:
+class PteFile(MappedFile):
     """A parsed, checked, read-only .pte.  Use as a context manager or call ``close``."""
 
     def __init__(self, data: memoryview, *, path: str = "<bytes>", mapped: Optional[mmap.mmap] = None,
                  fd: int = -1) -> None:
-        self.path = path
-        self.data = data
-        self.size = len(data)
-        self._mapped = mapped
-        self._fd = fd
+        super().__init__(data, path=path, mapped=mapped, fd=fd)
         try:
             self.header: Optional[ExtendedHeader] = read_pte_header(data[:48], self.size)
             if self.size < MIN_PTE_SIZE:
@@ -101,38 +43,6 @@ class PteFile:
         except FormatError as error:
             self.close()
             raise error.with_file(path)
-
-    @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> "PteFile":
-        try:
-            view, mapped, fd = map_file(path)
-        except OSError as error:
-            raise FormatError(f"cannot read: {error.strerror or error}", file=str(path)) from None
-        return cls(view, path=str(path), mapped=mapped, fd=fd)
-
-    @classmethod
-    def from_bytes(cls, data: bytes, path: str = "<bytes>") -> "PteFile":
-        return cls(memoryview(data), path=path)
-
-    def close(self) -> None:
-        mapped, self._mapped = self._mapped, None
-        release_map(self.data, mapped)
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
-            os.close(fd)
-
-    def piece(self, span: Span) -> "Piece":
-        """The bytes of ``span`` for the writer: a file range (streamed by the kernel) or, for in-memory input, bytes."""
-        if span.end > self.size:
-            raise FormatError(f"[{span.offset}, {span.end}) lies past the end of the file ({self.size} bytes)",
-                              file=self.path)
-        return FileRange(self._fd, span.offset, span.size) if self._fd >= 0 else bytes(self.data[span.offset:span.end])
-
-    def __enter__(self) -> "PteFile":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # --- where things are -------------------------------------------------
 
@@ -194,12 +104,6 @@ class PteFile:
             if entry.key == key:
                 return self.read(self.segment_span(entry.segment_index))
         return None
-
-    def read(self, span: Span) -> memoryview:
-        if span.end > self.size:
-            raise FormatError(f"[{span.offset}, {span.end}) lies past the end of the file ({self.size} bytes)",
-                              file=self.path)
-        return self.data[span.offset: span.end]
 
 
 def open_pte(path: str | os.PathLike[str]) -> PteFile:
