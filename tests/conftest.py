@@ -42,17 +42,21 @@ def work_copy(tmp_path: Path):
     return copy
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def _cuda_available() -> bool:
     try:
         import torch
-        has_cuda = torch.cuda.is_available()
+        return torch.cuda.is_available()
     except Exception:  # torch missing or broken: GPU tests cannot run
-        has_cuda = False
-    if not has_cuda:
+        return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    # Importing torch costs seconds: only when a GPU test was collected.
+    if gpu_items and not _cuda_available():
         skip = pytest.mark.skip(reason="needs a CUDA GPU")
-        for item in items:
-            if "gpu" in item.keywords:
-                item.add_marker(skip)
+        for item in gpu_items:
+            item.add_marker(skip)
     # Long end-to-end runs (re-exports, large files) run only when asked for: pytest -m slow.
     if "slow" not in (config.option.markexpr or ""):
         later = pytest.mark.skip(reason="a long run: select it with -m slow")
