@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from typing import Any, Callable, Optional
 
 import typer
@@ -100,8 +101,27 @@ def command(*args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callabl
     return decorate
 
 
+GLOBAL_FLAGS = frozenset({"--debug", "--quiet", "-q", "--verbose", "-v"})
+
+
+def hoist_global_flags(argv: list[str]) -> list[str]:
+    """Let ``pte-devconst rewrite model.pte -q`` mean ``pte-devconst -q rewrite model.pte``.
+
+    The global flags take no value and no command defines them, so moving them in
+    front of the command changes nothing else; ``--`` ends the search.
+    """
+    flags, rest = [], []
+    for position, arg in enumerate(argv):
+        if arg == "--":
+            rest.extend(argv[position:])
+            break
+        (flags if arg in GLOBAL_FLAGS else rest).append(arg)
+    return flags + rest
+
+
 def main(argv: Optional[list[str]] = None, prog_name: str = "pte-devconst") -> None:
     """Console-script entry point: usage errors are one line too (``--help`` shows the usage)."""
+    argv = hoist_global_flags(list(sys.argv[1:] if argv is None else argv))
     try:
         code = app(args=argv, prog_name=prog_name, standalone_mode=False)
     except click_errors.NoArgsIsHelpError as error:
@@ -118,7 +138,7 @@ def main(argv: Optional[list[str]] = None, prog_name: str = "pte-devconst") -> N
 
         typer.echo(f"pte-devconst: error: {printable(error.format_message())}", err=True)
         raise SystemExit(error.exit_code) from None
-    except click_errors.Abort:
+    except typer.Abort:
         typer.echo("pte-devconst: aborted", err=True)
         raise SystemExit(130) from None
     raise SystemExit(code if isinstance(code, int) else EXIT_OK)

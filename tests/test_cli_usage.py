@@ -32,3 +32,15 @@ def test_help_shows_brackets_literally() -> None:
     done = _run("rewrite", "--help")
     assert done.returncode == 0
     assert "[default: NAME.devconst.pte]" in done.stdout
+
+
+def test_global_flags_work_after_the_command(tmp_path) -> None:
+    from conftest import pte_path
+
+    out = tmp_path / "out.pte"
+    quiet = _run("rewrite", str(pte_path("v_a_dtypes_copy")), "-o", str(out), "-q")
+    assert quiet.returncode == 0 and quiet.stdout == "" and out.exists()
+    bad = tmp_path / "bad.pte"
+    bad.write_bytes(b"not a program")
+    debug = _run("inspect", str(bad), "--debug")
+    assert debug.returncode != 0 and "Traceback" in debug.stderr and "FormatError" in debug.stderr
