@@ -174,6 +174,11 @@ def section_rewrite(rounds: int, report: Report) -> None:
     r1, r1s, r4 = (ratio_series(walls["rewrite 1G"], walls["cp 1G"]), ratio_series(walls["rewrite 1G"], walls["cp+sync 1G"]),
                    ratio_series(walls["rewrite 4G"], walls["cp 4G"]))
     rss_ratio = Series([a / b for a, b in zip(rss["rewrite 4G"].values, rss["rewrite 1G"].values)])
+    _summarise("1. rewrite / cp, 1 GiB", r1, "x", "<= 1.3x", r1.median <= 1.3)
+    _summarise("1. rewrite / cp, 4 GiB (context)", r4, "x", "<= 1.3x", r4.median <= 1.3)
+    _summarise("1. peak RSS of rewrite, 4 GiB", Series([v / 1024 for v in rss["rewrite 4G"].values]), "MiB", "<= 256 MiB",
+               max(rss["rewrite 1G"].values + rss["rewrite 4G"].values) <= 256 * 1024, 1)
+    _summarise("1. RSS 4 GiB / 1 GiB", rss_ratio, "x", "within 10%", abs(rss_ratio.median - 1) <= 0.10, 3)
     size1, size4 = BIG_1G.stat().st_size, BIG_4G.stat().st_size
     report += [
         "## 1. `rewrite` against `cp`, and its peak memory",
@@ -196,6 +201,14 @@ def section_rewrite(rounds: int, report: Report) -> None:
         "Absolute wall times (context): " + "; ".join(f"{n} {walls[n].text()}" for n in names) + ".",
         "",
         f"Bulk data path (one instrumented in-process rewrite of the 1 GiB file): {moved}.",
+        "",
+        "Why the 1 GiB ratio misses: `cp` copies 1 GiB into the page cache in"
+        f" {walls['cp 1G'].median:.2f} s and returns; the rewrite pays, on top of the same in-kernel copy, costs that do"
+        " not grow with the file: Python and the command line's start-up (section 5),"
+        " decoding the program, encoding the new one, re-opening the written file for the self-check,"
+        f" and the fsync that makes the output durable (`cp` + `sync` takes {walls['cp+sync 1G'].median:.2f} s). At 4 GiB those"
+        f" fixed costs are amortised and the ratio is {r4.median:.2f}x. The profile below (in-process, so without"
+        " start-up) shows the copy itself as the largest item.",
         "",
         "Where the time goes (cProfile of one in-process rewrite of the 1 GiB file, top entries by own time):",
         "",
@@ -265,6 +278,8 @@ def section_dryrun(rounds: int, report: Report) -> None:
     inproc = _inprocess_open_analyze(rounds)
     ri, rd = ratio_series(walls["inspect 4G"], walls["inspect 4M"]), ratio_series(walls["dry-run 4G"], walls["dry-run 4M"])
     rp = ratio_series(inproc["4G"], inproc["4M"])
+    _summarise("2. inspect 4 GiB / 4 MiB", ri, "x", "<= 1.5x", ri.median <= 1.5, 3)
+    _summarise("2. rewrite --dry-run 4 GiB / 4 MiB", rd, "x", "<= 1.5x", rd.median <= 1.5, 3)
     report += [
         "## 2. `inspect` and `rewrite --dry-run`: 4 GiB against 4 MiB, same program",
         "",
@@ -330,6 +345,9 @@ def section_executorch(rounds: int, report: Report) -> None:
     sp_in = ratio_series(inproc[et], inproc[rt])
     mem_rw = Series([a / b for a, b in zip(rss[rw].values, rss[et].values)])
     mem_rt = Series([a / b for a, b in zip(rss[rt].values, rss[et].values)])
+    _summarise("3. ExecuTorch round trip / our rewrite, time", sp_rw, "x", ">= 10x", sp_rw.median >= 10, 1)
+    _summarise("3. ExecuTorch round trip / our round trip, time", sp_rt, "x", ">= 10x", sp_rt.median >= 10, 1)
+    _summarise("3. our rewrite / ExecuTorch, peak RSS", mem_rw, "", "<= 0.1", mem_rw.median <= 0.1, 4)
     report += [
         "## 3. Against ExecuTorch 1.5.1's own Python round trip, same 1 GiB file",
         "",
@@ -348,6 +366,10 @@ def section_executorch(rounds: int, report: Report) -> None:
         "",
         "Absolute (context): " + "; ".join(f"{n} {walls[n].text()}, peak RSS {rss[n].text('MiB', 1 / 1024, 0)}" for n in cases)
         + "; in-process: " + "; ".join(f"{n} {inproc[n].text()}" for n in inproc) + ".",
+        "",
+        "Where the rewrite's speed-up falls short of 10x, the difference is its fixed cost: start-up (section 5) and the"
+        " self-check's re-read and fsync, which ExecuTorch's round trip does not do. ExecuTorch's own process spends about"
+        " half its time importing torch and executorch, which is why the in-process ratio is lower.",
         "",
     ]
 
@@ -395,6 +417,12 @@ print(json.dumps(out))
         label = "analysis (analyze_program)" if part == "analyze" else "open + decode + check + analyze + plan"
         rows.append(f"| {label}: 100k / 10k | {ratio.text('x', digits=2)} | <= 12x | {_verdict(ratio.median <= 12)} |")
     rr = ratio_series(rew["100k"], rew["10k"])
+    for part in ("analyze", "total"):
+        ratio = ratio_series(s[f"100k {part}"], s[f"10k {part}"])
+        _summarise(f"4. 100k / 10k values, {'analyze_program' if part == 'analyze' else 'open + analyze + plan'}",
+                   ratio, "x", "<= 12x", ratio.median <= 12)
+    gc_open = _gc_share_of_open()
+    profile = _profile(f"from pte_devconst.schema.pte_file import open_pte; open_pte({str(AN_100K)!r}).close()", 10)
     rows.append(f"| whole `rewrite` command: 100k / 10k | {rr.text('x', digits=2)} | (context) | |")
     report += [
         "## 4. Analysis scales linearly",
@@ -411,7 +439,41 @@ print(json.dumps(out))
         "Absolute (context): " + "; ".join(f"{k} {v.text()}" for k, v in s.items())
         + f"; rewrite command 10k {rew['10k'].text()}, 100k {rew['100k'].text()}.",
         "",
+        "Opening (decode + check) is the largest step. Its CPU time with the garbage collector on and paused, in one"
+        f" process: {gc_open}. (`analyze_program` runs with the collector paused: `rewriter/analysis.py gc_paused`.)"
+        " Profile of opening the 100k file:",
+        "",
+        "```",
+        profile,
+        "```",
+        "",
     ]
+
+
+def _gc_share_of_open() -> str:
+    code = f"""
+import gc, json, time
+from pte_devconst.schema.pte_file import open_pte
+out = {{}}
+for r in range(4):
+    for paused in (False, True):
+        for key, path in (("10k", {str(AN_10K)!r}), ("100k", {str(AN_100K)!r})):
+            gc.collect()
+            if paused:
+                gc.disable()
+            t = time.process_time()
+            open_pte(path).close()
+            elapsed = time.process_time() - t
+            gc.enable()
+            if r:
+                out.setdefault(("paused " if paused else "on ") + key, []).append(elapsed)
+print(json.dumps(out))
+"""
+    data = {k: Series(v) for k, v in json.loads(run_child([PY, "-c", code]).stdout).items()}
+    on = data["on 100k"].median / data["on 10k"].median
+    paused = data["paused 100k"].median / data["paused 10k"].median
+    return (f"collector on: 10k {data['on 10k'].text()}, 100k {data['on 100k'].text()} ({on:.1f}x); paused: 10k"
+            f" {data['paused 10k'].text()}, 100k {data['paused 100k'].text()} ({paused:.1f}x)")
 
 
 def section_startup(rounds: int, report: Report) -> None:
@@ -441,6 +503,7 @@ def section_startup(rounds: int, report: Report) -> None:
     rows = []
     for name in list(cases)[1:]:
         ratio = ratio_series(walls[name], base)
+        _summarise(f"5. {name} / python -c 'import typer, rich, flatbuffers'", ratio, "x", "<= 1.5x", ratio.median <= 1.5)
         rows.append(f"| {name} / baseline | {ratio.text('x', digits=2)} | <= 1.5x | {_verdict(ratio.median <= 1.5)} |"
                     f" {'no' if not torch_free[name] else '**YES**'} |")
     report += [
@@ -455,6 +518,11 @@ def section_startup(rounds: int, report: Report) -> None:
         *rows,
         "",
         "Absolute (context): " + "; ".join(f"{n} {w.text()}" for n, w in walls.items()) + ".",
+        "",
+        "Why: every command module is imported at start-up to register its command (cli/commands.py), and with it"
+        " the whole rewriter (inventory, diff, analysis, plan, apply, verify), the schema layer (decoder, validator, the"
+        " dataclass model) and `rich.console`; the baseline imports none of them. Importing the command implementations"
+        " inside the command functions would leave `--help` with typer and click only.",
         "",
         "Where the start-up goes (`python -X importtime -c 'import pte_devconst.cli.app'`, one run; microseconds,"
         " cumulative, the largest imports that the baseline does not make):",
@@ -559,8 +627,15 @@ SECTIONS: dict[str, Callable[[int, Report], None]] = {
 }
 
 
+SUMMARY: list[tuple[str, str, str, bool]] = []  # (target, figure, limit, met)
+
+
 def _verdict(ok: bool) -> str:
     return "met" if ok else "**missed**"
+
+
+def _summarise(target: str, series: "Series", unit: str, limit: str, ok: bool, digits: int = 2) -> None:
+    SUMMARY.append((target, series.text(unit, digits=digits), limit, ok))
 
 
 def machine() -> str:
@@ -610,6 +685,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         + "`. Each figure: median of the rounds (min-max); ratios are taken per round, since the compared commands run"
         " back to back in every round. Ratios first; absolute times are context. See docs/performance.md for how the"
         " tool gets there and what each figure means.",
+        "",
+        "## Summary",
+        "",
+        "| target | figure: median (min-max) | limit | verdict |",
+        "|---|---|---|---|",
+        *[f"| {t} | {f} | {lim} | {_verdict(ok)} |" for t, f, lim, ok in SUMMARY],
+        "",
+        "Section 6 (runner) has byte counts, not a pass/fail target; it was measured with simulated devices (no GPU).",
         "",
     ]
     args.results.write_text("\n".join(head + report) + "\n")
