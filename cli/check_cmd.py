@@ -9,15 +9,17 @@ and CI runners that pass them through unexpanded.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from pte_devconst.api import CheckReport, Finding, check, expand_paths, parse_devices
 from pte_devconst.cli.app import EXIT_OK, OPTIONS, command
 from pte_devconst.cli.output import (echo_lines, printable, FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
                                      resolve_format, stdout_console, table)
 from pte_devconst.cli.progress import files_progress
+
+if TYPE_CHECKING:  # the analysis is imported when the command runs, not at start-up
+    from pte_devconst.api import CheckReport, Finding
 
 
 def check_payload(report: CheckReport) -> dict[str, Any]:
@@ -122,6 +124,8 @@ def check_command(
     json_flag: bool = JSON_FLAG,
 ) -> None:
     """Exit 1 when a program still copies a constant to a device on every call (for CI and pre-commit)."""
+    from pte_devconst.api import check, expand_paths, parse_devices
+
     devices = parse_devices(device or None, "--device")
     paths, _ = expand_paths(files)
     with files_progress("checking", [str(p) for p in paths], OPTIONS.quiet) as advance:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from pte_devconst.cli.app import OPTIONS, command
 from pte_devconst.cli.output import (echo_lines, FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
                                      markup_safe, resolve_format, stdout_console, table)
-from pte_devconst.rewriter.diff import MethodDiff, ProgramDiff, diff_files
-from pte_devconst.schema.pte_file import open_pte
+
+if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
+    from pte_devconst.rewriter.diff import MethodDiff, ProgramDiff
 
 ROW_LIMIT = 40  # text output; JSON always has everything
 
@@ -112,6 +114,9 @@ def diff_command(
     json_flag: bool = JSON_FLAG,
 ) -> None:
     """Report placement, device, initial data, instruction and segment changes, and per-call copies."""
+    from pte_devconst.rewriter.diff import diff_files
+    from pte_devconst.schema.pte_file import open_pte
+
     with open_pte(before) as a, open_pte(after) as b:
         d = diff_files(a, b)
     fmt = resolve_format(fmt, json_flag)

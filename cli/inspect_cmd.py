@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from pte_devconst.cli.app import command
 from pte_devconst.cli.output import (echo_lines, FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
                                      markup_safe, resolve_format, shape_text, stdout_console, table)
-from pte_devconst.rewriter.inventory import MethodSummary, ProgramSummary, summarize
-from pte_devconst.rewriter.rewrite import analyze_opened, opened
+
+if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
+    from pte_devconst.rewriter.inventory import MethodSummary, ProgramSummary
 
 
 def _io(values) -> str:
@@ -95,6 +96,9 @@ def inspect_command(
     json_flag: bool = JSON_FLAG,
 ) -> None:
     """Show methods, delegates, planned buffers, constants (and who reads them) and segments."""
+    from pte_devconst.rewriter.inventory import summarize
+    from pte_devconst.rewriter.rewrite import analyze_opened, opened
+
     with opened(file, ptd) as (source, data):
         summary = summarize(source, analyze_opened(source, data))
     fmt = resolve_format(fmt, json_flag)

@@ -14,15 +14,13 @@ import enum
 import json
 import re
 import sys
-from typing import Any, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
 
-from pte_devconst.schema.model import Device
+if TYPE_CHECKING:  # rich is imported when something is printed, not at start-up
+    from rich.console import Console
+    from rich.table import Table
 
 JSON_FORMAT_VERSION = 1
 
@@ -42,16 +40,22 @@ def resolve_format(fmt: OutputFormat, json_flag: bool) -> OutputFormat:
     return OutputFormat.json if json_flag else fmt
 
 
-def stdout_console() -> Console:
+def stdout_console() -> "Console":
+    from rich.console import Console
+
     return Console(soft_wrap=False, highlight=False)
 
 
-def stderr_console() -> Console:
+def stderr_console() -> "Console":
+    from rich.console import Console
+
     return Console(stderr=True, highlight=False)
 
 
 def to_jsonable(obj: Any) -> Any:
     """Dataclasses, tuples, devices and enums -> JSON-ready values, recursively."""
+    from pte_devconst.schema.model import Device
+
     if isinstance(obj, Device):  # a dataclass too: spell it the way compile specs do (cuda:0)
         return str(obj)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
@@ -103,12 +107,18 @@ def echo_lines(lines: Iterable[str]) -> None:
 
 def markup_safe(text: Any) -> str:
     """File-derived text for a rich markup string: printable, and its brackets never read as markup."""
+    from rich.markup import escape
+
     return escape(printable(text))
 
 
 def table(title: Optional[str], columns: Sequence[str], rows: Iterable[Sequence[Any]], *,
-          right: Sequence[str] = ()) -> Table:
-    t = Table(title=None if title is None else Text(printable(title), style="table.title"), title_justify="left", show_lines=False, expand=False, pad_edge=False)
+          right: Sequence[str] = ()) -> "Table":
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(title=None if title is None else Text(printable(title), style="table.title"), title_justify="left",
+              show_lines=False, expand=False, pad_edge=False)
     for column in columns:
         t.add_column(column, justify="right" if column in right else "left", overflow="fold")
     for row in rows:

@@ -5,13 +5,16 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+if TYPE_CHECKING:  # rich.progress is imported only when a bar is drawn
+    from rich.console import Console
 
-def _stderr() -> Console:
+
+def _stderr() -> "Console":
     """Bars go to stderr (rich's default console is stdout, which may be a pipe or a JSON document)."""
+    from rich.console import Console
+
     return Console(stderr=True)
 
 
@@ -29,6 +32,8 @@ def write_progress(label: str, total_bytes: int, quiet: bool) -> Iterator[Option
     if not progress_wanted(total_bytes, quiet):
         yield None
         return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
     with Progress(*columns, transient=True, redirect_stdout=False, console=_stderr()) as bar:
         task = bar.add_task(label, total=total_bytes)
@@ -60,6 +65,8 @@ def files_progress(label: str, paths: list[str], quiet: bool) -> Iterator[Option
     if quiet or not long_enough or not sys.stderr.isatty():
         yield None
         return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[name]}"))
     with Progress(*columns, transient=True, redirect_stdout=False, console=_stderr()) as bar:
         task = bar.add_task(label, total=len(paths), name="")

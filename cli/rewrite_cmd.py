@@ -3,23 +3,25 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from pte_devconst.api import parse_devices as api_parse_devices
 from pte_devconst.cli.app import OPTIONS, command
 from pte_devconst.cli.output import (echo_lines, FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
                                      markup_safe, resolve_format, stdout_console, table)
 from pte_devconst.cli.progress import write_progress
-from pte_devconst.rewriter.plan import RewriteOptions
-from pte_devconst.rewriter.rewrite import RewriteResult, rewrite_file
 from pte_devconst.schema.errors import PteDevconstError
-from pte_devconst.schema.model import Device
+
+if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
+    from pte_devconst.rewriter.rewrite import RewriteResult
+    from pte_devconst.schema.model import Device
 
 
-def parse_devices(values: Optional[list[str]]) -> Optional[frozenset[Device]]:
+def parse_devices(values: Optional[list[str]]) -> "Optional[frozenset[Device]]":
     """``--device`` values (repeatable, comma-separated) -> devices; None when not given."""
+    from pte_devconst.api import parse_devices as api_parse_devices
+
     return api_parse_devices(values or None, "--device")
 
 
@@ -131,6 +133,9 @@ def rewrite_command(
     """Find constants read only by delegates on one device and move them into device memory with initial data."""
     if in_place and output is not None:
         raise PteDevconstError("--in-place and --output exclude each other")
+    from pte_devconst.rewriter.plan import RewriteOptions
+    from pte_devconst.rewriter.rewrite import rewrite_file
+
     options = RewriteOptions(devices=parse_devices(device), min_bytes=min_bytes)
     size = file.stat().st_size if file.exists() else 0
     with write_progress(f"writing {file.name}", size, OPTIONS.quiet) as progress:

@@ -7,7 +7,6 @@ from statistics import mean
 from typing import Any, Optional
 
 import typer
-from rich.text import Text
 
 from pte_devconst.cli.app import EXIT_FINDINGS, OPTIONS, command
 from pte_devconst.cli.output import (FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, markdown_table,
@@ -47,6 +46,8 @@ def render_text(result: Any) -> None:
     console.print(f"[bold]{markup_safe(result.original)}[/] vs [bold]{markup_safe(result.rewritten)}[/]: {result.calls} calls each, {devices}")
     for mv in result.methods:
         console.print(table(f"method {mv.method}", SUMMARY_COLUMNS, summary_rows(mv), right=SUMMARY_COLUMNS[1:]))
+        from rich.text import Text
+
         console.print(table(None, CHECK_COLUMNS, check_rows(mv, (Text("pass", style="green"), Text("FAIL", style="red")))))
     console.print("[bold green]PASS[/]" if result.passed else "[bold red]FAIL[/]")
 

@@ -1,10 +1,25 @@
 """The file formats: .fbs schemas, flatc-generated code, and the typed reader/writer of .pte and .ptd.
 
 Everything else in pte-devconst stands on this package; it depends on nothing
-but the standard library and ``flatbuffers``.
+but the standard library and ``flatbuffers``.  Names are imported on first use,
+so ``import pte_devconst.schema.errors`` (which every command does) stays cheap.
 """
 
-from .errors import FormatError, OutputError, PteDevconstError, UnsupportedProgramError
-from .pte_file import PteFile, Span, open_pte
+from __future__ import annotations
 
-__all__ = ["FormatError", "OutputError", "PteDevconstError", "UnsupportedProgramError", "PteFile", "Span", "open_pte"]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "FormatError": "errors", "OutputError": "errors", "PteDevconstError": "errors",
+    "UnsupportedProgramError": "errors", "PteFile": "pte_file", "Span": "mapped", "open_pte": "pte_file",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
