@@ -97,7 +97,7 @@ def inspect_command(
 ) -> None:
     """Show methods, delegates, planned buffers, constants (and who reads them) and segments."""
     from pte_devconst.rewriter.inventory import summarize
-    from pte_devconst.rewriter.rewrite import analyze_opened, opened
+    from pte_devconst.rewriter.load import analyze_opened, opened
 
     with opened(file, ptd) as (source, data):
         summary = summarize(source, analyze_opened(source, data))

@@ -57,7 +57,7 @@ def parse_devices(devices: Optional[Iterable[DeviceLike]], option: str = "device
 def analyze(pte: PathLike, ptd: Optional[PathLike] = None) -> "ProgramSummary":
     """What ``inspect`` shows: methods, delegates, buffers, segments and every constant's verdict."""
     from pte_devconst.rewriter.inventory import summarize
-    from pte_devconst.rewriter.rewrite import analyze_opened, opened
+    from pte_devconst.rewriter.load import analyze_opened, opened
 
     with opened(pte, ptd) as (source, data):
         return summarize(source, analyze_opened(source, data))
@@ -221,7 +221,7 @@ def _ptd_for(pte: Path, given: Sequence[Path], single: bool) -> Optional[Path]:
 
 
 def _check_one(pte: Path, ptd: Optional[Path], min_bytes: int, devices: Optional[frozenset[Device]]) -> FileCheck:
-    from pte_devconst.rewriter.rewrite import analyze_opened, opened
+    from pte_devconst.rewriter.load import analyze_opened, opened
 
     with opened(pte, ptd) as (source, data):
         analysis = analyze_opened(source, data)

@@ -1,8 +1,25 @@
-"""Analysis -> plan -> apply -> diff: the rewrite of device-read constants, on top of ``pte_devconst.schema``."""
+"""Analysis -> plan -> apply -> diff: the rewrite of device-read constants, on top of ``pte_devconst.schema``.
 
-from .analysis import Analysis, ConstantVerdict, MethodAnalysis, analyze_program
-from .plan import RewriteOptions, RewritePlan, make_plan
-from .rewrite import RewriteResult, analyze_file, default_output, rewrite_file
+Names are imported on first use, so a command that only analyses (``inspect``,
+``check``) never loads the writer, and start-up stays short.
+"""
 
-__all__ = ["Analysis", "ConstantVerdict", "MethodAnalysis", "analyze_program", "RewriteOptions", "RewritePlan",
-           "make_plan", "RewriteResult", "analyze_file", "default_output", "rewrite_file"]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Analysis": "analysis", "ConstantVerdict": "analysis", "MethodAnalysis": "analysis",
+    "analyze_program": "analysis", "RewriteOptions": "plan", "RewritePlan": "plan", "make_plan": "plan",
+    "RewriteResult": "rewrite", "analyze_file": "load", "default_output": "rewrite", "rewrite_file": "rewrite",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

@@ -9,20 +9,19 @@ idempotent.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Optional
 
 from pte_devconst.schema.atomic import atomic_output
 from pte_devconst.schema.errors import PteDevconstError, UnsupportedProgramError
-from pte_devconst.schema.ptd_file import PtdFile, open_ptd
+from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile, Span, open_pte
 from pte_devconst.schema.pte_writer import layout_pte, write_piece, write_pte_to_fd
 
-from .analysis import Analysis, ExternalData, analyze_program
 from .apply import apply_plan
+from .load import analyze_opened, opened
 from .plan import RewriteOptions, RewritePlan, make_plan
 from .verify import check_rewrite
 
@@ -41,39 +40,6 @@ class RewriteResult:
     @property
     def changed(self) -> bool:
         return not self.plan.is_empty
-
-
-def external_data(ptd: PtdFile) -> ExternalData:
-    """The keys and tensor layouts of a .ptd, as analysis needs them."""
-    layouts = {}
-    for entry in ptd.flat_tensor.named_data or ():
-        layout = entry.tensor_layout
-        layouts[entry.key] = None if layout is None else (
-            layout.scalar_type, tuple(layout.sizes or ()), tuple(layout.dim_order or ()))
-    return ExternalData(layouts)
-
-
-def analyze_opened(source: PteFile, data: Optional[PtdFile], *, host_placement: bool = False) -> Analysis:
-    return analyze_program(source.program, external_data(data) if data else None, host_placement=host_placement)
-
-
-def analyze_file(path: str | os.PathLike[str], ptd: Optional[str | os.PathLike[str]] = None, *,
-                 host_placement: bool = False) -> Analysis:
-    """Verdicts for every constant of a .pte (and its .ptd, for external constants)."""
-    with opened(path, ptd) as (source, data):
-        return analyze_opened(source, data, host_placement=host_placement)
-
-
-@contextlib.contextmanager
-def opened(path: str | os.PathLike[str], ptd: Optional[str | os.PathLike[str]] = None
-           ) -> Iterator[tuple[PteFile, Optional[PtdFile]]]:
-    """Open a .pte and, when given, its .ptd; both are closed on exit."""
-    with open_pte(path) as source:
-        if ptd is None:
-            yield source, None
-            return
-        with open_ptd(ptd) as data:
-            yield source, data
 
 
 def default_output(path: str | os.PathLike[str]) -> Path:

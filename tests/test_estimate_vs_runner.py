@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from conftest import CASES, CORPUS, ptd_path, pte_path
-from pte_devconst.rewriter.rewrite import analyze_file, rewrite_file
+from pte_devconst.rewriter.load import analyze_file
+from pte_devconst.rewriter.rewrite import rewrite_file
 
 pytest.importorskip("torch")
 from pte_devconst.runner import run_program  # noqa: E402

@@ -1,0 +1,49 @@
+"""Opening a program (and its .ptd) for analysis: what ``inspect``, ``check`` and ``rewrite`` share.
+
+Kept apart from ``rewrite.py`` so that commands which only analyse never load
+the writer, the apply step or the self-check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Iterator, Optional
+
+from pte_devconst.schema.ptd_file import PtdFile, open_ptd
+from pte_devconst.schema.pte_file import PteFile, open_pte
+
+from .analysis import Analysis, ExternalData, analyze_program
+
+
+def external_data(ptd: PtdFile) -> ExternalData:
+    """The keys and tensor layouts of a .ptd, as analysis needs them."""
+    layouts = {}
+    for entry in ptd.flat_tensor.named_data or ():
+        layout = entry.tensor_layout
+        layouts[entry.key] = None if layout is None else (
+            layout.scalar_type, tuple(layout.sizes or ()), tuple(layout.dim_order or ()))
+    return ExternalData(layouts)
+
+
+def analyze_opened(source: PteFile, data: Optional[PtdFile], *, host_placement: bool = False) -> Analysis:
+    return analyze_program(source.program, external_data(data) if data else None, host_placement=host_placement)
+
+
+def analyze_file(path: str | os.PathLike[str], ptd: Optional[str | os.PathLike[str]] = None, *,
+                 host_placement: bool = False) -> Analysis:
+    """Verdicts for every constant of a .pte (and its .ptd, for external constants)."""
+    with opened(path, ptd) as (source, data):
+        return analyze_opened(source, data, host_placement=host_placement)
+
+
+@contextlib.contextmanager
+def opened(path: str | os.PathLike[str], ptd: Optional[str | os.PathLike[str]] = None
+           ) -> Iterator[tuple[PteFile, Optional[PtdFile]]]:
+    """Open a .pte and, when given, its .ptd; both are closed on exit."""
+    with open_pte(path) as source:
+        if ptd is None:
+            yield source, None
+            return
+        with open_ptd(ptd) as data:
+            yield source, data
