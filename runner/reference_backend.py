@@ -79,7 +79,11 @@ class ReferenceBackendExecutor(DelegateExecutor):
                     raise RunnerError(f"reference backend constant {spec['key']!r} is not in the named data",
                                       where=where)
                 dtype, shape = _DTYPES[spec["dtype"]], tuple(spec["shape"])
-                host = host_bytes(data)[: math.prod(shape) * dtype.itemsize].view(dtype).reshape(shape)
+                needed = math.prod(shape) * dtype.itemsize
+                if len(data) < needed:
+                    raise RunnerError(f"reference backend constant {spec['key']!r} needs {needed} bytes, its named "
+                                      f"data holds {len(data)}", where=where)
+                host = host_bytes(data)[:needed].view(dtype).reshape(shape)
                 constants.append(context.load_to_device(host))
             nodes = tuple((_op(n["op"], where), list(n.get("args", [])), dict(n.get("kwargs", {})))
                           for n in doc["nodes"])
