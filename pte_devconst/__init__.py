@@ -7,7 +7,9 @@ light and never imports torch (only ``validate`` does, when called).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -17,13 +19,7 @@ if TYPE_CHECKING:
     from .api import CheckReport, FileCheck, Finding, analyze, check, diff, rewrite, validate
 
 
-def __getattr__(name: str) -> Any:
-    """Lazy access to the API functions (PEP 562)."""
-    if name in __all__ and name != "__version__":
-        from . import api
-
-        return getattr(api, name)
-    raise AttributeError(f"module 'pte_devconst' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, {name: "api" for name in __all__ if name != "__version__"})
 
 
 def __dir__() -> list[str]:

@@ -7,8 +7,7 @@ so ``import pte_devconst.schema.errors`` (which every command does) stays cheap.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from pte_devconst._lazy import lazy_exports
 
 _EXPORTS = {
     "FormatError": "errors", "OutputError": "errors", "PteDevconstError": "errors",
@@ -17,9 +16,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

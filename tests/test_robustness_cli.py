@@ -126,7 +126,8 @@ def test_bad_file_one_line_and_debug_traceback(command: str, tmp_path: Path) -> 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.pte"]
 
 
-def _huge_arena(tmp_path: Path, size: int) -> Path:
+def _forged(tmp_path: Path, corpus_name: str, edit_plan, out_name: str) -> Path:
+    """A corpus program with its first plan changed by ``edit_plan``, written with its original segments."""
     from dataclasses import replace
 
     from pte_devconst.schema.pte_file import PteFile
@@ -134,14 +135,19 @@ def _huge_arena(tmp_path: Path, size: int) -> Path:
         from fuzz.mutate import assemble_pte
     except ImportError:
         from tests.fuzz.mutate import assemble_pte
-    data = (CORPUS / "v_h_cpu_only.pte").read_bytes()
+    data = (CORPUS / f"{corpus_name}.pte").read_bytes()
     with PteFile.from_bytes(data) as pte:
         program = pte.program
-    plan = program.execution_plan[0]
-    forged = replace(program, execution_plan=(replace(plan, non_const_buffer_sizes=(0, size)),))
-    path = tmp_path / "huge.pte"
+    forged = replace(program, execution_plan=(edit_plan(program.execution_plan[0]),))
+    path = tmp_path / out_name
     path.write_bytes(assemble_pte(forged, data))
     return path
+
+
+def _huge_arena(tmp_path: Path, size: int) -> Path:
+    from dataclasses import replace
+
+    return _forged(tmp_path, "v_h_cpu_only", lambda plan: replace(plan, non_const_buffer_sizes=(0, size)), "huge.pte")
 
 
 def test_run_with_a_huge_declared_buffer_is_a_clean_error(tmp_path: Path) -> None:
@@ -153,20 +159,10 @@ def test_run_with_a_huge_declared_buffer_is_a_clean_error(tmp_path: Path) -> Non
 def _with_hostile_names(tmp_path: Path, method: str, backend: str) -> Path:
     from dataclasses import replace
 
-    from pte_devconst.schema.pte_file import PteFile
-    try:
-        from fuzz.mutate import assemble_pte
-    except ImportError:
-        from tests.fuzz.mutate import assemble_pte
-    data = (CORPUS / "v_b_dtypes_legacy.pte").read_bytes()
-    with PteFile.from_bytes(data) as pte:
-        program = pte.program
-    plan = program.execution_plan[0]
-    delegate = replace(plan.delegates[0], id=backend)
-    forged = replace(program, execution_plan=(replace(plan, name=method, delegates=(delegate,)),))
-    path = tmp_path / "names.pte"
-    path.write_bytes(assemble_pte(forged, data))
-    return path
+    def rename(plan):
+        return replace(plan, name=method, delegates=(replace(plan.delegates[0], id=backend),))
+
+    return _forged(tmp_path, "v_b_dtypes_legacy", rename, "names.pte")
 
 
 @pytest.mark.parametrize("command", ["inspect", "rewrite --dry-run", "check"])
