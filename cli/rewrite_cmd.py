@@ -30,7 +30,7 @@ def result_payload(result: RewriteResult) -> dict[str, Any]:
     plan = result.plan
     methods = []
     for edit in plan.methods:
-        method = plan.analysis.methods[[m.name for m in plan.analysis.methods].index(edit.name)]
+        method = plan.analysis.method(edit.name)
         methods.append({
             "name": edit.name,
             "style": method.style,

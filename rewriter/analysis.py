@@ -18,7 +18,7 @@ import functools
 import gc
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
+from typing import Any, Callable, Mapping, Optional, TypeVar
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.model import CPU, Device
@@ -123,7 +123,7 @@ class MethodAnalysis:
     constants: tuple[ConstantVerdict, ...]
     delegates: tuple[DelegateInfo, ...]
     h2d_bytes_per_call: int  # estimate: copy kernels plus host tensors handed to device delegates
-    style: str  # "copy", "legacy", "cpu" (no device delegate) or "none" (no constants moved before)
+    style: str  # "copy" (h2d copy kernels), "legacy" (device delegates, no copies) or "cpu" (no device delegate)
 
     @property
     def eligible(self) -> tuple[ConstantVerdict, ...]:
@@ -456,7 +456,3 @@ def analyze_program(program: m.Program, external: Optional[ExternalData] = None,
     elif len(program.mutable_data_segments or ()) > 1:
         refusal = f"the program has {len(program.mutable_data_segments)} mutable data segment lists; the runtime reads only one"
     return Analysis(tuple(methods), refusal)
-
-
-def external_data_of(entries: Iterable[tuple[str, Optional[tuple[int, tuple[int, ...], tuple[int, ...]]]]]) -> ExternalData:
-    return ExternalData(dict(entries))

@@ -109,7 +109,7 @@ def _check_disjoint(name: str, plan: m.ExecutionPlan, regions: list[tuple[int, i
 
 
 def check_rewrite(original: PteFile, rewritten: PteFile, plan: RewritePlan,
-                  external_bytes: Optional[dict[str, int]] = None, *, full_data: Optional[bool] = None) -> None:
+                  *, full_data: Optional[bool] = None) -> None:
     """Raise ``RewriteCheckError`` unless ``rewritten`` encodes every placement of ``plan`` exactly.
 
     ``full_data`` compares every moved byte (default: PTE_DEVCONST_FULL_CHECK, else sampled windows

@@ -79,8 +79,11 @@ class _Encoder:
         return b.EndVector()
 
     def bytes_(self, data: Optional[bytes], alignment: int = 1) -> Optional[int]:
-        return self.scalars("B", data, alignment) if alignment > 1 and data is not None else (
-            None if data is None else self.b.CreateByteVector(bytes(data)))
+        if data is None:
+            return None
+        if alignment > 1:  # force_align vectors: CreateByteVector aligns only to 4
+            return self.scalars("B", data, alignment)
+        return self.b.CreateByteVector(bytes(data))
 
     def string(self, text: Optional[str]) -> Optional[int]:
         return None if text is None else self.b.CreateString(text)
