@@ -75,18 +75,18 @@ def render_text(report: CheckReport) -> None:
             for f in report.files:
                 if f.findings:
                     console.print(printable(f"{f.file}: {len(f.findings)} constant(s) copied host-to-device on every call"),
-                                  markup=False)
+                                  markup=False, soft_wrap=True)
                     console.print(table(None, ["method", "constant", "device", "bytes/call"],
                                         _finding_rows(f.findings), right=["bytes/call"]))
     if OPTIONS.verbose:
         for f in report.files:
             if f.status == "ok":
                 console.print(printable(f"ok  {f.file} ({f.constants} constant(s) examined"
-                                        + (f", data {f.ptd}" if f.ptd else "") + ")"), markup=False)
+                                        + (f", data {f.ptd}" if f.ptd else "") + ")"), markup=False, soft_wrap=True)
     if not OPTIONS.quiet:
         for f in report.files:
             if f.note:
-                console.print(printable(f"note: {f.file}: {f.note}"), markup=False)
+                console.print(printable(f"note: {f.file}: {f.note}"), markup=False, soft_wrap=True)
         console.print(_summary(report), markup=False, style="green" if report.passed else "red")
 
 

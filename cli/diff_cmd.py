@@ -60,7 +60,7 @@ def _limited(rows: list, verbose: bool) -> tuple[list, str]:
 
 def render_text(d: ProgramDiff) -> None:
     console = stdout_console()
-    console.print(f"[bold]{markup_safe(d.a)}[/] -> [bold]{markup_safe(d.b)}[/]" + (": identical programs" if d.identical else ""))
+    console.print(f"[bold]{markup_safe(d.a)}[/] -> [bold]{markup_safe(d.b)}[/]" + (": identical programs" if d.identical else ""), soft_wrap=True)
     console.print(table(None, ["", "before", "after", "change"], _summary_rows(d), right=["before", "after"]))
     for method in d.methods:
         if method.status == "same":

@@ -55,7 +55,7 @@ def render_text(summary: ProgramSummary) -> None:
     console = stdout_console()
     console.print(f"[bold]{markup_safe(summary.path)}[/]: {human_bytes(summary.file_size)}, program "
                   f"{human_bytes(summary.program_size)}, schema version {summary.schema_version}, "
-                  f"{len(summary.methods)} method(s)")
+                  f"{len(summary.methods)} method(s)", soft_wrap=True)
     if summary.segments:
         console.print(table("segments", ["#", "holds", "offset", "size"],
                             [[s.index, s.role, s.offset, human_bytes(s.nbytes)] for s in summary.segments],

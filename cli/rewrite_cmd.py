@@ -80,7 +80,7 @@ def render_text(result: RewriteResult) -> None:
     verb = "would move" if result.output is None else "moved"
     if plan.is_empty:
         console.print(f"{markup_safe(result.input)}: nothing to move; " +
-                      ("no file written (dry run)." if result.output is None else f"{markup_safe(result.output)} is an identical copy."))
+                      ("no file written (dry run)." if result.output is None else f"{markup_safe(result.output)} is an identical copy."), soft_wrap=True)
     else:
         console.print(table(f"constants {verb} to device memory", ["method", "device", "constants", "bytes",
                                                                     "H2D saved/call"],
@@ -102,7 +102,7 @@ def render_text(result: RewriteResult) -> None:
                             right=["v", "bytes"]))
     if result.output is not None and not plan.is_empty:
         console.print(f"wrote [bold]{markup_safe(result.output)}[/] ({human_bytes(result.output_size or 0)}; input "
-                      f"{human_bytes(result.input_size)}), re-read and checked.")
+                      f"{human_bytes(result.input_size)}), re-read and checked.", soft_wrap=True)
 
 
 def render_markdown(result: RewriteResult) -> None:

@@ -89,7 +89,7 @@ def render(result: Any, fmt: OutputFormat) -> None:
                               "", "Copies:", "", markdown_table(columns, rows)])
         return
     console = stdout_console()
-    console.print(f"[bold]{markup_safe(result.path)}[/] method [bold]{markup_safe(result.method)}[/]: {len(result.calls)} call(s), {devices}")
+    console.print(f"[bold]{markup_safe(result.path)}[/] method [bold]{markup_safe(result.method)}[/]: {len(result.calls)} call(s), {devices}", soft_wrap=True)
     console.print(table(f"outputs (call {last.index})", OUTPUT_COLUMNS, output_rows(last.outputs), right=["#", "sum"]))
     console.print(table("host/device copies", columns, rows, right=columns[2:]))
 

@@ -43,7 +43,7 @@ def check_rows(mv: Any, marks: tuple[Any, Any]) -> list[list[Any]]:
 def render_text(result: Any) -> None:
     console = stdout_console()
     devices = "simulated devices" if result.simulated else "real devices"
-    console.print(f"[bold]{markup_safe(result.original)}[/] vs [bold]{markup_safe(result.rewritten)}[/]: {result.calls} calls each, {devices}")
+    console.print(f"[bold]{markup_safe(result.original)}[/] vs [bold]{markup_safe(result.rewritten)}[/]: {result.calls} calls each, {devices}", soft_wrap=True)
     for mv in result.methods:
         console.print(table(f"method {mv.method}", SUMMARY_COLUMNS, summary_rows(mv), right=SUMMARY_COLUMNS[1:]))
         from rich.text import Text

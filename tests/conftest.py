@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Optional
 
 import pytest
+
+# Text output is laid out for the terminal width; pin it so the developer's terminal cannot change a result.
+# (CI's non-terminal default is 80 too; tests that need another width pass COLUMNS themselves.)
+os.environ["COLUMNS"] = "80"
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CORPUS = FIXTURES / "corpus"

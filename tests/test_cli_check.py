@@ -147,6 +147,16 @@ def test_verbose_lists_clean_files_too() -> None:
     assert "ok  " in result.stdout and "v_h_xnnpack.pte (1 constant(s) examined)" in result.stdout
 
 
+def test_report_lines_do_not_wrap_in_a_narrow_terminal() -> None:
+    """A CI log is often 80 columns and paths are long: each file's line must stay whole for grep."""
+    files = (pte_path("v_h_cpu_only"), pte_path("v_e_two_devices_legacy"))
+    result = invoke("--verbose", "check", *files, env={"COLUMNS": "40"})
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert f"ok  {files[0]} (3 constant(s) examined)" in lines
+    assert any(line.startswith(f"{files[1]}: 2 constant(s) copied") for line in lines), result.stdout
+
+
 @pytest.mark.parametrize("args", [(), ("--format", "yaml")])
 def test_usage_errors_exit_2(args: tuple[str, ...]) -> None:
     assert invoke("check", *args).exit_code == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -10,8 +11,9 @@ import pytest
 ENTRY = "from pte_devconst.cli.app import main; main()"
 
 
-def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", ENTRY, *args], capture_output=True, text=True, timeout=120)
+def _run(*args: str, columns: int = 200) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": str(columns)}
+    return subprocess.run([sys.executable, "-c", ENTRY, *args], capture_output=True, text=True, timeout=120, env=env)
 
 
 @pytest.mark.parametrize("args, fragment", [
