@@ -1,437 +1,230 @@
-"""``model.Program`` -> flatbuffer bytes, with the flatc-generated builder functions.
+"""``model.Program`` -> flatbuffer bytes (and ``FlatTensor`` for .ptd files).
 
-Follows the ExecuTorch 1.5.1 writer's conventions (``pte-format.md`` §2): scalars
-equal to their default are omitted (the generated ``Add*`` functions do that),
-tables, vectors and strings are written exactly when they are not ``None``
-(so "absent" and "empty" survive a round trip), and the two ``force_align: 16``
-byte vectors are aligned to 16, which flatc's Python generator ignores.
-Scalar vectors are packed in one ``struct.pack_into`` call, not per element.
+Follows the ExecuTorch 1.5.1 writer's conventions (``pte-format.md`` §2): a
+scalar equal to its default is left out, a table, vector or string is written
+exactly when it is not ``None`` (so "absent" and "empty" survive a round trip),
+and the two ``force_align: 16`` byte vectors are aligned to 16.
+
+Each ``TableLayout`` below lists a table's fields in ``fbs/program.fbs`` order
+(a union takes two slots: its type tag, then its value), the same slot numbers
+``decode.py`` reads. Children are written before their parent, in the order the
+flatc-generated builder path writes them, so the output is byte for byte what
+that path produces (``tests/test_encode.py`` checks it against
+``tests/reference_encoder.py``).
 """
 
 from __future__ import annotations
 
-import importlib
-import struct
 from typing import Callable, Optional, Sequence, TypeVar
 
-import flatbuffers
-
 from . import model as m
-from .ptd_model import FlatTensor as FlatTensorModel
-
-
-class _Generated:
-    """A flatc-generated module, imported on first use.
-
-    There are about 40 of them; importing them up front cost commands that never
-    encode (``--help``, ``inspect``, ``diff``) a noticeable part of their start-up.
-    After the first access the module's functions live in this object's
-    ``__dict__``, so later lookups cost what a module attribute lookup costs.
-    """
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    def __getattr__(self, attribute: str) -> object:
-        module = importlib.import_module(f".generated.{self._name}", __package__)
-        self.__dict__.update(vars(module))
-        return getattr(module, attribute)
-
-
-(AllocationDetails, BackendDelegate, BackendDelegateDataReference, BackendDelegateInlineData, Bool,
- BoolList, Buffer, Chain, CompileSpec, ContainerMetadata, DataSegment, DelegateCall, Double, DoubleList,
- EValue, ExecutionPlan, ExtraTensorInfo, Frame, FrameList, FreeCall, Instruction, Int, IntList,
- JumpFalseCall, KernelCall, MoveCall, NamedData, NonConstBufferDevice, Null, Operator,
- OptionalTensorList, Program, String, SubsegmentOffsets, Tensor, TensorList) = (
-    _Generated(f"executorch_flatbuffer.{name}") for name in (
-        "AllocationDetails", "BackendDelegate", "BackendDelegateDataReference", "BackendDelegateInlineData", "Bool",
-        "BoolList", "Buffer", "Chain", "CompileSpec", "ContainerMetadata", "DataSegment", "DelegateCall", "Double",
-        "DoubleList", "EValue", "ExecutionPlan", "ExtraTensorInfo", "Frame", "FrameList", "FreeCall", "Instruction",
-        "Int", "IntList", "JumpFalseCall", "KernelCall", "MoveCall", "NamedData", "NonConstBufferDevice", "Null",
-        "Operator", "OptionalTensorList", "Program", "String", "SubsegmentOffsets", "Tensor", "TensorList"))
-PtdDataSegment, FlatTensor, TensorLayout, PtdNamedData = (
-    _Generated(f"flat_tensor_flatbuffer.{name}") for name in ("DataSegment", "FlatTensor", "TensorLayout", "NamedData"))
+from .flatbuf import BOOL, F64, I8, I32, I64, U8, U32, U64
+from .flatbuf_builder import REF, Builder, TableLayout
+from .ptd_model import FlatTensor, PtdNamedData
 
 T = TypeVar("T")
 FORCE_ALIGN = 16
 
-_KERNEL_TAGS = {m.Null: 1, m.Int: 2, m.Bool: 3, m.Double: 4, m.Tensor: 5, m.String: 6, m.IntList: 7,
-                m.DoubleList: 8, m.BoolList: 9, m.TensorList: 10, m.OptionalTensorList: 11}
-_INSTRUCTION_TAGS = {m.KernelCall: 1, m.DelegateCall: 2, m.MoveCall: 3, m.JumpFalseCall: 4, m.FreeCall: 5}
+ALLOCATION = TableLayout((U32, 0), (U32, 0), (U32, 0))
+EXTRA = TableLayout((U64, 0), REF, (I8, 0), (I8, 0), (I8, 0))
+TENSOR = TableLayout((I8, 0), (I32, 0), REF, REF, (BOOL, False), (U32, 0), REF, (I8, 0), (I8, 0), REF)
+INT = TableLayout((I64, 0))
+BOOL_VALUE = TableLayout((BOOL, False))
+DOUBLE = TableLayout((F64, 0.0))
+ONE_REF = TableLayout(REF)  # String, the five list types, FrameList: one string or vector field
+NULL = TableLayout()
+UNION = TableLayout((U8, 0), REF)  # EValue and Instruction: type tag, then the member table
+CALL = TableLayout((I32, 0), REF)  # KernelCall, DelegateCall: index, args
+TWO_INTS = TableLayout((I32, 0), (I32, 0))  # MoveCall, JumpFalseCall
+FREE = TableLayout((I32, 0))
+FRAME = TableLayout(REF, (I32, 0), REF, REF)
+TWO_REFS = TableLayout(REF, REF)  # Operator, CompileSpec, ContainerMetadata
+DATA_REFERENCE = TableLayout((I8, 0), (U32, 0))
+DELEGATE = TableLayout(REF, REF, REF)
+CHAIN = TableLayout(REF, REF, REF, REF)
+BUFFER_DEVICE = TableLayout((I32, 0), (I8, 0), (I8, 0))
+PLAN = TableLayout(*(REF,) * 10)
+DATA_SEGMENT = TableLayout((U64, 0), (U64, 0))
+SUBSEGMENT = TableLayout((U32, 0), REF)
+NAMED = TableLayout(REF, (U32, 0))
+PROGRAM = TableLayout((U32, 0), *(REF,) * 7)
+# flat_tensor.fbs
+FT_NAMED = TableLayout(REF, (U32, 0), REF)
+FT_LAYOUT = TableLayout((I8, 0), REF, REF)
+FLAT_TENSOR = TableLayout((U32, 0), REF, REF)
+
+KERNEL_TAGS = {m.Null: 1, m.Int: 2, m.Bool: 3, m.Double: 4, m.Tensor: 5, m.String: 6, m.IntList: 7,
+               m.DoubleList: 8, m.BoolList: 9, m.TensorList: 10, m.OptionalTensorList: 11}
+LIST_KINDS = {m.IntList: I64, m.DoubleList: F64, m.BoolList: BOOL, m.TensorList: I32, m.OptionalTensorList: I32}
+INSTRUCTION_TAGS = {m.KernelCall: 1, m.DelegateCall: 2, m.MoveCall: 3, m.JumpFalseCall: 4, m.FreeCall: 5}
 
 
 class _Encoder:
+    """Writes model objects children-first; every method returns the written item's offset (or ``None``)."""
+
     def __init__(self, size_hint: int = 1024) -> None:
-        self.b = flatbuffers.Builder(size_hint)
+        self.b = Builder(size_hint)
 
-    # --- primitives --------------------------------------------------------
-
-    def scalars(self, fmt: str, items: Optional[Sequence], alignment: int = 0) -> Optional[int]:
-        if items is None:
-            return None
-        b = self.b
-        width = struct.calcsize(fmt)
-        count = len(items)
-        b.StartVector(width, count, max(alignment, width))
-        b.head = b.head - count * width
-        if count:
-            struct.pack_into(f"<{count}{fmt}", b.Bytes, b.head, *items)
-        return b.EndVector()
-
-    def bytes_(self, data: Optional[bytes], alignment: int = 1) -> Optional[int]:
-        if data is None:
-            return None
-        if alignment > 1:  # force_align vectors: CreateByteVector aligns only to 4
-            return self.scalars("B", data, alignment)
-        return self.b.CreateByteVector(bytes(data))
+    def scalars(self, kind, items: Optional[Sequence], alignment: int = 0) -> Optional[int]:  # noqa: ANN001
+        return None if items is None else self.b.scalars(kind, items, alignment)
 
     def string(self, text: Optional[str]) -> Optional[int]:
-        return None if text is None else self.b.CreateString(text)
+        return None if text is None else self.b.string(text)
 
     def tables(self, items: Optional[Sequence[T]], encode: Callable[[T], int]) -> Optional[int]:
-        if items is None:
-            return None
-        offsets = [encode(item) for item in items]
-        b = self.b
-        b.StartVector(4, len(offsets), 4)
-        for offset in reversed(offsets):
-            b.PrependUOffsetTRelative(offset)
-        return b.EndVector()
+        return None if items is None else self.b.offsets([encode(item) for item in items])
 
-    # --- program tables ----------------------------------------------------
-
-    def allocation(self, a: m.AllocationDetails) -> int:
-        b = self.b
-        AllocationDetails.Start(b)
-        AllocationDetails.AddMemoryId(b, a.memory_id)
-        AllocationDetails.AddMemoryOffsetLow(b, a.memory_offset & 0xFFFFFFFF)
-        AllocationDetails.AddMemoryOffsetHigh(b, a.memory_offset >> 32)
-        return AllocationDetails.End(b)
-
-    def extra(self, e: m.ExtraTensorInfo) -> int:
-        b = self.b
-        fqn = self.string(e.fully_qualified_name)
-        ExtraTensorInfo.Start(b)
-        ExtraTensorInfo.AddMutableDataSegmentsIdx(b, e.mutable_data_segments_idx)
-        if fqn is not None:
-            ExtraTensorInfo.AddFullyQualifiedName(b, fqn)
-        ExtraTensorInfo.AddLocation(b, e.location)
-        ExtraTensorInfo.AddDeviceType(b, e.device_type)
-        ExtraTensorInfo.AddDeviceIndex(b, e.device_index)
-        return ExtraTensorInfo.End(b)
+    # --- values -------------------------------------------------------------
 
     def tensor(self, t: m.Tensor) -> int:
         b = self.b
-        sizes = self.scalars("i", t.sizes)
-        dim_order = self.scalars("B", t.dim_order)
-        alloc = None if t.allocation_info is None else self.allocation(t.allocation_info)
-        extra = None if t.extra_tensor_info is None else self.extra(t.extra_tensor_info)
-        Tensor.Start(b)
-        Tensor.AddScalarType(b, t.scalar_type)
-        Tensor.AddStorageOffset(b, t.storage_offset)
-        if sizes is not None:
-            Tensor.AddSizes(b, sizes)
-        if dim_order is not None:
-            Tensor.AddDimOrder(b, dim_order)
-        Tensor.AddRequiresGrad(b, t.requires_grad)
-        Tensor.AddDataBufferIdx(b, t.data_buffer_idx)
+        sizes = None if t.sizes is None else b.scalars(I32, t.sizes)
+        dim_order = None if t.dim_order is None else b.scalars(U8, t.dim_order)
+        alloc = t.allocation_info
         if alloc is not None:
-            Tensor.AddAllocationInfo(b, alloc)
-        Tensor.AddLayout(b, t.layout)
-        Tensor.AddShapeDynamism(b, t.shape_dynamism)
+            alloc = b.table(ALLOCATION, (alloc.memory_id, alloc.memory_offset & 0xFFFFFFFF, alloc.memory_offset >> 32))
+        extra = t.extra_tensor_info
         if extra is not None:
-            Tensor.AddExtraTensorInfo(b, extra)
-        return Tensor.End(b)
-
-    def _items_table(self, module: object, fmt: str, items: Optional[Sequence]) -> int:
-        vec = self.scalars(fmt, items)
-        module.Start(self.b)  # type: ignore[attr-defined]
-        if vec is not None:
-            module.AddItems(self.b, vec)  # type: ignore[attr-defined]
-        return module.End(self.b)  # type: ignore[attr-defined]
+            extra = b.table(EXTRA, (extra.mutable_data_segments_idx, self.string(extra.fully_qualified_name),
+                                    extra.location, extra.device_type, extra.device_index))
+        return b.table(TENSOR, (t.scalar_type, t.storage_offset, sizes, dim_order, t.requires_grad,
+                                t.data_buffer_idx, alloc, t.layout, t.shape_dynamism, extra))
 
     def kernel_value(self, v: m.EValue) -> int:
-        b = self.b
-        if isinstance(v, m.Tensor):
+        kind = type(v)
+        if kind is m.Tensor:
             return self.tensor(v)
-        if isinstance(v, m.Int):
-            Int.Start(b), Int.AddIntVal(b, v.int_val)
-            return Int.End(b)
-        if isinstance(v, m.Bool):
-            Bool.Start(b), Bool.AddBoolVal(b, v.bool_val)
-            return Bool.End(b)
-        if isinstance(v, m.Double):
-            Double.Start(b), Double.AddDoubleVal(b, v.double_val)
-            return Double.End(b)
-        if isinstance(v, m.String):
-            s = self.string(v.string_val)
-            String.Start(b)
-            if s is not None:
-                String.AddStringVal(b, s)
-            return String.End(b)
-        if isinstance(v, m.Null):
-            Null.Start(b)
-            return Null.End(b)
-        table, fmt = {m.IntList: (IntList, "q"), m.DoubleList: (DoubleList, "d"), m.BoolList: (BoolList, "?"),
-                      m.TensorList: (TensorList, "i"), m.OptionalTensorList: (OptionalTensorList, "i")}[type(v)]
-        return self._items_table(table, fmt, v.items)
-
-    def evalue(self, v: m.EValue) -> int:
         b = self.b
-        member = None if v is None else self.kernel_value(v)
-        EValue.Start(b)
-        if member is not None:
-            EValue.AddValType(b, _KERNEL_TAGS[type(v)])
-            EValue.AddVal(b, member)
-        return EValue.End(b)
+        if kind is m.Int:
+            return b.table(INT, (v.int_val,))
+        if kind is m.Bool:
+            return b.table(BOOL_VALUE, (v.bool_val,))
+        if kind is m.Double:
+            return b.table(DOUBLE, (v.double_val,))
+        if kind is m.String:
+            return b.table(ONE_REF, (self.string(v.string_val),))
+        if kind is m.Null:
+            return b.table(NULL, ())
+        return b.table(ONE_REF, (self.scalars(LIST_KINDS[kind], v.items),))
+
+    def evalue(self, v: Optional[m.EValue]) -> int:
+        if v is None:
+            return self.b.table(UNION, ())
+        return self.b.table(UNION, (KERNEL_TAGS[type(v)], self.kernel_value(v)))
+
+    # --- instructions -------------------------------------------------------
 
     def instruction_args(self, ins: m.Instruction) -> int:
         b = self.b
-        if isinstance(ins, (m.KernelCall, m.DelegateCall)):
-            args = self.scalars("i", ins.args)
-            if isinstance(ins, m.KernelCall):
-                KernelCall.Start(b), KernelCall.AddOpIndex(b, ins.op_index)
-                if args is not None:
-                    KernelCall.AddArgs(b, args)
-                return KernelCall.End(b)
-            DelegateCall.Start(b), DelegateCall.AddDelegateIndex(b, ins.delegate_index)
-            if args is not None:
-                DelegateCall.AddArgs(b, args)
-            return DelegateCall.End(b)
-        if isinstance(ins, m.MoveCall):
-            MoveCall.Start(b), MoveCall.AddMoveFrom(b, ins.move_from), MoveCall.AddMoveTo(b, ins.move_to)
-            return MoveCall.End(b)
-        if isinstance(ins, m.JumpFalseCall):
-            JumpFalseCall.Start(b)
-            JumpFalseCall.AddCondValueIndex(b, ins.cond_value_index)
-            JumpFalseCall.AddDestinationInstruction(b, ins.destination_instruction)
-            return JumpFalseCall.End(b)
-        FreeCall.Start(b), FreeCall.AddValueIndex(b, ins.value_index)
-        return FreeCall.End(b)
+        kind = type(ins)
+        if kind is m.KernelCall:
+            return b.table(CALL, (ins.op_index, self.scalars(I32, ins.args)))
+        if kind is m.DelegateCall:
+            return b.table(CALL, (ins.delegate_index, self.scalars(I32, ins.args)))
+        if kind is m.MoveCall:
+            return b.table(TWO_INTS, (ins.move_from, ins.move_to))
+        if kind is m.JumpFalseCall:
+            return b.table(TWO_INTS, (ins.cond_value_index, ins.destination_instruction))
+        return b.table(FREE, (ins.value_index,))
 
-    def instruction(self, ins: m.Instruction) -> int:
-        b = self.b
-        member = None if ins is None else self.instruction_args(ins)
-        Instruction.Start(b)
-        if member is not None:
-            Instruction.AddInstrArgsType(b, _INSTRUCTION_TAGS[type(ins)])
-            Instruction.AddInstrArgs(b, member)
-        return Instruction.End(b)
+    def instruction(self, ins: Optional[m.Instruction]) -> int:
+        if ins is None:
+            return self.b.table(UNION, ())
+        return self.b.table(UNION, (INSTRUCTION_TAGS[type(ins)], self.instruction_args(ins)))
 
     def frame(self, f: m.Frame) -> int:
-        b = self.b
         filename, name, context = self.string(f.filename), self.string(f.name), self.string(f.context)
-        Frame.Start(b)
-        if filename is not None:
-            Frame.AddFilename(b, filename)
-        Frame.AddLineno(b, f.lineno)
-        if name is not None:
-            Frame.AddName(b, name)
-        if context is not None:
-            Frame.AddContext(b, context)
-        return Frame.End(b)
+        return self.b.table(FRAME, (filename, f.lineno, name, context))
 
     def frame_list(self, fl: Optional[m.FrameList]) -> int:
-        items = self.tables(None if fl is None else fl.items, self.frame)
-        FrameList.Start(self.b)
-        if items is not None:
-            FrameList.AddItems(self.b, items)
-        return FrameList.End(self.b)
+        return self.b.table(ONE_REF, (self.tables(None if fl is None else fl.items, self.frame),))
 
     def chain(self, c: m.Chain) -> int:
-        b = self.b
-        inputs, outputs = self.scalars("i", c.inputs), self.scalars("i", c.outputs)
+        inputs, outputs = self.scalars(I32, c.inputs), self.scalars(I32, c.outputs)
         instructions = self.tables(c.instructions, self.instruction)
         stacktrace = self.tables(c.stacktrace, self.frame_list)
-        Chain.Start(b)
-        if inputs is not None:
-            Chain.AddInputs(b, inputs)
-        if outputs is not None:
-            Chain.AddOutputs(b, outputs)
-        if instructions is not None:
-            Chain.AddInstructions(b, instructions)
-        if stacktrace is not None:
-            Chain.AddStacktrace(b, stacktrace)
-        return Chain.End(b)
+        return self.b.table(CHAIN, (inputs, outputs, instructions, stacktrace))
+
+    # --- plans and the program ----------------------------------------------
 
     def operator(self, o: m.Operator) -> int:
-        b = self.b
-        name, overload = self.string(o.name), self.string(o.overload)
-        Operator.Start(b)
-        if name is not None:
-            Operator.AddName(b, name)
-        if overload is not None:
-            Operator.AddOverload(b, overload)
-        return Operator.End(b)
+        return self.b.table(TWO_REFS, (self.string(o.name), self.string(o.overload)))
 
     def compile_spec(self, c: m.CompileSpec) -> int:
-        b = self.b
-        key, value = self.string(c.key), self.bytes_(c.value)
-        CompileSpec.Start(b)
-        if key is not None:
-            CompileSpec.AddKey(b, key)
-        if value is not None:
-            CompileSpec.AddValue(b, value)
-        return CompileSpec.End(b)
+        key = self.string(c.key)
+        value = None if c.value is None else self.b.bytes_vector(c.value)
+        return self.b.table(TWO_REFS, (key, value))
 
     def delegate(self, d: m.BackendDelegate) -> int:
-        b = self.b
         ident = self.string(d.id)
         processed = None
         if d.processed is not None:
-            BackendDelegateDataReference.Start(b)
-            BackendDelegateDataReference.AddLocation(b, d.processed.location)
-            BackendDelegateDataReference.AddIndex(b, d.processed.index)
-            processed = BackendDelegateDataReference.End(b)
+            processed = self.b.table(DATA_REFERENCE, (d.processed.location, d.processed.index))
         specs = self.tables(d.compile_specs, self.compile_spec)
-        BackendDelegate.Start(b)
-        if ident is not None:
-            BackendDelegate.AddId(b, ident)
-        if processed is not None:
-            BackendDelegate.AddProcessed(b, processed)
-        if specs is not None:
-            BackendDelegate.AddCompileSpecs(b, specs)
-        return BackendDelegate.End(b)
+        return self.b.table(DELEGATE, (ident, processed, specs))
 
     def buffer_device(self, d: m.NonConstBufferDevice) -> int:
-        b = self.b
-        NonConstBufferDevice.Start(b)
-        NonConstBufferDevice.AddBufferIdx(b, d.buffer_idx)
-        NonConstBufferDevice.AddDeviceType(b, d.device_type)
-        NonConstBufferDevice.AddDeviceIndex(b, d.device_index)
-        return NonConstBufferDevice.End(b)
+        return self.b.table(BUFFER_DEVICE, (d.buffer_idx, d.device_type, d.device_index))
 
     def plan(self, p: m.ExecutionPlan) -> int:
-        b = self.b
         name = self.string(p.name)
-        meta = None
-        if p.container_meta_type is not None:
-            inp = self.string(p.container_meta_type.encoded_inp_str)
-            out = self.string(p.container_meta_type.encoded_out_str)
-            ContainerMetadata.Start(b)
-            if inp is not None:
-                ContainerMetadata.AddEncodedInpStr(b, inp)
-            if out is not None:
-                ContainerMetadata.AddEncodedOutStr(b, out)
-            meta = ContainerMetadata.End(b)
+        meta = p.container_meta_type
+        if meta is not None:
+            meta = self.b.table(TWO_REFS, (self.string(meta.encoded_inp_str), self.string(meta.encoded_out_str)))
         values = self.tables(p.values, self.evalue)
-        inputs, outputs = self.scalars("i", p.inputs), self.scalars("i", p.outputs)
+        inputs, outputs = self.scalars(I32, p.inputs), self.scalars(I32, p.outputs)
         chains = self.tables(p.chains, self.chain)
         operators = self.tables(p.operators, self.operator)
         delegates = self.tables(p.delegates, self.delegate)
-        sizes = self.scalars("q", p.non_const_buffer_sizes)
+        sizes = self.scalars(I64, p.non_const_buffer_sizes)
         devices = self.tables(p.non_const_buffer_device, self.buffer_device)
-        ExecutionPlan.Start(b)
-        for add, value in ((ExecutionPlan.AddName, name), (ExecutionPlan.AddContainerMetaType, meta),
-                           (ExecutionPlan.AddValues, values), (ExecutionPlan.AddInputs, inputs),
-                           (ExecutionPlan.AddOutputs, outputs), (ExecutionPlan.AddChains, chains),
-                           (ExecutionPlan.AddOperators, operators), (ExecutionPlan.AddDelegates, delegates),
-                           (ExecutionPlan.AddNonConstBufferSizes, sizes),
-                           (ExecutionPlan.AddNonConstBufferDevice, devices)):
-            if value is not None:
-                add(b, value)
-        return ExecutionPlan.End(b)
+        return self.b.table(PLAN, (name, meta, values, inputs, outputs, chains, operators, delegates, sizes, devices))
 
     def data_segment(self, s: m.DataSegment) -> int:
-        DataSegment.Start(self.b)
-        DataSegment.AddOffset(self.b, s.offset)
-        DataSegment.AddSize(self.b, s.size)
-        return DataSegment.End(self.b)
+        return self.b.table(DATA_SEGMENT, (s.offset, s.size))
 
     def subsegment(self, s: m.SubsegmentOffsets) -> int:
-        offsets = self.scalars("Q", s.offsets)
-        SubsegmentOffsets.Start(self.b)
-        SubsegmentOffsets.AddSegmentIndex(self.b, s.segment_index)
-        if offsets is not None:
-            SubsegmentOffsets.AddOffsets(self.b, offsets)
-        return SubsegmentOffsets.End(self.b)
+        return self.b.table(SUBSEGMENT, (s.segment_index, self.scalars(U64, s.offsets)))
 
     def named(self, n: m.NamedData) -> int:
-        key = self.string(n.key)
-        NamedData.Start(self.b)
-        if key is not None:
-            NamedData.AddKey(self.b, key)
-        NamedData.AddSegmentIndex(self.b, n.segment_index)
-        return NamedData.End(self.b)
+        return self.b.table(NAMED, (self.string(n.key), n.segment_index))
 
-    def buffer(self, buf: m.Buffer) -> int:
-        storage = self.bytes_(buf.storage, FORCE_ALIGN)
-        Buffer.Start(self.b)
-        if storage is not None:
-            Buffer.AddStorage(self.b, storage)
-        return Buffer.End(self.b)
-
-    def inline_data(self, d: m.BackendDelegateInlineData) -> int:
-        data = self.bytes_(d.data, FORCE_ALIGN)
-        BackendDelegateInlineData.Start(self.b)
-        if data is not None:
-            BackendDelegateInlineData.AddData(self.b, data)
-        return BackendDelegateInlineData.End(self.b)
+    def force_aligned(self, data: Optional[bytes]) -> int:
+        """``Buffer`` and ``BackendDelegateInlineData``: one ``[ubyte] (force_align: 16)`` field."""
+        vector = None if data is None else self.b.bytes_vector(data, FORCE_ALIGN)
+        return self.b.table(ONE_REF, (vector,))
 
     def program(self, p: m.Program) -> int:
-        b = self.b
         plans = self.tables(p.execution_plan, self.plan)
-        constant_buffer = self.tables(p.constant_buffer, self.buffer)
-        inline = self.tables(p.backend_delegate_data, self.inline_data)
+        constant_buffer = self.tables(p.constant_buffer, lambda buf: self.force_aligned(buf.storage))
+        inline = self.tables(p.backend_delegate_data, lambda d: self.force_aligned(d.data))
         segments = self.tables(p.segments, self.data_segment)
         constant_segment = None if p.constant_segment is None else self.subsegment(p.constant_segment)
         mutable = self.tables(p.mutable_data_segments, self.subsegment)
         named = self.tables(p.named_data, self.named)
-        Program.Start(b)
-        Program.AddVersion(b, p.version)
-        for add, value in ((Program.AddExecutionPlan, plans), (Program.AddConstantBuffer, constant_buffer),
-                           (Program.AddBackendDelegateData, inline), (Program.AddSegments, segments),
-                           (Program.AddConstantSegment, constant_segment),
-                           (Program.AddMutableDataSegments, mutable), (Program.AddNamedData, named)):
-            if value is not None:
-                add(b, value)
-        return Program.End(b)
+        return self.b.table(PROGRAM, (p.version, plans, constant_buffer, inline, segments, constant_segment,
+                                      mutable, named))
+
+    # --- .ptd ---------------------------------------------------------------
+
+    def ptd_named(self, n: PtdNamedData) -> int:
+        key = self.string(n.key)
+        layout = n.tensor_layout
+        if layout is not None:
+            sizes, order = self.scalars(I32, layout.sizes), self.scalars(U8, layout.dim_order)
+            layout = self.b.table(FT_LAYOUT, (layout.scalar_type, sizes, order))
+        return self.b.table(FT_NAMED, (key, n.segment_index, layout))
 
 
 def encode_program(program: m.Program) -> bytes:
     """The Program as a plain flatbuffer with identifier ``ET12`` (no extended header)."""
     encoder = _Encoder()
-    root = encoder.program(program)
-    encoder.b.Finish(root, file_identifier=b"ET12")
-    return bytes(encoder.b.Output())
+    return encoder.b.finish(encoder.program(program), b"ET12")
 
 
-def encode_flat_tensor(ft: FlatTensorModel) -> bytes:
+def encode_flat_tensor(ft: FlatTensor) -> bytes:
     """A .ptd FlatTensor as a plain flatbuffer with identifier ``FT01``."""
-    enc = _Encoder()
-    b = enc.b
-
-    def segment(s: m.DataSegment) -> int:
-        PtdDataSegment.Start(b), PtdDataSegment.AddOffset(b, s.offset), PtdDataSegment.AddSize(b, s.size)
-        return PtdDataSegment.End(b)
-
-    def named(n: "PtdNamedData") -> int:  # type: ignore[name-defined]
-        key = enc.string(n.key)
-        layout = None
-        if n.tensor_layout is not None:
-            sizes, order = enc.scalars("i", n.tensor_layout.sizes), enc.scalars("B", n.tensor_layout.dim_order)
-            TensorLayout.Start(b)
-            TensorLayout.AddScalarType(b, n.tensor_layout.scalar_type)
-            if sizes is not None:
-                TensorLayout.AddSizes(b, sizes)
-            if order is not None:
-                TensorLayout.AddDimOrder(b, order)
-            layout = TensorLayout.End(b)
-        PtdNamedData.Start(b)
-        if key is not None:
-            PtdNamedData.AddKey(b, key)
-        PtdNamedData.AddSegmentIndex(b, n.segment_index)
-        if layout is not None:
-            PtdNamedData.AddTensorLayout(b, layout)
-        return PtdNamedData.End(b)
-
-    segments = enc.tables(ft.segments, segment)
-    named_data = enc.tables(ft.named_data, named)
-    FlatTensor.Start(b)
-    FlatTensor.AddVersion(b, ft.version)
-    if segments is not None:
-        FlatTensor.AddSegments(b, segments)
-    if named_data is not None:
-        FlatTensor.AddNamedData(b, named_data)
-    b.Finish(FlatTensor.End(b), file_identifier=b"FT01")
-    return bytes(b.Output())
+    encoder = _Encoder()
+    segments = encoder.tables(ft.segments, encoder.data_segment)
+    named = encoder.tables(ft.named_data, encoder.ptd_named)
+    return encoder.b.finish(encoder.b.table(FLAT_TENSOR, (ft.version, segments, named)), b"FT01")
