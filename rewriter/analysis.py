@@ -17,18 +17,19 @@ from __future__ import annotations
 import functools
 import gc
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Callable, Mapping, Optional, TypeVar
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.model import CPU, Device
+from pte_devconst.schema.record import record
 
 H2D_COPY = "et_copy::_h2d_copy.out"
 D2H_COPY = "et_copy::_d2h_copy.out"
 TARGET_DEVICE_KEY = "target_device"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Reader:
     """One use of a value: an instruction argument, or the method's output list."""
 
@@ -49,7 +50,7 @@ class Reader:
         return f"{self.kind}{where}"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DeviceCopy:
     """An ``_h2d_copy.out`` kernel that copies a constant into a device tensor on every call."""
 
@@ -60,7 +61,7 @@ class DeviceCopy:
     device: Device
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DelegateArg:
     """A delegate argument that must point at the constant once its copy is gone."""
 
@@ -70,7 +71,7 @@ class DelegateArg:
     value: int  # the value there now (a copy's destination, or the constant itself)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ConstantVerdict:
     method: str
     value: int
@@ -107,7 +108,7 @@ class ConstantVerdict:
         return sum(1 for r in self.readers if r.kind == "DelegateCall" and r.device is not None and not r.device.is_cpu)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DelegateInfo:
     index: int
     backend_id: str
@@ -116,7 +117,7 @@ class DelegateInfo:
     call_sites: tuple[tuple[int, int], ...]  # (chain, instruction)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class MethodAnalysis:
     name: str
     plan_index: int
@@ -130,14 +131,14 @@ class MethodAnalysis:
         return tuple(c for c in self.constants if c.eligible)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ExternalData:
     """What analysis needs of a .ptd: the layout of each key (None when the entry has none)."""
 
     layouts: Mapping[str, Optional[tuple[int, tuple[int, ...], tuple[int, ...]]]] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Analysis:
     methods: tuple[MethodAnalysis, ...]
     refusal: Optional[str]  # why this program cannot be rewritten at all, if so

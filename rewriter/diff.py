@@ -11,17 +11,17 @@ key on instruction indices.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
 from typing import Optional
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.pte_file import PteFile
+from pte_devconst.schema.record import record
 
 from .analysis import analyze_program
 from .inventory import segment_roles, dtype_name
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Placement:
     """Where a tensor's memory comes from."""
 
@@ -41,7 +41,7 @@ class Placement:
         return f"{self.kind} ({self.device})" if self.device != "cpu" else self.kind
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TensorChange:
     value: int
     name: str
@@ -49,7 +49,7 @@ class TensorChange:
     after: Optional[Placement]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class BufferChange:
     memory_id: int
     device_before: Optional[str]
@@ -58,7 +58,7 @@ class BufferChange:
     size_after: Optional[int]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class InstructionChange:
     chain: int
     change: str  # removed, added, changed
@@ -68,7 +68,7 @@ class InstructionChange:
     after: Optional[str]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class MethodDiff:
     name: str
     status: str  # same, changed, added, removed
@@ -82,14 +82,14 @@ class MethodDiff:
     h2d_bytes_per_call_after: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SegmentChange:
     role: str
     size_before: int
     size_after: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ProgramDiff:
     a: str
     b: str

@@ -7,11 +7,11 @@ tables, markdown or JSON.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.pte_file import PteFile
+from pte_devconst.schema.record import record
 
 from .analysis import Analysis, Reader
 
@@ -28,7 +28,7 @@ def dtype_name(scalar_type: int) -> str:
     return _DTYPE_NAMES.get(scalar_type, f"scalar_type_{scalar_type}")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ValueSummary:
     index: int
     kind: str  # tensor, int, bool, double, string, list, none
@@ -37,7 +37,7 @@ class ValueSummary:
     device: Optional[str] = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DelegateSummary:
     index: int
     backend_id: str
@@ -48,7 +48,7 @@ class DelegateSummary:
     compile_specs: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class BufferSummary:
     memory_id: int
     nbytes: int
@@ -56,7 +56,7 @@ class BufferSummary:
     tensors: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ConstantSummary:
     value: int
     name: str
@@ -69,7 +69,7 @@ class ConstantSummary:
     verdict: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class InitialDataSummary:
     value: int
     name: str
@@ -80,7 +80,7 @@ class InitialDataSummary:
     source: str  # mutable segment or external
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class MethodSummary:
     name: str
     inputs: tuple[ValueSummary, ...]
@@ -96,7 +96,7 @@ class MethodSummary:
     h2d_bytes_per_call: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SegmentSummary:
     index: int
     role: str
@@ -104,7 +104,7 @@ class SegmentSummary:
     nbytes: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ProgramSummary:
     path: str
     file_size: int

@@ -11,24 +11,25 @@ data in the mutable data segment, stored once however many methods move it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Optional
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.header import TENSOR_ALIGNMENT, align_up
 from pte_devconst.schema.model import CPU, Device
+from pte_devconst.schema.record import record
 
 from .analysis import Analysis, ConstantVerdict, DelegateArg, DeviceCopy
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RewriteOptions:
     devices: Optional[frozenset[Device]] = None  # only move constants to these devices (None: every device)
     min_bytes: int = 0  # leave constants smaller than this where they are
     host_placement: bool = False  # library-only: place host-read constants in planned CPU memory (tests)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Placement:
     """One constant moved into planned memory on ``device`` with initial data."""
 
@@ -51,7 +52,7 @@ class Placement:
         return self.nbytes * self.copies_per_call
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class BufferGrowth:
     memory_id: int
     device: Device
@@ -60,7 +61,7 @@ class BufferGrowth:
     added: bool  # a new buffer (and non_const_buffer_device entry) was created
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class MethodEdit:
     name: str
     plan_index: int
@@ -74,7 +75,7 @@ class MethodEdit:
         return sum(p.bytes_per_call for p in self.placements)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class InitialData:
     """One new entry of the mutable data segment: the bytes of constant entry ``source_index``."""
 
@@ -83,13 +84,13 @@ class InitialData:
     nbytes: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Skipped:
     verdict: ConstantVerdict
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RewritePlan:
     analysis: Analysis
     options: RewriteOptions

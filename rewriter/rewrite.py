@@ -10,7 +10,6 @@ idempotent.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -19,6 +18,7 @@ from pte_devconst.schema.errors import PteDevconstError, UnsupportedProgramError
 from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile, Span, open_pte
 from pte_devconst.schema.pte_writer import layout_pte, write_piece, write_pte_to_fd
+from pte_devconst.schema.record import record
 
 from .apply import apply_plan
 from .load import analyze_opened, opened
@@ -28,7 +28,7 @@ from .verify import check_rewrite
 Progress = Callable[[int, int], None]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RewriteResult:
     input: str
     output: Optional[str]  # None for a dry run

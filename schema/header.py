@@ -9,10 +9,10 @@ the flatbuffer ends and the segments begin.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from typing import Optional
 
 from .errors import FormatError
+from .record import record
 
 SEGMENT_ALIGNMENT = 128
 TENSOR_ALIGNMENT = 16
@@ -33,7 +33,7 @@ def align_up(value: int, alignment: int) -> int:
     return (value + alignment - 1) // alignment * alignment
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ExtendedHeader:
     """The .pte extended header; all offsets are absolute file offsets."""
 
@@ -75,7 +75,7 @@ def read_pte_header(head: bytes | memoryview, file_size: int) -> Optional[Extend
     return ExtendedHeader(program_size, base, data_size, length)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PtdHeader:
     flatbuffer_offset: int
     flatbuffer_size: int

@@ -12,16 +12,16 @@ import errno
 import mmap
 import os
 import stat
-from dataclasses import dataclass
 from typing import Optional, TypeVar
 
 from .errors import FormatError
 from .pte_writer import FileRange, Piece
+from .record import record
 
 F = TypeVar("F", bound="MappedFile")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Span:
     """An absolute byte range of the file."""
 

@@ -16,9 +16,11 @@ Nothing here reads or writes bytes: see ``decode.py`` and ``encode.py``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from enum import IntEnum
 from typing import Optional, Union
+
+from .record import record
 
 __all__ = [
     "ScalarType", "TensorShapeDynamism", "TensorDataLocation", "DeviceType", "DataLocation",
@@ -93,7 +95,7 @@ class DataLocation(IntEnum):
     SEGMENT = 1
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@record(order=True)
 class Device:
     """A (type, index) pair, printed the way compile specs spell it: ``cuda:0``."""
 
@@ -130,13 +132,13 @@ class Device:
 CPU = Device()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class AllocationDetails:
     memory_id: int = 0
     memory_offset: int = 0  # memory_offset_low | memory_offset_high << 32 on the wire
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ExtraTensorInfo:
     mutable_data_segments_idx: int = 0
     fully_qualified_name: Optional[str] = None
@@ -145,7 +147,7 @@ class ExtraTensorInfo:
     device_index: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Tensor:
     scalar_type: int = 0
     storage_offset: int = 0
@@ -198,52 +200,52 @@ class Tensor:
         return self.allocation_info is not None and (self.data_buffer_idx > 0 or self.is_external)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Null:
     pass
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Int:
     int_val: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Bool:
     bool_val: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Double:
     double_val: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class String:
     string_val: Optional[str] = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class IntList:
     items: Optional[tuple[int, ...]] = ()  # indices of Int values, not the ints themselves
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DoubleList:
     items: Optional[tuple[float, ...]] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class BoolList:
     items: Optional[tuple[bool, ...]] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TensorList:
     items: Optional[tuple[int, ...]] = ()  # value indices
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class OptionalTensorList:
     items: Optional[tuple[int, ...]] = ()  # value indices, -1 for None
 
@@ -253,7 +255,7 @@ EValue = Union[Null, Int, Bool, Double, Tensor, String, IntList, DoubleList, Boo
                TensorList, OptionalTensorList, None]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Operator:
     name: Optional[str] = None
     overload: Optional[str] = None
@@ -264,31 +266,31 @@ class Operator:
         return f"{self.name}.{self.overload}" if self.overload else f"{self.name}"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class KernelCall:
     op_index: int = 0
     args: Optional[tuple[int, ...]] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DelegateCall:
     delegate_index: int = 0
     args: Optional[tuple[int, ...]] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class MoveCall:
     move_from: int = 0
     move_to: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class JumpFalseCall:
     cond_value_index: int = 0
     destination_instruction: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class FreeCall:
     value_index: int = 0
 
@@ -297,7 +299,7 @@ class FreeCall:
 Instruction = Union[KernelCall, DelegateCall, MoveCall, JumpFalseCall, FreeCall, None]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Frame:
     filename: Optional[str] = None
     lineno: int = 0
@@ -305,24 +307,24 @@ class Frame:
     context: Optional[str] = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class FrameList:
     items: Optional[tuple[Frame, ...]] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class BackendDelegateDataReference:
     location: int = DataLocation.INLINE
     index: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CompileSpec:
     key: Optional[str] = None
     value: Optional[bytes] = b""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class BackendDelegate:
     id: Optional[str] = None
     processed: Optional[BackendDelegateDataReference] = None
@@ -335,7 +337,7 @@ class BackendDelegate:
         return None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Chain:
     inputs: Optional[tuple[int, ...]] = ()
     outputs: Optional[tuple[int, ...]] = ()
@@ -343,20 +345,20 @@ class Chain:
     stacktrace: Optional[tuple[Optional[FrameList], ...]] = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class NonConstBufferDevice:
     buffer_idx: int = 0
     device_type: int = DeviceType.CPU
     device_index: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ContainerMetadata:
     encoded_inp_str: Optional[str] = None
     encoded_out_str: Optional[str] = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ExecutionPlan:
     name: Optional[str] = None
     container_meta_type: Optional[ContainerMetadata] = None
@@ -377,35 +379,35 @@ class ExecutionPlan:
         return CPU
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Buffer:
     storage: Optional[bytes] = b""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class BackendDelegateInlineData:
     data: Optional[bytes] = b""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DataSegment:
     offset: int = 0  # relative to the file's segment_base_offset
     size: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SubsegmentOffsets:
     segment_index: int = 0
     offsets: Optional[tuple[int, ...]] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class NamedData:
     key: Optional[str] = None
     segment_index: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Program:
     version: int = 0
     execution_plan: Optional[tuple[ExecutionPlan, ...]] = ()

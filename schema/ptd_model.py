@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Optional
 
 from .model import DataSegment, element_size
+from .record import record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TensorLayout:
     scalar_type: int = 0
     sizes: Optional[tuple[int, ...]] = ()
@@ -20,14 +20,14 @@ class TensorLayout:
         return math.prod(self.sizes or ()) * element_size(self.scalar_type)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PtdNamedData:
     key: Optional[str] = None
     segment_index: int = 0
     tensor_layout: Optional[TensorLayout] = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class FlatTensor:
     version: int = 0
     segments: Optional[tuple[DataSegment, ...]] = ()

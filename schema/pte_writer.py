@@ -19,11 +19,12 @@ from typing import Callable, Optional, Sequence, Union
 from . import model as m
 from .atomic import atomic_output, copy_range, write_all, write_zeros
 from .header import (EXTENDED_HEADER_PADDED, MIN_PTE_SIZE, SEGMENT_ALIGNMENT, ExtendedHeader, align_up)
+from .record import record
 
 Progress = Callable[[int, int], None]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class FileRange:
     """``size`` bytes of an open file (by descriptor) starting at absolute ``offset``."""
 
@@ -49,7 +50,7 @@ class SegmentContent:
         return cls(size, [(0, piece)], alignment)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Layout:
     """Where everything lands in the output file."""
 

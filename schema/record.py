@@ -1,0 +1,138 @@
+"""``@record``: a frozen, slotted dataclass that costs a fraction of one to define.
+
+Why: ``@dataclass(frozen=True, slots=True)`` compiles six generated methods per
+class with ``exec``, about a millisecond a class. The schema model and the
+rewriter define some seventy such classes, so a command that only reads a
+7 KB file spent a quarter of its start-up defining them (bench/RESULTS.md §5).
+
+A record is still a dataclass (``dataclasses.fields``, ``replace``, ``asdict``
+and ``is_dataclass`` work; type checkers see it through ``dataclass_transform``),
+with the same behaviour as a frozen, slotted one: keyword or positional
+construction with defaults and default factories, assignment raising
+``FrozenInstanceError``, equality and hash over the fields (same class only),
+a field-by-field repr, ordering when asked, copy and pickle. Only ``__init__``
+is generated from source, because it runs once per object and must be as fast
+as the dataclass one; the other methods are shared closures over one
+``operator.attrgetter`` that reads all fields at C speed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from dataclasses import MISSING, FrozenInstanceError
+from typing import Any, Callable, Optional, TypeVar
+
+try:
+    from typing import dataclass_transform
+except ImportError:  # Python 3.10: the decorator only informs type checkers
+    def dataclass_transform(**_: Any) -> Callable[[Any], Any]:  # type: ignore[no-redef]
+        return lambda function: function
+
+C = TypeVar("C", bound=type)
+_NO_VALUE = object()
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field, dataclasses.Field))
+def record(cls: Optional[C] = None, /, *, order: bool = False) -> Any:
+    """Class decorator: ``@record`` or ``@record(order=True)``."""
+
+    def wrap(klass: C) -> C:
+        return _build(klass, order)
+
+    return wrap if cls is None else wrap(cls)
+
+
+def _build(cls: C, order: bool) -> C:
+    documented = bool(cls.__dict__.get("__doc__"))
+    if not documented:
+        cls.__doc__ = cls.__name__  # keeps dataclass from computing a signature for the docstring
+    # fields, __match_args__ and __slots__ from dataclasses itself; every generated method is ours
+    cls = dataclasses.dataclass(cls, init=False, repr=False, eq=False, slots=True)
+    fields = dataclasses.fields(cls)
+    names = tuple(f.name for f in fields)
+    if not documented:
+        cls.__doc__ = f"{cls.__name__}({', '.join(names)})"
+    values = _values_getter(names)
+    methods: dict[str, Callable[..., Any]] = {
+        "__init__": _init(cls, fields),
+        "__repr__": _repr(cls.__qualname__, names, values),
+        "__eq__": _compare(operator.eq, values),
+        "__hash__": lambda self: hash(values(self)),
+        "__setattr__": _frozen_setattr,
+        "__delattr__": _frozen_delattr,
+        "__getstate__": lambda self: values(self),
+        "__setstate__": _setstate(names),
+    }
+    if order:
+        methods.update(__lt__=_compare(operator.lt, values), __le__=_compare(operator.le, values),
+                       __gt__=_compare(operator.gt, values), __ge__=_compare(operator.ge, values))
+    for name, method in methods.items():
+        if name not in cls.__dict__ or name == "__hash__" and cls.__dict__[name] is None:
+            method.__qualname__ = f"{cls.__qualname__}.{name}"
+            setattr(cls, name, method)
+    return cls
+
+
+def _values_getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+    """A function returning the tuple of an object's field values."""
+    if not names:
+        return lambda self: ()
+    if len(names) == 1:
+        one = operator.attrgetter(names[0])
+        return lambda self: (one(self),)
+    return operator.attrgetter(*names)
+
+
+def _init(cls: type, fields: tuple[dataclasses.Field, ...]) -> Callable[..., None]:
+    """``__init__`` compiled from source: one slot store per field, as fast as a dataclass's."""
+    scope: dict[str, Any] = {"_NO_VALUE": _NO_VALUE}
+    params, body = [], []
+    for f in fields:
+        name = f.name
+        scope[f"_set_{name}"] = getattr(cls, name).__set__  # the slot's descriptor: no attribute lookup per call
+        if f.default is not MISSING:
+            scope[f"_default_{name}"] = f.default
+            params.append(f"{name}=_default_{name}")
+        elif f.default_factory is not MISSING:
+            scope[f"_factory_{name}"] = f.default_factory
+            params.append(f"{name}=_NO_VALUE")
+            body.append(f"if {name} is _NO_VALUE: {name} = _factory_{name}()")
+        else:
+            params.append(name)
+        body.append(f"_set_{name}(self, {name})")
+    source = f"def __init__(self, {', '.join(params)}):\n    " + "\n    ".join(body or ["pass"])
+    exec(source, scope)  # noqa: S102 - source built from the class's own field names
+    return scope["__init__"]
+
+
+def _repr(qualname: str, names: tuple[str, ...], values: Callable[[Any], tuple]) -> Callable[[Any], str]:
+    def __repr__(self: Any) -> str:
+        return f"{qualname}({', '.join(f'{n}={v!r}' for n, v in zip(names, values(self)))})"
+
+    return __repr__
+
+
+def _compare(op: Callable[[Any, Any], bool], values: Callable[[Any], tuple]) -> Callable[[Any, Any], Any]:
+    def compare(self: Any, other: Any) -> Any:
+        if other.__class__ is self.__class__:
+            return op(values(self), values(other))
+        return NotImplemented
+
+    return compare
+
+
+def _frozen_setattr(self: Any, name: str, value: Any) -> None:
+    raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+
+def _frozen_delattr(self: Any, name: str) -> None:
+    raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+
+def _setstate(names: tuple[str, ...]) -> Callable[[Any, tuple], None]:
+    def __setstate__(self: Any, state: tuple) -> None:
+        for name, value in zip(names, state):
+            object.__setattr__(self, name, value)
+
+    return __setstate__
