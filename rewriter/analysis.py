@@ -40,6 +40,7 @@ class Reader:
     name: str = ""  # kernel key or backend id
     delegate_index: int = -1
     device: Optional[Device] = None  # the delegate's target device
+    device_error: Optional[str] = None  # the delegate's target_device spec did not parse (so: host)
 
     def describe(self) -> str:
         where = f" at instruction {self.instruction}" if self.instruction >= 0 else ""
@@ -183,7 +184,8 @@ def collect_readers(plan: m.ExecutionPlan, delegates: Mapping[int, DelegateInfo]
             elif isinstance(ins, m.DelegateCall):
                 info = delegates[ins.delegate_index]
                 for pos, arg in enumerate(ins.args or ()):
-                    readers[arg].append(Reader("DelegateCall", c, k, pos, info.backend_id, ins.delegate_index, info.device))
+                    readers[arg].append(Reader("DelegateCall", c, k, pos, info.backend_id, ins.delegate_index,
+                                                   info.device, info.device_error))
             elif isinstance(ins, m.MoveCall):
                 readers[ins.move_from].append(Reader("MoveCall", c, k, 0))
                 readers[ins.move_to].append(Reader("MoveCall", c, k, 1))
@@ -206,6 +208,9 @@ def _host_reason(reader: Reader) -> tuple[str, str]:
     if reader.kind == "KernelCall":
         return f"read by host kernel {reader.name}", f"read by host kernel {reader.name} at instruction {reader.instruction}"
     if reader.kind == "DelegateCall":
+        if reader.device_error:
+            short = f"read by delegate {reader.name} with an unreadable target_device (host)"
+            return short, f"{short} at instruction {reader.instruction}: {reader.device_error}"
         short = f"read by delegate {reader.name} without target_device (host)"
         return short, f"{short} at instruction {reader.instruction}"
     if reader.kind == "output":

@@ -183,7 +183,8 @@ def summarize(source: PteFile, analysis: Analysis) -> ProgramSummary:
             inline = (program.backend_delegate_data or ())
             size = span.size if span else len((inline[delegate.processed.index].data or b"")) if delegate.processed else 0
             specs = tuple(f"{s.key}={_spec_text(s.value)}" for s in delegate.compile_specs or ())
-            delegates.append(DelegateSummary(info.index, info.backend_id, str(info.device),
+            device = f"{info.device} (unreadable target_device)" if info.device_error else str(info.device)
+            delegates.append(DelegateSummary(info.index, info.backend_id, device,
                                              "segment" if span else "inline", size,
                                              tuple(k for _, k in info.call_sites), specs))
         sizes = plan.non_const_buffer_sizes or ()

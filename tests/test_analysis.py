@@ -76,7 +76,30 @@ def test_a_delegate_with_an_unparseable_target_device_runs_on_the_host() -> None
     plan = replace(plan, delegates=(replace(delegate, compile_specs=specs),))
     analysis = analyze_program(replace(program, execution_plan=(plan,)))
     assert not analysis.eligible
-    assert "without target_device" in analysis.methods[0].constants[0].verdict
+    method = analysis.methods[0]
+    assert method.delegates[0].device_error and "tpu:x" in method.delegates[0].device_error
+    constant = method.constants[0]
+    assert "unreadable target_device (host)" in constant.verdict and "without target_device" not in constant.verdict
+    assert any("b'tpu:x'" in detail for detail in constant.details)
+
+
+def test_inspect_shows_an_unreadable_target_device(tmp_path) -> None:
+    from cli_runner import invoke
+    from fuzz.mutate import assemble_pte
+
+    source = pte_path("v_b_dtypes_legacy")
+    with open_pte(source) as pte:
+        program = pte.program
+    plan = program.execution_plan[0]
+    delegate = plan.delegates[0]
+    specs = tuple(replace(s, value=b"cuda:x") if s.key == "target_device" else s for s in delegate.compile_specs)
+    plan = replace(plan, delegates=(replace(delegate, compile_specs=specs),))
+    broken = tmp_path / "broken.pte"
+    broken.write_bytes(assemble_pte(replace(program, execution_plan=(plan,)), source.read_bytes()))
+    result = invoke("inspect", broken, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.stderr
+    assert "cpu (unreadable target_device)" in result.stdout
+    assert "unreadable target_device (host)" in result.stdout
 
 
 def test_host_placement_makes_host_read_constants_eligible_for_cpu() -> None:
