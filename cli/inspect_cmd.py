@@ -35,7 +35,8 @@ def _method_tables(method: MethodSummary):
     yield table(None, ["inputs", "outputs"], [[_io(method.inputs), _io(method.outputs)]])
     if method.delegates:
         yield table("delegates", ["#", "backend", "device", "size", "calls at"],
-                    [[d.index, d.backend_id, d.device, human_bytes(d.nbytes), ", ".join(map(str, d.call_sites))]
+                    [[d.index, d.backend_id, d.device + (" (unreadable target_device)" if d.device_error else ""),
+                      human_bytes(d.nbytes), ", ".join(map(str, d.call_sites))]
                      for d in method.delegates], right=["#", "size"])
     if method.buffers:
         yield table("planned buffers", ["id", "device", "size", "tensors"],

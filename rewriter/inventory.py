@@ -46,6 +46,7 @@ class DelegateSummary:
     nbytes: int
     call_sites: tuple[int, ...]
     compile_specs: tuple[str, ...]
+    device_error: Optional[str] = None  # target_device did not parse, so the delegate runs on the host
 
 
 @record
@@ -183,10 +184,9 @@ def summarize(source: PteFile, analysis: Analysis) -> ProgramSummary:
             inline = (program.backend_delegate_data or ())
             size = span.size if span else len((inline[delegate.processed.index].data or b"")) if delegate.processed else 0
             specs = tuple(f"{s.key}={_spec_text(s.value)}" for s in delegate.compile_specs or ())
-            device = f"{info.device} (unreadable target_device)" if info.device_error else str(info.device)
-            delegates.append(DelegateSummary(info.index, info.backend_id, device,
+            delegates.append(DelegateSummary(info.index, info.backend_id, str(info.device),
                                              "segment" if span else "inline", size,
-                                             tuple(k for _, k in info.call_sites), specs))
+                                             tuple(k for _, k in info.call_sites), specs, info.device_error))
         sizes = plan.non_const_buffer_sizes or ()
         buffers = tuple(BufferSummary(i, sizes[i], str(plan.buffer_device(i)), counts.get(i, 0)) for i in range(1, len(sizes)))
         constants = tuple(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -100,6 +101,12 @@ def test_inspect_shows_an_unreadable_target_device(tmp_path) -> None:
     assert result.exit_code == 0, result.stderr
     assert "cpu (unreadable target_device)" in result.stdout
     assert "unreadable target_device (host)" in result.stdout
+    as_json = invoke("inspect", broken, "--format", "json")
+    delegate = json.loads(as_json.stdout)["file"]["methods"][0]["delegates"][0]
+    assert delegate["device"] == "cpu" and "cuda:x" in delegate["device_error"]
+    from test_report_schema import validator
+
+    validator().validate(json.loads(as_json.stdout))
 
 
 def test_host_placement_makes_host_read_constants_eligible_for_cpu() -> None:
