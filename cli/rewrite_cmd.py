@@ -127,6 +127,9 @@ def rewrite_command(
     min_bytes: int = typer.Option(0, "--min-bytes", min=0, help="Leave constants smaller than this in place."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; write nothing."),
     in_place: bool = typer.Option(False, "--in-place", help="Replace the input file (atomically)."),
+    fsync: bool = typer.Option(True, "--fsync/--no-fsync", help="Wait until the output is on disk before "
+                               "replacing the destination. --no-fsync is faster on large files and still "
+                               "atomic, but a power failure soon after may lose the output."),
     fmt: OutputFormat = FORMAT_OPTION,
     json_flag: bool = JSON_FLAG,
 ) -> None:
@@ -140,7 +143,7 @@ def rewrite_command(
     size = file.stat().st_size if file.exists() else 0
     with write_progress(f"writing {file.name}", size, OPTIONS.quiet) as progress:
         result = rewrite_file(file, output, ptd=ptd, options=options, dry_run=dry_run, in_place=in_place,
-                              progress=progress)
+                              progress=progress, durable=fsync)
     fmt = resolve_format(fmt, json_flag)
     if fmt is OutputFormat.json:
         emit_json("rewrite", result_payload(result))

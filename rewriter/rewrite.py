@@ -58,8 +58,12 @@ def plan_file(source: PteFile, ptd: Optional[PtdFile], options: RewriteOptions) 
 
 def rewrite_file(input_path: str | os.PathLike[str], output_path: Optional[str | os.PathLike[str]] = None, *,
                  ptd: Optional[str | os.PathLike[str]] = None, options: RewriteOptions = RewriteOptions(),
-                 dry_run: bool = False, in_place: bool = False, progress: Optional[Progress] = None) -> RewriteResult:
-    """Rewrite ``input_path``; write ``output_path`` (default ``<stem>.devconst.pte``) unless ``dry_run``."""
+                 dry_run: bool = False, in_place: bool = False, progress: Optional[Progress] = None,
+                 durable: bool = True) -> RewriteResult:
+    """Rewrite ``input_path``; write ``output_path`` (default ``<stem>.devconst.pte``) unless ``dry_run``.
+
+    ``durable=False`` skips the fsyncs (``atomic_output``): still atomic, not power-failure safe.
+    """
     input_path = Path(input_path)
     if in_place:
         output = input_path
@@ -74,7 +78,7 @@ def rewrite_file(input_path: str | os.PathLike[str], output_path: Optional[str |
         if dry_run:
             return RewriteResult(str(input_path), None, plan, source.size, None, removed)
         if plan.is_empty:
-            size = _copy_unchanged(source, output, progress)
+            size = _copy_unchanged(source, output, progress, durable)
         else:
             program, contents = apply_plan(source, plan)
             layout = layout_pte(program, contents)
@@ -83,13 +87,13 @@ def rewrite_file(input_path: str | os.PathLike[str], output_path: Optional[str |
                 with open_pte(temp) as written:
                     check_rewrite(source, written, plan)
 
-            with atomic_output(output, check=check) as fd:
-                write_pte_to_fd(fd, layout, contents, progress)
+            with atomic_output(output, check=check, durable=durable) as fd:
+                write_pte_to_fd(fd, layout, contents, progress, writeback=durable)
             size = layout.file_size
     return RewriteResult(str(input_path), str(output), plan, source.size, size, removed)
 
 
-def _copy_unchanged(source: PteFile, output: Path, progress: Optional[Progress]) -> int:
+def _copy_unchanged(source: PteFile, output: Path, progress: Optional[Progress], durable: bool) -> int:
     """Nothing to move: the output is the input, byte for byte (so a second rewrite is a no-op)."""
     if output.exists() and output.resolve() == Path(source.path).resolve():
         return source.size
@@ -98,8 +102,8 @@ def _copy_unchanged(source: PteFile, output: Path, progress: Optional[Progress])
         with open_pte(temp):
             pass
 
-    with atomic_output(output, check=check) as fd:
-        write_piece(fd, source.piece(Span(0, source.size)))
+    with atomic_output(output, check=check, durable=durable) as fd:
+        write_piece(fd, source.piece(Span(0, source.size)), writeback=durable)
         if progress:
             progress(source.size, source.size)
     return source.size

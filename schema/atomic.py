@@ -102,18 +102,22 @@ def _permissions(dest: Path, mode: Optional[int]) -> int:
 
 @contextlib.contextmanager
 def atomic_output(destination: str | os.PathLike[str], *, check: Optional[Callable[[str], None]] = None,
-                  mode: Optional[int] = None) -> Iterator[int]:
+                  mode: Optional[int] = None, durable: bool = True) -> Iterator[int]:
     """Yield a writable fd; on normal exit fsync it, run ``check(temp_path)``, then rename over ``destination``.
 
     ``mode`` defaults to the permissions of the file being replaced, else 0o644 (less the umask).
+    ``durable=False`` skips the two fsyncs (file and folder): the replacement is still atomic for every
+    process (none sees a partial file, a killed writer leaves the old destination), but a power failure
+    soon after may lose the new file's data. On a large file that saves the wait for the disk.
     """
     with _termination_removes_temp():
-        with _atomic_output(Path(destination), check, mode) as fd:
+        with _atomic_output(Path(destination), check, mode, durable) as fd:
             yield fd
 
 
 @contextlib.contextmanager
-def _atomic_output(dest: Path, check: Optional[Callable[[str], None]], mode: Optional[int]) -> Iterator[int]:
+def _atomic_output(dest: Path, check: Optional[Callable[[str], None]], mode: Optional[int],
+                   durable: bool) -> Iterator[int]:
     folder = dest.parent if str(dest.parent) else Path(".")
     try:
         fd, temp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=".tmp", dir=folder)
@@ -124,7 +128,8 @@ def _atomic_output(dest: Path, check: Optional[Callable[[str], None]], mode: Opt
         with _sigxfsz_as_error():
             try:
                 yield fd
-                os.fsync(fd)
+                if durable:
+                    os.fsync(fd)
             except OSError as error:
                 raise OutputError(f"writing failed: {_describe(error)}; the destination was left untouched",
                                   file=str(dest)) from None
@@ -145,7 +150,8 @@ def _atomic_output(dest: Path, check: Optional[Callable[[str], None]], mode: Opt
         except OSError as error:
             raise OutputError(f"cannot replace the destination: {_describe(error)}", file=str(dest)) from None
         done = True
-        _fsync_folder(folder)
+        if durable:
+            _fsync_folder(folder)
     finally:
         if fd >= 0:
             os.close(fd)

@@ -101,8 +101,11 @@ def layout_pte(program: m.Program, contents: Sequence[SegmentContent]) -> Layout
 
 
 def write_pte_to_fd(fd: int, layout: Layout, contents: Sequence[SegmentContent],
-                    progress: Optional[Progress] = None) -> None:
-    """Write a laid-out program and its segments sequentially to ``fd``."""
+                    progress: Optional[Progress] = None, *, writeback: bool = True) -> None:
+    """Write a laid-out program and its segments sequentially to ``fd``.
+
+    ``writeback`` starts writing to disk as the copy goes, for a caller that will fsync (see below).
+    """
     total = layout.file_size
     write_all(fd, layout.flatbuffer)
     position = len(layout.flatbuffer)
@@ -111,7 +114,8 @@ def write_pte_to_fd(fd: int, layout: Layout, contents: Sequence[SegmentContent],
         if progress:
             progress(total, total)
         return
-    write_segments(fd, position, layout.segment_base, layout.segments, contents, progress, total)
+    write_segments(fd, position, layout.segment_base, layout.segments, contents, progress, total,
+                   writeback=writeback)
 
 
 # Every this many bytes the writer asks the kernel to start writing the output to disk, so that the
@@ -131,15 +135,16 @@ def start_writeback(fd: int, offset: int, size: int) -> None:
             os.posix_fadvise(fd, offset, size, os.POSIX_FADV_DONTNEED)
 
 
-def write_piece(fd: int, piece: Piece) -> int:
+def write_piece(fd: int, piece: Piece, *, writeback: bool = True) -> int:
     """Append one piece at ``fd``'s position; file ranges are copied by the kernel. Returns its size.
 
-    A file range longer than ``WRITEBACK_CHUNK`` is copied in chunks, starting writeback of each.
+    With ``writeback``, a file range longer than ``WRITEBACK_CHUNK`` is copied in chunks, starting
+    writeback of each.
     """
     if isinstance(piece, bytes):
         write_all(fd, piece)
         return len(piece)
-    if piece.size <= WRITEBACK_CHUNK:
+    if not writeback or piece.size <= WRITEBACK_CHUNK:
         copy_range(piece.fd, piece.offset, piece.size, fd)
         return piece.size
     position = os.lseek(fd, 0, os.SEEK_CUR)
@@ -152,7 +157,7 @@ def write_piece(fd: int, piece: Piece) -> int:
 
 def write_segments(fd: int, position: int, base: int, segments: Sequence[m.DataSegment],
                    contents: Sequence[SegmentContent], progress: Optional[Progress] = None,
-                   total: int = 0) -> None:
+                   total: int = 0, *, writeback: bool = True) -> None:
     """Stream each segment's pieces to ``base + segment.offset``, zero-filling every gap."""
     flushed = position  # writeback has been started for everything before this offset
     for segment, content in zip(segments, contents):
@@ -163,9 +168,9 @@ def write_segments(fd: int, position: int, base: int, segments: Sequence[m.DataS
         position = start
         for offset, piece in content.pieces:
             write_zeros(fd, start + offset - position)
-            position = start + offset + write_piece(fd, piece)
-            if isinstance(piece, FileRange) and piece.size > WRITEBACK_CHUNK:
-                flushed = position  # write_piece started it chunk by chunk
+            position = start + offset + write_piece(fd, piece, writeback=writeback)
+            if not writeback or isinstance(piece, FileRange) and piece.size > WRITEBACK_CHUNK:
+                flushed = position  # write_piece started it chunk by chunk (or nobody will fsync)
             elif position - flushed >= WRITEBACK_CHUNK:
                 start_writeback(fd, flushed, position - flushed)
                 flushed = position

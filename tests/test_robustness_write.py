@@ -481,3 +481,72 @@ def test_full_disk_in_the_ptd_writer(tiny_fs: Path) -> None:
 
 if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--driver":
     driver(sys.argv[2])
+
+
+def _count_disk_waits(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Count fsync and writeback-hint calls made while the test runs."""
+    counts = {"fsync": 0, "fadvise": 0}
+    real_fsync, real_fadvise = os.fsync, os.posix_fadvise
+
+    def fsync(fd: int) -> None:
+        counts["fsync"] += 1
+        real_fsync(fd)
+
+    def fadvise(*args: Any) -> None:
+        counts["fadvise"] += 1
+        real_fadvise(*args)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "posix_fadvise", fadvise)
+    return counts
+
+
+def test_no_fsync_writes_the_same_bytes_without_waiting_for_the_disk(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--no-fsync``: identical output, no fsync and no writeback hints; the default fsyncs file and folder."""
+    from cli_runner import invoke
+    from pte_devconst.schema import pte_writer
+
+    monkeypatch.setattr(pte_writer, "WRITEBACK_CHUNK", 64)  # a small corpus file then takes the chunked path
+    source = CORPUS / "v_f_multi_method_copy.pte"
+    counts = _count_disk_waits(monkeypatch)
+    assert invoke("-q", "rewrite", source, "-o", tmp_path / "durable.pte").exit_code == 0
+    assert counts["fsync"] >= 2 and counts["fadvise"] > 0  # the file and its folder; writeback hints
+    counts.update(fsync=0, fadvise=0)
+    result = invoke("-q", "rewrite", source, "-o", tmp_path / "fast.pte", "--no-fsync")
+    assert result.exit_code == 0, result.stderr
+    assert counts == {"fsync": 0, "fadvise": 0}
+    assert (tmp_path / "fast.pte").read_bytes() == (tmp_path / "durable.pte").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["durable.pte", "fast.pte"]  # no temporary file left
+
+
+def test_no_fsync_is_still_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without fsync a failed self-check still leaves the old destination and no temporary file."""
+    from pte_devconst.schema.atomic import atomic_output
+    from pte_devconst.schema.errors import FormatError
+
+    dest = tmp_path / "out.pte"
+    dest.write_bytes(b"old")
+    counts = _count_disk_waits(monkeypatch)
+
+    def check(temp: str) -> None:
+        assert Path(temp).read_bytes() == b"new"  # the data is complete when the check runs
+        raise FormatError("bad thing", file=temp)
+
+    with pytest.raises(FormatError):
+        with atomic_output(dest, check=check, durable=False) as fd:
+            os.write(fd, b"new")
+    assert dest.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["out.pte"]
+    with atomic_output(dest, durable=False) as fd:
+        os.write(fd, b"new")
+    assert dest.read_bytes() == b"new" and counts["fsync"] == 0
+
+
+def test_the_python_api_passes_fsync_through(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pte_devconst
+
+    counts = _count_disk_waits(monkeypatch)
+    pte_devconst.rewrite(CORPUS / "v_f_multi_method_copy.pte", tmp_path / "out.pte", fsync=False)
+    assert counts["fsync"] == 0 and (tmp_path / "out.pte").exists()
+    pte_devconst.rewrite(CORPUS / "v_f_multi_method_copy.pte", tmp_path / "out2.pte")
+    assert counts["fsync"] >= 2
