@@ -117,6 +117,11 @@ def prepare(sections: set[str]) -> None:
 
     CACHE.mkdir(exist_ok=True)
     OUT.mkdir(exist_ok=True)
+    # Byte-compile the package as `pip install` does, so that no measured start-up includes compiling a
+    # module (an editable install compiles on first import, or on every import if PYTHONDONTWRITEBYTECODE
+    # is set, as it is on these machines).
+    subprocess.run([PY, "-m", "compileall", "-q", *(str(ROOT / d) for d in ("schema", "rewriter", "cli", "runner",
+                                                                              "pte_devconst"))], check=True)
     if not BIG_1G.exists() and sections & {"rewrite", "dryrun", "executorch"}:
         print("exporting the 1 GiB program with ExecuTorch 1.5.1 (about 1.5 minutes, 2.5 GB RAM)...", flush=True)
         subprocess.run([PY, "-m", "bench.export_big", str(BIG_1G)], check=True, cwd=ROOT)
@@ -140,13 +145,14 @@ def prepare(sections: set[str]) -> None:
 Report = list[str]
 
 
-def rewrite_cmd(src: Path, dst: Path) -> list[str]:
-    return [SCRIPT, "-q", "rewrite", str(src), "-o", str(dst)]
+def rewrite_cmd(src: Path, dst: Path, *extra: str) -> list[str]:
+    return [SCRIPT, "-q", "rewrite", str(src), "-o", str(dst), *extra]
 
 
 def section_rewrite(rounds: int, report: Report) -> None:
     """Target 1: rewrite vs cp, 1 GiB and 4 GiB; peak RSS; bytes moved by copy_file_range."""
-    names = ["cp 1G", "cp+sync 1G", "rewrite 1G", "cp 4G", "rewrite 4G"]
+    names = ["cp 1G", "cp+sync 1G", "rewrite 1G", "rewrite --no-fsync 1G", "cp 4G", "rewrite 4G",
+             "rewrite --no-fsync 4G"]
     walls = {n: Series() for n in names}
     rss = {n: Series() for n in names}
     dst = OUT / "rewrite.pte"
@@ -154,8 +160,10 @@ def section_rewrite(rounds: int, report: Report) -> None:
         "cp 1G": ["cp", str(BIG_1G), str(dst)],
         "cp+sync 1G": ["sh", "-c", f"cp '{BIG_1G}' '{dst}' && sync '{dst}'"],
         "rewrite 1G": rewrite_cmd(BIG_1G, dst),
+        "rewrite --no-fsync 1G": rewrite_cmd(BIG_1G, dst, "--no-fsync"),
         "cp 4G": ["cp", str(BIG_4G), str(dst)],
         "rewrite 4G": rewrite_cmd(BIG_4G, dst),
+        "rewrite --no-fsync 4G": rewrite_cmd(BIG_4G, dst, "--no-fsync"),
     }
     for path in (BIG_1G, BIG_4G):  # warm the page cache: every run then reads from memory
         subprocess.run(["sh", "-c", f"cat '{path}' > /dev/null"], check=True)
@@ -173,9 +181,13 @@ def section_rewrite(rounds: int, report: Report) -> None:
     fresh(dst)
     r1, r1s, r4 = (ratio_series(walls["rewrite 1G"], walls["cp 1G"]), ratio_series(walls["rewrite 1G"], walls["cp+sync 1G"]),
                    ratio_series(walls["rewrite 4G"], walls["cp 4G"]))
+    n1, n4 = ratio_series(walls["rewrite --no-fsync 1G"], walls["cp 1G"]), ratio_series(walls["rewrite --no-fsync 4G"], walls["cp 4G"])
     rss_ratio = Series([a / b for a, b in zip(rss["rewrite 4G"].values, rss["rewrite 1G"].values)])
-    _summarise("1. rewrite / cp, 1 GiB", r1, "x", "<= 1.3x", r1.median <= 1.3)
-    _summarise("1. rewrite / cp, 4 GiB (context)", r4, "x", "<= 1.3x", r4.median <= 1.3)
+    _summarise("1. rewrite --no-fsync / cp, 1 GiB (neither waits for the disk)", n1, "x", "<= 1.3x", n1.median <= 1.3)
+    _summarise("1. rewrite / (cp + sync), 1 GiB (both wait for the disk; fsync is rewrite's default)", r1s, "x",
+               "<= 1.3x", r1s.median <= 1.3)
+    _summarise("1. rewrite / cp, 1 GiB (fsync against none: see section 1)", r1, "x", "<= 1.3x", r1.median <= 1.3)
+    _summarise("1. rewrite --no-fsync / cp, 4 GiB (context)", n4, "x", "<= 1.3x", n4.median <= 1.3)
     _summarise("1. peak RSS of rewrite, 4 GiB", Series([v / 1024 for v in rss["rewrite 4G"].values]), "MiB", "<= 256 MiB",
                max(rss["rewrite 1G"].values + rss["rewrite 4G"].values) <= 256 * 1024, 1)
     _summarise("1. RSS 4 GiB / 1 GiB", rss_ratio, "x", "within 10%", abs(rss_ratio.median - 1) <= 0.10, 3)
@@ -191,8 +203,10 @@ def section_rewrite(rounds: int, report: Report) -> None:
         "",
         "| figure | median (min-max) | target | verdict |",
         "|---|---|---|---|",
+        f"| rewrite --no-fsync / cp, 1 GiB | {n1.text('x', digits=2)} | <= 1.3x | {_verdict(n1.median <= 1.3)} |",
+        f"| rewrite / (cp + sync), 1 GiB | {r1s.text('x', digits=2)} | <= 1.3x | {_verdict(r1s.median <= 1.3)} |",
         f"| rewrite / cp, 1 GiB | {r1.text('x', digits=2)} | <= 1.3x | {_verdict(r1.median <= 1.3)} |",
-        f"| rewrite / (cp + sync), 1 GiB | {r1s.text('x', digits=2)} | (context) | |",
+        f"| rewrite --no-fsync / cp, 4 GiB | {n4.text('x', digits=2)} | (context) | |",
         f"| rewrite / cp, 4 GiB | {r4.text('x', digits=2)} | (context) | |",
         f"| peak RSS, rewrite 1 GiB | {rss['rewrite 1G'].text('MiB', 1 / 1024, 1)} | <= 256 MiB | {_verdict(max(rss['rewrite 1G'].values) <= 256 * 1024)} |",
         f"| peak RSS, rewrite 4 GiB | {rss['rewrite 4G'].text('MiB', 1 / 1024, 1)} | <= 256 MiB | {_verdict(max(rss['rewrite 4G'].values) <= 256 * 1024)} |",
@@ -202,13 +216,15 @@ def section_rewrite(rounds: int, report: Report) -> None:
         "",
         f"Bulk data path (one instrumented in-process rewrite of the 1 GiB file): {moved}.",
         "",
-        "Why the 1 GiB ratio misses: `cp` copies 1 GiB into the page cache in"
-        f" {walls['cp 1G'].median:.2f} s and returns; the rewrite pays, on top of the same in-kernel copy, costs that do"
-        " not grow with the file: Python and the command line's start-up (section 5),"
-        " decoding the program, encoding the new one, re-opening the written file for the self-check,"
-        f" and the fsync that makes the output durable (`cp` + `sync` takes {walls['cp+sync 1G'].median:.2f} s). At 4 GiB those"
-        f" fixed costs are amortised and the ratio is {r4.median:.2f}x. The profile below (in-process, so without"
-        " start-up) shows the copy itself as the largest item.",
+        "Why two comparisons: by default `rewrite` fsyncs its output before renaming it over the destination"
+        " (issue 6 asks for that: a power failure must not leave a renamed but empty file), so it waits for the disk"
+        f" to take 1 GiB, which `cp` never does: `cp` returns when the data is in the page cache ({walls['cp 1G'].median:.2f} s),"
+        f" and `cp` + `sync` takes {walls['cp+sync 1G'].median:.2f} s. No amount of speed in the tool closes that gap, so"
+        " the target is measured at equal durability both ways: `rewrite --no-fsync` against `cp` (the output is"
+        " still replaced atomically and self-checked, only not flushed), and the default `rewrite` against `cp` + `sync`."
+        " What the rewrite adds to the copy is fixed, not per byte: Python and the command line's start-up"
+        " (section 5), decoding and encoding the program, and re-opening the written file for the self-check;"
+        f" at 4 GiB it is amortised ({n4.median:.2f}x without fsync).",
         "",
         "Where the time goes (cProfile of one in-process rewrite of the 1 GiB file, top entries by own time):",
         "",
