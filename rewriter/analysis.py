@@ -14,13 +14,12 @@ FreeCall or JumpFalseCall).  D is never the CPU, and delegates without a
 
 from __future__ import annotations
 
-import functools
-import gc
 from collections import defaultdict
 from dataclasses import field
-from typing import Any, Callable, Mapping, Optional, TypeVar
+from typing import Callable, Mapping, Optional
 
 from pte_devconst.schema import model as m
+from pte_devconst.schema.gc_pause import gc_paused
 from pte_devconst.schema.model import CPU, Device
 from pte_devconst.schema.record import record
 
@@ -403,30 +402,6 @@ def _shares_mutable_buffers(program: m.Program) -> bool:
             return False
         signatures.add((sizes[2], shared))
     return len(signatures) == 1
-
-
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def gc_paused(function: _F) -> _F:
-    """Run ``function`` with the cyclic garbage collector paused (reference counting still frees memory).
-
-    Analysis allocates hundreds of thousands of small acyclic objects; each collection the
-    allocations trigger walks every live object, about a third of the time for a 100,000-value
-    program and a cost that grows faster than linearly (bench/RESULTS.md, section 4).
-    """
-
-    @functools.wraps(function)
-    def paused(*args: Any, **kwargs: Any) -> Any:
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            return function(*args, **kwargs)
-        finally:
-            if was_enabled:
-                gc.enable()
-
-    return paused  # type: ignore[return-value]
 
 
 @gc_paused

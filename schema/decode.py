@@ -12,6 +12,7 @@ from typing import Callable
 
 from . import model as m
 from .flatbuf import BOOL, F64, I8, I32, I64, U8, U32, U64, FlatbufferError, FlatReader, Table
+from .gc_pause import gc_paused
 
 PROGRAM_IDENTIFIER = b"ET12"
 
@@ -157,6 +158,7 @@ def _program(t: Table) -> m.Program:
     )
 
 
+@gc_paused
 def decode_program(flatbuffer: bytes | memoryview) -> m.Program:
     """Decode a Program flatbuffer (the extended header, if inserted, is skipped by offsets).
 
@@ -182,6 +184,7 @@ def _ptd_named(t: Table) -> "PtdNamedData":
     return PtdNamedData(t.string(0), t.scalar(1, U32, 0), t.child(2, _tensor_layout, "tensor_layout"))
 
 
+@gc_paused
 def decode_flat_tensor(flatbuffer: bytes | memoryview) -> "FlatTensor":
     reader = FlatReader(flatbuffer)
     root = reader.root()

@@ -20,6 +20,7 @@ from typing import Callable, Optional, Sequence, TypeVar
 from . import model as m
 from .flatbuf import BOOL, F64, I8, I32, I64, U8, U32, U64
 from .flatbuf_builder import REF, Builder, TableLayout
+from .gc_pause import gc_paused
 from .ptd_model import FlatTensor, PtdNamedData
 
 T = TypeVar("T")
@@ -216,6 +217,7 @@ class _Encoder:
         return self.b.table(FT_NAMED, (key, n.segment_index, layout))
 
 
+@gc_paused
 def encode_program(program: m.Program) -> bytes:
     """The Program as a plain flatbuffer with identifier ``ET12`` (no extended header)."""
     encoder = _Encoder()

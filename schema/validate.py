@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 
 from . import model as m
 from .errors import FormatError
+from .gc_pause import gc_paused
 
 MAX_TENSOR_BYTES = 1 << 62
 MAX_RANK = 16
@@ -232,6 +233,7 @@ def _check_plan(ctx: _Context, plan: m.ExecutionPlan, where: str) -> None:
                 _check_index(a, n, iw, "argument value index")
 
 
+@gc_paused
 def check_program(program: m.Program, segment_data_size: Optional[int]) -> None:
     """Raise ``FormatError`` at the first index or range that points nowhere."""
     if program.version > 0:
