@@ -26,12 +26,9 @@ from pte_devconst.schema.ptd_model import FlatTensor as FlatTensorModel
 
 
 class _Generated:
-    """A flatc-generated module, imported on first use.
+    """A flatc-generated module, imported on first use (there are about 40; most tests never encode).
 
-    There are about 40 of them; importing them up front cost commands that never
-    encode (``--help``, ``inspect``, ``diff``) a noticeable part of their start-up.
-    After the first access the module's functions live in this object's
-    ``__dict__``, so later lookups cost what a module attribute lookup costs.
+    After the first access the module's functions live in this object's ``__dict__``.
     """
 
     def __init__(self, name: str) -> None:
