@@ -24,7 +24,6 @@ from __future__ import annotations
 import struct
 from typing import Any, Optional, Sequence
 
-_U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 _I32 = struct.Struct("<i")
 
@@ -72,8 +71,10 @@ class Builder:
         new_size = size
         while new_size - used < needed:
             new_size *= 2
-        if new_size > MAX_SIZE:
-            raise BuilderError("a flatbuffer cannot exceed 2 GiB")
+        if new_size > MAX_SIZE:  # the last doubling may overshoot what the format can address
+            new_size = MAX_SIZE
+            if new_size - used < needed:
+                raise BuilderError("a flatbuffer cannot exceed 2 GiB")
         buf = bytearray(new_size)
         buf[new_size - used:] = memoryview(old)[self._head:]
         self._buf = buf

@@ -148,3 +148,14 @@ def test_encoding_imports_neither_flatbuffers_nor_numpy() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_a_buffer_past_2_gib_is_refused_and_one_below_is_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 2 GiB limit of 32-bit offsets, checked with the limit scaled down (a real 2 GiB test would be slow)."""
+    from pte_devconst.schema import flatbuf_builder
+
+    monkeypatch.setattr(flatbuf_builder, "MAX_SIZE", 3000)  # not a power of two: the last doubling overshoots it
+    b = Builder(16)
+    b.bytes_vector(bytes(2900))  # needs more than 2048: grows to the cap, not past it
+    with pytest.raises(BuilderError, match="2 GiB"):
+        b.bytes_vector(bytes(200))
