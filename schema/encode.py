@@ -224,6 +224,7 @@ def encode_program(program: m.Program) -> bytes:
     return encoder.b.finish(encoder.program(program), b"ET12")
 
 
+@gc_paused
 def encode_flat_tensor(ft: FlatTensor) -> bytes:
     """A .ptd FlatTensor as a plain flatbuffer with identifier ``FT01``."""
     encoder = _Encoder()

@@ -112,6 +112,8 @@ class Builder:
 
     def bytes_vector(self, data: bytes | bytearray | memoryview, alignment: int = 4) -> int:
         """A ``[ubyte]`` vector; ``alignment`` above 4 is a schema's ``force_align``."""
+        if isinstance(data, memoryview) and data.itemsize != 1:
+            data = data.cast("B")  # count bytes, not items
         count = len(data)
         self._prep(4, count)
         if alignment > 4:
@@ -144,15 +146,19 @@ class Builder:
     # --- tables -----------------------------------------------------------
 
     def table(self, layout: TableLayout, values: Sequence[Any]) -> int:
-        """Write one table: ``values[i]`` is slot ``i``'s value (``None`` or the default leaves it out)."""
+        """Write one table: ``values[i]`` is slot ``i``'s value.
+
+        ``None`` leaves out an offset field; a scalar equal to its default is left out, and a scalar
+        that is ``None`` is an error (a bug upstream must not turn into a default in the file).
+        """
         object_end = self.offset()
         fields = layout.fields
         slots = [0] * len(fields)
         for slot, value in enumerate(values):
-            if value is None:
-                continue
             field = fields[slot]
             if field is REF:
+                if value is None:
+                    continue
                 self._prep(4, 0)
                 here = self.offset() + 4
                 if value <= 0 or value > here - 4:
@@ -163,6 +169,8 @@ class Builder:
                 kind, default = field
                 if value == default:
                     continue
+                if value is None or kind.format[-1] == "?" and value not in (True, False):
+                    raise BuilderError(f"slot {slot}: {value!r} is not a valid {kind.format!r} value")
                 self._prep(kind.size, 0)
                 self._head -= kind.size
                 try:

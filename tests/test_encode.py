@@ -159,3 +159,19 @@ def test_a_buffer_past_2_gib_is_refused_and_one_below_is_not(monkeypatch: pytest
     b.bytes_vector(bytes(2900))  # needs more than 2048: grows to the cap, not past it
     with pytest.raises(BuilderError, match="2 GiB"):
         b.bytes_vector(bytes(200))
+
+
+def test_values_the_reference_refuses_are_refused_not_defaulted() -> None:
+    """A scalar left as None, or a bool that is not one, must not quietly become the default in the file."""
+    for program in (m.Program(version=None),  # type: ignore[arg-type]
+                    m.Program(execution_plan=(m.ExecutionPlan(values=(m.Tensor(scalar_type=None),)),)),  # type: ignore[arg-type]
+                    m.Program(execution_plan=(m.ExecutionPlan(values=(m.Bool(2),)),))):  # type: ignore[arg-type]
+        assert _encode_both(encode_program, reference_encoder.encode_program, program)[0] == "refused"
+
+
+def test_a_wide_memoryview_is_stored_as_its_bytes() -> None:
+    from array import array
+
+    words = array("i", [1, 2, 3])
+    wide = m.Program(constant_buffer=(m.Buffer(memoryview(words)),))  # type: ignore[arg-type]
+    assert encode_program(wide) == reference_encoder.encode_program(m.Program(constant_buffer=(m.Buffer(words.tobytes()),)))
