@@ -7,10 +7,14 @@ rewriter define some seventy such classes, so a command that only reads a
 
 A record is still a dataclass (``dataclasses.fields``, ``replace``, ``asdict``
 and ``is_dataclass`` work; type checkers see it through ``dataclass_transform``),
-with the same behaviour as a frozen, slotted one: keyword or positional
-construction with defaults and default factories, assignment raising
+with the behaviour of a frozen, slotted one for what the project uses: keyword or
+positional construction with defaults and default factories, assignment raising
 ``FrozenInstanceError``, equality and hash over the fields (same class only),
-a field-by-field repr, ordering when asked, copy and pickle. Only ``__init__``
+a field-by-field repr, ordering when asked, copy and pickle. What it does not
+implement is refused when the class is defined: ``__post_init__``, ``InitVar``,
+``init=False`` and keyword-only fields, and inheriting from a dataclass or record
+(``__dataclass_params__`` says ``frozen=False, eq=False``: the methods are ours).
+Only ``__init__``
 is generated from source, because it runs once per object and must be as fast
 as the dataclass one; the other methods are shared closures over one
 ``operator.attrgetter`` that reads all fields at C speed.
@@ -50,6 +54,7 @@ def _build(cls: C, order: bool) -> C:
     # fields, __match_args__ and __slots__ from dataclasses itself; every generated method is ours
     cls = dataclasses.dataclass(cls, init=False, repr=False, eq=False, slots=True)
     fields = dataclasses.fields(cls)
+    _refuse_unsupported(cls, fields)
     names = tuple(f.name for f in fields)
     if not documented:
         cls.__doc__ = f"{cls.__name__}({', '.join(names)})"
@@ -67,11 +72,29 @@ def _build(cls: C, order: bool) -> C:
     if order:
         methods.update(__lt__=_compare(operator.lt, values), __le__=_compare(operator.le, values),
                        __gt__=_compare(operator.gt, values), __ge__=_compare(operator.ge, values))
+    # as dataclasses do: a class's own method wins, except the __hash__ = None that Python implies
+    # when a class defines __eq__ alone
+    own = set(cls.__dict__) - ({"__hash__"} if cls.__dict__.get("__hash__", 0) is None and "__eq__" in cls.__dict__
+                               else set())
     for name, method in methods.items():
-        if name not in cls.__dict__ or name == "__hash__" and cls.__dict__[name] is None:
+        if name not in own:
             method.__qualname__ = f"{cls.__qualname__}.{name}"
             setattr(cls, name, method)
     return cls
+
+
+def _refuse_unsupported(cls: type, fields: tuple[dataclasses.Field, ...]) -> None:
+    """Fail at definition for the dataclass features a record does not implement, rather than ignore them."""
+    if hasattr(cls, "__post_init__"):
+        raise TypeError(f"{cls.__name__}: @record does not call __post_init__")
+    for f in fields:
+        if not f.init or f.kw_only is True:
+            raise TypeError(f"{cls.__name__}.{f.name}: @record supports neither init=False nor keyword-only fields")
+    for name, annotation in cls.__dict__.get("__annotations__", {}).items():
+        if "InitVar" in str(annotation) or "KW_ONLY" in str(annotation):
+            raise TypeError(f"{cls.__name__}.{name}: @record supports neither InitVar nor KW_ONLY")
+    if any(dataclasses.is_dataclass(base) for base in cls.__mro__[1:]):
+        raise TypeError(f"{cls.__name__}: a record cannot inherit from a dataclass or another record")
 
 
 def _values_getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:

@@ -93,3 +93,51 @@ def test_only_init_is_compiled_per_class() -> None:
     for name in ("__eq__", "__repr__", "__hash__", "__setattr__"):
         assert getattr(m.Tensor, name).__code__ is getattr(m.Program, name).__code__, name
     assert m.Tensor.__init__.__code__ is not m.Program.__init__.__code__
+
+
+def test_unsupported_dataclass_features_fail_at_definition() -> None:
+    """Rather than silently ignoring them, a record refuses what it does not implement."""
+    from dataclasses import InitVar
+
+    with pytest.raises(TypeError, match="__post_init__"):
+        @record
+        class WithPostInit:
+            a: int
+
+            def __post_init__(self) -> None:
+                pass
+
+    with pytest.raises(TypeError, match="init=False"):
+        @record
+        class NotInInit:
+            a: int = field(default=0, init=False)
+
+    with pytest.raises(TypeError, match="InitVar"):
+        @record
+        class WithInitVar:
+            a: InitVar[int]
+
+    with pytest.raises(TypeError, match="inherit"):
+        @record
+        class Child(Pair):
+            more: int = 0
+
+
+def test_a_class_own_hash_and_eq_are_kept_as_dataclasses_keep_them() -> None:
+    @record
+    class Unhashable:
+        a: int
+        __hash__ = None  # type: ignore[assignment]
+
+    @record
+    class OwnEquality:
+        a: int
+        b: int = 0
+
+        def __eq__(self, other: object) -> bool:  # compares a only
+            return isinstance(other, OwnEquality) and other.a == self.a
+
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(Unhashable(1))
+    assert OwnEquality(1, 2) == OwnEquality(1, 3)
+    assert hash(OwnEquality(1, 2)) == hash((1, 2))  # the field hash, as a frozen dataclass with eq gets
