@@ -129,7 +129,8 @@ def rewrite_command(
     in_place: bool = typer.Option(False, "--in-place", help="Replace the input file (atomically)."),
     fsync: bool = typer.Option(True, "--fsync/--no-fsync", help="Wait until the output is on disk before "
                                "replacing the destination. --no-fsync is faster on large files and still "
-                               "atomic, but a power failure soon after may lose the output."),
+                               "atomic, but a power failure soon after may lose the output (not with "
+                               "--in-place)."),
     fmt: OutputFormat = FORMAT_OPTION,
     json_flag: bool = JSON_FLAG,
 ) -> None:

@@ -62,9 +62,13 @@ def rewrite_file(input_path: str | os.PathLike[str], output_path: Optional[str |
                  durable: bool = True) -> RewriteResult:
     """Rewrite ``input_path``; write ``output_path`` (default ``<stem>.devconst.pte``) unless ``dry_run``.
 
-    ``durable=False`` skips the fsyncs (``atomic_output``): still atomic, not power-failure safe.
+    ``durable=False`` skips the fsyncs (``atomic_output``): still atomic, not power-failure safe;
+    refused with ``in_place``, where the file replaced is the only copy of the model.
     """
     input_path = Path(input_path)
+    if in_place and not durable and not dry_run:
+        raise PteDevconstError("an in-place rewrite always fsyncs (--no-fsync refused): a power failure must not "
+                               "lose the only copy of the model", file=str(input_path))
     if in_place:
         output = input_path
     else:

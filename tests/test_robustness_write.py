@@ -478,11 +478,6 @@ def test_full_disk_in_the_ptd_writer(tiny_fs: Path) -> None:
         write_ptd(tiny_fs / "w.ptd", [("w", None, bytes(8 << 20))])
     assert list(tiny_fs.iterdir()) == []
 
-
-if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--driver":
-    driver(sys.argv[2])
-
-
 def _count_disk_waits(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Count fsync and writeback-hint calls made while the test runs."""
     counts = {"fsync": 0, "fadvise": 0}
@@ -550,3 +545,20 @@ def test_the_python_api_passes_fsync_through(tmp_path: Path, monkeypatch: pytest
     assert counts["fsync"] == 0 and (tmp_path / "out.pte").exists()
     pte_devconst.rewrite(CORPUS / "v_f_multi_method_copy.pte", tmp_path / "out2.pte")
     assert counts["fsync"] >= 2
+
+
+def test_in_place_without_fsync_is_refused(tmp_path: Path) -> None:
+    """The in-place file is the only copy of the model: it is never replaced without fsync."""
+    from cli_runner import invoke
+
+    model = tmp_path / "model.pte"
+    shutil.copyfile(CORPUS / "v_f_multi_method_copy.pte", model)
+    before = model.read_bytes()
+    result = invoke("rewrite", model, "--in-place", "--no-fsync")
+    assert result.exit_code == 2 and "fsync" in result.stderr and "only copy" in result.stderr
+    assert model.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["model.pte"]
+    assert invoke("rewrite", model, "--in-place", "--no-fsync", "--dry-run").exit_code == 0
+
+
+if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--driver":
+    driver(sys.argv[2])
