@@ -41,14 +41,6 @@ class Reader:
     device: Optional[Device] = None  # the delegate's target device
     device_error: Optional[str] = None  # the delegate's target_device spec did not parse (so: host)
 
-    def describe(self) -> str:
-        where = f" at instruction {self.instruction}" if self.instruction >= 0 else ""
-        if self.kind == "KernelCall":
-            return f"kernel {self.name}{where}"
-        if self.kind == "DelegateCall":
-            return f"delegate {self.name} ({self.device}){where}"
-        return f"{self.kind}{where}"
-
 
 @record
 class DeviceCopy:

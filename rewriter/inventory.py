@@ -130,7 +130,8 @@ def describe_reader(reader: Reader) -> str:
     if reader.kind == "KernelCall":
         return f"#{reader.instruction} {reader.name}"
     if reader.kind == "DelegateCall":
-        return f"#{reader.instruction} delegate {reader.delegate_index} ({reader.name}, {reader.device})"
+        device = f"{reader.device}, unreadable target_device" if reader.device_error else str(reader.device)
+        return f"#{reader.instruction} delegate {reader.delegate_index} ({reader.name}, {device})"
     if reader.kind == "output":
         return f"output {reader.arg_pos}"
     if reader.kind == "TensorList":

@@ -99,11 +99,12 @@ def test_inspect_shows_an_unreadable_target_device(tmp_path) -> None:
     broken.write_bytes(assemble_pte(replace(program, execution_plan=(plan,)), source.read_bytes()))
     result = invoke("inspect", broken, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.stderr
-    assert "cpu (unreadable target_device)" in result.stdout
-    assert "unreadable target_device (host)" in result.stdout
+    assert "cpu (unreadable target_device)" in result.stdout  # the delegates table
+    assert "cpu, unreadable target_device)" in result.stdout  # who reads each constant says it too
     as_json = invoke("inspect", broken, "--format", "json")
-    delegate = json.loads(as_json.stdout)["file"]["methods"][0]["delegates"][0]
-    assert delegate["device"] == "cpu" and "cuda:x" in delegate["device_error"]
+    method = json.loads(as_json.stdout)["file"]["methods"][0]
+    assert method["delegates"][0]["device"] == "cpu" and "cuda:x" in method["delegates"][0]["device_error"]
+    assert all(c["verdict"].endswith("with an unreadable target_device (host)") for c in method["constants"])
     import jsonschema
     from test_report_schema import SCHEMA_FILE
 
