@@ -177,3 +177,16 @@ def test_shell_completion_completes_commands() -> None:
     assert "check" in result.stdout.split()
     script = invoke("--show-completion", "bash")
     assert script.exit_code == 0 and "_pte_devconst_completion" in script.stdout
+
+
+def test_lines_naming_a_file_stay_whole_in_a_narrow_terminal(work_copy) -> None:
+    """inspect's header, rewrite's last line and diff's first line carry paths: never wrapped, at any width."""
+    pte = work_copy("v_f_multi_method_copy")
+    out = pte.with_name("v_f_multi_method_copy.devconst.pte")
+    narrow = {"COLUMNS": "40"}
+    inspect = invoke("inspect", pte, env=narrow).stdout.splitlines()
+    assert inspect[0].startswith(f"{pte}: ") and inspect[0].endswith("method(s)"), inspect[0]
+    rewrite = invoke("rewrite", pte, env=narrow).stdout.splitlines()
+    assert rewrite[-1].startswith(f"wrote {out} (") and rewrite[-1].endswith("re-read and checked."), rewrite[-1]
+    diff = invoke("diff", pte, out, env=narrow).stdout.splitlines()
+    assert diff[0] == f"{pte} -> {out}", diff[0]
