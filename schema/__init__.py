@@ -1,7 +1,9 @@
 """The file formats: .fbs schemas, flatc-generated code, and the typed reader/writer of .pte and .ptd.
 
-Everything else in pte-devconst stands on this package; it depends on nothing
-but the standard library and ``flatbuffers``.  Names are imported on first use,
+Everything else in pte-devconst stands on this package; the reader and writer
+depend on nothing but the standard library (``flatbuffers`` is needed only by the
+flatc-generated code in ``generated/``, which the tests use as their reference).
+Names are imported on first use,
 so ``import pte_devconst.schema.errors`` (which every command does) stays cheap.
 """
 

@@ -6,6 +6,9 @@ those allocations trigger walks every live object, so the collector's cost grows
 faster than the program: about a quarter of decoding a 100,000-value program,
 and a third of analysing it (bench/RESULTS.md, section 4). Reference counting
 still frees everything as usual while the collector is paused.
+
+The collector's switch is global to the process: a thread running one of these
+steps pauses it for every thread until the step ends.
 """
 
 from __future__ import annotations

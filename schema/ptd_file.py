@@ -10,6 +10,7 @@ from typing import Optional, Sequence
 from . import model as m
 from .atomic import atomic_output, write_all
 from .decode import decode_flat_tensor
+from .encode import encode_flat_tensor
 from .errors import FormatError
 from .flatbuf import FlatbufferError
 from .header import PTD_HEADER_PADDED, SEGMENT_ALIGNMENT, PtdHeader, align_up, read_ptd_header
@@ -100,8 +101,6 @@ def write_ptd(destination: str | os.PathLike[str], entries: Sequence[tuple[str, 
         segments.append(m.DataSegment(start, size))
         named.append(PtdNamedData(key, index, layout))
         cursor = start + size
-    from .encode import encode_flat_tensor  # the generated builder code loads only for writers
-
     plain = encode_flat_tensor(FlatTensor(0, tuple(segments), tuple(named)))
     # The 40-byte header plus 8 bytes of padding go after byte 8; the root offset moves past them.
     inserted = PTD_HEADER_PADDED

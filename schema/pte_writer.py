@@ -18,6 +18,7 @@ from typing import Callable, Optional, Sequence, Union
 
 from . import model as m
 from .atomic import atomic_output, copy_range, write_all, write_zeros
+from .encode import encode_program
 from .header import (EXTENDED_HEADER_PADDED, MIN_PTE_SIZE, SEGMENT_ALIGNMENT, ExtendedHeader, align_up)
 from .record import record
 
@@ -90,8 +91,6 @@ def layout_pte(program: m.Program, contents: Sequence[SegmentContent]) -> Layout
     segments = plan_segments(contents)
     data_size = max((s.offset + s.size for s in segments), default=0)
     program = replace(program, segments=segments if program.segments is not None or segments else program.segments)
-    from .encode import encode_program  # lazily: its ~40 flatc-generated modules cost start-up time of readers
-
     plain = encode_program(program)
     if data_size == 0:
         return Layout(plain, None, 0, segments)
