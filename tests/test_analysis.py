@@ -68,14 +68,19 @@ def test_a_device_copy_read_by_a_host_kernel_keeps_the_constant_on_the_host() ->
     assert verdict.reasons[0].startswith("its device copy is also read by host kernel")
 
 
-def test_a_delegate_with_an_unparseable_target_device_runs_on_the_host() -> None:
+def _with_target_device(value: bytes) -> m.Program:
+    """``v_b_dtypes_legacy``'s program with its one delegate's ``target_device`` spec set to ``value``."""
     with open_pte(pte_path("v_b_dtypes_legacy")) as pte:
         program = pte.program
     plan = program.execution_plan[0]
     delegate = plan.delegates[0]
-    specs = tuple(replace(s, value=b"tpu:x") if s.key == "target_device" else s for s in delegate.compile_specs)
+    specs = tuple(replace(s, value=value) if s.key == "target_device" else s for s in delegate.compile_specs)
     plan = replace(plan, delegates=(replace(delegate, compile_specs=specs),))
-    analysis = analyze_program(replace(program, execution_plan=(plan,)))
+    return replace(program, execution_plan=(plan,))
+
+
+def test_a_delegate_with_an_unparseable_target_device_runs_on_the_host() -> None:
+    analysis = analyze_program(_with_target_device(b"tpu:x"))
     assert not analysis.eligible
     method = analysis.methods[0]
     assert method.delegates[0].device_error and "tpu:x" in method.delegates[0].device_error
@@ -88,15 +93,8 @@ def test_inspect_shows_an_unreadable_target_device(tmp_path) -> None:
     from cli_runner import invoke
     from fuzz.mutate import assemble_pte
 
-    source = pte_path("v_b_dtypes_legacy")
-    with open_pte(source) as pte:
-        program = pte.program
-    plan = program.execution_plan[0]
-    delegate = plan.delegates[0]
-    specs = tuple(replace(s, value=b"cuda:x") if s.key == "target_device" else s for s in delegate.compile_specs)
-    plan = replace(plan, delegates=(replace(delegate, compile_specs=specs),))
     broken = tmp_path / "broken.pte"
-    broken.write_bytes(assemble_pte(replace(program, execution_plan=(plan,)), source.read_bytes()))
+    broken.write_bytes(assemble_pte(_with_target_device(b"cuda:x"), pte_path("v_b_dtypes_legacy").read_bytes()))
     result = invoke("inspect", broken, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.stderr
     assert "cpu (unreadable target_device)" in result.stdout  # the delegates table
