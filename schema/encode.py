@@ -69,6 +69,9 @@ class _Encoder:
     def scalars(self, kind, items: Optional[Sequence], alignment: int = 0) -> Optional[int]:  # noqa: ANN001
         return None if items is None else self.b.scalars(kind, items, alignment)
 
+    def byte_vector(self, data: Optional[bytes], alignment: int = 4) -> Optional[int]:
+        return None if data is None else self.b.bytes_vector(data, alignment)
+
     def string(self, text: Optional[str]) -> Optional[int]:
         return None if text is None else self.b.string(text)
 
@@ -79,8 +82,7 @@ class _Encoder:
 
     def tensor(self, t: m.Tensor) -> int:
         b = self.b
-        sizes = None if t.sizes is None else b.scalars(I32, t.sizes)
-        dim_order = None if t.dim_order is None else b.scalars(U8, t.dim_order)
+        sizes, dim_order = self.scalars(I32, t.sizes), self.scalars(U8, t.dim_order)
         alloc = t.allocation_info
         if alloc is not None:
             alloc = b.table(ALLOCATION, (alloc.memory_id, alloc.memory_offset & 0xFFFFFFFF, alloc.memory_offset >> 32))
@@ -153,8 +155,7 @@ class _Encoder:
 
     def compile_spec(self, c: m.CompileSpec) -> int:
         key = self.string(c.key)
-        value = None if c.value is None else self.b.bytes_vector(c.value)
-        return self.b.table(TWO_REFS, (key, value))
+        return self.b.table(TWO_REFS, (key, self.byte_vector(c.value)))
 
     def delegate(self, d: m.BackendDelegate) -> int:
         ident = self.string(d.id)
@@ -192,8 +193,7 @@ class _Encoder:
 
     def force_aligned(self, data: Optional[bytes]) -> int:
         """``Buffer`` and ``BackendDelegateInlineData``: one ``[ubyte] (force_align: 16)`` field."""
-        vector = None if data is None else self.b.bytes_vector(data, FORCE_ALIGN)
-        return self.b.table(ONE_REF, (vector,))
+        return self.b.table(ONE_REF, (self.byte_vector(data, FORCE_ALIGN),))
 
     def program(self, p: m.Program) -> int:
         plans = self.tables(p.execution_plan, self.plan)
