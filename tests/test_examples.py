@@ -102,11 +102,16 @@ def test_export_script_reproduces_a_committed_example(tmp_path: Path) -> None:
     module = load_export_script()
     (path,) = module.export_all(tmp_path, only={"mlp_legacy"})
     assert path.read_bytes() == (EXAMPLES / "mlp_legacy.pte").read_bytes()
+    # Inputs and expected outputs are floats computed by eager PyTorch, whose last bits vary with the CPU's
+    # vector units (6e-8 apart on one AMD machine): equal within a tolerance, not bit for bit.
     for kind in ("inputs", "expected"):
         got = torch.load(tmp_path / f"mlp_legacy.{kind}.pt", weights_only=True)["forward"]
-        for a, b in zip(got, calls("mlp_legacy", kind)):
+        stored = calls("mlp_legacy", kind)
+        assert len(got) == len(stored)
+        for a, b in zip(got, stored):
+            assert len(a) == len(b)
             for x, y in zip(a, b):
-                assert torch.equal(x, y)
+                torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
 
 
 def test_copy_style_export_needs_and_restores_the_clone_spec_patch() -> None:
