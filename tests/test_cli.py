@@ -102,7 +102,7 @@ def test_rewrite_diff_and_check_text_fit_80_columns(work_copy) -> None:
 
 def test_no_progress_bar_when_stderr_is_not_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "stderr", io.StringIO())
-    paths = [str(p) for p in sorted(CORPUS.glob("*.pte"))]
+    paths = [str(p) for p in (CORPUS / f"{name}.pte" for name in CASES)]
     assert len(paths) >= progress.MANY_FILES
     with progress.files_progress("checking", paths, quiet=False) as advance:
         assert advance is None
@@ -117,7 +117,7 @@ def test_progress_bar_only_on_a_terminal_and_not_when_quiet(monkeypatch: pytest.
             return True
 
     monkeypatch.setattr(sys, "stderr", Tty())
-    paths = [str(p) for p in sorted(CORPUS.glob("*.pte"))]
+    paths = [str(p) for p in (CORPUS / f"{name}.pte" for name in CASES)]
     with progress.files_progress("checking", paths, quiet=False) as advance:
         assert callable(advance)
         advance(1, "x.pte")
@@ -132,7 +132,7 @@ def test_progress_bar_only_on_a_terminal_and_not_when_quiet(monkeypatch: pytest.
 def test_check_draws_a_bar_on_a_real_terminal_only(tmp_path: Path) -> None:
     """End to end: the same command shows a bar on a pseudo-terminal and nothing on a pipe."""
     pty = pytest.importorskip("pty")
-    files = [str(p) for p in sorted(CORPUS.glob("*.pte"))]
+    files = [str(p) for p in (CORPUS / f"{name}.pte" for name in CASES)]
     command = [sys.executable, "-m", "pte_devconst", "check", *files]
     env = {**os.environ, "COLUMNS": "80", "NO_COLOR": "1"}
     piped = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import reference_encoder
-from conftest import CASES, CORPUS, pte_path, ptd_path
+from conftest import CASES, CORPUS, EXAMPLES, pte_path, ptd_path, shipped
 from pte_devconst.rewriter.apply import apply_plan
 from pte_devconst.rewriter.load import opened
 from pte_devconst.rewriter.plan import RewriteOptions
@@ -32,7 +32,7 @@ from pte_devconst.schema.ptd_file import open_ptd
 from pte_devconst.schema.pte_file import open_pte
 from fuzz.mutate import _apply, _forge, _sites
 
-EXAMPLES = sorted((CORPUS.parent.parent.parent / "examples" / "models").glob("*.pte"))
+EXAMPLE_PROGRAMS = [EXAMPLES / f"{name}.pte" for name in shipped(EXAMPLES)]
 
 
 def _program(path: Any) -> m.Program:
@@ -53,7 +53,7 @@ def test_corpus_ptd_files_encode_identically(name: str) -> None:
     assert encode_flat_tensor(flat_tensor) == reference_encoder.encode_flat_tensor(flat_tensor)
 
 
-@pytest.mark.parametrize("path", [pte_path(n) for n in CASES] + EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [pte_path(n) for n in CASES] + EXAMPLE_PROGRAMS, ids=lambda p: p.stem)
 def test_rewritten_programs_encode_identically(path: Any) -> None:
     with opened(path, ptd_path(path.stem) if path.parent == CORPUS else None) as (source, data):
         plan = plan_file(source, data, RewriteOptions())

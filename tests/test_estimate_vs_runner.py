@@ -6,16 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CASES, CORPUS, ptd_path, pte_path
+from conftest import CASES, CORPUS, EXAMPLES, ptd_path, pte_path, shipped
 from pte_devconst.rewriter.load import analyze_file
 from pte_devconst.rewriter.rewrite import rewrite_file
 
 pytest.importorskip("torch")
 from pte_devconst.runner import run_program  # noqa: E402
 
-EXAMPLES = Path(__file__).parent.parent / "examples" / "models"
 DEVICE_CASES = [n for n in CASES if not n.endswith(("_cpu", "_cpu_only", "_xnnpack"))]
-EXAMPLE_CASES = sorted(p.stem for p in EXAMPLES.glob("*.pte"))
+EXAMPLE_CASES = shipped(EXAMPLES)
 
 
 def _measured(pte: Path, ptd, method: str, inputs) -> int:

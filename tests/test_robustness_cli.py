@@ -18,12 +18,11 @@ import pytest
 from click.testing import Result
 from typer.testing import CliRunner
 
+from conftest import CASES, CORPUS
 from pte_devconst.cli.app import app
 from pte_devconst.schema.atomic import TEMP_PREFIX
 from pte_devconst.schema.pte_file import open_pte
 
-CORPUS = Path(__file__).parent / "fixtures" / "corpus"
-CASES = sorted(p.stem for p in CORPUS.glob("*.pte"))
 MAIN = "from pte_devconst.cli.app import main; main()"
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from conftest import CASES, facts, pte_path, ptd_path
+from conftest import CASES, EXAMPLES, facts, pte_path, ptd_path, shipped
 from pte_devconst.cli.app import app
 from pte_devconst.rewriter import rewrite_file
 from pte_devconst.runner.copies import LOAD, Cause, CopyEvent, Direction, PhaseCopies
@@ -20,7 +20,6 @@ from pte_devconst.schema import model as m
 from pte_devconst.schema.pte_file import open_pte
 
 CORPUS = pte_path(CASES[0]).parent
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "models"
 REWRITABLE = [n for n in CASES if facts(n)["style"] in ("copy", "legacy")]
 
 
@@ -52,7 +51,7 @@ def test_rewritten_corpus_validates(name: str, tmp_path: Path) -> None:
         assert mv.calls[-1].h2d_before - mv.calls[-1].h2d_after == mv.calls[-1].moved_bytes_copied_before > 0
 
 
-@pytest.mark.parametrize("name", sorted(p.stem for p in EXAMPLES.glob("*.pte") if not p.stem.endswith("_cpu") and "inside" not in p.stem))
+@pytest.mark.parametrize("name", [n for n in shipped(EXAMPLES) if not n.endswith("_cpu") and "inside" not in n])
 def test_rewritten_examples_validate(name: str, tmp_path: Path) -> None:
     out = rewritten(name, tmp_path, EXAMPLES)
     result = validate(EXAMPLES / f"{name}.pte", out, inputs=EXAMPLES / f"{name}.inputs.pt",

@@ -30,7 +30,10 @@ def load_seeds() -> tuple[Seed, ...]:
             continue
         for path in sorted(folder.rglob("*")):
             kind = path.suffix[1:]
-            if kind in ("pte", "ptd") and path.is_file() and path.stat().st_size <= MAX_SEED_BYTES:
+            # Committed programs come with NAME.inputs.pt (a .ptd with its program's): files the tool wrote
+            # into these folders (NAME.devconst.pte) are not seeds, so case numbering stays stable.
+            shipped = path.with_name(f"{path.stem}.inputs.pt").is_file()
+            if kind in ("pte", "ptd") and shipped and path.is_file() and path.stat().st_size <= MAX_SEED_BYTES:
                 found.append(Seed(kind, str(path.relative_to(REPO)), path.read_bytes()))
     if not found:
         raise RuntimeError(f"no seed files under {CORPUS}")
