@@ -41,9 +41,36 @@ def _summary_rows(d: ProgramDiff) -> list[list[str]]:
     return rows
 
 
+TENSOR_COLUMNS = ["v", "name", "before", "after", "bytes", "data"]
+
+
+def _data_text(change: str, after: object) -> str:
+    """``changed`` says which bytes: a planned tensor's initial data or a constant's entry."""
+    if change != "changed":
+        return change
+    return "initial data changed" if getattr(after, "initial_data", False) else "data changed"
+
+
 def _tensor_rows(method: MethodDiff) -> list[list[str]]:
     return [[t.value, t.name, t.before.describe() if t.before else "-", t.after.describe() if t.after else "-",
-             human_bytes((t.after or t.before).nbytes)] for t in method.tensors]
+             human_bytes((t.after or t.before).nbytes), _data_text(t.data, t.after)] for t in method.tensors]
+
+
+DELEGATE_COLUMNS = ["#", "backend", "change"]
+
+
+def _delegate_rows(method: MethodDiff) -> list[list[str]]:
+    return [[c.index, c.backend_after or c.backend_before or "", c.change if c.backend_before == c.backend_after
+             or c.backend_before is None or c.backend_after is None else f"{c.change}: {c.backend_before} -> {c.backend_after}"]
+            for c in method.delegates]
+
+
+NAMED_COLUMNS = ["key", "change", "before", "after"]
+
+
+def _named_rows(d: ProgramDiff) -> list[list[str]]:
+    return [[c.key, c.change, "-" if c.size_before is None else human_bytes(c.size_before),
+             "-" if c.size_after is None else human_bytes(c.size_after)] for c in d.named_data]
 
 
 def _instruction_rows(method: MethodDiff) -> list[list[str]]:
@@ -62,15 +89,19 @@ def render_text(d: ProgramDiff) -> None:
     console = stdout_console()
     console.print(f"[bold]{markup_safe(d.a)}[/] -> [bold]{markup_safe(d.b)}[/]" + (": identical programs" if d.identical else ""), soft_wrap=True)
     console.print(table(None, ["", "before", "after", "change"], _summary_rows(d), right=["before", "after"]))
+    if d.named_data:
+        console.print(table("named data", NAMED_COLUMNS, _named_rows(d), right=["before", "after"]))
     for method in d.methods:
         if method.status == "same":
             continue
         console.print(f"\nmethod [bold]{markup_safe(method.name)}[/]: {method.status}")
         if method.tensors:
             rows, more = _limited(_tensor_rows(method), OPTIONS.verbose)
-            console.print(table("tensors", ["v", "name", "before", "after", "bytes"], rows, right=["v", "bytes"]))
+            console.print(table("tensors", TENSOR_COLUMNS, rows, right=["v", "bytes"]))
             if more:
                 console.print(more)
+        if method.delegates:
+            console.print(table("delegates", DELEGATE_COLUMNS, _delegate_rows(method), right=["#"]))
         if method.buffers:
             console.print(table("planned buffers", ["id", "device", "before", "after"],
                                 [[b.memory_id, b.device_after or b.device_before,
@@ -90,14 +121,20 @@ def render_markdown(d: ProgramDiff) -> None:
     if d.identical:
         lines.append("The programs are identical.")
     lines += [markdown_table(["", "before", "after", "change"], _summary_rows(d)), ""]
+    if d.data_changes:
+        lines += [f"**{d.data_changes} tensor(s) hold different bytes.**", ""]
+    if d.named_data:
+        lines += ["#### named data", "", markdown_table(NAMED_COLUMNS, _named_rows(d)), ""]
     for method in d.methods:
         if method.status == "same":
             continue
         lines += [f"#### method `{method.name}` ({method.status})", ""]
         if method.tensors:
             lines += ["<details><summary>{} tensor(s) changed</summary>".format(len(method.tensors)), "",
-                      markdown_table(["value", "name", "before", "after", "bytes"], _tensor_rows(method)), "",
+                      markdown_table(["value"] + TENSOR_COLUMNS[1:], _tensor_rows(method)), "",
                       "</details>", ""]
+        if method.delegates:
+            lines += [markdown_table(["delegate"] + DELEGATE_COLUMNS[1:], _delegate_rows(method)), ""]
         if method.instructions:
             lines += ["<details><summary>{} instruction change(s)</summary>".format(len(method.instructions)), "",
                       markdown_table(["change", "old #", "new #", "before", "after"],
@@ -121,7 +158,8 @@ def diff_command(
         d = diff_files(a, b)
     fmt = resolve_format(fmt, json_flag)
     if fmt is OutputFormat.json:
-        emit_json("diff", {"diff": d, "identical": d.identical, "moved_constants": d.moved_constants})
+        emit_json("diff", {"diff": d, "identical": d.identical, "moved_constants": d.moved_constants,
+                           "data_changes": d.data_changes})
     elif fmt is OutputFormat.markdown:
         render_markdown(d)
     else:

@@ -6,14 +6,23 @@ constants); instructions are aligned by kind and operator with difflib, so
 removed copy kernels show up as removals and retargeted delegate arguments as
 changes, and the old-to-new instruction index map is reported for tools that
 key on instruction indices.
+
+Data is compared too, by SHA-256: the bytes each tensor ships (a constant's
+entry, or a planned tensor's initial data), every delegate blob and every
+named-data entry.  A rewrite must keep a moved constant's bytes, so a tensor
+whose data differs is listed even when nothing else about it changed.
+Hashing runs in C over the mapped file (no Python loop over bytes), once per
+distinct byte range.
 """
 
 from __future__ import annotations
 
 import difflib
+import hashlib
 from typing import Optional
 
 from pte_devconst.schema import model as m
+from pte_devconst.schema.mapped import Span
 from pte_devconst.schema.pte_file import PteFile
 from pte_devconst.schema.record import record
 
@@ -33,6 +42,7 @@ class Placement:
     nbytes: int
     dtype: str
     shape: tuple[int, ...]
+    sha256: Optional[str] = None  # of the bytes the tensor ships in this file; None: none (or in a .ptd)
 
     def describe(self) -> str:
         if self.kind == "planned":
@@ -47,6 +57,31 @@ class TensorChange:
     name: str
     before: Optional[Placement]
     after: Optional[Placement]
+    data: str  # same or changed when both sides ship bytes for the tensor (see data_status), else "-"
+
+
+def data_status(before: Optional[Placement], after: Optional[Placement]) -> str:
+    a = before.sha256 if before else None
+    b = after.sha256 if after else None
+    if a is None or b is None:
+        return "-"
+    return "same" if a == b else "changed"
+
+
+@record
+class DelegateChange:
+    index: int
+    backend_before: Optional[str]
+    backend_after: Optional[str]
+    change: str  # added, removed, backend, compile specs, blob (comma-separated when several)
+
+
+@record
+class NamedDataChange:
+    key: str
+    change: str  # added, removed, changed
+    size_before: Optional[int]
+    size_after: Optional[int]
 
 
 @record
@@ -74,6 +109,7 @@ class MethodDiff:
     status: str  # same, changed, added, removed
     tensors: tuple[TensorChange, ...]
     buffers: tuple[BufferChange, ...]
+    delegates: tuple[DelegateChange, ...]
     instructions: tuple[InstructionChange, ...]
     instruction_map: tuple[tuple[int, Optional[int]], ...]  # (old, new) for chain 0 where they differ
     instructions_before: int
@@ -99,13 +135,20 @@ class ProgramDiff:
     program_size_after: int
     methods: tuple[MethodDiff, ...]
     segments: tuple[SegmentChange, ...]
+    named_data: tuple[NamedDataChange, ...]
     h2d_bytes_per_call_before: int
     h2d_bytes_per_call_after: int
 
     @property
     def identical(self) -> bool:
         return (all(method.status == "same" for method in self.methods) and not self.segments
-                and self.file_size_before == self.file_size_after and self.program_size_before == self.program_size_after)
+                and not self.named_data and self.file_size_before == self.file_size_after
+                and self.program_size_before == self.program_size_after)
+
+    @property
+    def data_changes(self) -> int:
+        """Tensors whose bytes differ (a correct rewrite has none)."""
+        return sum(1 for method in self.methods for t in method.tensors if t.data == "changed")
 
     @property
     def moved_constants(self) -> int:
@@ -114,14 +157,42 @@ class ProgramDiff:
                    and t.after.kind == "planned" and t.after.initial_data)
 
 
-def placement(plan: m.ExecutionPlan, value: m.EValue) -> Optional[Placement]:
+class _Digests:
+    """SHA-256 of byte ranges of one file, each distinct range hashed once."""
+
+    def __init__(self, source: PteFile) -> None:
+        self.source = source
+        self._done: dict[tuple[int, int], str] = {}
+
+    def span(self, span: Optional[Span]) -> Optional[str]:
+        if span is None:
+            return None
+        key = (span.offset, span.size)
+        if key not in self._done:
+            self._done[key] = hashlib.sha256(self.source.read(span)).hexdigest()
+        return self._done[key]
+
+    def tensor(self, tensor: m.Tensor) -> Optional[str]:
+        span = self.source.tensor_span(tensor)
+        if span is not None:
+            return self.span(span)
+        data = self.source.tensor_bytes(tensor)  # the deprecated inline constant_buffer; None: no bytes here
+        return None if data is None else hashlib.sha256(data).hexdigest()
+
+    def delegate(self, delegate: m.BackendDelegate) -> str:
+        span = self.source.delegate_span(delegate)
+        return self.span(span) if span is not None else hashlib.sha256(self.source.delegate_blob(delegate)).hexdigest()
+
+
+def placement(plan: m.ExecutionPlan, value: m.EValue, digests: Optional[_Digests] = None) -> Optional[Placement]:
     if not isinstance(value, m.Tensor):
         return None
     try:
         nbytes = value.nbytes
     except KeyError:
         nbytes = 0
-    common = dict(nbytes=nbytes, dtype=dtype_name(value.scalar_type), shape=tuple(value.sizes or ()))
+    common = dict(nbytes=nbytes, dtype=dtype_name(value.scalar_type), shape=tuple(value.sizes or ()),
+                  sha256=digests.tensor(value) if digests is not None else None)
     if value.allocation_info is not None:
         alloc = value.allocation_info
         return Placement("planned", str(plan.buffer_device(alloc.memory_id)), alloc.memory_id, alloc.memory_offset,
@@ -191,22 +262,41 @@ def _diff_instructions(a: m.ExecutionPlan, b: m.ExecutionPlan
     return changes, mapping
 
 
-def _diff_method(name: str, a: Optional[m.ExecutionPlan], b: Optional[m.ExecutionPlan], h2d: tuple[int, int]
-                 ) -> MethodDiff:
+def _diff_delegates(a: m.ExecutionPlan, b: m.ExecutionPlan, digests: tuple[_Digests, _Digests]
+                    ) -> list[DelegateChange]:
+    changes = []
+    delegates_a, delegates_b = a.delegates or (), b.delegates or ()
+    for index in range(max(len(delegates_a), len(delegates_b))):
+        da = delegates_a[index] if index < len(delegates_a) else None
+        db = delegates_b[index] if index < len(delegates_b) else None
+        if da is None or db is None:
+            kinds = ["added" if da is None else "removed"]
+        else:
+            kinds = [kind for kind, differs in (
+                ("backend", da.id != db.id),
+                ("compile specs", da.compile_specs != db.compile_specs),
+                ("blob", digests[0].delegate(da) != digests[1].delegate(db))) if differs]
+        if kinds:
+            changes.append(DelegateChange(index, da.id if da else None, db.id if db else None, ", ".join(kinds)))
+    return changes
+
+
+def _diff_method(name: str, a: Optional[m.ExecutionPlan], b: Optional[m.ExecutionPlan], h2d: tuple[int, int],
+                 digests: tuple[_Digests, _Digests]) -> MethodDiff:
     if a is None or b is None:
         present = a or b
         count = sum(len(ch.instructions or ()) for ch in present.chains or ())
-        return MethodDiff(name, "added" if a is None else "removed", (), (), (), (),
+        return MethodDiff(name, "added" if a is None else "removed", (), (), (), (), (),
                           0 if a is None else count, count if a is None else 0, *h2d)
     tensors = []
     values_a, values_b = a.values or (), b.values or ()
     for index in range(max(len(values_a), len(values_b))):
-        pa = placement(a, values_a[index]) if index < len(values_a) else None
-        pb = placement(b, values_b[index]) if index < len(values_b) else None
+        pa = placement(a, values_a[index], digests[0]) if index < len(values_a) else None
+        pb = placement(b, values_b[index], digests[1]) if index < len(values_b) else None
         if pa != pb:
             source = values_b[index] if index < len(values_b) else values_a[index]
             label = source.fqn if isinstance(source, m.Tensor) and source.fqn else f"value {index}"
-            tensors.append(TensorChange(index, label, pa, pb))
+            tensors.append(TensorChange(index, label, pa, pb, data_status(pa, pb)))
     sizes_a, sizes_b = a.non_const_buffer_sizes or (), b.non_const_buffer_sizes or ()
     buffers = []
     for mid in range(1, max(len(sizes_a), len(sizes_b))):
@@ -216,12 +306,34 @@ def _diff_method(name: str, a: Optional[m.ExecutionPlan], b: Optional[m.Executio
         sb = sizes_b[mid] if mid < len(sizes_b) else None
         if (da, sa) != (db, sb):
             buffers.append(BufferChange(mid, da, db, sa, sb))
+    delegates = _diff_delegates(a, b, digests)
     instructions, mapping = _diff_instructions(a, b)
     count_a = sum(len(ch.instructions or ()) for ch in a.chains or ())
     count_b = sum(len(ch.instructions or ()) for ch in b.chains or ())
-    status = "changed" if tensors or buffers or instructions or len(values_a) != len(values_b) else "same"
-    return MethodDiff(name, status, tuple(tensors), tuple(buffers), tuple(instructions), tuple(mapping),
-                      count_a, count_b, *h2d)
+    changed = tensors or buffers or delegates or instructions or len(values_a) != len(values_b)
+    return MethodDiff(name, "changed" if changed else "same", tuple(tensors), tuple(buffers), tuple(delegates),
+                      tuple(instructions), tuple(mapping), count_a, count_b, *h2d)
+
+
+def _named_data(source: PteFile, digests: _Digests) -> dict[str, tuple[int, str]]:
+    """key -> (size, sha256); the first entry of a duplicated key, as the runtime looks it up."""
+    found: dict[str, tuple[int, str]] = {}
+    for entry in source.program.named_data or ():
+        if entry.key not in found:
+            span = source.segment_span(entry.segment_index)
+            found[entry.key] = (span.size, digests.span(span))
+    return found
+
+
+def _diff_named_data(a: PteFile, b: PteFile, digests: tuple[_Digests, _Digests]) -> list[NamedDataChange]:
+    named_a, named_b = _named_data(a, digests[0]), _named_data(b, digests[1])
+    changes = []
+    for key in list(named_a) + [k for k in named_b if k not in named_a]:
+        before, after = named_a.get(key), named_b.get(key)
+        if before != after:
+            change = "added" if before is None else "removed" if after is None else "changed"
+            changes.append(NamedDataChange(key, change, before[0] if before else None, after[0] if after else None))
+    return changes
 
 
 def _segment_sizes(source: PteFile) -> dict[str, int]:
@@ -242,10 +354,12 @@ def diff_files(a: PteFile, b: PteFile) -> ProgramDiff:
     plans_a = {p.name or f"plan{i}": p for i, p in enumerate(a.program.execution_plan or ())}
     plans_b = {p.name or f"plan{i}": p for i, p in enumerate(b.program.execution_plan or ())}
     names = list(plans_a) + [n for n in plans_b if n not in plans_a]
-    methods = tuple(_diff_method(n, plans_a.get(n), plans_b.get(n), (h2d_a.get(n, 0), h2d_b.get(n, 0))) for n in names)
+    digests = (_Digests(a), _Digests(b))
+    methods = tuple(_diff_method(n, plans_a.get(n), plans_b.get(n), (h2d_a.get(n, 0), h2d_b.get(n, 0)), digests)
+                    for n in names)
     seg_a, seg_b = _segment_sizes(a), _segment_sizes(b)
     segments = tuple(SegmentChange(role, seg_a.get(role, 0), seg_b.get(role, 0))
                      for role in list(seg_a) + [r for r in seg_b if r not in seg_a]
                      if seg_a.get(role, 0) != seg_b.get(role, 0))
     return ProgramDiff(a.path, b.path, a.size, b.size, a.flatbuffer_size, b.flatbuffer_size, methods, segments,
-                       sum(h2d_a.values()), sum(h2d_b.values()))
+                       tuple(_diff_named_data(a, b, digests)), sum(h2d_a.values()), sum(h2d_b.values()))
