@@ -93,6 +93,12 @@ def command(*args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callabl
             except KeyboardInterrupt:
                 typer.echo("pte-devconst: interrupted", err=True)
                 raise typer.Exit(130)
+            except ModuleNotFoundError as error:
+                if error.name != "torch":
+                    raise fail(error) from None
+                raise fail(PteDevconstError(
+                    f"'{function.__name__.removesuffix('_command')}' runs programs with torch, which is not "
+                    "installed: pip install 'pte-devconst[runner]'")) from None
             except Exception as error:  # noqa: BLE001 - the one place errors become exit codes
                 raise fail(error) from None
 
@@ -101,14 +107,15 @@ def command(*args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callabl
     return decorate
 
 
-GLOBAL_FLAGS = frozenset({"--debug", "--quiet", "-q", "--verbose", "-v"})
+GLOBAL_FLAGS = frozenset({"--debug", "--quiet", "-q", "--verbose", "-v", "--version"})
 
 
 def hoist_global_flags(argv: list[str]) -> list[str]:
     """Let ``pte-devconst rewrite model.pte -q`` mean ``pte-devconst -q rewrite model.pte``.
 
     The global flags take no value and no command defines them, so moving them in
-    front of the command changes nothing else; ``--`` ends the search.
+    front of the command changes nothing else (``--version`` then prints the version,
+    wherever it stands); ``--`` ends the search.
     """
     flags, rest = [], []
     for position, arg in enumerate(argv):

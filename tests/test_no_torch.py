@@ -46,3 +46,45 @@ def test_command_imports_neither_torch_nor_numpy(args: list[str], tmp_path: Path
     done = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "IMPORTED:\n" in done.stderr or done.stderr.rstrip().endswith("IMPORTED:"), done.stderr
+
+
+WITHOUT_TORCH = """
+import sys
+sys.modules["torch"] = None  # as if torch were not installed: importing it raises ModuleNotFoundError
+from pte_devconst.cli.app import main
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize("args", [
+    ["inspect", "{a}"],
+    ["rewrite", "{a}", "-o", "{out}"],
+    ["diff", "{a}", "{b}"],
+    ["check", "{clean}"],
+])
+def test_commands_work_where_torch_is_not_installed(args: list[str], tmp_path: Path) -> None:
+    """`pip install pte-devconst` does not pull torch (it is the `runner` extra): these commands need none."""
+    values = {"a": str(pte_path("v_a_dtypes_copy")), "b": str(pte_path("v_b_dtypes_legacy")),
+              "clean": str(pte_path("v_h_cpu_only")), "out": str(tmp_path / "out.pte")}
+    done = subprocess.run([sys.executable, "-c", WITHOUT_TORCH, *[a.format(**values) for a in args]],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+
+
+@pytest.mark.parametrize("command", ["run", "validate"])
+def test_run_and_validate_say_how_to_install_torch(command: str) -> None:
+    path = str(pte_path("v_a_dtypes_copy"))
+    args = [command, path] + ([path] if command == "validate" else []) + ["--simulate-devices"]
+    done = subprocess.run([sys.executable, "-c", WITHOUT_TORCH, *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [f"pte-devconst: error: '{command}' runs programs with torch, which is not "
+                                        "installed: pip install 'pte-devconst[runner]'"]
+
+
+def test_torch_is_an_extra_not_a_dependency() -> None:
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    assert not [d for d in project["dependencies"] if d.split(">")[0].split("=")[0].strip() == "torch"]
+    assert any(d.startswith("torch") for d in project["optional-dependencies"]["runner"])
