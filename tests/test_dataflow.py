@@ -5,7 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import CASES, pte_path
+import pytest
+import torch
+
+from conftest import CASES, CORPUS, facts, pte_path, ptd_path
+from forge import with_backend
+from pte_devconst.runner import run_program
+from pte_devconst.runner.delegates import OpaquePolicy
 from pte_devconst.runner.demo_backend import parse_blob
 from pte_devconst.schema import model as m
 from pte_devconst.schema.dataflow import delegate_call_sites, outputs_depending_on
@@ -105,3 +111,44 @@ def test_outputs_depending_on_a_delegate_on_a_hand_made_plan() -> None:
                  outputs=(1, 2, 3))
     assert outputs_depending_on(plan, {0}) == {0, 2}
     assert outputs_depending_on(plan, set()) == frozenset()
+
+
+DEVICE_CASES = [n for n in CASES if facts(n)["style"] in ("copy", "legacy")]
+
+
+@pytest.mark.parametrize("name", DEVICE_CASES)
+def test_outputs_not_reached_by_delegates_are_untouched_by_stand_ins(name: str) -> None:
+    """Ground truth from the runner: running every delegate opaque changes exactly the outputs the rule names."""
+    inputs = torch.load(CORPUS / f"{name}.inputs.pt", weights_only=True)
+    with open_pte(pte_path(name)) as pte:
+        plans = {p.name: p for p in pte.program.execution_plan}
+    for method, calls in inputs.items():
+        plan = plans[method]
+        reached = outputs_depending_on(plan, set(range(len(plan.delegates))))
+        common = dict(ptd_path=ptd_path(name), method=method, inputs=calls, calls=len(calls), simulate_devices=True)
+        real = run_program(pte_path(name), **common)
+        opaque = run_program(pte_path(name), opaque=OpaquePolicy.ALWAYS, **common)
+        for a, b in zip(real.calls, opaque.calls):
+            for position, (x, y) in enumerate(zip(a.outputs, b.outputs)):
+                if position not in reached:
+                    assert torch.equal(x, y), (method, position)
+                elif x.numel():  # an empty output has nothing to differ in
+                    assert not torch.equal(x, y), (method, position)
+
+
+@pytest.mark.parametrize("name", ["v_c_shared_host_copy", "v_c_shared_host_legacy"])
+def test_an_output_independent_of_the_opaque_delegate_keeps_its_real_value(name: str, tmp_path: Path) -> None:
+    # v_c: delegate 0 -> host mul -> output 1; delegate 0's result also feeds delegate 1 -> output 0.
+    # With only delegate 1 opaque (its backend renamed to one without an executor), output 1 is real.
+    forged = with_backend(pte_path(name), tmp_path / "one_opaque.pte", "CudaBackend", delegates={1})
+    calls = torch.load(CORPUS / f"{name}.inputs.pt", weights_only=True)["forward"]
+    with open_pte(forged) as pte:
+        plan = pte.program.execution_plan[0]
+    assert outputs_depending_on(plan, {1}) == {0}
+    assert outputs_depending_on(plan, {0}) == {0, 1}
+    common = dict(inputs=calls, calls=len(calls), simulate_devices=True)
+    real = run_program(pte_path(name), **common)
+    partly = run_program(forged, opaque=OpaquePolicy.MISSING, **common)
+    assert partly.opaque_delegates == {1: "CudaBackend"}
+    for a, b in zip(real.calls, partly.calls):
+        assert torch.equal(a.outputs[1], b.outputs[1]) and not torch.equal(a.outputs[0], b.outputs[0])
