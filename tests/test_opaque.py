@@ -9,10 +9,12 @@ import pytest
 import torch
 
 from cli_runner import invoke
+from conftest import CORPUS, pte_path
 from forge import with_backend
 from pte_devconst.runner import Cause, Direction, run_program
 from pte_devconst.runner.delegates import OpaquePolicy
 from pte_devconst.runner.digest import fetch_digests, fill_standin, mix, tensor_digest
+from pte_devconst.runner.validate import validate
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "models"
 MASK = (1 << 64) - 1
@@ -107,6 +109,17 @@ def test_an_opaque_delegate_copies_what_a_device_delegate_copies(name: str) -> N
         cells = opaque.calls[-1].copies.cells
         assert cells[(Direction.H2D, Cause.DELEGATE_HOST_INPUT)].count >= 5
         assert (Direction.D2H, Cause.DELEGATE_HOST_OUTPUT) in cells
+
+
+def test_xnnpack_validates_through_an_opaque_delegate(tmp_path: Path) -> None:
+    name = "v_h_xnnpack"
+    result = validate(pte_path(name), pte_path(name), inputs=CORPUS / f"{name}.inputs.pt",
+                      expected=CORPUS / f"{name}.expected.pt")
+    assert result.passed and result.methods[0].opaque_backends == ["XnnpackBackend"]
+    checks = {c.name: c for c in result.methods[0].checks}
+    assert checks["outputs match expected"].status.value == "skipped"
+    assert checks["delegate boundaries match"].status.value == "pass"
+    assert result.warnings and "nothing moved" in result.warnings[0]  # the same file twice
 
 
 def test_run_uses_opaque_delegates_only_when_asked(tmp_path: Path) -> None:

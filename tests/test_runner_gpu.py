@@ -93,3 +93,17 @@ def test_transcript_and_opaque_delegates_add_no_memcpy(name: str) -> None:
             assert call.profiled.h2d_bytes == call.copies.h2d.nbytes
             assert call.profiled.d2h_bytes == call.copies.d2h.nbytes
 
+
+def test_validate_on_the_gpu_reports_the_profiler_next_to_the_ledger(tmp_path: Path) -> None:
+    from pte_devconst.rewriter import rewrite_file
+    from pte_devconst.runner.validate import validate
+
+    out = tmp_path / "mlp_copy.devconst.pte"
+    rewrite_file(EXAMPLES / "mlp_copy.pte", out)
+    for opaque in (False, True):
+        result = validate(EXAMPLES / "mlp_copy.pte", out, inputs=EXAMPLES / "mlp_copy.inputs.pt", calls=3,
+                          profile=True, opaque_delegates=opaque)
+        assert result.passed, [(c.name, c.detail) for c in result.methods[0].checks]
+        for call in result.methods[0].calls[1:]:
+            assert call.profiled_before.h2d_bytes == call.h2d_before
+            assert call.profiled_after.h2d_bytes == call.h2d_after
