@@ -8,8 +8,8 @@ from typing import Any, Optional, Sequence
 import typer
 
 from pte_devconst.cli.app import OPTIONS, command
-from pte_devconst.cli.output import (echo_lines, FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
-                                     markup_safe, resolve_format, stdout_console, table)
+from pte_devconst.cli.output import (FORMAT_OPTION, JSON_FLAG, OutputFormat, echo_lines, emit_json, human_bytes,
+                                     markdown_table, markup_safe, printable, resolve_format, stdout_console, table)
 
 MAX_CALL_COLUMNS = 6
 
@@ -21,6 +21,9 @@ SIMULATE_OPTION = typer.Option(False, "--simulate-devices",
                                help="Keep device memory on the host (no GPU needed); every count stays the same.")
 PROFILE_OPTION = typer.Option(False, "--profile",
                               help="On a real GPU, cross-check copy bytes with torch.profiler memcpy events.")
+OPAQUE_OPTION = typer.Option(False, "--opaque-delegates",
+                             help="Run every delegate as an opaque stand-in: outputs seeded from the inputs' bytes, "
+                                  "not the model's; copies are counted as for a device delegate.")
 
 
 def exact_bytes(count: int) -> str:
@@ -28,8 +31,18 @@ def exact_bytes(count: int) -> str:
     return f"{count:,} B" if count < 1024 * 1024 else f"{count:,} B ({human_bytes(count)})"
 
 
-def _cell(totals: Any) -> str:
-    return "-" if totals.count == 0 else f"{totals.count} × {exact_bytes(totals.nbytes)}"
+def copies_text(count: int, nbytes: int, separator: str = ", ") -> str:
+    """'5 copies, 3,488 B in all': a count and the bytes of all of them together."""
+    if count == 0:
+        return "-"
+    if count == 1:
+        return f"1 copy{separator}{exact_bytes(nbytes)}"
+    return f"{count} copies{separator}{exact_bytes(nbytes)} in all"
+
+
+def opaque_note(backends: Sequence[str]) -> str:
+    return (f"opaque delegates: {', '.join(backends)} ran as stand-ins (seeded from their inputs' bytes); "
+            f"outputs that depend on them are not the model's")
 
 
 def _phases(result: Any) -> list[Any]:
@@ -38,9 +51,15 @@ def _phases(result: Any) -> list[Any]:
     return [result.load] + [c.copies for c in shown]
 
 
-def copy_rows(result: Any) -> tuple[list[str], list[list[str]]]:
-    """The copy table: one row per (direction, cause), one column per phase (load, call 0, ...)."""
+def copy_rows(result: Any, separator: str = ", ") -> tuple[list[str], list[list[str]]]:
+    """The copy table: one row per (direction, cause), one column per phase (load, call 0, ...).
+
+    ``separator`` goes between a cell's count and bytes: a newline keeps terminal columns narrow.
+    """
     from pte_devconst.runner.copies import CopyTotals
+
+    def _cell(totals: Any) -> str:
+        return copies_text(totals.count, totals.nbytes, separator)
 
     phases = _phases(result)
     keys = sorted({key for phase in phases for key in phase.cells}, key=lambda k: (k[0].value, k[1].value))
@@ -57,7 +76,7 @@ def copy_rows(result: Any) -> tuple[list[str], list[list[str]]]:
     else:
         return columns, rows
     rows.append(["H2D", "profiler memcpy"] + [""] + [
-        f"{c.profiled.h2d_count} × {exact_bytes(c.profiled.h2d_bytes)}" if c.profiled else ""
+        copies_text(c.profiled.h2d_count, c.profiled.h2d_bytes, separator) if c.profiled else ""
         for c in result.calls if c.copies.phase in {p.phase for p in phases}])
     return columns, rows
 
@@ -80,18 +99,26 @@ OUTPUT_COLUMNS = ["#", "dtype", "shape", "sha256", "sum"]
 
 
 def render(result: Any, fmt: OutputFormat) -> None:
-    columns, rows = copy_rows(result)
+    columns, rows = copy_rows(result, ", " if fmt is OutputFormat.markdown else "\n")
     last = result.calls[-1]
     devices = "simulated devices" if result.simulated else "real devices"
+    note = [opaque_note(result.opaque_backends)] if result.opaque_backends else []
     if fmt is OutputFormat.markdown:
         echo_lines([f"### `{Path(result.path).name}` method `{result.method}` ({devices})", "",
-                              f"Outputs of call {last.index}:", "", markdown_table(OUTPUT_COLUMNS, output_rows(last.outputs)),
-                              "", "Copies:", "", markdown_table(columns, rows)])
+                    *(f"> {line}" for line in note), *([""] if note else []),
+                    f"Outputs of call {last.index}:", "", markdown_table(OUTPUT_COLUMNS, output_rows(last.outputs)),
+                    "", "Copies:", "", markdown_table(columns, rows)])
         return
+    from rich.text import Text
+
     console = stdout_console()
     console.print(f"[bold]{markup_safe(result.path)}[/] method [bold]{markup_safe(result.method)}[/]: {len(result.calls)} call(s), {devices}", soft_wrap=True)
+    for line in note:
+        console.print(Text(printable(line)), soft_wrap=True)
     console.print(table(f"outputs (call {last.index})", OUTPUT_COLUMNS, output_rows(last.outputs), right=["#", "sum"]))
-    console.print(table("host/device copies", columns, rows, right=columns[2:]))
+    # Counts and byte figures are the tool's own text, never file data: their line breaks are kept.
+    cells = [[Text(cell) if "\n" in cell else cell for cell in row] for row in rows]
+    console.print(table("host/device copies", columns, cells, right=columns[2:]))
 
 
 @command("run")
@@ -102,18 +129,22 @@ def run_command(
     inputs: Optional[Path] = INPUTS_OPTION,
     calls: int = typer.Option(1, "--calls", "-n", min=1, help="How many calls (inputs cycle through the given ones)."),
     simulate_devices: bool = SIMULATE_OPTION,
+    opaque_delegates: bool = OPAQUE_OPTION,
     profile: bool = PROFILE_OPTION,
     fmt: OutputFormat = FORMAT_OPTION,
     json_flag: bool = JSON_FLAG,
 ) -> None:
     """Run a program the way the ExecuTorch runtime does and count every host/device copy.
 
-    Without a GPU a program that uses device memory or device delegates needs --simulate-devices.
+    Without a GPU a program that uses device memory or device delegates needs --simulate-devices. A
+    delegate whose backend has no executor needs --opaque-delegates (its outputs are then stand-ins).
     """
+    from pte_devconst.runner.delegates import OpaquePolicy
     from pte_devconst.runner.run import run_program
 
     result = run_program(file, ptd_path=ptd, method=method, inputs=inputs, calls=calls,
-                         simulate_devices=simulate_devices, profile=profile)
+                         simulate_devices=simulate_devices, profile=profile,
+                         opaque=OpaquePolicy.ALWAYS if opaque_delegates else OpaquePolicy.NEVER)
     fmt = resolve_format(fmt, json_flag)
     if fmt is OutputFormat.json:
         emit_json("run", result.to_json())

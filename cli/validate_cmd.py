@@ -8,13 +8,18 @@ from typing import Any, Optional
 import typer
 
 from pte_devconst.cli.app import EXIT_FINDINGS, OPTIONS, command
-from pte_devconst.cli.output import (FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, markdown_table,
-                                     markup_safe, resolve_format, stdout_console, table)
-from pte_devconst.cli.run_cmd import INPUTS_OPTION, PROFILE_OPTION, PTD_OPTION, SIMULATE_OPTION, exact_bytes
+from pte_devconst.cli.output import (FORMAT_OPTION, JSON_FLAG, OutputFormat, echo_lines, emit_json, markdown_table,
+                                     markup_safe, printable, resolve_format, stdout_console, table)
+from pte_devconst.cli.run_cmd import (INPUTS_OPTION, PROFILE_OPTION, PTD_OPTION, SIMULATE_OPTION, exact_bytes,
+                                      opaque_note)
 from pte_devconst.schema.errors import PteDevconstError
 
 SUMMARY_COLUMNS = ["", "original", "rewritten"]
 CHECK_COLUMNS = ["check", "result", "detail"]
+MAX_DIFFERENCE_LINES = 10
+OPAQUE_OPTION = typer.Option(False, "--opaque-delegates",
+                             help="Run every delegate as an opaque stand-in (seeded outputs from its inputs' bytes), "
+                                  "not only those whose backend has no executor: fast, and enough for a CI gate.")
 
 
 def _ms(values: list[float]) -> str:
@@ -32,22 +37,57 @@ def summary_rows(mv: Any) -> list[list[str]]:
         ["D2H per call", exact_bytes(last.d2h_before), exact_bytes(last.d2h_after)],
         ["time per call (mean of calls 1+)", _ms([c.wall_s_before for c in steady]),
          _ms([c.wall_s_after for c in steady])],
-    ]
+    ] + profiler_rows(last)
 
 
-def check_rows(mv: Any, marks: tuple[Any, Any]) -> list[list[Any]]:
-    return [[c.name, marks[0] if c.passed else marks[1], c.detail] for c in mv.checks]
+def profiler_rows(last: Any) -> list[list[str]]:
+    """The profiler's own per-call H2D/D2H bytes (--profile on a GPU), next to the ledger's rows."""
+    if last.profiled_before is None and last.profiled_after is None:
+        return []
+
+    def cell(profiled: Any, direction: str) -> str:
+        return "-" if profiled is None else exact_bytes(getattr(profiled, f"{direction}_bytes"))
+
+    return [[f"{label} per call (profiler)", cell(last.profiled_before, key), cell(last.profiled_after, key)]
+            for label, key in (("H2D", "h2d"), ("D2H", "d2h"))]
+
+
+def check_rows(mv: Any, marks: dict[str, Any]) -> list[list[Any]]:
+    return [[c.name, marks[c.status.value], c.detail] for c in mv.checks]
+
+
+def notes(mv: Any) -> list[str]:
+    """Lines under a method's tables: which delegates ran opaque, and each boundary difference (capped)."""
+    lines = []
+    if mv.opaque_backends:
+        lines.append(opaque_note(mv.opaque_backends))
+    differences = mv.difference_lines()
+    lines += differences[:MAX_DIFFERENCE_LINES]
+    if len(differences) > MAX_DIFFERENCE_LINES:
+        lines.append(f"... and {len(differences) - MAX_DIFFERENCE_LINES} more boundary differences (--format json "
+                     f"lists up to 100)")
+    return lines
+
+
+def skipped_lines(result: Any) -> list[str]:
+    return [f"method {name} not validated: {why}" for name, why in result.skipped_methods]
 
 
 def render_text(result: Any) -> None:
+    from rich.text import Text
+
     console = stdout_console()
     devices = "simulated devices" if result.simulated else "real devices"
     console.print(f"[bold]{markup_safe(result.original)}[/] vs [bold]{markup_safe(result.rewritten)}[/]: {result.calls} calls each, {devices}", soft_wrap=True)
+    marks = {"pass": Text("pass", style="green"), "fail": Text("FAIL", style="red"),
+             "skipped": Text("skipped", style="yellow")}
     for mv in result.methods:
         console.print(table(f"method {mv.method}", SUMMARY_COLUMNS, summary_rows(mv), right=SUMMARY_COLUMNS[1:]))
-        from rich.text import Text
-
-        console.print(table(None, CHECK_COLUMNS, check_rows(mv, (Text("pass", style="green"), Text("FAIL", style="red")))))
+        console.print(table(None, CHECK_COLUMNS, check_rows(mv, marks)))
+        for line in notes(mv):
+            console.print(Text(printable(line)), soft_wrap=True)
+    for line in skipped_lines(result):
+        console.print(Text(printable(line)), soft_wrap=True)
     console.print("[bold green]PASS[/]" if result.passed else "[bold red]FAIL[/]")
 
 
@@ -55,10 +95,19 @@ def render_markdown(result: Any) -> None:
     lines = [f"### pte-devconst validate: `{Path(result.original).name}` → `{Path(result.rewritten).name}`", "",
              f"{result.calls} calls each, {'simulated' if result.simulated else 'real'} devices: "
              f"**{'PASS' if result.passed else 'FAIL'}**", ""]
+    lines += [f"> **warning:** {w}" for w in result.warnings] + ([""] if result.warnings else [])
+    marks = {"pass": "✅ pass", "fail": "❌ FAIL", "skipped": "⏭️ skipped"}
     for mv in result.methods:
         lines += [f"#### method `{mv.method}`", "", markdown_table(SUMMARY_COLUMNS, summary_rows(mv)), "",
-                  markdown_table(CHECK_COLUMNS, check_rows(mv, ("✅ pass", "❌ FAIL"))), ""]
-    typer.echo("\n".join(lines))
+                  markdown_table(CHECK_COLUMNS, check_rows(mv, marks)), ""]
+        lines += [f"* {line}" for line in notes(mv)] + ([""] if notes(mv) else [])
+    lines += [f"* {line}" for line in skipped_lines(result)]
+    echo_lines(lines)
+
+
+def warn(result: Any) -> None:
+    for warning in result.warnings:
+        typer.echo(f"pte-devconst: warning: {printable(warning)}", err=True)
 
 
 @command("validate")
@@ -77,13 +126,16 @@ def validate_command(
                                                     "programs when they run different kernels)."),
     atol: float = typer.Option(1e-5, "--atol", help="Absolute tolerance, as --rtol."),
     simulate_devices: bool = SIMULATE_OPTION,
+    opaque_delegates: bool = OPAQUE_OPTION,
     profile: bool = PROFILE_OPTION,
     fmt: OutputFormat = FORMAT_OPTION,
     json_flag: bool = JSON_FLAG,
 ) -> None:
-    """Check that a rewrite computes the same outputs and copies each moved constant once, at load only.
+    """Check that a rewrite computes the same outputs, gives every delegate call the same bytes, and copies
+    each moved constant once, at load only.
 
-    Exit 0 when every check passes, 1 when one fails, 2 on bad input.
+    Delegates whose backend has no executor run as opaque stand-ins. Exit 0 when every check passes, 1 when
+    one fails, 2 on bad input.
     """
     if calls < 2:
         raise PteDevconstError(f"--calls must be at least 2 (got {calls}): one call cannot show per-call copies")
@@ -93,8 +145,10 @@ def validate_command(
 
     result = validate(original, rewritten, ptd=ptd, rewritten_ptd=rewritten_ptd, inputs=inputs, expected=expected,
                       calls=calls, rtol=rtol, atol=atol, simulate_devices=simulate_devices, methods=method or None,
-                      profile=profile)
+                      profile=profile, opaque_delegates=opaque_delegates)
     fmt = resolve_format(fmt, json_flag)
+    if not OPTIONS.quiet:
+        warn(result)
     if fmt is OutputFormat.json:
         emit_json("validate", result.to_json())
     elif fmt is OutputFormat.markdown:

@@ -98,8 +98,8 @@ def validate(original: PathLike, rewritten: PathLike, **options: Any) -> "Valida
     """Run both programs on the same inputs and check the rewrite's promises (imports torch).
 
     Keyword options are those of ``pte_devconst.runner.validate.validate``: ``ptd``, ``rewritten_ptd``,
-    ``inputs``, ``expected``, ``calls`` (>= 2), ``rtol``, ``atol``, ``simulate_devices``, ``methods``.
-    ``result.passed`` is the verdict.
+    ``inputs``, ``expected``, ``calls`` (>= 2), ``rtol``, ``atol``, ``simulate_devices``, ``methods``,
+    ``profile``, ``opaque_delegates``.  ``result.passed`` is the verdict.
     """
     from pte_devconst.runner.validate import validate as run_validation
 

@@ -10,12 +10,15 @@ copy a host input to its device, and write a result into host memory.
 Third parties register executors under the entry-point group
 ``pte_devconst.delegate_executors``: the entry-point name is the backend id,
 the object a ``DelegateExecutor`` subclass (or any zero-argument factory).
+A backend without an executor can run as an *opaque* delegate instead
+(``runner/opaque.py``), as ``OpaquePolicy`` says.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import Enum
 from importlib import metadata
 from typing import Any, Callable, Optional
 
@@ -49,6 +52,7 @@ class DelegateInitContext:
     ledger: CopyLedger
     named_data: Callable[[str], Optional[memoryview]]
     where: str
+    delegate_index: int = -1  # the program's index of this delegate (ExecutionPlan.delegates)
 
     def load_to_device(self, host: torch.Tensor) -> torch.Tensor:
         """Copy delegate-owned constant data to the target device once (counted as a load-time copy)."""
@@ -68,6 +72,11 @@ class DelegateContext:
     devices: DeviceMap
     ledger: CopyLedger
     where: str
+    n_inputs: Optional[int] = None  # the static split of the arguments (schema/dataflow.py)
+    delegate_index: int = -1
+    # Digests (runner/digest.py) an executor computed of inputs it does not write, by value index:
+    # the delegate-boundary transcript reuses them instead of reading those bytes again.
+    input_digests: dict[int, torch.Tensor] = field(default_factory=dict)
 
     @property
     def torch_device(self) -> torch.device:
@@ -143,12 +152,28 @@ def _entry_points() -> dict[str, Any]:
         return {}
 
 
+class OpaquePolicy(str, Enum):
+    """When a delegate runs opaque (seeded stand-in outputs) instead of through its executor."""
+
+    NEVER = "never"  # a backend without an executor is an error (``run``'s default)
+    MISSING = "missing"  # backends without an executor run opaque (``validate``'s default)
+    ALWAYS = "always"  # every delegate runs opaque (``--opaque-delegates``)
+
+
 def known_backends() -> list[str]:
     return sorted(set(_builtin()) | set(_REGISTERED) | set(_entry_points()))
 
 
-def executor_for(backend_id: str, where: str) -> DelegateExecutor:
-    """A fresh executor for ``backend_id``: registered in-process, else built in, else from an entry point."""
+def executor_for(backend_id: str, where: str,
+                 opaque: OpaquePolicy = OpaquePolicy.NEVER) -> tuple[DelegateExecutor, bool]:
+    """A fresh executor for ``backend_id`` and whether it is the opaque stand-in.
+
+    Registered in-process, else built in, else from an entry point; else, as ``opaque`` allows, opaque.
+    """
+    if opaque is OpaquePolicy.ALWAYS:
+        from .opaque import OpaqueExecutor
+
+        return OpaqueExecutor(), True
     factory = _REGISTERED.get(backend_id) or _builtin().get(backend_id)
     if factory is None:
         entry = _entry_points().get(backend_id)
@@ -159,10 +184,15 @@ def executor_for(backend_id: str, where: str) -> DelegateExecutor:
                 raise RunnerError(f"the executor registered for backend {backend_id!r} ({entry.value}) "
                                   f"failed to load: {error}", where=where) from None
     if factory is None:
+        if opaque is OpaquePolicy.MISSING:
+            from .opaque import OpaqueExecutor
+
+            return OpaqueExecutor(), True
         raise RunnerError(f"no delegate executor for backend {backend_id!r} (known: {', '.join(known_backends())}); "
-                          f"register one in the entry-point group {ENTRY_POINT_GROUP}", where=where)
+                          f"register one in the entry-point group {ENTRY_POINT_GROUP}, or run it as an opaque "
+                          f"delegate with --opaque-delegates (stand-in outputs)", where=where)
     executor = factory()
     if not isinstance(executor, DelegateExecutor):
         raise RunnerError(f"the executor registered for backend {backend_id!r} is not a DelegateExecutor",
                           where=where)
-    return executor
+    return executor, False

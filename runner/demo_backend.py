@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -54,41 +54,53 @@ class DemoOp:
 class DemoProgram:
     ops: tuple[DemoOp, ...]
 
+    def wiring(self, n_args: int) -> Optional[tuple[int, bool]]:
+        """(number of inputs, chained) for a call with ``n_args`` arguments; None if neither shape fits."""
+        arities = [_OPS[op.name][0] for op in self.ops]
+        total = sum(arities)
+        if n_args == total + len(self.ops):
+            return total, False
+        if n_args == total - (len(self.ops) - 1) + 1:
+            return total - (len(self.ops) - 1), True
+        return None
+
+
+def parse_blob(blob: bytes, where: str) -> DemoProgram:
+    """The ops a ``BackendWithCompilerDemo`` blob lists, checked against what the runner can compute."""
+    text = bytes(blob).split(b"\0", 1)[0].decode("utf-8", "replace")
+    head = re.match(r"(?P<count>-?\d+)version:(?P<version>-?\d+)#", text)
+    if head is None:
+        raise RunnerError("BackendWithCompilerDemo blob does not start with '<n>version:<v>#'", where=where)
+    if int(head["version"]) != 0:
+        raise RunnerError(f"BackendWithCompilerDemo blob version {head['version']} (the runtime knows 0)", where=where)
+    ops = tuple(DemoOp(e["op"], int(e["numel"]), e["dtype"].strip(), int(e["handle"]))
+                for e in _ENTRY.finditer(text[head.end():]))
+    if len(ops) != int(head["count"]):
+        raise RunnerError(f"BackendWithCompilerDemo blob announces {head['count']} ops but lists {len(ops)}",
+                          where=where)
+    for op in ops:
+        if op.name not in _OPS:
+            raise RunnerError(f"BackendWithCompilerDemo op demo::{op.name} is not supported by the runner "
+                              f"(supported: {', '.join(sorted(_OPS))})", where=where)
+    return DemoProgram(ops)
+
 
 class DemoBackendExecutor(DelegateExecutor):
     backend_id = "BackendWithCompilerDemo"
 
     def init(self, blob: bytes, compile_specs: dict[str, bytes], context: DelegateInitContext) -> DemoProgram:
-        text = blob.split(b"\0", 1)[0].decode("utf-8", "replace")
-        head = re.match(r"(?P<count>-?\d+)version:(?P<version>-?\d+)#", text)
-        if head is None:
-            raise RunnerError("BackendWithCompilerDemo blob does not start with '<n>version:<v>#'", where=context.where)
-        if int(head["version"]) != 0:
-            raise RunnerError(f"BackendWithCompilerDemo blob version {head['version']} (the runtime knows 0)",
-                              where=context.where)
-        ops = tuple(DemoOp(e["op"], int(e["numel"]), e["dtype"].strip(), int(e["handle"]))
-                    for e in _ENTRY.finditer(text[head.end():]))
-        if len(ops) != int(head["count"]):
-            raise RunnerError(f"BackendWithCompilerDemo blob announces {head['count']} ops but lists {len(ops)}",
-                              where=context.where)
-        for op in ops:
-            if op.name not in _OPS:
-                raise RunnerError(f"BackendWithCompilerDemo op demo::{op.name} is not supported by the runner "
-                                  f"(supported: {', '.join(sorted(_OPS))})", where=context.where)
-        return DemoProgram(ops)
+        return parse_blob(blob, context.where)
 
     def execute(self, handle: DemoProgram, args: list[DelegateArg], context: DelegateContext) -> None:
         ops = handle.ops
         arities = [_OPS[op.name][0] for op in ops]
-        total = sum(arities)
-        if len(args) == total + len(ops):
-            n_inputs, chained = total, False
-        elif len(args) == total - (len(ops) - 1) + 1:
-            n_inputs, chained = total - (len(ops) - 1), True
-        else:
+        wiring = handle.wiring(len(args))
+        if wiring is None:
+            total = sum(arities)
             raise RunnerError(f"BackendWithCompilerDemo call has {len(args)} arguments; its {len(ops)} ops "
                               f"need {total + len(ops)} (independent) or {total - len(ops) + 2} (one chain)",
                               where=context.where)
+        n_inputs, chained = wiring
         inputs = [context.input(arg) for arg in args[:n_inputs]]
         outputs = args[n_inputs:]
         cursor, previous, results = 0, None, []

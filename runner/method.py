@@ -8,19 +8,22 @@ from typing import Any, Optional, Sequence
 import torch
 
 from pte_devconst.schema import model as m
+from pte_devconst.schema.dataflow import DelegateCallSite, delegate_call_sites
 from pte_devconst.schema.errors import PteDevconstError
 from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile
 
 from .copies import LOAD, Cause, CopyLedger, Direction
-from .delegates import DelegateArg, DelegateContext, DelegateExecutor, DelegateInitContext, executor_for
+from .delegates import DelegateArg, DelegateContext, DelegateExecutor, DelegateInitContext, OpaquePolicy, executor_for
 from .devices import DeviceMap, parse_target_device
 from .dtypes import dim_order_strides, dtype_name, torch_dtype
 from .kernels import Kernel, resolve_kernel
 from .memory import MethodMemory, ProgramData, typed_view
+from .transcript import DelegateCallRecord, TranscriptRecorder
 from .values import FREED, NOT_BOUND, ListRef, RunnerError, RuntimeValues
 
 MAX_INSTRUCTIONS = 10_000_000
+H2D_COPY = "et_copy::_h2d_copy.out"
 
 
 @dataclass
@@ -29,6 +32,7 @@ class _Delegate:
     handle: Any
     backend_id: str
     target_device: m.Device
+    opaque: bool  # runs as an opaque stand-in (runner/opaque.py), not through an executor of its backend
 
 
 def describe(tensor: m.Tensor) -> str:
@@ -40,9 +44,14 @@ def describe(tensor: m.Tensor) -> str:
 
 
 class LoadedMethod:
-    """One method with its memory laid out, constants bound, initial data loaded and delegates initialized."""
+    """One method with its memory laid out, constants bound, initial data loaded and delegates initialized.
 
-    def __init__(self, data: ProgramData, plan: m.ExecutionPlan, devices: DeviceMap, ledger: CopyLedger) -> None:
+    ``opaque`` says which delegates run as opaque stand-ins; with ``transcript`` every DelegateCall is
+    recorded (``runner/transcript.py``) and ``finish_call`` returns a call's records.
+    """
+
+    def __init__(self, data: ProgramData, plan: m.ExecutionPlan, devices: DeviceMap, ledger: CopyLedger,
+                 opaque: OpaquePolicy = OpaquePolicy.NEVER, transcript: bool = False) -> None:
         self.plan = plan
         self.name = plan.name or ""
         self.devices = devices
@@ -53,7 +62,12 @@ class LoadedMethod:
         self.rv = RuntimeValues(self.name, len(plan.values or ()), devices, ledger)
         for index, value in enumerate(plan.values or ()):
             self._load_value(data, index, value)
+        self.opaque_policy = opaque
         self.delegates = [self._init_delegate(data, i, d) for i, d in enumerate(plan.delegates or ())]
+        self.call_sites: dict[tuple[int, int], DelegateCallSite] = {
+            (site.chain, site.instruction): site for site in delegate_call_sites(plan)}
+        self.transcript = TranscriptRecorder() if transcript else None
+        self.h2d_source: dict[int, int] = {}  # value -> the value an _h2d_copy filled it from, this call
         self.kernels: dict[int, Kernel] = {}
         for chain in plan.chains or ():
             for instruction in chain.instructions or ():
@@ -62,6 +76,12 @@ class LoadedMethod:
                     if not 0 <= instruction.op_index < len(operators):
                         raise RunnerError(f"op_index {instruction.op_index} is out of range", where=self.where)
                     self.kernels[instruction.op_index] = resolve_kernel(operators[instruction.op_index], self.where)
+        self.h2d_ops = frozenset(i for i in self.kernels if self.plan.operators[i].qualified_name == H2D_COPY)
+
+    @property
+    def opaque_delegates(self) -> dict[int, str]:
+        """Delegate index -> backend id of the delegates that run as opaque stand-ins."""
+        return {i: d.backend_id for i, d in enumerate(self.delegates) if d.opaque}
 
     # --- load -------------------------------------------------------------
 
@@ -112,10 +132,11 @@ class LoadedMethod:
         specs = {spec.key or "": bytes(spec.value or b"") for spec in delegate.compile_specs or ()}
         target = parse_target_device(specs.get("target_device"), where)
         self.devices.physical(target)  # fails early, with the --simulate-devices hint, when the GPU is missing
-        executor = executor_for(delegate.id or "", where)
-        context = DelegateInitContext(delegate.id or "", target, self.devices, self.ledger, data.named_data, where)
+        executor, opaque = executor_for(delegate.id or "", where, self.opaque_policy)
+        context = DelegateInitContext(delegate.id or "", target, self.devices, self.ledger, data.named_data, where,
+                                      index)
         handle = executor.init(bytes(data.pte.delegate_blob(delegate)), specs, context)
-        return _Delegate(executor, handle, delegate.id or "", target)
+        return _Delegate(executor, handle, delegate.id or "", target, opaque)
 
     # --- inputs and outputs -------------------------------------------------
 
@@ -183,6 +204,7 @@ class LoadedMethod:
     # --- execution -----------------------------------------------------------
 
     def execute(self) -> None:
+        self.h2d_source = {}
         executed = 0
         for chain_index, chain in enumerate(self.plan.chains or ()):
             instructions = chain.instructions or ()
@@ -192,18 +214,30 @@ class LoadedMethod:
                 if executed > MAX_INSTRUCTIONS:
                     raise RunnerError(f"more than {MAX_INSTRUCTIONS} instructions executed (a jump loop?)",
                                       where=self.where)
-                pc = self._step(instructions[pc], pc, f"{self.where}: chain {chain_index} instruction {pc}")
+                where = f"{self.where}: chain {chain_index} instruction {pc}"
+                pc = self._step(instructions[pc], chain_index, pc, where)
                 if not 0 <= pc <= len(instructions):
                     raise RunnerError(f"jump to instruction {pc} leaves the chain ({len(instructions)} instructions)",
                                       where=self.where)
 
-    def _step(self, instruction: m.Instruction, pc: int, where: str) -> int:
+    def finish_call(self) -> tuple[DelegateCallRecord, ...]:
+        """The delegate calls of the call just made, digests fetched (empty without a transcript).
+
+        Call it after the call, outside any timed or profiled region: it moves the digests to the host.
+        """
+        return self.transcript.finish() if self.transcript is not None else ()
+
+    def _step(self, instruction: m.Instruction, chain: int, pc: int, where: str) -> int:
         rv = self.rv
         if isinstance(instruction, m.KernelCall):
             kernel = self.kernels[instruction.op_index]
-            kernel(rv, tuple(instruction.args or ()), f"{where} ({self.plan.operators[instruction.op_index].qualified_name})")
+            args = tuple(instruction.args or ())
+            kernel(rv, args, f"{where} ({self.plan.operators[instruction.op_index].qualified_name})")
+            if instruction.op_index in self.h2d_ops and len(args) >= 2:
+                for out in args[1:]:
+                    self.h2d_source[out] = args[0]
         elif isinstance(instruction, m.DelegateCall):
-            self._delegate_call(instruction, where)
+            self._delegate_call(instruction, chain, pc, where)
         elif isinstance(instruction, m.MoveCall):
             rv.get(instruction.move_from, where)
             rv.set(instruction.move_to, rv.values[instruction.move_from], rv.residence[instruction.move_from])
@@ -223,20 +257,28 @@ class LoadedMethod:
             raise RunnerError("empty instruction", where=where)
         return pc + 1
 
-    def _delegate_call(self, call: m.DelegateCall, where: str) -> None:
+    def _delegate_call(self, call: m.DelegateCall, chain: int, pc: int, where: str) -> None:
         if not 0 <= call.delegate_index < len(self.delegates):
             raise RunnerError(f"delegate_index {call.delegate_index} is out of range", where=where)
         delegate = self.delegates[call.delegate_index]
         where = f"{where} (delegate {call.delegate_index}, {delegate.backend_id})"
         args = [DelegateArg(i, self.rv.get(i, where), self.rv.residence[i]) for i in call.args or ()]
-        context = DelegateContext(delegate.backend_id, delegate.target_device, self.devices, self.ledger, where)
+        site = self.call_sites.get((chain, pc))
+        context = DelegateContext(delegate.backend_id, delegate.target_device, self.devices, self.ledger, where,
+                                  site.n_inputs if site is not None else None, call.delegate_index)
         delegate.executor.execute(delegate.handle, args, context)
+        if self.transcript is not None:
+            self.transcript.record(chain, pc, call.delegate_index, delegate.backend_id, delegate.opaque, args,
+                                   self.h2d_source, context.input_digests)
 
 
 class LoadedProgram:
     """An opened .pte (plus optional .ptd) whose methods load on demand; close it when done."""
 
-    def __init__(self, pte_path: str, ptd_path: Optional[str] = None, *, simulate_devices: bool = False) -> None:
+    def __init__(self, pte_path: str, ptd_path: Optional[str] = None, *, simulate_devices: bool = False,
+                 opaque: OpaquePolicy = OpaquePolicy.NEVER, transcript: bool = False) -> None:
+        self.opaque = opaque
+        self.transcript = transcript
         self.pte = PteFile.open(pte_path)
         try:
             self.ptd = PtdFile.open(ptd_path) if ptd_path else None
@@ -260,7 +302,8 @@ class LoadedProgram:
                 raise RunnerError(f"the program has no method {name!r} (it has: {', '.join(self.method_names)})",
                                   file=self.pte.path) from None
             try:
-                self.methods[name] = LoadedMethod(self.data, plan, self.devices, self.ledger)
+                self.methods[name] = LoadedMethod(self.data, plan, self.devices, self.ledger, self.opaque,
+                                                  self.transcript)
             except PteDevconstError as error:
                 raise error.with_file(self.pte.path)
         return self.methods[name]

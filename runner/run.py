@@ -14,9 +14,11 @@ from pte_devconst.schema import model as m
 from pte_devconst.schema.errors import PteDevconstError
 
 from .copies import LOAD, CopyEvent, PhaseCopies
+from .delegates import OpaquePolicy
 from .dtypes import dtype_name, torch_dtype
 from .method import LoadedProgram
 from .profiling import ProfiledCopies, profile_call
+from .transcript import DelegateCallRecord
 
 CallInputs = Sequence[Any]
 
@@ -56,6 +58,7 @@ class CallResult:
     copies: PhaseCopies
     wall_s: float
     profiled: Optional[ProfiledCopies] = None
+    delegate_calls: tuple[DelegateCallRecord, ...] = ()  # with run_program(transcript=True)
 
     def to_json(self) -> dict:
         return {"call": self.index, "wall_s": self.wall_s, "copies": self.copies.to_json(),
@@ -73,15 +76,22 @@ class RunResult:
     load: PhaseCopies
     calls: list[CallResult]
     events: list[CopyEvent] = field(default_factory=list)
+    opaque_delegates: dict[int, str] = field(default_factory=dict)  # delegate index -> backend id, run opaque
 
     @property
     def per_call_h2d_bytes(self) -> int:
         """Host-to-device bytes of one steady-state call (the last one)."""
         return self.calls[-1].copies.h2d.nbytes if self.calls else 0
 
+    @property
+    def opaque_backends(self) -> list[str]:
+        """Backend ids that ran as opaque stand-ins (their outputs are not the model's)."""
+        return sorted(set(self.opaque_delegates.values()))
+
     def to_json(self) -> dict:
         return {"file": self.path, "method": self.method, "devices": "simulated" if self.simulated else "real",
-                "load": self.load.to_json(), "calls": [c.to_json() for c in self.calls]}
+                "opaque_backends": self.opaque_backends, "load": self.load.to_json(),
+                "calls": [c.to_json() for c in self.calls]}
 
 
 # Synthetic inputs are for a quick look; a forged shape must not allocate the machine's memory.
@@ -163,24 +173,29 @@ def default_method(program: LoadedProgram, method: Optional[str]) -> str:
 
 def run_program(pte_path: str | Path, *, ptd_path: Optional[str | Path] = None, method: Optional[str] = None,
                 inputs: Any = None, calls: int = 1, simulate_devices: bool = False,
-                profile: bool = False) -> RunResult:
+                profile: bool = False, opaque: OpaquePolicy = OpaquePolicy.NEVER,
+                transcript: bool = False) -> RunResult:
     """Load ``pte_path`` and run ``method`` ``calls`` times (inputs cycle through the given calls).
 
     ``inputs`` is a path to a torch.save file, the loaded object (``{method: [call, ...]}``, a list of
     calls, or one call), or None for deterministic synthetic inputs.  ``profile`` cross-checks the copy
-    bytes with torch.profiler's memcpy events (real GPUs only).
+    bytes with torch.profiler's memcpy events (real GPUs only).  ``opaque`` says which delegates run as
+    opaque stand-ins; ``transcript`` records every delegate call (``CallResult.delegate_calls``).
     """
     try:
-        return _run_program(pte_path, ptd_path, method, inputs, calls, simulate_devices, profile)
+        return _run_program(pte_path, ptd_path, method, inputs, calls, simulate_devices, profile, opaque,
+                            transcript)
     except PteDevconstError as error:
         raise error.with_file(str(pte_path))
 
 
 def _run_program(pte_path: str | Path, ptd_path: Optional[str | Path], method: Optional[str], inputs: Any,
-                 calls: int, simulate_devices: bool, profile: bool) -> RunResult:
+                 calls: int, simulate_devices: bool, profile: bool, opaque: OpaquePolicy,
+                 transcript: bool) -> RunResult:
     if calls < 1:
         raise PteDevconstError(f"--calls must be at least 1, got {calls}")
-    with LoadedProgram(str(pte_path), str(ptd_path) if ptd_path else None, simulate_devices=simulate_devices) as program:
+    with LoadedProgram(str(pte_path), str(ptd_path) if ptd_path else None, simulate_devices=simulate_devices,
+                       opaque=opaque, transcript=transcript) as program:
         name = default_method(program, method)
         loaded = program.load_method(name)
         call_inputs = resolve_inputs(inputs, name, loaded.plan)
@@ -207,6 +222,8 @@ def _run_program(pte_path: str | Path, ptd_path: Optional[str | Path], method: O
                 wall = time.perf_counter() - start
             except PteDevconstError as error:
                 raise error.with_file(str(pte_path))
-            results.append(CallResult(index, outputs, PhaseCopies.of(phase, ledger.of_phase(phase, name)), wall, profiled))
+            results.append(CallResult(index, outputs, PhaseCopies.of(phase, ledger.of_phase(phase, name)), wall,
+                                      profiled, loaded.finish_call()))
         load = PhaseCopies.of(LOAD, ledger.of_phase(LOAD, name))
-        return RunResult(str(pte_path), name, simulate_devices, load, results, list(ledger.events))
+        return RunResult(str(pte_path), name, simulate_devices, load, results, list(ledger.events),
+                         loaded.opaque_delegates)

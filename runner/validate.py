@@ -2,9 +2,14 @@
 
 For every method it checks that
 
-* the outputs agree: bit for bit when both programs run the same kernels and
-  delegates on the same devices, else within ``rtol``/``atol``;
-* both match the expected outputs, when given (within ``rtol``/``atol``);
+* the outputs agree: bit for bit (bit patterns, so NaNs compare too) when both
+  programs run the same kernels and delegates, else within ``rtol``/``atol``;
+* both match the expected outputs, when given (within ``rtol``/``atol``),
+  except outputs that depend on opaque delegates (stand-ins): those are
+  reported as not compared;
+* every delegate call receives the same arguments with the same bytes
+  (``transcript.py``): the delegate-boundary check, which needs no executor for
+  the delegate and sees corruption that never reaches an output;
 * every moved constant was copied to its device exactly once, at load, with
   its full size;
 * no call copies a moved constant;
@@ -15,26 +20,36 @@ For every method it checks that
 "Moved constants" come from the two programs alone: a value that is a constant
 in the original and, in the rewrite, is planned in a non-CPU buffer with
 initial data, in the same method at the same value index.
+
+Delegates whose backend has no executor run as opaque stand-ins
+(``opaque.py``); ``opaque_delegates=True`` runs every delegate that way.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Collection, Optional, Sequence
 
 import torch
 
 from pte_devconst.schema import model as m
+from pte_devconst.schema.dataflow import outputs_depending_on
 from pte_devconst.schema.errors import PteDevconstError
 from pte_devconst.schema.pte_file import PteFile
 
 from .copies import LOAD, Cause, CopyEvent, Direction
-from .run import RunResult, calls_from, load_torch_file, run_program, synthetic_inputs
+from .delegates import OpaquePolicy
 from .dtypes import dtype_name
+from .profiling import ProfiledCopies
+from .run import RunResult, calls_from, load_torch_file, run_program, synthetic_inputs
+from .transcript import BoundaryDifference, compare_transcripts, summarize
 
 COPY_KERNELS = frozenset({"et_copy::_h2d_copy.out", "et_copy::_d2h_copy.out"})
+MAX_DIFFERENCES_IN_JSON = 100
+BOUNDARY_CHECK = "delegate boundaries match"
 
 
 @dataclass(frozen=True)
@@ -46,11 +61,29 @@ class MovedConstant:
     nbytes: int
 
 
+class Status(str, Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    SKIPPED = "skipped"  # not checked, for the reason in the detail; never fails validate
+
+
 @dataclass(frozen=True)
 class Check:
     name: str
-    passed: bool
+    status: Status
     detail: str
+
+    @classmethod
+    def of(cls, name: str, ok: bool, detail: str) -> "Check":
+        return cls(name, Status.PASS if ok else Status.FAIL, detail)
+
+    @property
+    def passed(self) -> bool:
+        """False only for a failed check: a skipped one does not fail validate."""
+        return self.status is not Status.FAIL
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "status": self.status.value, "passed": self.passed, "detail": self.detail}
 
 
 @dataclass(frozen=True)
@@ -66,6 +99,23 @@ class CallComparison:
     wall_s_before: float
     wall_s_after: float
     max_abs_diff: float
+    profiled_before: Optional[ProfiledCopies] = None  # torch.profiler's memcpy totals (--profile, real GPU)
+    profiled_after: Optional[ProfiledCopies] = None
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """The delegate-boundary comparison of one method: how much was compared and every difference."""
+
+    delegate_calls: int
+    arguments: int
+    differences: list[BoundaryDifference]
+
+    def to_json(self, method: str) -> dict:
+        return {"delegate_calls": self.delegate_calls, "arguments": self.arguments,
+                "differences": [{**d.to_json(), "line": d.line(method)}
+                                for d in self.differences[:MAX_DIFFERENCES_IN_JSON]],
+                "differences_total": len(self.differences)}
 
 
 @dataclass(frozen=True)
@@ -77,12 +127,17 @@ class MethodValidation:
     load_h2d_before: int
     load_h2d_after: int
     checks: list[Check]
+    boundary: Boundary
     original: RunResult = field(repr=False)
     rewritten: RunResult = field(repr=False)
+    opaque_backends: list[str] = field(default_factory=list)  # their outputs are stand-ins
 
     @property
     def passed(self) -> bool:
         return all(check.passed for check in self.checks)
+
+    def difference_lines(self) -> list[str]:
+        return [d.line(self.method) for d in self.boundary.differences]
 
 
 @dataclass(frozen=True)
@@ -92,6 +147,9 @@ class ValidationResult:
     simulated: bool
     calls: int
     methods: list[MethodValidation]
+    skipped_methods: list[tuple[str, str]] = field(default_factory=list)  # (method, why it was not run)
+    warnings: list[str] = field(default_factory=list)
+    opaque_forced: bool = False  # --opaque-delegates
 
     @property
     def passed(self) -> bool:
@@ -101,12 +159,17 @@ class ValidationResult:
         return {
             "original": self.original, "rewritten": self.rewritten, "passed": self.passed,
             "devices": "simulated" if self.simulated else "real", "calls": self.calls,
+            "opaque_delegates": "all" if self.opaque_forced else "missing executors",
+            "warnings": list(self.warnings),
+            "skipped_methods": [{"method": name, "reason": why} for name, why in self.skipped_methods],
             "methods": [{
                 "method": mv.method, "passed": mv.passed, "bit_identical_required": mv.bit_identical_required,
+                "opaque_backends": list(mv.opaque_backends),
                 "moved_constants": [_constant_json(c) for c in mv.moved],
                 "load_h2d_bytes": {"before": mv.load_h2d_before, "after": mv.load_h2d_after},
                 "calls": [_call_json(c) for c in mv.calls],
-                "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail} for c in mv.checks],
+                "boundary": mv.boundary.to_json(mv.method),
+                "checks": [c.to_json() for c in mv.checks],
             } for mv in self.methods],
         }
 
@@ -116,10 +179,15 @@ def _constant_json(c: MovedConstant) -> dict:
 
 
 def _call_json(c: CallComparison) -> dict:
+    profiled = None
+    if c.profiled_before is not None or c.profiled_after is not None:
+        profiled = {"before": c.profiled_before.to_json() if c.profiled_before else None,
+                    "after": c.profiled_after.to_json() if c.profiled_after else None}
     return {"call": c.index, "h2d_bytes": {"before": c.h2d_before, "after": c.h2d_after,
                                            "moved_constants_before": c.moved_bytes_copied_before},
             "d2h_bytes": {"before": c.d2h_before, "after": c.d2h_after},
-            "wall_s": {"before": c.wall_s_before, "after": c.wall_s_after}, "max_abs_diff": c.max_abs_diff}
+            "wall_s": {"before": c.wall_s_before, "after": c.wall_s_after}, "max_abs_diff": c.max_abs_diff,
+            "profiler": profiled}
 
 
 def moved_constants(original: m.Program, rewritten: m.Program) -> dict[str, list[MovedConstant]]:
@@ -165,6 +233,12 @@ def _max_abs_diff(a: Sequence[Any], b: Sequence[Any]) -> float:
     return worst
 
 
+def _same_bits(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Bit patterns equal (a NaN equals the same NaN; 0.0 and -0.0 differ), unlike ``torch.equal``."""
+    return torch.equal(x.detach().contiguous().reshape(-1).view(torch.uint8),
+                       y.detach().contiguous().reshape(-1).view(torch.uint8))
+
+
 def _outputs_equal(a: Sequence[Any], b: Sequence[Any], exact: bool, rtol: float, atol: float) -> Optional[str]:
     """None when ``a`` and ``b`` agree, else why not."""
     if len(a) != len(b):
@@ -180,7 +254,7 @@ def _outputs_equal(a: Sequence[Any], b: Sequence[Any], exact: bool, rtol: float,
             return (f"output {position}: {dtype_name(x.dtype)}{list(x.shape)} vs "
                     f"{dtype_name(y.dtype)}{list(y.shape)}")
         if exact:
-            if not torch.equal(x, y):
+            if not _same_bits(x, y):
                 return f"output {position}: not bit-identical (max |diff| {_max_abs_diff([x], [y]):.3g})"
         elif not torch.allclose(x.double(), y.double(), rtol=rtol, atol=atol, equal_nan=True):
             return f"output {position}: differs beyond rtol={rtol}, atol={atol} (max |diff| {_max_abs_diff([x], [y]):.3g})"
@@ -191,21 +265,75 @@ def _h2d(events: Sequence[CopyEvent], phase: str, method: str) -> list[CopyEvent
     return [e for e in events if e.phase == phase and e.method == method and e.direction is Direction.H2D]
 
 
+def _outputs(positions: Collection[int]) -> str:
+    """'output 1' or 'outputs 0, 2'."""
+    numbers = ", ".join(map(str, sorted(positions)))
+    return f"output {numbers}" if len(positions) == 1 else f"outputs {numbers}"
+
+
+def _expected_check(before: RunResult, after: RunResult, expected: list[tuple[Any, ...]], rtol: float,
+                    atol: float, stand_ins: frozenset[int], opaque_backends: Sequence[str]) -> Check:
+    """Outputs against the expected ones, leaving out those that depend on opaque delegates."""
+    name = "outputs match expected"
+    n_outputs = len(before.calls[0].outputs) if before.calls else 0
+    compared = [p for p in range(n_outputs) if p not in stand_ins]
+    backends = ", ".join(opaque_backends)
+    if n_outputs and not compared:
+        return Check(name, Status.SKIPPED, f"every output depends on opaque delegates ({backends}): their values "
+                                           f"are stand-ins, not the model's")
+    problems = []
+    for label, run in (("original", before), ("rewritten", after)):
+        for i, call in enumerate(run.calls):
+            want = expected[i % len(expected)]
+            if len(want) != len(call.outputs):
+                problems.append(f"{label} call {i}: {len(call.outputs)} outputs, {len(want)} expected")
+            elif (why := _outputs_equal([call.outputs[p] for p in compared], [want[p] for p in compared],
+                                        False, rtol, atol)):
+                problems.append(f"{label} call {i}: {why}")
+    detail = "; ".join(problems) or "all calls"
+    if stand_ins and not problems:
+        detail = (f"{_outputs(compared)} in all calls; not compared: {_outputs(stand_ins)}, which depend "
+                  f"on opaque delegates ({backends})")
+    return Check.of(name, not problems, detail)
+
+
+def _boundary(name: str, before: RunResult, after: RunResult, moved: list[MovedConstant]) -> tuple[Boundary, Check]:
+    """The delegate-boundary check: every delegate call of the rewrite gets what the original's got."""
+    records_before = [c.delegate_calls for c in before.calls]
+    records_after = [c.delegate_calls for c in after.calls]
+    differences = compare_transcripts(records_before, records_after, {c.value: c.device for c in moved})
+    counts = summarize(records_before)
+    boundary = Boundary(counts["delegate_calls"], counts["arguments"], differences)
+    if differences:
+        more = f" (and {len(differences) - 1} more)" if len(differences) > 1 else ""
+        return boundary, Check.of(BOUNDARY_CHECK, False, differences[0].line(name) + more)
+    if not counts["delegate_calls"] and not any(records_after):
+        return boundary, Check(BOUNDARY_CHECK, Status.SKIPPED, "the method made no delegate calls")
+    return boundary, Check.of(BOUNDARY_CHECK, True, f"{counts['delegate_calls']} delegate calls, "
+                                                    f"{counts['arguments']} arguments: same bytes")
+
+
 def _check_method(name: str, before: RunResult, after: RunResult, moved: list[MovedConstant], exact: bool,
-                  expected: Optional[list[tuple[Any, ...]]], rtol: float, atol: float) -> MethodValidation:
+                  expected: Optional[list[tuple[Any, ...]]], rtol: float, atol: float, *,
+                  expected_skipped: Optional[str] = None,
+                  stand_ins: frozenset[int] = frozenset()) -> MethodValidation:
+    """All checks of one method.  ``stand_ins``: output positions that depend on opaque delegates."""
     moved_ids = {c.value for c in moved}
+    opaque_backends = sorted(set(before.opaque_backends) | set(after.opaque_backends))
     checks: list[Check] = []
     problems = [f"call {i}: {why}" for i, (a, b) in enumerate(zip(before.calls, after.calls))
                 if (why := _outputs_equal(a.outputs, b.outputs, exact, rtol, atol))]
-    checks.append(Check("outputs agree" + (" (bit-identical)" if exact else f" (rtol={rtol}, atol={atol})"),
-                        not problems, "; ".join(problems) or f"{len(before.calls)} calls"))
-    if expected is not None:
-        problems = []
-        for label, run in (("original", before), ("rewritten", after)):
-            for i, call in enumerate(run.calls):
-                if (why := _outputs_equal(call.outputs, expected[i % len(expected)], False, rtol, atol)):
-                    problems.append(f"{label} call {i}: {why}")
-        checks.append(Check("outputs match expected", not problems, "; ".join(problems) or "all calls"))
+    detail = "; ".join(problems) or f"{len(before.calls)} calls"
+    if stand_ins and not problems:
+        detail += f" ({_outputs(stand_ins)} from opaque delegates: stand-ins)"
+    checks.append(Check.of("outputs agree" + (" (bit-identical)" if exact else f" (rtol={rtol}, atol={atol})"),
+                           not problems, detail))
+    if expected_skipped is not None:
+        checks.append(Check("outputs match expected", Status.SKIPPED, expected_skipped))
+    elif expected is not None:
+        checks.append(_expected_check(before, after, expected, rtol, atol, stand_ins, opaque_backends))
+    boundary, boundary_check = _boundary(name, before, after, moved)
+    checks.append(boundary_check)
     load_events = _h2d(after.events, LOAD, name)
     problems = []
     for constant in moved:
@@ -214,8 +342,8 @@ def _check_method(name: str, before: RunResult, after: RunResult, moved: list[Mo
             problems.append(f"value {constant.value}: {len(copies)} load copies, "
                             f"{sum(e.nbytes for e in copies)} B (expected 1 copy of {constant.nbytes} B to "
                             f"{constant.device})")
-    checks.append(Check("moved constants copied once at load", not problems,
-                        "; ".join(problems) or f"{len(moved)} constant(s), {sum(c.nbytes for c in moved)} B"))
+    checks.append(Check.of("moved constants copied once at load", not problems,
+                           "; ".join(problems) or f"{len(moved)} constant(s), {sum(c.nbytes for c in moved)} B"))
     calls: list[CallComparison] = []
     per_call_problems, drop_problems = [], []
     for i, (a, b) in enumerate(zip(before.calls, after.calls)):
@@ -229,28 +357,35 @@ def _check_method(name: str, before: RunResult, after: RunResult, moved: list[Mo
         if drop != moved_before:
             drop_problems.append(f"call {i}: fell by {drop} B, expected {moved_before} B")
         calls.append(CallComparison(i, a.copies.h2d.nbytes, b.copies.h2d.nbytes, moved_before, a.copies.d2h.nbytes,
-                                    b.copies.d2h.nbytes, a.wall_s, b.wall_s, _max_abs_diff(a.outputs, b.outputs)))
-    checks.append(Check("no per-call copies of moved constants", not per_call_problems,
-                        "; ".join(per_call_problems) or f"{len(calls)} calls"))
+                                    b.copies.d2h.nbytes, a.wall_s, b.wall_s, _max_abs_diff(a.outputs, b.outputs),
+                                    a.profiled, b.profiled))
+    checks.append(Check.of("no per-call copies of moved constants", not per_call_problems,
+                           "; ".join(per_call_problems) or f"{len(calls)} calls"))
     last = calls[-1] if calls else None
-    checks.append(Check("per-call H2D bytes fell by the moved constants' bytes", not drop_problems,
-                        "; ".join(drop_problems) or
-                        (f"{last.h2d_before} B -> {last.h2d_after} B per call" if last else "no calls")))
+    checks.append(Check.of("per-call H2D bytes fell by the moved constants' bytes", not drop_problems,
+                           "; ".join(drop_problems) or
+                           (f"{last.h2d_before} B -> {last.h2d_after} B per call" if last else "no calls")))
     return MethodValidation(name, moved, exact, calls, before.load.h2d.nbytes, after.load.h2d.nbytes, checks,
-                            before, after)
+                            boundary, before, after, opaque_backends)
 
 
 def validate(original: str | Path, rewritten: str | Path, *, ptd: Optional[str | Path] = None,
              rewritten_ptd: Optional[str | Path] = None, inputs: Any = None, expected: Any = None,
              calls: int = 2, rtol: float = 1e-4, atol: float = 1e-5, simulate_devices: bool = False,
-             methods: Optional[Sequence[str]] = None, profile: bool = False) -> ValidationResult:
+             methods: Optional[Sequence[str]] = None, profile: bool = False,
+             opaque_delegates: bool = False) -> ValidationResult:
     """Run both programs ``calls`` (>= 2) times per method on the same inputs and check the rewrite's promises.
 
     ``inputs``/``expected`` are paths to torch.save files (``{method: [call, ...]}``) or loaded objects;
-    without inputs, deterministic synthetic inputs are used.  ``rewritten_ptd`` defaults to ``ptd``.
+    without inputs, deterministic synthetic inputs are used (and ``expected`` is refused: random inputs
+    cannot give the expected outputs).  ``rewritten_ptd`` defaults to ``ptd``.  Delegates without an
+    executor run as opaque stand-ins; ``opaque_delegates=True`` runs every delegate that way.
     """
     if calls < 2:
         raise PteDevconstError(f"validate needs --calls of at least 2 (load once, then steady calls), got {calls}")
+    if expected is not None and inputs is None:
+        raise PteDevconstError("--expected needs --inputs: the expected outputs belong to particular inputs, and "
+                               "the synthetic random inputs used without --inputs cannot reproduce them")
     with PteFile.open(original) as a, PteFile.open(rewritten) as b:
         moved = moved_constants(a.program, b.program)
         names = list(methods) if methods else [p.name or "" for p in a.program.execution_plan or ()]
@@ -262,22 +397,39 @@ def validate(original: str | Path, rewritten: str | Path, *, ptd: Optional[str |
         plans = {name: a.program.plan(name) for name in names}
     input_data = load_torch_file(inputs, "inputs") if isinstance(inputs, (str, Path)) else inputs
     expected_data = load_torch_file(expected, "expected outputs") if isinstance(expected, (str, Path)) else expected
-    results = []
+    expected_path = str(expected) if isinstance(expected, (str, Path)) else None
+    policy = OpaquePolicy.ALWAYS if opaque_delegates else OpaquePolicy.MISSING
+    results, skipped = [], []
     for name in names:
         if input_data is None:
             call_inputs = [synthetic_inputs(plans[name])]
         elif isinstance(input_data, dict) and name not in input_data and methods is None:
-            continue  # inputs given for other methods only: validate those
+            skipped.append((name, "the inputs file has no entry for it"))
+            continue
         else:
             call_inputs = calls_from(input_data, name, "inputs", str(inputs) if isinstance(inputs, (str, Path)) else "")
-        expected_calls = None
-        if expected_data is not None and not (isinstance(expected_data, dict) and name not in expected_data):
-            expected_calls = [tuple(c) for c in calls_from(expected_data, name, "expected outputs")]
-        common = dict(method=name, inputs=call_inputs, calls=calls, simulate_devices=simulate_devices, profile=profile)
+        expected_calls, expected_skipped = None, None
+        if expected_data is not None:
+            if isinstance(expected_data, dict) and name not in expected_data:
+                if methods is not None:
+                    raise PteDevconstError(f"the expected outputs have no entry for method {name!r} (has: "
+                                           f"{', '.join(map(str, expected_data))})", file=expected_path)
+                expected_skipped = f"the expected outputs file has no entry for method {name!r}"
+            else:
+                expected_calls = [tuple(c) for c in calls_from(expected_data, name, "expected outputs")]
+        common = dict(method=name, inputs=call_inputs, calls=calls, simulate_devices=simulate_devices, profile=profile,
+                      opaque=policy, transcript=True)
         before = run_program(original, ptd_path=ptd, **common)
         after = run_program(rewritten, ptd_path=rewritten_ptd or ptd, **common)
         exact = signatures[name][0] == signatures[name][1]
-        results.append(_check_method(name, before, after, moved[name], exact, expected_calls, rtol, atol))
+        stand_ins = outputs_depending_on(plans[name], set(before.opaque_delegates) | set(after.opaque_delegates))
+        results.append(_check_method(name, before, after, moved[name], exact, expected_calls, rtol, atol,
+                                     expected_skipped=expected_skipped, stand_ins=stand_ins))
     if not results:
         raise PteDevconstError("the inputs name none of the program's methods", file=str(inputs))
-    return ValidationResult(str(original), str(rewritten), simulate_devices, calls, results)
+    warnings = []
+    if not any(mv.moved for mv in results):
+        warnings.append("nothing moved: no constant of the first program lives in device memory in the second, "
+                        "so these checks say nothing about a rewrite (is the second file the first one's rewrite?)")
+    return ValidationResult(str(original), str(rewritten), simulate_devices, calls, results, skipped, warnings,
+                            opaque_delegates)

@@ -50,3 +50,60 @@ def test_profiler_memcpy_bytes_match_the_ledger(name: str) -> None:
         assert call.profiled.h2d_bytes == call.copies.h2d.nbytes
         assert call.profiled.d2h_bytes == call.copies.d2h.nbytes
 
+
+
+def test_digests_and_stand_ins_are_the_same_on_the_gpu() -> None:
+    from pte_devconst.runner.digest import fetch_digests, fill_standin, mix, tensor_digest
+
+    generator = torch.Generator().manual_seed(11)
+    for nbytes in (0, 5, 8, 8 * 1024 + 3, 5 << 20):
+        data = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=generator)
+        assert fetch_digests([tensor_digest(data)]) == fetch_digests([tensor_digest(data.cuda())])
+    seeds = {d: mix(99, [tensor_digest(torch.arange(7, device=d))], torch.device(d)) for d in ("cpu", "cuda")}
+    for dtype in (torch.float32, torch.float16, torch.bool, torch.int64):
+        on_cpu = fill_standin(torch.empty(300, 7, dtype=dtype), seeds["cpu"])
+        on_gpu = fill_standin(torch.empty(300, 7, dtype=dtype), seeds["cuda"])
+        assert on_gpu.device.type == "cuda" and torch.equal(on_cpu, on_gpu.cpu())
+
+
+@pytest.mark.parametrize("name", ["mlp_copy", "mlp_legacy", "transformer_copy"])
+def test_opaque_transcript_on_the_gpu_equals_the_simulated_one(name: str) -> None:
+    """Same bytes, same digests, same stand-ins on a real GPU as on simulated devices: the whole transcript."""
+    from pte_devconst.runner.delegates import OpaquePolicy
+
+    common = dict(inputs=inputs(name), calls=2, opaque=OpaquePolicy.ALWAYS, transcript=True)
+    real = run_program(EXAMPLES / f"{name}.pte", **common)
+    simulated = run_program(EXAMPLES / f"{name}.pte", simulate_devices=True, **common)
+    for a, b in zip(real.calls, simulated.calls):
+        assert a.delegate_calls == b.delegate_calls and a.delegate_calls
+        for x, y in zip(a.outputs, b.outputs):
+            assert torch.equal(x, y)
+
+
+@pytest.mark.parametrize("name", ["mlp_copy", "mlp_legacy"])
+def test_transcript_and_opaque_delegates_add_no_memcpy(name: str) -> None:
+    """Digests stay on the device until the call is over: the profiler sees only the ledger's copies."""
+    from pte_devconst.runner.delegates import OpaquePolicy
+
+    for opaque in (OpaquePolicy.NEVER, OpaquePolicy.ALWAYS):
+        result = run_program(EXAMPLES / f"{name}.pte", inputs=inputs(name), calls=3, profile=True, transcript=True,
+                             opaque=opaque)
+        for call in result.calls[1:]:
+            assert call.delegate_calls and call.profiled is not None
+            assert call.profiled.h2d_bytes == call.copies.h2d.nbytes
+            assert call.profiled.d2h_bytes == call.copies.d2h.nbytes
+
+
+def test_validate_on_the_gpu_reports_the_profiler_next_to_the_ledger(tmp_path: Path) -> None:
+    from pte_devconst.rewriter import rewrite_file
+    from pte_devconst.runner.validate import validate
+
+    out = tmp_path / "mlp_copy.devconst.pte"
+    rewrite_file(EXAMPLES / "mlp_copy.pte", out)
+    for opaque in (False, True):
+        result = validate(EXAMPLES / "mlp_copy.pte", out, inputs=EXAMPLES / "mlp_copy.inputs.pt", calls=3,
+                          profile=True, opaque_delegates=opaque)
+        assert result.passed, [(c.name, c.detail) for c in result.methods[0].checks]
+        for call in result.methods[0].calls[1:]:
+            assert call.profiled_before.h2d_bytes == call.h2d_before
+            assert call.profiled_after.h2d_bytes == call.h2d_after

@@ -15,7 +15,7 @@ from pte_devconst.cli.app import app
 from pte_devconst.rewriter import rewrite_file
 from pte_devconst.runner.copies import LOAD, Cause, CopyEvent, Direction, PhaseCopies
 from pte_devconst.runner.run import CallResult, RunResult
-from pte_devconst.runner.validate import MovedConstant, _check_method, moved_constants, validate
+from pte_devconst.runner.validate import MovedConstant, _check_method, _outputs_equal, moved_constants, validate
 from pte_devconst.schema import model as m
 from pte_devconst.schema.pte_file import open_pte
 
@@ -84,7 +84,7 @@ def test_corrupted_initial_data_fails(tmp_path: Path) -> None:
                       simulate_devices=True)
     assert not result.passed
     failed = {c.name for mv in result.methods for c in mv.checks if not c.passed}
-    assert failed == {"outputs agree (bit-identical)"}
+    assert failed == {"outputs agree (bit-identical)", "delegate boundaries match"}
 
 
 def _run(events: list[CopyEvent], calls: int = 2) -> RunResult:
@@ -149,7 +149,8 @@ def test_cli_validate_failure_exits_1(tmp_path: Path) -> None:
     out = rewritten("v_c_shared_host_legacy", tmp_path)
     wrong = tmp_path / "expected.pt"
     torch.save({"forward": [[torch.zeros(4, 6), torch.zeros(4, 6)]]}, wrong)
-    done = invoke("validate", pte_path("v_c_shared_host_legacy"), out, "--simulate-devices", "--expected", wrong)
+    done = invoke("validate", pte_path("v_c_shared_host_legacy"), out, "--simulate-devices", "--expected", wrong,
+                  "--inputs", CORPUS / "v_c_shared_host_legacy.inputs.pt")
     assert done.exit_code == 1 and "FAIL" in done.output
 
 
@@ -188,3 +189,105 @@ def test_cli_run_bad_inputs_exit_2(tmp_path: Path) -> None:
     assert done.exit_code == 2 and "expected shape [3, 6], got [2, 2]" in done.output
     done = invoke("run", pte_path("v_h_xnnpack"))
     assert done.exit_code == 2 and "XnnpackBackend" in done.output
+
+
+# --- what validate does not check is reported, never dropped (issues 11 and 13) ---------------------------
+
+def _only_forward(tmp_path: Path, kind: str) -> Path:
+    data = torch.load(CORPUS / f"v_f_multi_method_copy.{kind}.pt", weights_only=True)
+    path = tmp_path / f"{kind}.pt"
+    torch.save({"forward": data["forward"]}, path)
+    return path
+
+
+def test_expected_outputs_without_an_entry_for_a_method_are_a_skipped_row(tmp_path: Path) -> None:
+    out = rewritten("v_f_multi_method_copy", tmp_path)
+    expected = _only_forward(tmp_path, "expected")
+    args = ("validate", pte_path("v_f_multi_method_copy"), out, "--simulate-devices", "--inputs",
+            CORPUS / "v_f_multi_method_copy.inputs.pt", "--expected", expected)
+    done = invoke(*args, "--format", "json")
+    assert done.exit_code == 0, done.output
+    rows = {m["method"]: {c["name"]: c for c in m["checks"]} for m in json.loads(done.stdout)["methods"]}
+    assert rows["forward"]["outputs match expected"]["status"] == "pass"
+    skipped = rows["other"]["outputs match expected"]
+    assert skipped["status"] == "skipped" and skipped["passed"] is True
+    assert "no entry for method 'other'" in skipped["detail"]
+    text = invoke(*args)
+    assert "skipped" in text.stdout and "PASS" in text.stdout
+    # Naming the method makes the missing entry an error, not a skipped row.
+    named = invoke(*args, "--method", "other")
+    assert named.exit_code == 2 and "no entry for method 'other'" in named.output
+
+
+def test_methods_without_inputs_are_listed_as_not_validated(tmp_path: Path) -> None:
+    out = rewritten("v_f_multi_method_copy", tmp_path)
+    inputs = _only_forward(tmp_path, "inputs")
+    result = validate(pte_path("v_f_multi_method_copy"), out, inputs=inputs, simulate_devices=True)
+    assert [mv.method for mv in result.methods] == ["forward"]
+    assert result.skipped_methods == [("other", "the inputs file has no entry for it")]
+    done = invoke("validate", pte_path("v_f_multi_method_copy"), out, "--simulate-devices", "--inputs", inputs)
+    assert done.exit_code == 0 and "method other not validated: the inputs file has no entry for it" in done.stdout
+
+
+def test_expected_without_inputs_is_refused() -> None:
+    done = invoke("validate", EXAMPLES / "mlp_copy.pte", EXAMPLES / "mlp_copy.pte", "--simulate-devices",
+                  "-e", EXAMPLES / "mlp_copy.expected.pt")
+    assert done.exit_code == 2 and "--expected needs --inputs" in done.output and "Traceback" not in done.output
+
+
+def test_a_file_validated_against_itself_warns_that_nothing_moved() -> None:
+    done = invoke("validate", EXAMPLES / "mlp_copy.pte", EXAMPLES / "mlp_copy.pte", "--simulate-devices")
+    assert done.exit_code == 0
+    assert "pte-devconst: warning: nothing moved" in done.stderr and "warning" not in done.stdout
+    report = json.loads(invoke("validate", EXAMPLES / "mlp_copy.pte", EXAMPLES / "mlp_copy.pte", "--simulate-devices",
+                               "--format", "json").stdout)
+    assert report["warnings"] and report["warnings"][0].startswith("nothing moved")
+    quiet = invoke("-q", "validate", EXAMPLES / "mlp_copy.pte", EXAMPLES / "mlp_copy.pte", "--simulate-devices")
+    assert quiet.stdout.strip() == "PASS" and not quiet.stderr
+
+
+def test_bit_identical_means_bit_patterns() -> None:
+    nan = torch.tensor([float("nan"), 1.0])
+    assert _outputs_equal([nan], [nan.clone()], True, 0, 0) is None  # torch.equal would call NaN != NaN
+    assert "not bit-identical" in _outputs_equal([torch.tensor([0.0])], [torch.tensor([-0.0])], True, 0, 0)
+    other_nan = nan.clone()
+    other_nan.view(torch.int32)[0] ^= 1  # another NaN payload: a different bit pattern
+    assert "not bit-identical" in _outputs_equal([nan], [other_nan], True, 0, 0)
+
+
+def test_profiler_figures_sit_next_to_the_ledger(tmp_path: Path) -> None:
+    """--profile on a GPU: the profiler's per-call bytes in the JSON (schema-valid) and the tables."""
+    import jsonschema
+
+    from pte_devconst.cli.validate_cmd import summary_rows
+    from pte_devconst.runner.profiling import ProfiledCopies
+    from pte_devconst.runner.validate import ValidationResult
+
+    def profiled(run: RunResult, h2d: int) -> RunResult:
+        calls = [CallResult(c.index, c.outputs, c.copies, c.wall_s, ProfiledCopies(1, h2d, 1, 16)) for c in run.calls]
+        return RunResult(run.path, run.method, False, run.load, calls, run.events)
+
+    moved = [MovedConstant("forward", 0, "w", "cuda:0", 64)]
+    before = profiled(_run([_h2d(f"call {i}", Cause.H2D_KERNEL, 64, 0) for i in range(2)]), 64)
+    after = profiled(_run([_h2d(LOAD, Cause.LOAD_INITIAL_DATA, 64, 0)]), 0)
+    mv = _check_method("forward", before, after, moved, True, None, 1e-4, 1e-5)
+    rows = {row[0]: row[1:] for row in summary_rows(mv)}
+    assert rows["H2D per call (profiler)"] == ["64 B", "0 B"] and rows["D2H per call (profiler)"] == ["16 B", "16 B"]
+    report = ValidationResult("a.pte", "b.pte", False, 2, [mv]).to_json()
+    assert report["methods"][0]["calls"][1]["profiler"]["before"]["h2d"] == {"count": 1, "bytes": 64}
+    schema = json.loads((Path(__file__).resolve().parents[1] / "cli" / "report.schema.json").read_text())
+    jsonschema.validate({"format_version": 1, "command": "validate", **report}, schema)
+
+
+@pytest.mark.parametrize("name", REWRITABLE)
+def test_rewritten_corpus_validates_with_every_delegate_opaque(name: str, tmp_path: Path) -> None:
+    """--opaque-delegates: no delegate executes, yet the boundary check covers every call (the CI gate)."""
+    out = rewritten(name, tmp_path)
+    result = validate(pte_path(name), out, ptd=ptd_path(name), inputs=CORPUS / f"{name}.inputs.pt",
+                      expected=CORPUS / f"{name}.expected.pt", calls=2, simulate_devices=True, opaque_delegates=True)
+    assert result.passed, [(c.name, c.detail) for mv in result.methods for c in mv.checks if not c.passed]
+    for mv in result.methods:
+        assert mv.opaque_backends == ["BackendWithCompilerDemo"]
+        rows = {c.name: c.status.value for c in mv.checks}
+        assert rows["delegate boundaries match"] == "pass" and rows["outputs match expected"] == "skipped"
+        assert mv.boundary.delegate_calls >= 2

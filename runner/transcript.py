@@ -1,0 +1,222 @@
+"""The delegate-boundary transcript: what every DelegateCall received and produced, and comparing two of them.
+
+The rewrite promises that every delegate call receives exactly the bytes it
+received before.  While a method runs, ``TranscriptRecorder`` notes for each
+DelegateCall, in order of execution: the chain and instruction, the delegate
+index and backend, and for each argument its value index, kind, dtype, shape,
+residence (where its memory is), the digest of its bytes (``digest.py``), and,
+when an ``_h2d_copy`` filled it earlier in the same call, the value it was
+copied from.  Digests are taken after the delegate returns: inputs are unchanged
+by then and outputs hold the results.  (Before the call an output holds whatever
+its planned region held last; a rewrite legitimately changes that, because the
+removed copies no longer write there.)  They are fetched from the device once the
+method call is over.
+
+``compare_transcripts`` matches the calls of two runs by their order of
+execution within each method call (instruction numbers differ: copy kernels are
+removed) and lists every difference.  Exactly one difference is allowed: where
+the rewrite passes a moved constant C, residing on C's device, the original
+passed C itself (legacy style: a host constant the delegate copies) or a value an
+``_h2d_copy`` of C filled in this call (copy style), with the same dtype, shape
+and bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Sequence
+
+import torch
+
+from .delegates import DelegateArg
+from .digest import fetch_digests, tensor_digest
+from .dtypes import dtype_name
+
+
+@dataclass(frozen=True)
+class ArgRecord:
+    """One argument of one delegate call, after the call."""
+
+    position: int
+    value: int
+    kind: str  # "tensor", else the Python type of the value ("int", "float", "NoneType", "list", ...)
+    dtype: Optional[str] = None
+    shape: Optional[tuple[int, ...]] = None
+    residence: Optional[str] = None
+    digest: Optional[tuple[int, int]] = None
+    h2d_source: Optional[int] = None  # the value an _h2d_copy filled this tensor from, in this call
+    literal: Optional[str] = None  # repr of a non-tensor value
+
+    def describe(self) -> str:
+        copied = f" (copy of value {self.h2d_source})" if self.h2d_source is not None else ""
+        return f"value {self.value}{copied}"
+
+
+@dataclass(frozen=True)
+class DelegateCallRecord:
+    """One executed DelegateCall: where it is in the program, which delegate, and its arguments."""
+
+    ordinal: int  # its position among the delegate calls of this method call
+    chain: int
+    instruction: int
+    delegate_index: int
+    backend_id: str
+    opaque: bool
+    args: tuple[ArgRecord, ...]
+
+
+class TranscriptRecorder:
+    """Collects one method call's delegate calls; digests stay on their devices until ``finish``."""
+
+    def __init__(self) -> None:
+        self._calls: list[tuple[DelegateCallRecord, list[Optional[torch.Tensor]]]] = []
+
+    def record(self, chain: int, instruction: int, delegate_index: int, backend_id: str, opaque: bool,
+               args: Sequence[DelegateArg], h2d_source: Mapping[int, int],
+               known_digests: Mapping[int, torch.Tensor]) -> None:
+        records, digests = [], []
+        for position, arg in enumerate(args):
+            value = arg.value
+            if isinstance(value, torch.Tensor):
+                records.append(ArgRecord(position, arg.index, "tensor", dtype_name(value.dtype), tuple(value.shape),
+                                         str(arg.residence) if arg.residence is not None else "cpu",
+                                         h2d_source=h2d_source.get(arg.index)))
+                known = known_digests.get(arg.index)
+                digests.append(known if known is not None else tensor_digest(value))
+            else:
+                records.append(ArgRecord(position, arg.index, type(value).__name__, literal=repr(value)))
+                digests.append(None)
+        call = DelegateCallRecord(len(self._calls), chain, instruction, delegate_index, backend_id, opaque,
+                                  tuple(records))
+        self._calls.append((call, digests))
+
+    def finish(self) -> tuple[DelegateCallRecord, ...]:
+        """The call's records with their digests fetched; the recorder is empty again."""
+        pending = [d for _, digests in self._calls for d in digests if d is not None]
+        fetched = iter(fetch_digests(pending))
+        result = []
+        for call, digests in self._calls:
+            args = tuple(_with_digest(a, next(fetched)) if d is not None else a for a, d in zip(call.args, digests))
+            result.append(DelegateCallRecord(call.ordinal, call.chain, call.instruction, call.delegate_index,
+                                             call.backend_id, call.opaque, args))
+        self._calls = []
+        return tuple(result)
+
+
+def _with_digest(arg: ArgRecord, digest: tuple[int, int]) -> ArgRecord:
+    return ArgRecord(arg.position, arg.value, arg.kind, arg.dtype, arg.shape, arg.residence, digest,
+                     arg.h2d_source, arg.literal)
+
+
+# --- comparing two transcripts ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BoundaryDifference:
+    """One way in which the rewrite's delegate boundary differs from the original's."""
+
+    call: int
+    ordinal: Optional[int]  # the delegate call (by order of execution); None for a count mismatch
+    what: str  # "calls", "delegate", "arguments", "value", "kind", "dtype", "shape", "residence", "bytes"
+    detail: str
+    instruction_before: Optional[int] = None
+    instruction_after: Optional[int] = None
+    delegate_index: Optional[int] = None
+    backend_id: Optional[str] = None
+    argument: Optional[int] = None
+    value_before: Optional[int] = None
+    value_after: Optional[int] = None
+
+    def line(self, method: str) -> str:
+        """One line naming the method, call, delegate call, argument and value, and what differs."""
+        where = f"method {method}, call {self.call}"
+        if self.ordinal is not None:
+            where += (f", delegate call {self.ordinal} (instruction {self.instruction_before} -> "
+                      f"{self.instruction_after}, delegate {self.delegate_index}, {self.backend_id})")
+        if self.argument is not None:
+            values = (f"value {self.value_before}" if self.value_before == self.value_after
+                      else f"value {self.value_before} -> {self.value_after}")
+            where += f", argument {self.argument} ({values})"
+        return f"{where}: {self.detail}"
+
+    def to_json(self) -> dict:
+        return {"call": self.call, "delegate_call": self.ordinal, "what": self.what, "detail": self.detail,
+                "instruction": {"before": self.instruction_before, "after": self.instruction_after},
+                "delegate_index": self.delegate_index, "backend": self.backend_id, "argument": self.argument,
+                "value": {"before": self.value_before, "after": self.value_after}}
+
+
+def _digest_text(digest: Optional[tuple[int, int]]) -> str:
+    return "-" if digest is None else f"{digest[0]:016x}{digest[1]:016x}"
+
+
+def _compare_args(a: ArgRecord, b: ArgRecord, moved: Mapping[int, str]) -> list[tuple[str, str]]:
+    """(what, detail) for each way the original's argument ``a`` and the rewrite's ``b`` differ."""
+    problems: list[tuple[str, str]] = []
+    if b.kind == "tensor" and b.value in moved:
+        constant, device = b.value, moved[b.value]
+        if a.value != constant and a.h2d_source != constant:
+            problems.append(("value", f"the rewrite passes moved constant {constant}, the original passed "
+                                      f"{a.describe()}, neither it nor a copy of it"))
+        if b.residence != device:
+            problems.append(("residence", f"moved constant {constant} arrives on {b.residence}, not on its "
+                                          f"device {device}"))
+    else:
+        if a.value != b.value or a.h2d_source != b.h2d_source:
+            problems.append(("value", f"the original passed {a.describe()}, the rewrite passes {b.describe()}"))
+        if a.residence != b.residence:
+            problems.append(("residence", f"memory on {a.residence} before, on {b.residence} after"))
+    if a.kind != b.kind:
+        problems.append(("kind", f"a {a.kind} before, a {b.kind} after"))
+    elif a.kind != "tensor":
+        if a.literal != b.literal:
+            problems.append(("value", f"{a.literal} before, {b.literal} after"))
+    else:
+        if a.dtype != b.dtype:
+            problems.append(("dtype", f"dtype {a.dtype} before, {b.dtype} after"))
+        if a.shape != b.shape:
+            problems.append(("shape", f"shape {list(a.shape or ())} before, {list(b.shape or ())} after"))
+        if a.digest != b.digest:
+            problems.append(("bytes", f"bytes differ (digest {_digest_text(a.digest)} before, "
+                                      f"{_digest_text(b.digest)} after)"))
+    return problems
+
+
+def compare_calls(call: int, before: Sequence[DelegateCallRecord], after: Sequence[DelegateCallRecord],
+                  moved: Mapping[int, str]) -> list[BoundaryDifference]:
+    """Every difference between one method call's delegate calls in the original and in the rewrite.
+
+    ``moved`` maps each moved constant's value index to its device (``cuda:0``).
+    """
+    differences: list[BoundaryDifference] = []
+    if len(before) != len(after):
+        differences.append(BoundaryDifference(call, None, "calls", f"the original made {len(before)} delegate "
+                                                                 f"calls, the rewrite {len(after)}"))
+    for x, y in zip(before, after):
+        common = dict(instruction_before=x.instruction, instruction_after=y.instruction,
+                      delegate_index=x.delegate_index, backend_id=x.backend_id)
+        if (x.delegate_index, x.backend_id) != (y.delegate_index, y.backend_id):
+            differences.append(BoundaryDifference(call, x.ordinal, "delegate", f"the rewrite calls delegate "
+                                                  f"{y.delegate_index} ({y.backend_id}) here", **common))
+            continue
+        if len(x.args) != len(y.args):
+            differences.append(BoundaryDifference(call, x.ordinal, "arguments", f"{len(x.args)} arguments "
+                                                  f"before, {len(y.args)} after", **common))
+        for a, b in zip(x.args, y.args):
+            for what, detail in _compare_args(a, b, moved):
+                differences.append(BoundaryDifference(call, x.ordinal, what, detail, argument=a.position,
+                                                      value_before=a.value, value_after=b.value, **common))
+    return differences
+
+
+def compare_transcripts(before: Sequence[Sequence[DelegateCallRecord]],
+                        after: Sequence[Sequence[DelegateCallRecord]],
+                        moved: Mapping[int, str]) -> list[BoundaryDifference]:
+    """Differences over all method calls (``before[i]`` / ``after[i]``: the delegate calls of call i)."""
+    return [d for call, (x, y) in enumerate(zip(before, after)) for d in compare_calls(call, x, y, moved)]
+
+
+def summarize(records: Sequence[Sequence[DelegateCallRecord]]) -> dict[str, Any]:
+    """Counts for reports: delegate calls and tensor arguments compared over all method calls."""
+    calls = [c for call in records for c in call]
+    return {"delegate_calls": len(calls), "arguments": sum(len(c.args) for c in calls)}

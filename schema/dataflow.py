@@ -1,0 +1,234 @@
+"""Static data flow of a method: where a DelegateCall's inputs end and its outputs begin, and what they reach.
+
+ExecuTorch passes a delegate one argument list, its inputs then its outputs, and
+the program does not store the split: only the backend's own blob knows it.  For
+a delegate whose blob nobody reads (an opaque stand-in in the runner, or an
+estimate of what a call copies), the split is decided here, by one rule that
+looks at the program alone.
+
+**The rule.**  The outputs of a DelegateCall are the longest run of arguments at
+the end of its list that this call *defines*: values that are
+
+* not a method input, a constant, or a tensor with initial data;
+* not mentioned by any earlier instruction (chains in order, instructions in
+  order: an argument, either end of a MoveCall, a jump condition, a freed value,
+  a tensor list's items);
+* a Tensor or an Int (a delegate may return a SymInt); other kinds are literals;
+* not a *static view*: the emitter elides a static view of a planned tensor into
+  a second value with the same planned region (memory id, offset, size) and no
+  instruction.  A planned argument whose region equals the region of a value
+  whose data is still pending, written by an earlier instruction (or set as a
+  method input, or loaded as initial data) and not read since, is such a view,
+  hence an input.  A region whose last value was read is free for the memory
+  planner to reuse, so an argument there may be a new output.
+
+The last argument is an output whenever it is a Tensor or Int that no earlier
+instruction mentions and that is no method input, constant or initial data: a
+delegate returns at least one value, so the view rule never claims it.
+
+``tests/test_dataflow.py`` checks the rule against every delegate call whose blob
+states its input count (the reference backend's ``inputs``, the demo backend's op
+arities) in the examples and the corpus.
+
+``outputs_depending_on`` follows the same flow forward to tell which method outputs
+a set of delegates can reach (``validate`` does not compare stand-ins with expected
+outputs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Collection, Optional, Sequence
+
+from . import model as m
+
+Region = tuple[int, int, int]  # (memory_id, memory_offset, nbytes)
+
+
+@dataclass(frozen=True)
+class DelegateCallSite:
+    """One DelegateCall of a method, with its arguments split into inputs and outputs."""
+
+    chain: int
+    instruction: int
+    delegate_index: int
+    args: tuple[int, ...]
+    n_inputs: int
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return self.args[: self.n_inputs]
+
+    @property
+    def outputs(self) -> tuple[int, ...]:
+        return self.args[self.n_inputs:]
+
+
+def _region(value: m.EValue) -> Optional[Region]:
+    if not isinstance(value, m.Tensor) or value.allocation_info is None:
+        return None
+    try:
+        nbytes = value.nbytes
+    except KeyError:  # unknown scalar type: schema/validate.py refuses it; no region to compare
+        return None
+    if nbytes == 0:
+        return None
+    return value.allocation_info.memory_id, value.allocation_info.memory_offset, nbytes
+
+
+def _list_items(value: m.EValue) -> tuple[int, ...]:
+    if isinstance(value, (m.TensorList, m.OptionalTensorList)):
+        return tuple(i for i in value.items or () if i >= 0)
+    return ()
+
+
+class _Flow:
+    """What the instructions executed so far have mentioned, and which regions hold pending data."""
+
+    def __init__(self, plan: m.ExecutionPlan) -> None:
+        self.values = plan.values or ()
+        self.method_inputs = frozenset(plan.inputs or ())
+        self.mentioned: set[int] = set()
+        self.pending: dict[Region, int] = {}  # region -> the value whose unread data it holds
+        self.state: set[Region] = set()  # initial-data tensors: their regions live for the whole method
+        for index in self.method_inputs:
+            if 0 <= index < len(self.values) and (region := _region(self.values[index])) is not None:
+                self.pending[region] = index
+        for value in self.values:
+            if isinstance(value, m.Tensor) and value.has_initial_data and (region := _region(value)) is not None:
+                self.state.add(region)
+
+    def _value(self, index: int) -> m.EValue:
+        return self.values[index] if 0 <= index < len(self.values) else None
+
+    def _expand(self, indices: tuple[int, ...]) -> list[int]:
+        result = []
+        for index in indices:
+            result.append(index)
+            result.extend(_list_items(self._value(index)))
+        return result
+
+    def read(self, indices: tuple[int, ...]) -> None:
+        for index in self._expand(indices):
+            self.mentioned.add(index)
+            region = _region(self._value(index))
+            if region is not None and self.pending.get(region) == index:
+                del self.pending[region]
+
+    def write(self, indices: tuple[int, ...]) -> None:
+        for index in self._expand(indices):
+            self.mentioned.add(index)
+            region = _region(self._value(index))
+            if region is not None:
+                self.pending[region] = index
+
+    def defined_here(self, index: int, *, views_count: bool = True) -> bool:
+        """Whether a DelegateCall argument is a value the call defines (an output), by the module's rule."""
+        value = self._value(index)
+        if index in self.method_inputs or index in self.mentioned:
+            return False
+        if isinstance(value, m.Int):
+            return True
+        if not isinstance(value, m.Tensor) or value.is_constant or value.has_initial_data:
+            return False
+        region = _region(value)
+        if views_count and region is not None and (region in self.state or region in self.pending):
+            return False  # a static view of data that is still to be read
+        return True
+
+    def step(self, instruction: m.Instruction, split: Optional[int] = None) -> None:
+        if isinstance(instruction, m.KernelCall):
+            args = tuple(instruction.args or ())
+            if args:  # the return value comes last; an .out tensor is both the out argument and the return
+                self.read(args[:-1])
+                self.write(args[-1:])
+        elif isinstance(instruction, m.DelegateCall):
+            args = tuple(instruction.args or ())
+            self.read(args[:split])
+            self.write(args[split:])
+        elif isinstance(instruction, m.MoveCall):
+            self.read((instruction.move_from,))
+            self.write((instruction.move_to,))
+        elif isinstance(instruction, m.JumpFalseCall):
+            self.read((instruction.cond_value_index,))
+        elif isinstance(instruction, m.FreeCall):
+            self.read((instruction.value_index,))
+
+
+def _split(flow: _Flow, args: tuple[int, ...]) -> int:
+    """The number of inputs: everything before the longest run of defined-here arguments at the end."""
+    n_inputs = len(args)
+    while n_inputs > 0 and flow.defined_here(args[n_inputs - 1]):
+        n_inputs -= 1
+    if n_inputs == len(args) and args and flow.defined_here(args[-1], views_count=False):
+        n_inputs -= 1  # a delegate returns at least one value
+    return n_inputs
+
+
+def delegate_call_sites(plan: m.ExecutionPlan) -> list[DelegateCallSite]:
+    """Every DelegateCall of ``plan`` in program order, with its inputs/outputs split by the module's rule."""
+    flow = _Flow(plan)
+    sites = []
+    for chain_index, chain in enumerate(plan.chains or ()):
+        for pc, instruction in enumerate(chain.instructions or ()):
+            split = None
+            if isinstance(instruction, m.DelegateCall):
+                args = tuple(instruction.args or ())
+                split = _split(flow, args)
+                sites.append(DelegateCallSite(chain_index, pc, instruction.delegate_index, args, split))
+            flow.step(instruction, split)
+    return sites
+
+
+def outputs_depending_on(plan: m.ExecutionPlan, delegates: Collection[int]) -> frozenset[int]:
+    """Positions in ``plan.outputs`` whose values may depend on what the given delegates (by index) return.
+
+    Taint flows forward in program order: a delegate call taints its outputs when it is one of
+    ``delegates`` or reads a tainted input; a KernelCall taints its return value when it reads a tainted
+    argument; a MoveCall carries taint.  A value is tainted when its own index is, or its planned region is
+    (so static views carry it too).  An untainted write clears a region's taint, except in chains with
+    jumps, where the pass sees both branches of a condition and taint only grows.
+    """
+    if not delegates:
+        return frozenset()
+    values = plan.values or ()
+    sites = {(s.chain, s.instruction): s for s in delegate_call_sites(plan)}
+    tainted_values: set[int] = set()
+    tainted_regions: set[Region] = set()
+
+    def value(index: int) -> m.EValue:
+        return values[index] if 0 <= index < len(values) else None
+
+    def tainted(index: int) -> bool:
+        region = _region(value(index))
+        return (index in tainted_values or (region is not None and region in tainted_regions)
+                or any(tainted(item) for item in _list_items(value(index))))
+
+    def mark(indices: Sequence[int], taint: bool, monotone: bool) -> None:
+        for index in indices:
+            for target in (index, *_list_items(value(index))):
+                region = _region(value(target))
+                if taint:
+                    tainted_values.add(target)
+                    if region is not None:
+                        tainted_regions.add(region)
+                elif not monotone:
+                    tainted_values.discard(target)
+                    if region is not None:
+                        tainted_regions.discard(region)
+
+    for chain_index, chain in enumerate(plan.chains or ()):
+        instructions = chain.instructions or ()
+        monotone = any(isinstance(i, m.JumpFalseCall) for i in instructions)
+        for pc, instruction in enumerate(instructions):
+            if isinstance(instruction, m.KernelCall) and instruction.args:
+                args = tuple(instruction.args)
+                written = args[-1:]
+                mark(written, any(tainted(a) for a in args[:-1] if a not in written), monotone)
+            elif isinstance(instruction, m.DelegateCall):
+                site = sites[(chain_index, pc)]
+                mark(site.outputs, site.delegate_index in delegates or any(tainted(a) for a in site.inputs),
+                     monotone)
+            elif isinstance(instruction, m.MoveCall):
+                mark((instruction.move_to,), tainted(instruction.move_from), monotone)
+    return frozenset(position for position, index in enumerate(plan.outputs or ()) if tainted(index))

@@ -1,0 +1,49 @@
+"""Forged programs for tests: a real program decoded, one thing changed, written back with the project's writer.
+
+Used to give real examples backends that have no executor (``CudaBackend``, ``TensorRTBackend``; the blob
+is kept) and to build wrong rewrites from the tool's own correct rewrite.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Collection, Optional
+
+from pte_devconst.schema import model as m
+from pte_devconst.schema.pte_file import open_pte, unchanged_segments
+from pte_devconst.schema.pte_writer import write_pte
+
+
+def edit_program(source: Path, out: Path, edit: Callable[[m.Program], m.Program]) -> Path:
+    """``source`` with its program replaced by ``edit(program)``; segments (data, blobs) unchanged."""
+    with open_pte(source) as pte:
+        write_pte(out, edit(pte.program), unchanged_segments(pte))
+    return out
+
+
+def edit_plans(program: m.Program, edit: Callable[[m.ExecutionPlan], m.ExecutionPlan]) -> m.Program:
+    return m.replace(program, execution_plan=tuple(edit(plan) for plan in program.execution_plan))
+
+
+def with_backend(source: Path, out: Path, backend: str, delegates: Optional[Collection[int]] = None) -> Path:
+    """``source`` with the backend id of its delegates (all, or those indices) renamed to ``backend``."""
+
+    def rename(plan: m.ExecutionPlan) -> m.ExecutionPlan:
+        renamed = tuple(m.replace(d, id=backend) if delegates is None or i in delegates else d
+                        for i, d in enumerate(plan.delegates))
+        return m.replace(plan, delegates=renamed)
+
+    return edit_program(source, out, lambda program: edit_plans(program, rename))
+
+
+def with_value(plan: m.ExecutionPlan, index: int, value: m.EValue) -> m.ExecutionPlan:
+    values = list(plan.values)
+    values[index] = value
+    return m.replace(plan, values=tuple(values))
+
+
+def flip_byte(source: Path, out: Path, offset: int, mask: int = 0x01) -> Path:
+    data = bytearray(source.read_bytes())
+    data[offset] ^= mask
+    out.write_bytes(bytes(data))
+    return out
