@@ -13,16 +13,17 @@ Errors are ``pte_devconst.schema.errors.PteDevconstError`` (one readable line).
 
 from __future__ import annotations
 
-import glob
+import fnmatch
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, Sequence, Union
 
 from pte_devconst.schema.errors import PteDevconstError
 from pte_devconst.schema.model import Device
 
 if TYPE_CHECKING:  # only for annotations: keep `import pte_devconst.api` light
+    from pte_devconst.rewriter.analysis import ConstantVerdict
     from pte_devconst.rewriter.diff import ProgramDiff
     from pte_devconst.rewriter.inventory import ProgramSummary
     from pte_devconst.rewriter.rewrite import RewriteResult
@@ -111,7 +112,8 @@ def validate(original: PathLike, rewritten: PathLike, **options: Any) -> "Valida
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """A constant that is still copied host-to-device on every call and could be moved."""
+    """A constant still copied host-to-device on every call that could move (or, in ``FileCheck.unknown``,
+    an external constant that could move if its .ptd showed matching data)."""
 
     file: str
     method: str
@@ -128,7 +130,7 @@ class Finding:
 
 @dataclass(frozen=True, slots=True)
 class FileCheck:
-    """One file's result: its findings, or the error that kept it from being read."""
+    """One file's result: its findings, the constants it could not judge, or the error that kept it from being read."""
 
     file: str
     ptd: Optional[str]
@@ -136,15 +138,19 @@ class FileCheck:
     findings: tuple[Finding, ...]
     error: Optional[str] = None
     note: Optional[str] = None  # e.g. why `rewrite` would refuse this program
+    unknown: tuple[Finding, ...] = ()  # external constants whose .ptd was not found or given
 
     @property
     def status(self) -> str:
-        """``ok``, ``findings`` or ``error``."""
-        return "error" if self.error else "findings" if self.findings else "ok"
+        """``ok``, ``findings``, ``unknown`` or ``error``."""
+        return "error" if self.error else "findings" if self.findings else "unknown" if self.unknown else "ok"
 
     @property
     def bytes_per_call(self) -> int:
         return sum(f.bytes_per_call for f in self.findings)
+
+
+EXIT_UNKNOWN = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,45 +163,134 @@ class CheckReport:
         return tuple(f for file in self.files for f in file.findings)
 
     @property
+    def unknown(self) -> tuple[Finding, ...]:
+        return tuple(f for file in self.files for f in file.unknown)
+
+    @property
     def errors(self) -> tuple[FileCheck, ...]:
         return tuple(file for file in self.files if file.error)
 
     @property
     def passed(self) -> bool:
-        return not self.findings and not self.errors
+        return self.exit_code == 0
 
     @property
     def exit_code(self) -> int:
-        """0 clean, 1 some file still copies an eligible constant per call, 2 some file could not be checked."""
-        return 2 if self.errors else 1 if self.findings else 0
+        """0 clean; 1 some file still copies an eligible constant per call; 2 some file could not be checked;
+        3 nothing else, but some external constant could not be judged because its .ptd is missing."""
+        return 2 if self.errors else 1 if self.findings else EXIT_UNKNOWN if self.unknown else 0
 
     @property
     def bytes_per_call(self) -> int:
         return sum(f.bytes_per_call for f in self.findings)
 
 
+def _matches(name: str, pattern: str) -> bool:
+    """One path component against one glob component; like ``glob``, ``*`` does not match a leading dot."""
+    if name.startswith(".") and not pattern.startswith("."):
+        return False
+    return fnmatch.fnmatchcase(name, pattern)
+
+
+def _match_parts(parts: Sequence[str], pattern: Sequence[str]) -> bool:
+    """Whether path components match glob components, ``**`` matching any number of (non-hidden) folders."""
+    reachable = {0}  # pattern positions the components so far can have reached
+    for part in parts:
+        nxt = set()
+        for k in reachable:
+            for j in _after_stars(pattern, k):
+                if j < len(pattern):
+                    if pattern[j] == "**":
+                        if not part.startswith("."):
+                            nxt.add(j)
+                    elif _matches(part, pattern[j]):
+                        nxt.add(j + 1)
+        reachable = nxt
+        if not reachable:
+            return False
+    return any(len(pattern) in _after_stars(pattern, k) for k in reachable)
+
+
+def _after_stars(pattern: Sequence[str], k: int) -> list[int]:
+    """Position ``k`` and every position reached by letting the ``**`` components from ``k`` on match nothing."""
+    positions = [k]
+    while k < len(pattern) and pattern[k] == "**":
+        k += 1
+        positions.append(k)
+    return positions
+
+
+def _walk(root: Path, depth: Optional[int]) -> Iterator[Path]:
+    """Regular files below ``root`` (at most ``depth`` levels down), following links to folders but entering
+    each real folder once: a symlink loop is a folder already seen, not an endless path."""
+    seen: set[tuple[int, int]] = set()
+    stack = [(root, 0)]
+    while stack:
+        folder, level = stack.pop()
+        try:
+            info = os.stat(folder)
+            if (info.st_dev, info.st_ino) in seen:
+                continue
+            seen.add((info.st_dev, info.st_ino))
+            entries = sorted(os.scandir(folder), key=lambda e: e.name, reverse=True)
+        except OSError:
+            continue  # unreadable or vanished: nothing below it
+        for entry in entries:
+            path = Path(folder, entry.name) if folder != Path(".") else Path(entry.name)
+            try:
+                if entry.is_dir():
+                    if depth is None or level + 1 < depth:
+                        stack.append((path, level + 1))
+                elif entry.is_file():
+                    yield path
+            except OSError:
+                continue
+
+
+def _glob(pattern: str) -> list[Path]:
+    """The files a glob pattern (``**`` included) names, found without ever following a symlink loop."""
+    parts = Path(pattern).parts
+    literal = 0
+    while literal < len(parts) - 1 and not (_GLOB_CHARS & set(parts[literal])):
+        literal += 1
+    root = Path(*parts[:literal]) if literal else Path(".")
+    rest = parts[literal:]
+    depth = None if "**" in rest else len(rest)
+    return [path for path in _walk(root, depth)
+            if _match_parts(path.relative_to(root).parts if literal else path.parts, rest)]
+
+
+def _identity(path: Path) -> Union[tuple[int, int], Path]:
+    """What makes two names the same file: (device, inode) when it exists, else the name itself."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return path
+    return info.st_dev, info.st_ino
+
+
 def _expand(patterns: Iterable[PathLike]) -> list[Union[Path, str]]:
-    """Files (``Path``) and problems (``str``) in argument order; duplicates dropped."""
+    """Files (``Path``) and problems (``str``) in argument order; each real file once (links and repeats dropped)."""
     items: list[Union[Path, str]] = []
-    seen: set[Path] = set()
+    seen: set[Union[tuple[int, int], Path]] = set()
     for pattern in patterns:
         text = os.fspath(pattern)
         path = Path(text)
         if path.is_dir():
-            matches = sorted(p for p in path.rglob("*.pte") if p.is_file())
+            matches = sorted(p for p in _walk(path, None) if p.suffix == ".pte")
             if not matches:
                 items.append(f"{text}: no .pte file in this directory")
         elif path.exists() or not (_GLOB_CHARS & set(text)):
             matches = [path]
         else:
             # A pattern's .ptd matches are the data files of its programs, not programs.
-            matches = sorted(Path(p) for p in glob.glob(text, recursive=True)
-                             if os.path.isfile(p) and not p.endswith(".ptd"))
+            matches = sorted(p for p in _glob(text) if p.suffix != ".ptd")
             if not matches:
                 items.append(f"{text}: no file matches this pattern")
         for match in matches:
-            if match not in seen:
-                seen.add(match)
+            identity = _identity(match)
+            if identity not in seen:
+                seen.add(identity)
                 items.append(match)
     return items
 
@@ -205,39 +300,99 @@ def expand_paths(patterns: Iterable[PathLike]) -> tuple[list[Path], list[str]]:
 
     Returns ``(files, problems)``: a pattern that matches nothing is a problem, not an exception, so a
     caller can report every bad argument at once.  A name that exists is taken as it is, even with
-    glob characters in it.  Shells usually expand patterns first; this covers those that do not.
+    glob characters in it.  Links to folders are followed, each real folder entered once (so a
+    symlink loop ends), and each real file is listed once, under the first name found.  Shells
+    usually expand patterns first; this covers those that do not.
     """
     items = _expand(patterns)
     return [i for i in items if isinstance(i, Path)], [i for i in items if isinstance(i, str)]
 
 
-def _ptd_for(pte: Path, given: Sequence[Path], single: bool) -> Optional[Path]:
-    """The .ptd of ``pte``: a given one with the same stem (or the only one, for a single file), else a sibling."""
-    for candidate in given:
-        if candidate.stem == pte.stem:
-            return candidate
-    if single and len(given) == 1:
-        return given[0]
-    sibling = pte.with_suffix(".ptd")
-    return sibling if sibling.is_file() else None
+@dataclass(frozen=True, slots=True)
+class _DataArgument:
+    """One ``--ptd`` argument: ``DATA.ptd``, or ``PROGRAM.pte=DATA.ptd`` to pair it with a program explicitly."""
+
+    data: Path
+    program: Optional[Path]
+    text: str
+
+    @classmethod
+    def parse(cls, argument: PathLike) -> "_DataArgument":
+        text = os.fspath(argument)
+        program, sep, data = text.partition("=")
+        if sep and program and data and not Path(text).exists():
+            return cls(Path(data), Path(program), text)
+        return cls(Path(text), None, text)
+
+    def pairs_with(self, program: Path, only_program: bool) -> bool:
+        """By path, never by stem alone: the named program, the program at the same path (``a/m.ptd`` and
+        ``a/m.pte``), or the only program checked."""
+        if self.program is not None:
+            return _identity(self.program) == _identity(program)
+        if _identity(self.data.with_suffix(".pte")) == _identity(program):
+            return True
+        return only_program
+
+
+def _pair_data(programs: Sequence[Path], given: Sequence[_DataArgument]) -> tuple[dict[Path, Path], list[str]]:
+    """Each program's .ptd: a ``--ptd`` that pairs with it by path, else ``NAME.ptd`` next to it.
+
+    Returns the pairs and a problem for every ``--ptd`` that pairs with no program (or with several).
+    """
+    from pte_devconst.schema.ptd_file import sibling_ptd
+
+    pairs: dict[Path, Path] = {}
+    problems = []
+    only = len(programs) == 1 and len(given) == 1
+    for argument in given:
+        matched = [p for p in programs if argument.pairs_with(p, only)]
+        if len(matched) != 1:
+            what = "matches no program" if not matched else f"matches {len(matched)} programs"
+            problems.append(f"{argument.text}: --ptd {what}; pair it by path (NAME.ptd for NAME.pte) or "
+                            "explicitly: --ptd PROGRAM.pte=DATA.ptd")
+            continue
+        if matched[0] in pairs:
+            problems.append(f"{argument.text}: --ptd pairs with {matched[0]}, which already has {pairs[matched[0]]}")
+            continue
+        pairs[matched[0]] = argument.data
+    for program in programs:
+        if program not in pairs:
+            sibling = sibling_ptd(program)
+            if sibling is not None:
+                pairs[program] = sibling
+    return pairs, problems
+
+
+def _finding(pte: Path, verdict: "ConstantVerdict", device: Device) -> Finding:
+    return Finding(str(pte), verdict.method, verdict.value, verdict.name, str(device), verdict.nbytes,
+                   verdict.copies_per_call)
 
 
 def _check_one(pte: Path, ptd: Optional[Path], min_bytes: int, devices: Optional[frozenset[Device]]) -> FileCheck:
     from pte_devconst.rewriter.load import analyze_opened, opened
 
-    with opened(pte, ptd) as (source, data):
+    with opened(pte, ptd, pair=False) as (source, data):
+        refusal = source.load_refusal
+        if refusal:
+            raise PteDevconstError(refusal, file=str(pte))
         analysis = analyze_opened(source, data)
-    findings = []
+    findings, unknown = [], []
     examined = 0
     for method in analysis.methods:
         examined += len(method.constants)
-        for verdict in method.eligible:
-            if verdict.nbytes < min_bytes or (devices is not None and verdict.device not in devices):
+        for verdict in method.constants:
+            device = verdict.device or verdict.pending_device
+            if device is None or verdict.nbytes < min_bytes or (devices is not None and device not in devices):
                 continue
-            findings.append(Finding(str(pte), method.name, verdict.value, verdict.name, str(verdict.device),
-                                    verdict.nbytes, verdict.copies_per_call))
-    note = f"rewrite would refuse this program: {analysis.refusal}" if analysis.refusal and findings else None
-    return FileCheck(str(pte), str(ptd) if ptd else None, examined, tuple(findings), None, note)
+            (findings if verdict.eligible else unknown).append(_finding(pte, verdict, device))
+    notes = list(analysis.notes)
+    if analysis.refusal and findings:
+        notes.append(f"rewrite would refuse this program: {analysis.refusal}")
+    if unknown:
+        notes.append(f"{len(unknown)} external constant(s) not judged: their data is in a .ptd; put "
+                     f"{pte.with_suffix('.ptd').name} next to it or pass --ptd FILE.ptd")
+    return FileCheck(str(pte), str(ptd) if ptd else None, examined, tuple(findings), None,
+                     "; ".join(notes) or None, tuple(unknown))
 
 
 def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[PathLike]]] = None,
@@ -245,28 +400,29 @@ def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[P
           progress: Optional[Callable[[int, int, str], None]] = None) -> CheckReport:
     """Which constants do these programs still copy to a device on every call? (what ``check`` does)
 
-    ``files`` may hold paths, glob patterns and directories.  ``ptd`` is a .ptd (or several,
-    matched to programs by file stem); without one, a ``<stem>.ptd`` next to a program is used.
-    Constants under ``min_bytes`` are ignored.  Never raises for a bad file: each unreadable file is a
-    ``FileCheck`` with ``error`` set, and ``report.exit_code`` is 2.  ``progress(done, total, name)``
-    is called after each file.
+    ``files`` may hold paths, glob patterns and directories; each real file is checked once.  Each
+    program is judged with its .ptd: a ``ptd`` entry paired with it by path (``a/m.ptd`` goes with
+    ``a/m.pte``; ``"PROGRAM.pte=DATA.ptd"`` pairs explicitly; a single entry goes with a single
+    program), else ``NAME.ptd`` next to ``NAME.pte``.  An external constant whose data is missing is
+    reported as unknown (``FileCheck.unknown``, exit code 3), never as clean.  Constants under
+    ``min_bytes`` are ignored.  Never raises for a bad file: each unreadable file (or one the
+    runtime's verifier would refuse) is a ``FileCheck`` with ``error`` set, and ``report.exit_code``
+    is 2.  ``progress(done, total, name)`` is called after each file.
     """
     if min_bytes < 0:
         raise PteDevconstError(f"min_bytes must be >= 0, got {min_bytes}")
     selected = parse_devices(devices)
-    given = [] if ptd is None else [Path(ptd)] if isinstance(ptd, (str, os.PathLike)) else [Path(p) for p in ptd]
+    given = [] if ptd is None else [ptd] if isinstance(ptd, (str, os.PathLike)) else list(ptd)
     items = _expand(files)
-    total = sum(isinstance(i, Path) for i in items)
+    programs = [i for i in items if isinstance(i, Path)]
+    pairs, problems = _pair_data(programs, [_DataArgument.parse(g) for g in given])
     results: list[FileCheck] = []
-    used: set[Path] = set()
     done = 0
     for item in items:
         if isinstance(item, str):
             results.append(FileCheck(item.rsplit(": ", 1)[0], None, 0, (), item))
             continue
-        data = _ptd_for(item, given, total == 1)
-        if data is not None:
-            used.add(data)
+        data = pairs.get(item)
         try:
             results.append(_check_one(item, data, min_bytes, selected))
         except PteDevconstError as error:
@@ -278,12 +434,10 @@ def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[P
                                      f"{item}: {error.strerror or error}"))
         done += 1
         if progress is not None:
-            progress(done, total, str(item))
-    for unused in given:
-        if unused not in used:
-            results.append(FileCheck(str(unused), str(unused), 0, (),
-                                     f"{unused}: --ptd matches no program (name it like the .pte: NAME.ptd)"))
+            progress(done, len(programs), str(item))
+    for problem in problems:
+        name = problem.split(": --ptd", 1)[0]
+        results.append(FileCheck(name, name, 0, (), problem))
     if not results:
         results.append(FileCheck("", None, 0, (), "no files given"))
     return CheckReport(tuple(results), min_bytes)
-
