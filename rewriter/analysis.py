@@ -25,7 +25,7 @@ running away.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 import itertools
 from dataclasses import field
 from typing import Iterable, Mapping, Optional
@@ -340,7 +340,6 @@ class _Uses:
     """
 
     on_device: tuple[Reader, ...]
-    others: int
     kinds: tuple[tuple[str, int, tuple[Reader, ...]], ...]
 
 
@@ -374,8 +373,7 @@ class _MethodContext:
                 if len(sample) <= H2D_ARGS:  # one more than a copy's own slots: always one that is not its own
                     sample.append(reader)
                 kinds[short] = (count + 1, sample)
-            found = _Uses(tuple(on_device), sum(n for n, _ in kinds.values()),
-                          tuple((short, n, tuple(sample)) for short, (n, sample) in kinds.items()))
+            found = _Uses(tuple(on_device), tuple((short, n, tuple(sample)) for short, (n, sample) in kinds.items()))
             self._uses[value] = found
         return found
 
@@ -518,24 +516,16 @@ def _delegate_infos(plan: m.ExecutionPlan) -> dict[int, DelegateInfo]:
 
 
 NEVER = (1 << 62, 1 << 62)  # a step after every instruction
+Span = tuple[tuple[int, int], tuple[int, int], bool]  # first use, last use, read outside instructions too
 
 
-@record
-class _Span:
-    """The first and last instruction that use a value, and whether anything outside instructions does."""
-
-    first: tuple[int, int]
-    last: tuple[int, int]
-    outside: bool  # a method output or a list item: read after any instruction
-
-
-def _spans(readers: Mapping[int, list[Reader]], budget: WorkBudget) -> dict[int, _Span]:
+def _spans(readers: Mapping[int, list[Reader]], budget: WorkBudget) -> dict[int, Span]:
+    """Per value: the first and last instruction that use it, and whether a method output or a list does."""
     spans = {}
     for index, uses in readers.items():
         budget.spend(len(uses))
-        steps = [r.step for r in uses if r.instruction >= 0]
-        outside = len(steps) < len(uses)
-        spans[index] = _Span(min(steps) if steps else NEVER, max(steps) if steps else (-1, -1), outside)
+        steps = [(r.chain, r.instruction) for r in uses if r.instruction >= 0]
+        spans[index] = (min(steps), max(steps), len(steps) < len(uses)) if steps else (NEVER, (-1, -1), True)
     return spans
 
 
@@ -560,11 +550,11 @@ def estimate_h2d_bytes_per_call(plan: m.ExecutionPlan, delegates: Mapping[int, D
     on_device = buffer_devices(plan)
     spans = _spans(readers, budget)
     first_region_use: dict[tuple[int, int, int], tuple[int, int]] = {}
-    for index, span in spans.items():
+    for index, (first, _, _) in spans.items():
         value = values[index] if 0 <= index < len(values) else None
-        if isinstance(value, m.Tensor) and value.allocation_info is not None and span.first != NEVER:
+        if isinstance(value, m.Tensor) and value.allocation_info is not None and first != NEVER:
             key = (value.allocation_info.memory_id, value.allocation_info.memory_offset, value.nbytes)
-            first_region_use[key] = min(span.first, first_region_use.get(key, span.first))
+            first_region_use[key] = min(first, first_region_use.get(key, first))
     total = 0
     for c, chain in enumerate(plan.chains or ()):
         for k, ins in enumerate(chain.instructions or ()):
@@ -582,11 +572,11 @@ def estimate_h2d_bytes_per_call(plan: m.ExecutionPlan, delegates: Mapping[int, D
                     alloc = value.allocation_info
                     if alloc is not None and not on_device.get(alloc.memory_id, CPU).is_cpu:
                         continue  # already in device memory
-                    span = spans[arg]
+                    first, last, outside = spans[arg]
                     region = None if alloc is None else (alloc.memory_id, alloc.memory_offset, value.nbytes)
-                    later = span.outside or span.last > here
+                    later = outside or last > here
                     defined = (arg in inputs or value.data_buffer_idx > 0 or value.is_external
-                               or span.first < here
+                               or first < here
                                or (region is not None and not later and first_region_use.get(region, here) < here))
                     if defined:
                         total += value.nbytes
@@ -618,14 +608,17 @@ def method_labels(program: m.Program) -> tuple[list[str], tuple[str, ...]]:
     runtime/executor/program.cpp), so a later plan of the same name can never be loaded.
     """
     names = [plan.name or f"plan{i}" for i, plan in enumerate(program.execution_plan or ())]
-    counts = Counter(names)
-    labels = [f"{name} (plan {i})" if counts[name] > 1 else name for i, name in enumerate(names)]
-    notes = tuple(
-        f"{counts[name]} methods are named {_printable(name)!r} (plans "
-        f"{', '.join(str(i) for i, n in enumerate(names) if n == name)}); ExecuTorch finds methods by name and "
-        f"always loads plan {names.index(name)}, so the others cannot be run"
-        for name in counts if counts[name] > 1)
-    return labels, notes
+    plans_of: dict[str, list[int]] = defaultdict(list)
+    for i, name in enumerate(names):
+        plans_of[name].append(i)
+    labels = [f"{name} (plan {i})" if len(plans_of[name]) > 1 else name for i, name in enumerate(names)]
+    notes = []
+    for name, plans in plans_of.items():
+        if len(plans) > 1:
+            shown = ", ".join(map(str, plans[:8])) + (", ..." if len(plans) > 8 else "")
+            notes.append(f"{len(plans)} methods are named {name!r} (plans {shown}); ExecuTorch finds "
+                         f"methods by name and always loads plan {plans[0]}, so the others cannot be run")
+    return labels, tuple(notes)
 
 
 @gc_paused
