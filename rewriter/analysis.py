@@ -658,4 +658,7 @@ def analyze_program(program: m.Program, external: Optional[ExternalData] = None,
                    "each method its own device copy there")
     elif len(program.mutable_data_segments or ()) > 1:
         refusal = f"the program has {len(program.mutable_data_segments)} mutable data segment lists; the runtime reads only one"
+    elif program.mutable_data_segments and program.mutable_data_segments[0].segment_index >= len(program.segments or ()):
+        refusal = (f"its initial-data list names segment {program.mutable_data_segments[0].segment_index}, which does "
+                   "not exist (harmless while no tensor has initial data; new initial data could not be added)")
     return Analysis(tuple(methods), refusal, notes)

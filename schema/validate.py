@@ -47,14 +47,6 @@ def check_segments(program: m.Program, available: int) -> None:
                         f"segment data ({max(available, 0)} bytes); the file is truncated or corrupt")
 
 
-def _check_subsegment(program: m.Program, sub: m.SubsegmentOffsets, where: str) -> int:
-    size = _segment_size(program, sub.segment_index, where)
-    for k, offset in enumerate(sub.offsets or ()):
-        if offset > size:
-            raise _fail(f"{where}.offsets[{k}]", f"offset {offset} is past the end of its segment ({size} bytes)")
-    return size
-
-
 def check_shape(scalar_type: int, sizes: Optional[Sequence[int]], dim_order: Optional[Sequence[int]],
                 where: str) -> int:
     """The byte size of a (scalar type, sizes, dim_order) shape, after checking it the way the runtime does."""
@@ -86,36 +78,45 @@ def _tensor_nbytes(t: m.Tensor, where: str) -> int:
 
 
 class _Context:
-    """Per-program facts every tensor check needs."""
+    """Per-program facts every tensor check needs.
+
+    As in the runtime, a constant or initial-data entry is checked when a tensor uses it
+    (``Program::get_constant_buffer_data``, ``load_mutable_subsegment_into``): an offset no tensor
+    reads may point anywhere, and the initial-data list is looked at only if a tensor has initial
+    data.  ``Program::load`` itself checks only the constant segment's index.
+    """
 
     def __init__(self, program: m.Program) -> None:
         self.program = program
         cs = program.constant_segment
         self.constant_offsets = (cs.offsets or ()) if cs else ()
-        self.constant_size = _check_subsegment(program, cs, "constant_segment") if cs and len(self.constant_offsets) > 1 else 0
+        self.constant_size = (_segment_size(program, cs.segment_index, "constant_segment")
+                              if cs and len(self.constant_offsets) > 1 else 0)
         self.inline_constants = program.constant_buffer or ()
-        muts = program.mutable_data_segments or ()
-        self.mutable_offsets: tuple[int, ...] = ()
-        self.mutable_size = 0
-        for i, sub in enumerate(muts):
-            size = _check_subsegment(program, sub, f"mutable_data_segments[{i}]")
-            if i == 0:
-                self.mutable_offsets, self.mutable_size = sub.offsets or (), size
 
     def constant_extent(self, idx: int, where: str) -> int:
         """Bytes available to constant entry idx."""
         if len(self.constant_offsets) > 1 or not self.inline_constants:
             if idx >= len(self.constant_offsets):
                 raise _fail(where, f"data_buffer_idx {idx} is out of range ({len(self.constant_offsets)} constant entries)")
-            return self.constant_size - self.constant_offsets[idx]
+            return _extent(self.constant_offsets[idx], self.constant_size, "constant", idx, where)
         if idx >= len(self.inline_constants):
             raise _fail(where, f"data_buffer_idx {idx} is out of range ({len(self.inline_constants)} inline constants)")
         return len(self.inline_constants[idx].storage or b"")
 
     def mutable_extent(self, idx: int, where: str) -> int:
-        if idx >= len(self.mutable_offsets):
-            raise _fail(where, f"initial-data index {idx} is out of range ({len(self.mutable_offsets)} mutable entries)")
-        return self.mutable_size - self.mutable_offsets[idx]
+        lists = self.program.mutable_data_segments or ()
+        offsets = (lists[0].offsets or ()) if lists else ()
+        if idx >= len(offsets):
+            raise _fail(where, f"initial-data index {idx} is out of range ({len(offsets)} mutable entries)")
+        size = _segment_size(self.program, lists[0].segment_index, "mutable_data_segments[0]")
+        return _extent(offsets[idx], size, "initial-data", idx, where)
+
+
+def _extent(offset: int, size: int, what: str, idx: int, where: str) -> int:
+    if offset > size:
+        raise _fail(where, f"{what} entry {idx} starts at {offset}, past the end of its segment ({size} bytes)")
+    return size - offset
 
 
 def _check_tensor(ctx: _Context, plan: m.ExecutionPlan, t: m.Tensor, where: str) -> None:

@@ -110,6 +110,34 @@ def test_segments_past_the_file_end_are_still_refused(tmp_path: Path) -> None:
         PteFile.from_bytes(old[:-1], path="cut.pte")
 
 
+def _forged(edit) -> bytes:  # noqa: ANN001
+    data = pte_path(CPU).read_bytes()
+    with PteFile.from_bytes(data) as pte:
+        return assemble_pte(edit(pte.program), data)
+
+
+def test_entries_no_tensor_uses_are_not_checked(tmp_path: Path) -> None:
+    """Was: every constant offset, and every initial-data list, checked when the file opens.  The runtime
+    checks an entry when a tensor uses it (get_constant_buffer_data, load_mutable_subsegment_into)."""
+    path = tmp_path / "unused.pte"
+    path.write_bytes(_forged(lambda p: replace(
+        p, constant_segment=replace(p.constant_segment, offsets=p.constant_segment.offsets + (1 << 40,)),
+        mutable_data_segments=(m.SubsegmentOffsets(7, (0, 1 << 40)),))))
+    _assert_runtime_runs_it_as_the_original(path)
+    assert invoke("inspect", path).exit_code == 0 and invoke("check", path).exit_code == 0
+    # Nothing can be appended to an initial-data list whose segment does not exist: refused, not crashed.
+    from pte_devconst.rewriter.plan import RewriteOptions
+    from pte_devconst.rewriter.rewrite import rewrite_file
+    from pte_devconst.schema.errors import UnsupportedProgramError
+
+    with pytest.raises(UnsupportedProgramError, match="names segment 7, which does not exist"):
+        rewrite_file(path, tmp_path / "out.pte", options=RewriteOptions(host_placement=True))
+    # An entry a tensor does use is checked, as the runtime checks it.
+    with pytest.raises(FormatError, match="constant entry 1 starts at 1099511627776, past the end"):
+        PteFile.from_bytes(_forged(lambda p: replace(p, constant_segment=replace(
+            p.constant_segment, offsets=(0, 1 << 40) + p.constant_segment.offsets[2:]))), path="x.pte")
+
+
 # --------------------------------------------------------------------------- .ptd keys
 
 EXTERNAL = "v_g_external_cpu"  # (x + w + b + only_dev) * b, all three constants in its .ptd
