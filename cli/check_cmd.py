@@ -95,8 +95,8 @@ def render_text(report: CheckReport) -> None:
         else:
             for f in report.files:
                 if f.unknown:
-                    console.print(printable(f"{f.file}: {len(f.unknown)} external constant(s) not judged: no .ptd "
-                                            "(would move, and save this per call, if their data matched)"),
+                    console.print(printable(f"{f.file}: {len(f.unknown)} external constant(s) not judged (no .ptd); "
+                                            "they would move if their data matched"),
                                   markup=False, soft_wrap=True)
                     console.print(table(None, ["method", "constant", "device", "bytes/call"],
                                         _finding_rows(f.unknown), right=["bytes/call"]))

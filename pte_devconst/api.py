@@ -56,7 +56,11 @@ def parse_devices(devices: Optional[Iterable[DeviceLike]], option: str = "device
 
 
 def analyze(pte: PathLike, ptd: Optional[PathLike] = None) -> "ProgramSummary":
-    """What ``inspect`` shows: methods, delegates, buffers, segments and every constant's verdict."""
+    """What ``inspect`` shows: methods, delegates, buffers, segments and every constant's verdict.
+
+    External constants are judged with ``ptd``, else ``NAME.ptd`` next to ``NAME.pte``; without data
+    a constant its readers would move has the verdict ``unknown: ...``.
+    """
     from pte_devconst.rewriter.inventory import summarize
     from pte_devconst.rewriter.load import analyze_opened, opened
 
@@ -70,7 +74,8 @@ def rewrite(pte: PathLike, output: Optional[PathLike] = None, *, ptd: Optional[P
     """Move every eligible constant into device memory with initial data (what ``rewrite`` does).
 
     Writes ``output`` (default ``<stem>.devconst.pte`` next to ``pte``) atomically and re-reads it
-    before returning; ``dry_run`` only plans.  ``result.changed`` says whether anything moved and
+    before returning; ``dry_run`` only plans.  External constants need ``ptd`` (default: ``NAME.ptd``
+    next to ``NAME.pte``).  ``result.changed`` says whether anything moved and
     ``result.plan`` holds every placement, removed instruction and left-in-place verdict.
     ``fsync=False`` skips waiting for the disk: the output is still replaced atomically, but is not
     safe against a power failure right after.
