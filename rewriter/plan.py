@@ -110,17 +110,6 @@ class SegmentPolicy:
     def fresh_mutable(self) -> bool:
         return bool(self.mutable_shared_with)
 
-    @property
-    def notes(self) -> tuple[str, ...]:
-        notes = []
-        if self.constant_shared_with:
-            notes.append(f"the constant segment is also {', '.join(self.constant_shared_with)}: it is kept as it "
-                         "is, moved constants' bytes included")
-        if self.mutable_shared_with:
-            notes.append(f"the initial-data segment is also {', '.join(self.mutable_shared_with)}: the initial "
-                         "data goes into a new segment and the old one is kept as it is")
-        return tuple(notes)
-
 
 @record
 class RewritePlan:
@@ -154,11 +143,10 @@ def _skip_reason(verdict: ConstantVerdict, options: RewriteOptions) -> Optional[
 
 
 class _Buffers:
-    """A method's planned buffers while placements are added: sizes, device entries, first buffer per device."""
+    """A method's planned buffers while placements are added: their sizes and the first buffer per device."""
 
     def __init__(self, plan: m.ExecutionPlan) -> None:
         self.sizes = list(plan.non_const_buffer_sizes or (0,))
-        self.devices = list(plan.non_const_buffer_device or ())
         listed = buffer_devices(plan)
         self.first: dict[Device, int] = {}
         for memory_id in range(len(self.sizes) - 1, 0, -1):
@@ -166,14 +154,12 @@ class _Buffers:
         self.added: set[int] = set()
 
     def for_device(self, device: Device) -> int:
-        """The method's first buffer on ``device``, or a new one appended (with its device entry)."""
+        """The method's first buffer on ``device``, or a new one appended (apply adds its device entry)."""
         found = self.first.get(device)
         if found is not None:
             return found
         self.sizes.append(0)
         memory_id = len(self.sizes) - 1
-        if not device.is_cpu:
-            self.devices.append(m.NonConstBufferDevice(memory_id, device.type, device.index))
         self.first[device] = memory_id
         self.added.add(memory_id)
         return memory_id
