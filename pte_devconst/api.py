@@ -13,11 +13,10 @@ Errors are ``pte_devconst.schema.errors.PteDevconstError`` (one readable line).
 
 from __future__ import annotations
 
-import fnmatch
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence, Union
 
 from pte_devconst.schema.errors import PteDevconstError
 from pte_devconst.schema.model import Device
@@ -34,9 +33,6 @@ DeviceLike = Union[str, Device]
 
 __all__ = ["analyze", "rewrite", "diff", "check", "validate", "expand_paths", "parse_devices", "CheckReport",
            "FileCheck", "Finding"]
-
-_GLOB_CHARS = frozenset("*?[")
-
 
 def parse_devices(devices: Optional[Iterable[DeviceLike]], option: str = "devices") -> Optional[frozenset[Device]]:
     """``["cuda:0,cuda:1", Device(1, 1)]`` -> a frozenset of non-CPU devices; None stays None (every device)."""
@@ -190,116 +186,6 @@ class CheckReport:
         return sum(f.bytes_per_call for f in self.findings)
 
 
-def _matches(name: str, pattern: str) -> bool:
-    """One path component against one glob component; like ``glob``, ``*`` does not match a leading dot."""
-    if name.startswith(".") and not pattern.startswith("."):
-        return False
-    return fnmatch.fnmatchcase(name, pattern)
-
-
-def _match_parts(parts: Sequence[str], pattern: Sequence[str]) -> bool:
-    """Whether path components match glob components, ``**`` matching any number of (non-hidden) folders."""
-    reachable = {0}  # pattern positions the components so far can have reached
-    for part in parts:
-        nxt = set()
-        for k in reachable:
-            for j in _after_stars(pattern, k):
-                if j < len(pattern):
-                    if pattern[j] == "**":
-                        if not part.startswith("."):
-                            nxt.add(j)
-                    elif _matches(part, pattern[j]):
-                        nxt.add(j + 1)
-        reachable = nxt
-        if not reachable:
-            return False
-    return any(len(pattern) in _after_stars(pattern, k) for k in reachable)
-
-
-def _after_stars(pattern: Sequence[str], k: int) -> list[int]:
-    """Position ``k`` and every position reached by letting the ``**`` components from ``k`` on match nothing."""
-    positions = [k]
-    while k < len(pattern) and pattern[k] == "**":
-        k += 1
-        positions.append(k)
-    return positions
-
-
-def _walk(root: Path, depth: Optional[int]) -> Iterator[Path]:
-    """Regular files below ``root`` (at most ``depth`` levels down), following links to folders but entering
-    each real folder once: a symlink loop is a folder already seen, not an endless path."""
-    seen: set[tuple[int, int]] = set()
-    stack = [(root, 0)]
-    while stack:
-        folder, level = stack.pop()
-        try:
-            info = os.stat(folder)
-            if (info.st_dev, info.st_ino) in seen:
-                continue
-            seen.add((info.st_dev, info.st_ino))
-            entries = sorted(os.scandir(folder), key=lambda e: e.name, reverse=True)
-        except OSError:
-            continue  # unreadable or vanished: nothing below it
-        for entry in entries:
-            path = Path(folder, entry.name) if folder != Path(".") else Path(entry.name)
-            try:
-                if entry.is_dir():
-                    if depth is None or level + 1 < depth:
-                        stack.append((path, level + 1))
-                elif entry.is_file():
-                    yield path
-            except OSError:
-                continue
-
-
-def _glob(pattern: str) -> list[Path]:
-    """The files a glob pattern (``**`` included) names, found without ever following a symlink loop."""
-    parts = Path(pattern).parts
-    literal = 0
-    while literal < len(parts) - 1 and not (_GLOB_CHARS & set(parts[literal])):
-        literal += 1
-    root = Path(*parts[:literal]) if literal else Path(".")
-    rest = parts[literal:]
-    depth = None if "**" in rest else len(rest)
-    return [path for path in _walk(root, depth)
-            if _match_parts(path.relative_to(root).parts if literal else path.parts, rest)]
-
-
-def _identity(path: Path) -> Union[tuple[int, int], Path]:
-    """What makes two names the same file: (device, inode) when it exists, else the name itself."""
-    try:
-        info = os.stat(path)
-    except OSError:
-        return path
-    return info.st_dev, info.st_ino
-
-
-def _expand(patterns: Iterable[PathLike]) -> list[Union[Path, str]]:
-    """Files (``Path``) and problems (``str``) in argument order; each real file once (links and repeats dropped)."""
-    items: list[Union[Path, str]] = []
-    seen: set[Union[tuple[int, int], Path]] = set()
-    for pattern in patterns:
-        text = os.fspath(pattern)
-        path = Path(text)
-        if path.is_dir():
-            matches = sorted(p for p in _walk(path, None) if p.suffix == ".pte")
-            if not matches:
-                items.append(f"{text}: no .pte file in this directory")
-        elif path.exists() or not (_GLOB_CHARS & set(text)):
-            matches = [path]
-        else:
-            # A pattern's .ptd matches are the data files of its programs, not programs.
-            matches = sorted(p for p in _glob(text) if p.suffix != ".ptd")
-            if not matches:
-                items.append(f"{text}: no file matches this pattern")
-        for match in matches:
-            identity = _identity(match)
-            if identity not in seen:
-                seen.add(identity)
-                items.append(match)
-    return items
-
-
 def expand_paths(patterns: Iterable[PathLike]) -> tuple[list[Path], list[str]]:
     """Expand glob patterns (``**`` too) and directories (every ``*.pte`` below) into files.
 
@@ -309,63 +195,10 @@ def expand_paths(patterns: Iterable[PathLike]) -> tuple[list[Path], list[str]]:
     symlink loop ends), and each real file is listed once, under the first name found.  Shells
     usually expand patterns first; this covers those that do not.
     """
-    items = _expand(patterns)
+    from pte_devconst.paths import expand
+
+    items = expand(patterns)
     return [i for i in items if isinstance(i, Path)], [i for i in items if isinstance(i, str)]
-
-
-@dataclass(frozen=True, slots=True)
-class _DataArgument:
-    """One ``--ptd`` argument: ``DATA.ptd``, or ``PROGRAM.pte=DATA.ptd`` to pair it with a program explicitly."""
-
-    data: Path
-    program: Optional[Path]
-    text: str
-
-    @classmethod
-    def parse(cls, argument: PathLike) -> "_DataArgument":
-        text = os.fspath(argument)
-        program, sep, data = text.partition("=")
-        if sep and program and data and not Path(text).exists():
-            return cls(Path(data), Path(program), text)
-        return cls(Path(text), None, text)
-
-    def pairs_with(self, program: Path, only_program: bool) -> bool:
-        """By path, never by stem alone: the named program, the program at the same path (``a/m.ptd`` and
-        ``a/m.pte``), or the only program checked."""
-        if self.program is not None:
-            return _identity(self.program) == _identity(program)
-        if _identity(self.data.with_suffix(".pte")) == _identity(program):
-            return True
-        return only_program
-
-
-def _pair_data(programs: Sequence[Path], given: Sequence[_DataArgument]) -> tuple[dict[Path, Path], list[str]]:
-    """Each program's .ptd: a ``--ptd`` that pairs with it by path, else ``NAME.ptd`` next to it.
-
-    Returns the pairs and a problem for every ``--ptd`` that pairs with no program (or with several).
-    """
-    from pte_devconst.schema.ptd_file import sibling_ptd
-
-    pairs: dict[Path, Path] = {}
-    problems = []
-    only = len(programs) == 1 and len(given) == 1
-    for argument in given:
-        matched = [p for p in programs if argument.pairs_with(p, only)]
-        if len(matched) != 1:
-            what = "matches no program" if not matched else f"matches {len(matched)} programs"
-            problems.append(f"{argument.text}: --ptd {what}; pair it by path (NAME.ptd for NAME.pte) or "
-                            "explicitly: --ptd PROGRAM.pte=DATA.ptd")
-            continue
-        if matched[0] in pairs:
-            problems.append(f"{argument.text}: --ptd pairs with {matched[0]}, which already has {pairs[matched[0]]}")
-            continue
-        pairs[matched[0]] = argument.data
-    for program in programs:
-        if program not in pairs:
-            sibling = sibling_ptd(program)
-            if sibling is not None:
-                pairs[program] = sibling
-    return pairs, problems
 
 
 def _finding(pte: Path, verdict: "ConstantVerdict", device: Device) -> Finding:
@@ -417,10 +250,12 @@ def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[P
     if min_bytes < 0:
         raise PteDevconstError(f"min_bytes must be >= 0, got {min_bytes}")
     selected = parse_devices(devices)
+    from pte_devconst.paths import DataArgument, expand, pair_data
+
     given = [] if ptd is None else [ptd] if isinstance(ptd, (str, os.PathLike)) else list(ptd)
-    items = _expand(files)
+    items = expand(files)
     programs = [i for i in items if isinstance(i, Path)]
-    pairs, problems = _pair_data(programs, [_DataArgument.parse(g) for g in given])
+    pairs, problems = pair_data(programs, [DataArgument.parse(g) for g in given])
     results: list[FileCheck] = []
     done = 0
     for item in items:
