@@ -194,6 +194,19 @@ def test_the_layout_of_a_repeated_key_is_judged_from_its_first_entry(tmp_path: P
     assert verdicts["b"].eligible  # the other keys are unaffected
 
 
+def test_an_entry_without_a_tensor_layout_is_not_movable(tmp_path: Path) -> None:
+    """The runtime asks every external tensor's entry for its layout (parse_external_constants ->
+    get_tensor_layout), so an entry without one cannot load; was: judged movable."""
+    from pte_devconst.rewriter.load import analyze_file
+
+    with open_ptd(CORPUS / f"{EXTERNAL}.ptd") as ptd:
+        w = ptd.entry("w")
+    forged = _forged_ptd(tmp_path, replace(w, tensor_layout=None))
+    verdicts = {c.name: c for c in analyze_file(pte_path(EXTERNAL), forged, host_placement=True).methods[0].constants}
+    assert verdicts["w"].reasons == ("the .ptd entry of 'w' has no tensor layout (the runtime needs one to load it)",)
+    assert verdicts["b"].eligible
+
+
 def test_an_entry_the_runtime_never_reaches_is_not_checked(tmp_path: Path) -> None:
     """Was: 'segment_index 99 is out of range' for a last, shadowed duplicate that no lookup can reach."""
     from et_oracle import run_with_executorch
