@@ -29,6 +29,18 @@ def _short(reader: str) -> str:
     return " ".join(part.split("::")[-1] for part in reader.split(" "))
 
 
+READERS_SHOWN = 8
+
+
+def _readers_cell(readers: tuple[str, ...], shorten: bool) -> str:
+    """The first few distinct readers and how many more: a constant in 80,000 list slots is one line, not 80,000
+    (``--json`` lists them all)."""
+    distinct = list(dict.fromkeys(readers[:READERS_SHOWN * 64]))[:READERS_SHOWN]
+    shown = [_short(r) if shorten else r for r in distinct]
+    rest = len(readers) - sum(readers.count(r) for r in distinct) if len(readers) > len(distinct) else 0
+    return "; ".join(shown + ([f"and {rest:,} more"] if rest > 0 else [])) or "-"
+
+
 def _method_tables(method: MethodSummary):
     yield table(None, ["method", "style", "values", "instructions", "H2D/call (est.)"],
                 [[method.name, method.style, method.values, method.instructions,
@@ -45,7 +57,7 @@ def _method_tables(method: MethodSummary):
                     right=["id", "size", "tensors"])
     if method.constants:
         yield table("constants", ["v", "name", "dtype", "shape", "bytes", "read by", "verdict"],
-                    [[c.value, c.name, c.dtype, shape_text(c.shape), human_bytes(c.nbytes), "; ".join(_short(r) for r in c.readers) or "-",
+                    [[c.value, c.name, c.dtype, shape_text(c.shape), human_bytes(c.nbytes), _readers_cell(c.readers, True),
                       c.verdict] for c in method.constants], right=["v", "bytes"])
     if method.initial_data:
         yield table("planned with initial data", ["v", "name", "bytes", "buffer", "offset", "device", "from"],
@@ -119,7 +131,7 @@ def render_markdown(report: InspectReport) -> None:
         if method.constants:
             out += [markdown_table(["value", "name", "dtype", "shape", "bytes", "read by", "verdict"],
                                    [[c.value, f"`{c.name}`", c.dtype, shape_text(c.shape), c.nbytes,
-                                     "; ".join(c.readers) or "-", c.verdict] for c in method.constants]), ""]
+                                     _readers_cell(c.readers, False), c.verdict] for c in method.constants]), ""]
     echo_lines(out)
 
 

@@ -308,6 +308,22 @@ def test_adversarial_shapes_are_analysed_in_linear_time_and_memory(tmp_path: Pat
     assert "(and 7,997 more uses like it)" in verdicts[0].details[0]
 
 
+def test_inspect_shows_a_constant_in_80_000_list_slots_in_one_line(tmp_path: Path) -> None:
+    """Was: 8.6 MB of text and 8 s for a 332 KB file (every slot in the 'read by' cell); JSON still lists all."""
+    def in_lists(program: m.Program) -> m.Program:
+        plan = program.execution_plan[0]
+        return replace(program, execution_plan=(replace(plan, values=plan.values + (m.TensorList((0,) * 400),) * 200),))
+
+    path = _forge(tmp_path, "v_a_dtypes_copy", in_lists)
+    _lists_sharing_one_vector(path, 200)
+    result = invoke("inspect", path, env={"COLUMNS": "200"})
+    assert result.exit_code == 0 and len(result.stdout) < 20_000
+    # Its copy and the first lists met, each once, then the count of the other reads: 80,001 - 1 - 2 x 400.
+    assert "#1 _h2d_copy.out; in list value 42; in list value 43; and 79,200 more" in result.stdout
+    code, doc = invoke_json("inspect", path)
+    assert len(doc["file"]["methods"][0]["constants"][0]["readers"]) == 80_001  # its copy, and every slot
+
+
 def test_the_work_budget_stops_analysis_with_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Past its budget (steps per value, instruction and read) analysis raises instead of running on."""
     import pte_devconst.rewriter.analysis as analysis
