@@ -2,8 +2,10 @@
 
 Exit 0: no file has an eligible constant left; 1: some do (each is listed:
 file, method, constant, bytes per call); 2: some file could not be checked
-(every file is still reported).  Patterns are expanded here too, for shells
-and CI runners that pass them through unexpanded.
+(every file is still reported); 3: nothing else, but some external constant
+could not be judged because its .ptd is missing (never reported as clean).
+Patterns are expanded here too, for shells and CI runners that pass them
+through unexpanded.
 """
 
 from __future__ import annotations
@@ -22,6 +24,11 @@ if TYPE_CHECKING:  # the analysis is imported when the command runs, not at star
     from pte_devconst.api import CheckReport, Finding
 
 
+def _finding_payload(findings: tuple[Finding, ...]) -> list[dict[str, Any]]:
+    return [{"method": x.method, "value": x.value, "name": x.name, "device": x.device, "nbytes": x.nbytes,
+             "copies_per_call": x.copies_per_call, "bytes_per_call": x.bytes_per_call} for x in findings]
+
+
 def check_payload(report: CheckReport) -> dict[str, Any]:
     """The JSON document of a check (see cli/report.schema.json)."""
     return {
@@ -31,12 +38,11 @@ def check_payload(report: CheckReport) -> dict[str, Any]:
         "findings": len(report.findings),
         "bytes_per_call": report.bytes_per_call,
         "errors": len(report.errors),
+        "unknown": len(report.unknown),
         "files": [{
             "file": f.file, "ptd": f.ptd, "status": f.status, "constants": f.constants,
             "bytes_per_call": f.bytes_per_call, "error": f.error, "note": f.note,
-            "findings": [{"method": x.method, "value": x.value, "name": x.name, "device": x.device,
-                          "nbytes": x.nbytes, "copies_per_call": x.copies_per_call,
-                          "bytes_per_call": x.bytes_per_call} for x in f.findings],
+            "findings": _finding_payload(f.findings), "unknown": _finding_payload(f.unknown),
         } for f in report.files],
     }
 
@@ -59,6 +65,9 @@ def _summary(report: CheckReport) -> str:
         parts.append(f"{len(report.findings)} constant(s) in "
                      f"{sum(1 for f in report.files if f.findings)} file(s) still copied to a device on every "
                      f"call ({human_bytes(report.bytes_per_call)} per call); run pte-devconst rewrite")
+    if report.unknown:
+        parts.append(f"{len(report.unknown)} external constant(s) in {sum(1 for f in report.files if f.unknown)} "
+                     "file(s) not judged: their .ptd is missing (NAME.ptd next to NAME.pte, or --ptd)")
     if report.errors:
         parts.append(f"{len(report.errors)} file(s) could not be checked")
     return "; ".join(parts) + "."
@@ -78,6 +87,19 @@ def render_text(report: CheckReport) -> None:
                                   markup=False, soft_wrap=True)
                     console.print(table(None, ["method", "constant", "device", "bytes/call"],
                                         _finding_rows(f.findings), right=["bytes/call"]))
+    if report.unknown:
+        if OPTIONS.quiet:
+            for f in report.unknown:
+                typer.echo(printable(f"{f.file}: {f.method}: {constant_label(f.name, f.value)} -> unknown "
+                                     f"(no .ptd; would move to {f.device})"))
+        else:
+            for f in report.files:
+                if f.unknown:
+                    console.print(printable(f"{f.file}: {len(f.unknown)} external constant(s) not judged (no .ptd); "
+                                            "they would move if their data matched"),
+                                  markup=False, soft_wrap=True)
+                    console.print(table(None, ["method", "constant", "device", "bytes/call"],
+                                        _finding_rows(f.unknown), right=["bytes/call"]))
     if OPTIONS.verbose:
         for f in report.files:
             if f.status == "ok":
@@ -97,6 +119,11 @@ def render_markdown(report: CheckReport) -> None:
         lines += [markdown_table(["file", "method", "constant", "device", "bytes/call"],
                                  [[f"`{f.file}`", f"`{f.method}`", f"`{constant_label(f.name, f.value)}`", f.device,
                                    f"{f.bytes_per_call:,}"] for f in report.findings]), ""]
+    if report.unknown:
+        lines += ["**Not judged (no .ptd; pass `--ptd` or put NAME.ptd next to NAME.pte):**", "",
+                  markdown_table(["file", "method", "constant", "would move to", "bytes/call"],
+                                 [[f"`{f.file}`", f"`{f.method}`", f"`{constant_label(f.name, f.value)}`", f.device,
+                                   f"{f.bytes_per_call:,}"] for f in report.unknown]), ""]
     if report.errors:
         lines += ["**Could not check:**", ""] + [f"- {f.error}" for f in report.errors] + [""]
     notes = [f"- `{f.file}`: {f.note}" for f in report.files if f.note]
@@ -115,8 +142,10 @@ def render_markdown(report: CheckReport) -> None:
 def check_command(
     files: list[str] = typer.Argument(..., help="Programs to check: .pte files, glob patterns ('**/*.pte') "
                                       "or directories.", show_default=False),
-    ptd: Optional[list[Path]] = typer.Option(None, "--ptd", help="The .ptd of a program's external constants "
-                                             "(repeatable; matched by name; default NAME.ptd next to NAME.pte)."),
+    ptd: Optional[list[str]] = typer.Option(None, "--ptd", help="The .ptd of a program's external constants "
+                                            "(repeatable): DATA.ptd pairs with the program at the same path "
+                                            "(or the only program); PROGRAM.pte=DATA.ptd pairs explicitly. "
+                                            "Default: NAME.ptd next to NAME.pte."),
     device: Optional[list[str]] = typer.Option(None, "--device", help="Only count constants that could move "
                                                "to this device (repeatable, e.g. cuda:0)."),
     min_bytes: int = typer.Option(0, "--min-bytes", min=0, help="Ignore constants smaller than this."),

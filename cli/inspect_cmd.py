@@ -9,7 +9,8 @@ import typer
 
 from pte_devconst.cli.app import command
 from pte_devconst.cli.output import (echo_lines, FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
-                                     markup_safe, resolve_format, shape_text, stdout_console, table)
+                                     markup_safe, printable, resolve_format, shape_text, stdout_console, table)
+from pte_devconst.schema.record import record
 
 if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
     from pte_devconst.rewriter.inventory import MethodSummary, ProgramSummary
@@ -28,6 +29,18 @@ def _short(reader: str) -> str:
     return " ".join(part.split("::")[-1] for part in reader.split(" "))
 
 
+READERS_SHOWN = 8
+
+
+def _readers_cell(readers: tuple[str, ...], shorten: bool) -> str:
+    """The first few distinct readers and how many more: a constant in 80,000 list slots is one line, not 80,000
+    (``--json`` lists them all)."""
+    distinct = list(dict.fromkeys(readers[:READERS_SHOWN * 64]))[:READERS_SHOWN]
+    shown = [_short(r) if shorten else r for r in distinct]
+    rest = len(readers) - sum(readers.count(r) for r in distinct) if len(readers) > len(distinct) else 0
+    return "; ".join(shown + ([f"and {rest:,} more"] if rest > 0 else [])) or "-"
+
+
 def _method_tables(method: MethodSummary):
     yield table(None, ["method", "style", "values", "instructions", "H2D/call (est.)"],
                 [[method.name, method.style, method.values, method.instructions,
@@ -44,7 +57,7 @@ def _method_tables(method: MethodSummary):
                     right=["id", "size", "tensors"])
     if method.constants:
         yield table("constants", ["v", "name", "dtype", "shape", "bytes", "read by", "verdict"],
-                    [[c.value, c.name, c.dtype, shape_text(c.shape), human_bytes(c.nbytes), "; ".join(_short(r) for r in c.readers) or "-",
+                    [[c.value, c.name, c.dtype, shape_text(c.shape), human_bytes(c.nbytes), _readers_cell(c.readers, True),
                       c.verdict] for c in method.constants], right=["v", "bytes"])
     if method.initial_data:
         yield table("planned with initial data", ["v", "name", "bytes", "buffer", "offset", "device", "from"],
@@ -52,11 +65,37 @@ def _method_tables(method: MethodSummary):
                      for i in method.initial_data], right=["v", "bytes", "buffer", "offset"])
 
 
-def render_text(summary: ProgramSummary) -> None:
+@record
+class InspectReport:
+    """What ``inspect`` shows beyond the summary: the data used, and what the runtime would make of the file."""
+
+    summary: ProgramSummary
+    ptd: Optional[str]
+    unknown_constants: int
+    load_refusal: Optional[str]
+    notes: tuple[str, ...]
+
+
+def _warnings(report: InspectReport) -> list[str]:
+    lines = [f"warning: {report.load_refusal}"] if report.load_refusal else []
+    return lines + [f"note: {note}" for note in report.notes]
+
+
+def _unknown_hint(report: InspectReport) -> str:
+    return (f"{report.unknown_constants} external constant(s) not judged: their data is in a .ptd that was not "
+            f"found; put {Path(report.summary.path).with_suffix('.ptd').name} next to it or pass --ptd FILE.ptd.")
+
+
+def render_text(report: InspectReport) -> None:
+    summary = report.summary
     console = stdout_console()
     console.print(f"[bold]{markup_safe(summary.path)}[/]: {human_bytes(summary.file_size)}, program "
                   f"{human_bytes(summary.program_size)}, schema version {summary.schema_version}, "
                   f"{len(summary.methods)} method(s)", soft_wrap=True)
+    if report.ptd:
+        console.print(printable(f"data: {report.ptd}"), markup=False, soft_wrap=True)
+    for line in _warnings(report):
+        console.print(printable(line), markup=False, soft_wrap=True)
     if summary.segments:
         console.print(table("segments", ["#", "holds", "offset", "size"],
                             [[s.index, s.role, s.offset, human_bytes(s.nbytes)] for s in summary.segments],
@@ -70,42 +109,57 @@ def render_text(summary: ProgramSummary) -> None:
         console.print(f"{summary.eligible_constants} constant(s) could move to device memory, saving "
                       f"{human_bytes(summary.eligible_bytes_per_call)} of host-to-device copies per call: "
                       "run [bold]pte-devconst rewrite[/].")
-    else:
+    elif not report.unknown_constants:
         console.print("No constant is copied to a device on every call.")
+    if report.unknown_constants:
+        console.print(printable(_unknown_hint(report)), markup=False)
 
 
-def render_markdown(summary: ProgramSummary) -> None:
+def render_markdown(report: InspectReport) -> None:
+    summary = report.summary
     out = [f"### `{Path(summary.path).name}`", "",
            f"{human_bytes(summary.file_size)}, {len(summary.methods)} method(s), "
            f"{summary.eligible_constants} constant(s) eligible for device memory "
-           f"({human_bytes(summary.eligible_bytes_per_call)} per call).", ""]
+           f"({human_bytes(summary.eligible_bytes_per_call)} per call)"
+           + (f", data `{report.ptd}`." if report.ptd else "."), ""]
+    out += [f"> {line}" for line in _warnings(report) + ([_unknown_hint(report)] if report.unknown_constants else [])]
+    if out[-1].startswith(">"):
+        out.append("")
     for method in summary.methods:
         out += [f"#### method `{method.name}` ({method.style} style, ~{human_bytes(method.h2d_bytes_per_call)} "
                 "host-to-device per call)", ""]
         if method.constants:
             out += [markdown_table(["value", "name", "dtype", "shape", "bytes", "read by", "verdict"],
                                    [[c.value, f"`{c.name}`", c.dtype, shape_text(c.shape), c.nbytes,
-                                     "; ".join(c.readers) or "-", c.verdict] for c in method.constants]), ""]
+                                     _readers_cell(c.readers, False), c.verdict] for c in method.constants]), ""]
     echo_lines(out)
 
 
 @command("inspect")
 def inspect_command(
     file: Path = typer.Argument(..., help="The .pte file.", show_default=False),
-    ptd: Optional[Path] = typer.Option(None, "--ptd", help="The .ptd data file of its external constants."),
+    ptd: Optional[Path] = typer.Option(None, "--ptd", help="The .ptd data file of its external constants "
+                                       "[default: NAME.ptd next to NAME.pte, if there]."),
     fmt: OutputFormat = FORMAT_OPTION,
     json_flag: bool = JSON_FLAG,
 ) -> None:
-    """Show methods, delegates, planned buffers, constants (and who reads them) and segments."""
+    """Show methods, delegates, planned buffers, constants (and who reads them) and segments.
+
+    External constants are judged with the .ptd given, else NAME.ptd next to NAME.pte; without either
+    they are shown as unknown.
+    """
     from pte_devconst.rewriter.inventory import summarize
     from pte_devconst.rewriter.load import analyze_opened, opened
 
     with opened(file, ptd) as (source, data):
-        summary = summarize(source, analyze_opened(source, data))
+        analysis = analyze_opened(source, data)
+        report = InspectReport(summarize(source, analysis), data.path if data else None, len(analysis.unknown),
+                               source.load_refusal, analysis.notes)
     fmt = resolve_format(fmt, json_flag)
     if fmt is OutputFormat.json:
-        emit_json("inspect", {"file": summary})
+        emit_json("inspect", {"file": report.summary, "ptd": report.ptd, "unknown_constants": report.unknown_constants,
+                              "load_refusal": report.load_refusal, "notes": list(report.notes)})
     elif fmt is OutputFormat.markdown:
-        render_markdown(summary)
+        render_markdown(report)
     else:
-        render_text(summary)
+        render_text(report)

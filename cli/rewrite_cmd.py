@@ -121,7 +121,8 @@ def render_markdown(result: RewriteResult) -> None:
 def rewrite_command(
     file: Path = typer.Argument(..., help="The .pte to rewrite (never modified unless --in-place).", show_default=False),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output file [default: NAME.devconst.pte]."),
-    ptd: Optional[Path] = typer.Option(None, "--ptd", help="The .ptd data file of its external constants."),
+    ptd: Optional[Path] = typer.Option(None, "--ptd", help="The .ptd data file of its external constants "
+                                       "[default: NAME.ptd next to NAME.pte, if there]."),
     device: Optional[list[str]] = typer.Option(None, "--device", help="Only move constants to this device "
                                                "(repeatable, e.g. cuda:0)."),
     min_bytes: int = typer.Option(0, "--min-bytes", min=0, help="Leave constants smaller than this in place."),

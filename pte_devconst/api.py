@@ -13,7 +13,6 @@ Errors are ``pte_devconst.schema.errors.PteDevconstError`` (one readable line).
 
 from __future__ import annotations
 
-import glob
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from pte_devconst.schema.errors import PteDevconstError
 from pte_devconst.schema.model import Device
 
 if TYPE_CHECKING:  # only for annotations: keep `import pte_devconst.api` light
+    from pte_devconst.rewriter.analysis import ConstantVerdict
     from pte_devconst.rewriter.diff import ProgramDiff
     from pte_devconst.rewriter.inventory import ProgramSummary
     from pte_devconst.rewriter.rewrite import RewriteResult
@@ -33,9 +33,6 @@ DeviceLike = Union[str, Device]
 
 __all__ = ["analyze", "rewrite", "diff", "check", "validate", "expand_paths", "parse_devices", "CheckReport",
            "FileCheck", "Finding"]
-
-_GLOB_CHARS = frozenset("*?[")
-
 
 def parse_devices(devices: Optional[Iterable[DeviceLike]], option: str = "devices") -> Optional[frozenset[Device]]:
     """``["cuda:0,cuda:1", Device(1, 1)]`` -> a frozenset of non-CPU devices; None stays None (every device)."""
@@ -55,7 +52,11 @@ def parse_devices(devices: Optional[Iterable[DeviceLike]], option: str = "device
 
 
 def analyze(pte: PathLike, ptd: Optional[PathLike] = None) -> "ProgramSummary":
-    """What ``inspect`` shows: methods, delegates, buffers, segments and every constant's verdict."""
+    """What ``inspect`` shows: methods, delegates, buffers, segments and every constant's verdict.
+
+    External constants are judged with ``ptd``, else ``NAME.ptd`` next to ``NAME.pte``; without data
+    a constant its readers would move has the verdict ``unknown: ...``.
+    """
     from pte_devconst.rewriter.inventory import summarize
     from pte_devconst.rewriter.load import analyze_opened, opened
 
@@ -69,7 +70,8 @@ def rewrite(pte: PathLike, output: Optional[PathLike] = None, *, ptd: Optional[P
     """Move every eligible constant into device memory with initial data (what ``rewrite`` does).
 
     Writes ``output`` (default ``<stem>.devconst.pte`` next to ``pte``) atomically and re-reads it
-    before returning; ``dry_run`` only plans.  ``result.changed`` says whether anything moved and
+    before returning; ``dry_run`` only plans.  External constants need ``ptd`` (default: ``NAME.ptd``
+    next to ``NAME.pte``).  ``result.changed`` says whether anything moved and
     ``result.plan`` holds every placement, removed instruction and left-in-place verdict.
     ``fsync=False`` skips waiting for the disk: the output is still replaced atomically, but is not
     safe against a power failure right after.
@@ -111,7 +113,8 @@ def validate(original: PathLike, rewritten: PathLike, **options: Any) -> "Valida
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """A constant that is still copied host-to-device on every call and could be moved."""
+    """A constant still copied host-to-device on every call that could move (or, in ``FileCheck.unknown``,
+    an external constant that could move if its .ptd showed matching data)."""
 
     file: str
     method: str
@@ -128,7 +131,7 @@ class Finding:
 
 @dataclass(frozen=True, slots=True)
 class FileCheck:
-    """One file's result: its findings, or the error that kept it from being read."""
+    """One file's result: its findings, the constants it could not judge, or the error that kept it from being read."""
 
     file: str
     ptd: Optional[str]
@@ -136,15 +139,19 @@ class FileCheck:
     findings: tuple[Finding, ...]
     error: Optional[str] = None
     note: Optional[str] = None  # e.g. why `rewrite` would refuse this program
+    unknown: tuple[Finding, ...] = ()  # external constants whose .ptd was not found or given
 
     @property
     def status(self) -> str:
-        """``ok``, ``findings`` or ``error``."""
-        return "error" if self.error else "findings" if self.findings else "ok"
+        """``ok``, ``findings``, ``unknown`` or ``error``."""
+        return "error" if self.error else "findings" if self.findings else "unknown" if self.unknown else "ok"
 
     @property
     def bytes_per_call(self) -> int:
         return sum(f.bytes_per_call for f in self.findings)
+
+
+EXIT_UNKNOWN = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,47 +164,26 @@ class CheckReport:
         return tuple(f for file in self.files for f in file.findings)
 
     @property
+    def unknown(self) -> tuple[Finding, ...]:
+        return tuple(f for file in self.files for f in file.unknown)
+
+    @property
     def errors(self) -> tuple[FileCheck, ...]:
         return tuple(file for file in self.files if file.error)
 
     @property
     def passed(self) -> bool:
-        return not self.findings and not self.errors
+        return self.exit_code == 0
 
     @property
     def exit_code(self) -> int:
-        """0 clean, 1 some file still copies an eligible constant per call, 2 some file could not be checked."""
-        return 2 if self.errors else 1 if self.findings else 0
+        """0 clean; 1 some file still copies an eligible constant per call; 2 some file could not be checked;
+        3 nothing else, but some external constant could not be judged because its .ptd is missing."""
+        return 2 if self.errors else 1 if self.findings else EXIT_UNKNOWN if self.unknown else 0
 
     @property
     def bytes_per_call(self) -> int:
         return sum(f.bytes_per_call for f in self.findings)
-
-
-def _expand(patterns: Iterable[PathLike]) -> list[Union[Path, str]]:
-    """Files (``Path``) and problems (``str``) in argument order; duplicates dropped."""
-    items: list[Union[Path, str]] = []
-    seen: set[Path] = set()
-    for pattern in patterns:
-        text = os.fspath(pattern)
-        path = Path(text)
-        if path.is_dir():
-            matches = sorted(p for p in path.rglob("*.pte") if p.is_file())
-            if not matches:
-                items.append(f"{text}: no .pte file in this directory")
-        elif path.exists() or not (_GLOB_CHARS & set(text)):
-            matches = [path]
-        else:
-            # A pattern's .ptd matches are the data files of its programs, not programs.
-            matches = sorted(Path(p) for p in glob.glob(text, recursive=True)
-                             if os.path.isfile(p) and not p.endswith(".ptd"))
-            if not matches:
-                items.append(f"{text}: no file matches this pattern")
-        for match in matches:
-            if match not in seen:
-                seen.add(match)
-                items.append(match)
-    return items
 
 
 def expand_paths(patterns: Iterable[PathLike]) -> tuple[list[Path], list[str]]:
@@ -205,39 +191,46 @@ def expand_paths(patterns: Iterable[PathLike]) -> tuple[list[Path], list[str]]:
 
     Returns ``(files, problems)``: a pattern that matches nothing is a problem, not an exception, so a
     caller can report every bad argument at once.  A name that exists is taken as it is, even with
-    glob characters in it.  Shells usually expand patterns first; this covers those that do not.
+    glob characters in it.  Links to folders are followed, each real folder entered once (so a
+    symlink loop ends), and each real file is listed once, under the first name found.  Shells
+    usually expand patterns first; this covers those that do not.
     """
-    items = _expand(patterns)
+    from pte_devconst.paths import expand
+
+    items = expand(patterns)
     return [i for i in items if isinstance(i, Path)], [i for i in items if isinstance(i, str)]
 
 
-def _ptd_for(pte: Path, given: Sequence[Path], single: bool) -> Optional[Path]:
-    """The .ptd of ``pte``: a given one with the same stem (or the only one, for a single file), else a sibling."""
-    for candidate in given:
-        if candidate.stem == pte.stem:
-            return candidate
-    if single and len(given) == 1:
-        return given[0]
-    sibling = pte.with_suffix(".ptd")
-    return sibling if sibling.is_file() else None
+def _finding(pte: Path, verdict: "ConstantVerdict", device: Device) -> Finding:
+    return Finding(str(pte), verdict.method, verdict.value, verdict.name, str(device), verdict.nbytes,
+                   verdict.copies_per_call)
 
 
 def _check_one(pte: Path, ptd: Optional[Path], min_bytes: int, devices: Optional[frozenset[Device]]) -> FileCheck:
     from pte_devconst.rewriter.load import analyze_opened, opened
 
-    with opened(pte, ptd) as (source, data):
+    with opened(pte, ptd, pair=False) as (source, data):
+        refusal = source.load_refusal
+        if refusal:
+            raise PteDevconstError(refusal, file=str(pte))
         analysis = analyze_opened(source, data)
-    findings = []
+    findings, unknown = [], []
     examined = 0
     for method in analysis.methods:
         examined += len(method.constants)
-        for verdict in method.eligible:
-            if verdict.nbytes < min_bytes or (devices is not None and verdict.device not in devices):
+        for verdict in method.constants:
+            device = verdict.device or verdict.pending_device
+            if device is None or verdict.nbytes < min_bytes or (devices is not None and device not in devices):
                 continue
-            findings.append(Finding(str(pte), method.name, verdict.value, verdict.name, str(verdict.device),
-                                    verdict.nbytes, verdict.copies_per_call))
-    note = f"rewrite would refuse this program: {analysis.refusal}" if analysis.refusal and findings else None
-    return FileCheck(str(pte), str(ptd) if ptd else None, examined, tuple(findings), None, note)
+            (findings if verdict.eligible else unknown).append(_finding(pte, verdict, device))
+    notes = list(analysis.notes)
+    if analysis.refusal and findings:
+        notes.append(f"rewrite would refuse this program: {analysis.refusal}")
+    if unknown:
+        notes.append(f"{len(unknown)} external constant(s) not judged: their data is in a .ptd; put "
+                     f"{pte.with_suffix('.ptd').name} next to it or pass --ptd FILE.ptd")
+    return FileCheck(str(pte), str(ptd) if ptd else None, examined, tuple(findings), None,
+                     "; ".join(notes) or None, tuple(unknown))
 
 
 def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[PathLike]]] = None,
@@ -245,28 +238,31 @@ def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[P
           progress: Optional[Callable[[int, int, str], None]] = None) -> CheckReport:
     """Which constants do these programs still copy to a device on every call? (what ``check`` does)
 
-    ``files`` may hold paths, glob patterns and directories.  ``ptd`` is a .ptd (or several,
-    matched to programs by file stem); without one, a ``<stem>.ptd`` next to a program is used.
-    Constants under ``min_bytes`` are ignored.  Never raises for a bad file: each unreadable file is a
-    ``FileCheck`` with ``error`` set, and ``report.exit_code`` is 2.  ``progress(done, total, name)``
-    is called after each file.
+    ``files`` may hold paths, glob patterns and directories; each real file is checked once.  Each
+    program is judged with its .ptd: a ``ptd`` entry paired with it by path (``a/m.ptd`` goes with
+    ``a/m.pte``; ``"PROGRAM.pte=DATA.ptd"`` pairs explicitly; a single entry goes with a single
+    program), else ``NAME.ptd`` next to ``NAME.pte``.  An external constant whose data is missing is
+    reported as unknown (``FileCheck.unknown``, exit code 3), never as clean.  Constants under
+    ``min_bytes`` are ignored.  Never raises for a bad file: each unreadable file (or one the
+    runtime's verifier would refuse) is a ``FileCheck`` with ``error`` set, and ``report.exit_code``
+    is 2.  ``progress(done, total, name)`` is called after each file.
     """
     if min_bytes < 0:
         raise PteDevconstError(f"min_bytes must be >= 0, got {min_bytes}")
     selected = parse_devices(devices)
-    given = [] if ptd is None else [Path(ptd)] if isinstance(ptd, (str, os.PathLike)) else [Path(p) for p in ptd]
-    items = _expand(files)
-    total = sum(isinstance(i, Path) for i in items)
+    from pte_devconst.paths import DataArgument, expand, pair_data
+
+    given = [] if ptd is None else [ptd] if isinstance(ptd, (str, os.PathLike)) else list(ptd)
+    items = expand(files)
+    programs = [i for i in items if isinstance(i, Path)]
+    pairs, problems = pair_data(programs, [DataArgument.parse(g) for g in given])
     results: list[FileCheck] = []
-    used: set[Path] = set()
     done = 0
     for item in items:
         if isinstance(item, str):
             results.append(FileCheck(item.rsplit(": ", 1)[0], None, 0, (), item))
             continue
-        data = _ptd_for(item, given, total == 1)
-        if data is not None:
-            used.add(data)
+        data = pairs.get(item)
         try:
             results.append(_check_one(item, data, min_bytes, selected))
         except PteDevconstError as error:
@@ -278,12 +274,10 @@ def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[P
                                      f"{item}: {error.strerror or error}"))
         done += 1
         if progress is not None:
-            progress(done, total, str(item))
-    for unused in given:
-        if unused not in used:
-            results.append(FileCheck(str(unused), str(unused), 0, (),
-                                     f"{unused}: --ptd matches no program (name it like the .pte: NAME.ptd)"))
+            progress(done, len(programs), str(item))
+    for problem in problems:
+        name = problem.split(": --ptd", 1)[0]
+        results.append(FileCheck(name, name, 0, (), problem))
     if not results:
         results.append(FileCheck("", None, 0, (), "no files given"))
     return CheckReport(tuple(results), min_bytes)
-

@@ -9,16 +9,29 @@ DelegateCall of a delegate whose ``target_device`` is D, or an
 ``et_copy::_h2d_copy.out`` kernel whose output is read only by DelegateCalls
 of delegates on D (nothing else: no other kernel, method output, MoveCall,
 FreeCall or JumpFalseCall).  D is never the CPU, and delegates without a
-``target_device`` compile spec run on the CPU.
+``target_device`` compile spec run on the CPU.  An external constant whose
+.ptd was not given gets no verdict either way: it is *unknown* (it would be
+eligible for D if its data matched).
+
+Methods are told apart by their index in ``execution_plan``, never by name:
+two plans may share a name (ExecuTorch then always loads the first).
+
+Cost: every step is linear in the number of values, instructions and reads
+(a read: one instruction argument, list item or method output), and is
+charged to a work budget proportional to them (``WorkBudget``), as the reader
+charges its own, so an adversarial shape fails with a clear error instead of
+running away.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+import itertools
 from dataclasses import field
-from typing import Callable, Mapping, Optional
+from typing import Iterable, Mapping, Optional
 
 from pte_devconst.schema import model as m
+from pte_devconst.schema.errors import UnsupportedProgramError
 from pte_devconst.schema.gc_pause import gc_paused
 from pte_devconst.schema.model import CPU, Device
 from pte_devconst.schema.record import record
@@ -26,6 +39,36 @@ from pte_devconst.schema.record import record
 H2D_COPY = "et_copy::_h2d_copy.out"
 D2H_COPY = "et_copy::_d2h_copy.out"
 TARGET_DEVICE_KEY = "target_device"
+NO_PTD = "external (data in a .ptd) but no .ptd given; pass --ptd"
+# The codegen'd kernel of an out variant takes exactly its schema arguments plus one return slot
+# (executorch/codegen/gen.py: "Expected %zu args"): self, out, return.
+H2D_ARGS = 3
+# Details kept per distinct reason; the rest are counted ("and N more").
+DETAILS_PER_REASON = 3
+# Steps of analysis allowed per value, instruction and read of a method.
+WORK_PER_ITEM = 16
+
+
+class WorkBudget:
+    """Counts the steps of one method's analysis and fails past a limit proportional to its size."""
+
+    __slots__ = ("left", "limit", "method")
+
+    def __init__(self, method: str, items: int) -> None:
+        self.method = method
+        self.limit = WORK_PER_ITEM * items + 4096
+        self.left = self.limit
+
+    def spend(self, steps: int = 1) -> None:
+        self.left -= steps
+        if self.left < 0:
+            raise UnsupportedProgramError(
+                f"method {_printable(self.method)}: analysis needed more than {self.limit:,} steps, "
+                f"{WORK_PER_ITEM} per value, instruction and read; refusing a program shaped to run it away")
+
+
+def _printable(name: str) -> str:
+    return name if name.isprintable() else repr(name)
 
 
 @record
@@ -34,12 +77,21 @@ class Reader:
 
     kind: str  # KernelCall, DelegateCall, MoveCall, JumpFalseCall, FreeCall, TensorList, output
     chain: int
-    instruction: int  # index in the chain; -1 for a method output
+    instruction: int  # index in the chain; -1 for a method output or a list item
     arg_pos: int
     name: str = ""  # kernel key or backend id
     delegate_index: int = -1
     device: Optional[Device] = None  # the delegate's target device
     device_error: Optional[str] = None  # the delegate's target_device spec did not parse (so: host)
+
+    @property
+    def step(self) -> tuple[int, int]:
+        return self.chain, self.instruction
+
+    @property
+    def on_device(self) -> bool:
+        """A DelegateCall of a delegate on a non-CPU device."""
+        return self.kind == "DelegateCall" and self.device is not None and not self.device.is_cpu
 
 
 @record
@@ -65,7 +117,7 @@ class DelegateArg:
 
 @record
 class ConstantVerdict:
-    method: str
+    method: str  # the method's name, with its plan index when another plan has the same name
     value: int
     tensor: m.Tensor
     readers: tuple[Reader, ...]
@@ -74,15 +126,31 @@ class ConstantVerdict:
     details: tuple[str, ...]  # the same with instruction numbers, for --verbose and JSON
     copies: tuple[DeviceCopy, ...] = ()
     delegate_args: tuple[DelegateArg, ...] = ()
+    plan_index: int = 0
+    pending_device: Optional[Device] = None  # unknown: the device it would move to once its .ptd is given
 
     @property
     def eligible(self) -> bool:
         return self.device is not None
 
     @property
+    def unknown(self) -> bool:
+        """External, its .ptd not given, and eligible for ``pending_device`` as far as its readers tell."""
+        return self.pending_device is not None
+
+    @property
+    def status(self) -> str:
+        """``eligible``, ``unknown`` or ``not eligible``."""
+        return "eligible" if self.eligible else "unknown" if self.unknown else "not eligible"
+
+    @property
     def verdict(self) -> str:
-        """``eligible:cuda:0`` or ``not eligible: <reason>; <reason>``."""
-        return f"eligible:{self.device}" if self.device is not None else "not eligible: " + "; ".join(self.reasons)
+        """``eligible:cuda:0``, ``unknown: <why>`` or ``not eligible: <reason>; <reason>``."""
+        if self.device is not None:
+            return f"eligible:{self.device}"
+        if self.pending_device is not None:
+            return f"unknown: no .ptd given (pass --ptd); would move to {self.pending_device}"
+        return "not eligible: " + "; ".join(self.reasons)
 
     @property
     def nbytes(self) -> int:
@@ -97,7 +165,7 @@ class ConstantVerdict:
         """Host-to-device copies of this constant per call: one per copy kernel, or per delegate call (legacy)."""
         if self.copies:
             return len(self.copies)
-        return sum(1 for r in self.readers if r.kind == "DelegateCall" and r.device is not None and not r.device.is_cpu)
+        return sum(1 for r in self.readers if r.on_device)
 
 
 @record
@@ -117,10 +185,15 @@ class MethodAnalysis:
     delegates: tuple[DelegateInfo, ...]
     h2d_bytes_per_call: int  # estimate: copy kernels plus host tensors handed to device delegates
     style: str  # "copy" (h2d copy kernels), "legacy" (device delegates, no copies) or "cpu" (no device delegate)
+    label: str = ""  # the name, with the plan index when another plan has the same name
 
     @property
     def eligible(self) -> tuple[ConstantVerdict, ...]:
         return tuple(c for c in self.constants if c.eligible)
+
+    @property
+    def unknown(self) -> tuple[ConstantVerdict, ...]:
+        return tuple(c for c in self.constants if c.unknown)
 
 
 @record
@@ -134,16 +207,27 @@ class ExternalData:
 class Analysis:
     methods: tuple[MethodAnalysis, ...]
     refusal: Optional[str]  # why this program cannot be rewritten at all, if so
+    notes: tuple[str, ...] = ()  # facts a reader of the report should know (e.g. two methods with one name)
 
     @property
     def eligible(self) -> tuple[ConstantVerdict, ...]:
         return tuple(c for method in self.methods for c in method.eligible)
 
-    def method(self, name: str) -> MethodAnalysis:
+    @property
+    def unknown(self) -> tuple[ConstantVerdict, ...]:
+        return tuple(c for method in self.methods for c in method.unknown)
+
+    def method(self, key: int | str) -> MethodAnalysis:
+        """The method at plan index ``key``, or the first whose label (else name) is ``key``."""
+        if isinstance(key, int):
+            return self.methods[key]
         for method in self.methods:
-            if method.name == name:
+            if method.label == key:
                 return method
-        raise KeyError(name)
+        for method in self.methods:
+            if method.name == key:
+                return method
+        raise KeyError(key)
 
 
 def delegate_device(delegate: m.BackendDelegate) -> tuple[Device, Optional[str]]:
@@ -161,6 +245,17 @@ def _operator_names(plan: m.ExecutionPlan) -> list[str]:
     return [op.qualified_name for op in plan.operators or ()]
 
 
+def buffer_devices(plan: m.ExecutionPlan) -> dict[int, Device]:
+    """Planned buffer (memory_id) -> its device, for the buffers ``non_const_buffer_device`` lists (first wins).
+
+    One dictionary instead of ``ExecutionPlan.buffer_device`` per lookup, which scans the list.
+    """
+    devices: dict[int, Device] = {}
+    for entry in plan.non_const_buffer_device or ():
+        devices.setdefault(entry.buffer_idx, Device(entry.device_type, entry.device_index))
+    return devices
+
+
 def collect_readers(plan: m.ExecutionPlan, delegates: Mapping[int, DelegateInfo]) -> dict[int, list[Reader]]:
     """Every use of every value, in instruction order; list membership counts as a use by the list."""
     readers: dict[int, list[Reader]] = defaultdict(list)
@@ -176,7 +271,7 @@ def collect_readers(plan: m.ExecutionPlan, delegates: Mapping[int, DelegateInfo]
                 info = delegates[ins.delegate_index]
                 for pos, arg in enumerate(ins.args or ()):
                     readers[arg].append(Reader("DelegateCall", c, k, pos, info.backend_id, ins.delegate_index,
-                                                   info.device, info.device_error))
+                                               info.device, info.device_error))
             elif isinstance(ins, m.MoveCall):
                 readers[ins.move_from].append(Reader("MoveCall", c, k, 0))
                 readers[ins.move_to].append(Reader("MoveCall", c, k, 1))
@@ -211,88 +306,198 @@ def _host_reason(reader: Reader) -> tuple[str, str]:
     return f"used by a {reader.kind}", f"used by a {reader.kind} at instruction {reader.instruction}"
 
 
-def _judge(method: str, index: int, tensor: m.Tensor, plan: m.ExecutionPlan, all_readers: Mapping[int, list[Reader]],
-           external: Optional[ExternalData], host_placement: bool) -> ConstantVerdict:
-    readers = all_readers.get(index, [])
-    reasons: list[str] = []
-    details: list[str] = []
-    devices: list[Device] = []
+class _Reasons:
+    """Why a constant stays: distinct short reasons in order, and at most a few details of each."""
+
+    __slots__ = ("counts", "details")
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.details: list[str] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.counts)
+
+    def add(self, short: str, detail: str, count: int = 1) -> None:
+        """``count`` occurrences of ``short``; ``detail`` describes the first of them."""
+        seen = self.counts.get(short, 0)
+        if seen < DETAILS_PER_REASON:
+            self.details.append(detail)
+        self.counts[short] = seen + count
+
+    def result(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        extra = [f"and {n - DETAILS_PER_REASON:,} more: {short}" for short, n in self.counts.items()
+                 if n > DETAILS_PER_REASON]
+        return tuple(self.counts), tuple(self.details + extra)
+
+
+@record
+class _Uses:
+    """The readers of one value split by what the copy rule needs, built once per value (``_MethodContext.uses``).
+
+    ``kinds`` holds, per distinct short reason of the non-device readers, how many there are and the
+    first few of them: enough to explain why a copy cannot go without scanning every reader again.
+    """
+
+    on_device: tuple[Reader, ...]
+    kinds: tuple[tuple[str, int, tuple[Reader, ...]], ...]
+
+
+class _MethodContext:
+    """What judging one method's constants shares: its readers, and per-value summaries built on demand."""
+
+    def __init__(self, name: str, plan_index: int, plan: m.ExecutionPlan, readers: Mapping[int, list[Reader]],
+                 external: Optional[ExternalData], host_placement: bool, budget: WorkBudget) -> None:
+        self.name = name
+        self.plan_index = plan_index
+        self.plan = plan
+        self.readers = readers
+        self.external = external
+        self.host_placement = host_placement
+        self.budget = budget
+        self._uses: dict[int, _Uses] = {}
+
+    def uses(self, value: int) -> _Uses:
+        found = self._uses.get(value)
+        if found is None:
+            readers = self.readers.get(value, ())
+            self.budget.spend(len(readers) + 1)
+            kinds: dict[str, tuple[int, list[Reader]]] = {}
+            on_device = []
+            for reader in readers:
+                if reader.on_device:
+                    on_device.append(reader)
+                    continue
+                short = _host_reason(reader)[0]
+                count, sample = kinds.get(short, (0, []))
+                if len(sample) <= H2D_ARGS:  # one more than a copy's own slots: always one that is not its own
+                    sample.append(reader)
+                kinds[short] = (count + 1, sample)
+            found = _Uses(tuple(on_device), tuple((short, n, tuple(sample)) for short, (n, sample) in kinds.items()))
+            self._uses[value] = found
+        return found
+
+
+def _judge(ctx: _MethodContext, index: int, tensor: m.Tensor) -> ConstantVerdict:
+    readers = ctx.readers.get(index, [])
+    ctx.budget.spend(len(readers) + 1)
+    reasons = _Reasons()
+    devices: set[Device] = set()
     copies: list[DeviceCopy] = []
     args: list[DelegateArg] = []
 
-    def refuse(short: str, detail: str) -> None:
-        if short not in reasons:
-            reasons.append(short)
-        details.append(detail)
-
-    if tensor.is_external:
-        problem = _external_problem(tensor, external)
+    data_missing = tensor.is_external and ctx.external is None
+    if tensor.is_external and not data_missing:
+        problem = _external_problem(tensor, ctx.external)
         if problem:
-            refuse(problem, problem)
+            reasons.add(problem, problem)
     for reader in readers:
-        if reader.kind == "DelegateCall" and reader.device is not None and not reader.device.is_cpu:
-            devices.append(reader.device)
+        if reader.on_device:
+            devices.add(reader.device)  # type: ignore[arg-type]
             args.append(DelegateArg(reader.chain, reader.instruction, reader.arg_pos, index))
         elif reader.kind == "KernelCall" and reader.name == H2D_COPY and reader.arg_pos == 0:
-            _follow_copy(index, reader, plan, all_readers, devices, copies, args, refuse)
-        elif host_placement and reader.kind in ("KernelCall", "DelegateCall"):
-            devices.append(CPU)
+            _follow_copy(ctx, index, reader, reasons, devices, copies, args)
+        elif ctx.host_placement and reader.kind in ("KernelCall", "DelegateCall"):
+            devices.add(CPU)
         else:
-            refuse(*_host_reason(reader))
+            reasons.add(*_host_reason(reader))
     if not readers:
-        refuse("no readers", "no instruction reads it")
-    distinct = sorted(set(devices))
-    if not reasons and len(distinct) > 1:
-        text = f"read by delegates on different devices ({', '.join(str(d) for d in distinct)})"
-        refuse(text, text)
-    device = distinct[0] if not reasons and distinct else None
-    return ConstantVerdict(method, index, tensor, tuple(readers), device, tuple(reasons), tuple(details),
-                           tuple(copies) if device else (), tuple(args) if device else ())
+        reasons.add("no readers", "no instruction reads it")
+    if not reasons and len(devices) > 1:
+        text = f"read by delegates on different devices ({', '.join(str(d) for d in sorted(devices))})"
+        reasons.add(text, text)
+    device = min(devices) if not reasons and devices else None
+    pending = None
+    if device is not None and data_missing:
+        device, pending = None, device
+        reasons.add(NO_PTD, f"{NO_PTD}: its key {tensor.fqn!r} is looked up in the .ptd at load")
+    short, details = reasons.result()
+    keep = device is not None or pending is not None
+    return ConstantVerdict(ctx.name, index, tensor, tuple(readers), device, short, details,
+                           tuple(copies) if keep else (), tuple(args) if keep else (), ctx.plan_index, pending)
 
 
-def _follow_copy(index: int, copy: Reader, plan: m.ExecutionPlan, all_readers: Mapping[int, list[Reader]],
-                 devices: list[Device], copies: list[DeviceCopy], args: list[DelegateArg],
-                 refuse: Callable[[str, str], None]) -> None:
-    """One h2d copy of the constant: its output must be read by delegates on one device and nothing else."""
-    kernel = (plan.chains or ())[copy.chain].instructions[copy.instruction]
-    kernel_args = kernel.args or ()
-    dst = kernel_args[1] if len(kernel_args) >= 2 else index
-    if dst == index:
-        refuse("copied by a malformed _h2d_copy", f"_h2d_copy at instruction {copy.instruction} has no output")
+def _follow_copy(ctx: _MethodContext, index: int, copy: Reader, reasons: _Reasons, devices: set[Device],
+                 copies: list[DeviceCopy], args: list[DelegateArg]) -> None:
+    """One h2d copy of the constant: it may go only if delegates on one device are all that read what it writes.
+
+    The kernel writes its ``out`` argument; codegen'd out variants never write the return slot (the
+    wrapper in executorch/codegen/gen.py leaves it alone), so a return slot naming another value that
+    anything reads is refused rather than guessed at.
+    """
+    kernel = (ctx.plan.chains or ())[copy.chain].instructions[copy.instruction]
+    kernel_args = tuple(kernel.args or ())
+    where = f"_h2d_copy at instruction {copy.instruction}"
+    if len(kernel_args) != H2D_ARGS or kernel_args[1] == index:
+        reasons.add("copied by a malformed _h2d_copy",
+                    f"{where} has arguments {list(kernel_args)}; the kernel takes (self, out, return) and the "
+                    "runtime refuses any other count")
         return
-    feeds: list[Device] = []
-    fed: list[DelegateArg] = []
-    clean = True
-    for use in all_readers.get(dst, ()):
-        if use.chain == copy.chain and use.instruction == copy.instruction:
-            continue  # the copy's own out and return slots
-        if use.kind == "DelegateCall" and use.device is not None and not use.device.is_cpu:
-            feeds.append(use.device)
-            fed.append(DelegateArg(use.chain, use.instruction, use.arg_pos, dst))
-        else:
-            short, detail = _host_reason(use)
-            refuse(f"its device copy is also {short}", f"its device copy (value {dst}) is also {detail}")
-            clean = False
+    dst, ret = kernel_args[1], kernel_args[2]
+    clean = _only_read_by_this_copy(ctx, dst, copy, kernel_args, reasons, delegates_allowed=True,
+                                    short="its device copy is also {kind}",
+                                    detail=f"its device copy (value {dst}) is also {{detail}}")
+    if ret != dst:
+        clean &= _only_read_by_this_copy(ctx, ret, copy, kernel_args, reasons, delegates_allowed=False,
+                                         short="its _h2d_copy returns into another value that is read",
+                                         detail=f"{where} returns into value {ret}, not its out value {dst} (the "
+                                         f"kernel never writes that slot), and value {ret} is also {{detail}}")
     if not clean:
         return
-    if not feeds:
-        refuse("its device copy has no readers", f"its device copy (value {dst}) has no readers")
+    uses = ctx.uses(dst)
+    if not uses.on_device:
+        reasons.add("its device copy has no readers", f"its device copy (value {dst}) has no readers")
         return
-    devices.extend(feeds)
-    args.extend(fed)
-    dst_value = (plan.values or ())[dst]
-    dst_device = dst_value.device if isinstance(dst_value, m.Tensor) else CPU
-    copies.append(DeviceCopy(copy.chain, copy.instruction, index, dst, feeds[0] if dst_device.is_cpu else dst_device))
+    ctx.budget.spend(len(uses.on_device))
+    devices.update(use.device for use in uses.on_device)  # type: ignore[misc]
+    args.extend(DelegateArg(use.chain, use.instruction, use.arg_pos, dst) for use in uses.on_device)
+    value = (ctx.plan.values or ())[dst]
+    dst_device = value.device if isinstance(value, m.Tensor) else CPU
+    copies.append(DeviceCopy(copy.chain, copy.instruction, index, dst,
+                             uses.on_device[0].device if dst_device.is_cpu else dst_device))  # type: ignore[arg-type]
+
+
+def _only_read_by_this_copy(ctx: _MethodContext, value: int, copy: Reader, kernel_args: tuple[int, ...],
+                            reasons: _Reasons, *, delegates_allowed: bool, short: str, detail: str) -> bool:
+    """Whether nothing but this copy's own slots (and device delegates, if allowed) uses ``value``; else say what.
+
+    Constant work per call: the copy's own slots (at most three, all of one kind) are subtracted from
+    the per-value counts, and each kind's sample always holds a reader that is not one of them.
+    """
+    uses = ctx.uses(value)
+    own = kernel_args.count(value)
+    own_kind = _host_reason(copy)[0]
+    kinds: Iterable[tuple[str, int, tuple[Reader, ...]]] = uses.kinds
+    if not delegates_allowed and uses.on_device:
+        first = uses.on_device[0]
+        kinds = itertools.chain([(f"read by delegate {first.name} on {first.device}", len(uses.on_device), uses.on_device[:1])],
+                      kinds)
+    named = 0
+    for kind, count, sample in kinds:
+        others = count - (own if kind == own_kind else 0)
+        if others <= 0:
+            continue
+        first = next(r for r in sample if r.step != copy.step)
+        first_detail = (_host_reason(first)[1] if not first.on_device
+                        else f"read by delegate {first.name} on {first.device} at instruction {first.instruction}")
+        reasons.add(short.format(kind=kind), detail.format(detail=first_detail)
+                    + (f" (and {others - 1:,} more uses like it)" if others > 1 else ""))
+        named += 1
+        if named == DETAILS_PER_REASON:
+            break
+    return named == 0
 
 
 def _external_problem(tensor: m.Tensor, external: Optional[ExternalData]) -> Optional[str]:
     if external is None:
-        return "external (data in a .ptd) but no .ptd given"
+        return NO_PTD
     key = tensor.fqn or ""
     if key not in external.layouts:
         return f"external key {key!r} is not in the .ptd"
     layout = external.layouts[key]
-    if layout is not None and layout != (tensor.scalar_type, tuple(tensor.sizes or ()), tuple(tensor.dim_order or ())):
+    if layout is None:  # Method::parse_external_constants calls get_tensor_layout, which needs one
+        return f"the .ptd entry of {key!r} has no tensor layout (the runtime needs one to load it)"
+    if layout != (tensor.scalar_type, tuple(tensor.sizes or ()), tuple(tensor.dim_order or ())):
         return f"the .ptd layout of {key!r} does not match the tensor"
     return None
 
@@ -310,35 +515,22 @@ def _delegate_infos(plan: m.ExecutionPlan) -> dict[int, DelegateInfo]:
     return infos
 
 
-def _lives_on_host(plan: m.ExecutionPlan, value: m.EValue) -> bool:
-    if not isinstance(value, m.Tensor):
-        return False
-    if value.allocation_info is None:
-        return True  # constants and runtime-provided inputs are host memory
-    return plan.buffer_device(value.allocation_info.memory_id).is_cpu
+NEVER = (1 << 62, 1 << 62)  # a step after every instruction
+Span = tuple[tuple[int, int], tuple[int, int], bool]  # first use, last use, read outside instructions too
 
 
-def _first_uses(plan: m.ExecutionPlan, readers: Mapping[int, list[Reader]]
-                ) -> tuple[dict[int, tuple[int, int]], dict[tuple[int, int, int], tuple[int, int]]]:
-    """Earliest (chain, instruction) use of each value, and of each planned region (memory_id, offset, nbytes)."""
-    by_value: dict[int, tuple[int, int]] = {}
-    by_region: dict[tuple[int, int, int], tuple[int, int]] = {}
-    values = plan.values or ()
+def _spans(readers: Mapping[int, list[Reader]], budget: WorkBudget) -> dict[int, Span]:
+    """Per value: the first and last instruction that use it, and whether a method output or a list does."""
+    spans = {}
     for index, uses in readers.items():
+        budget.spend(len(uses))
         steps = [(r.chain, r.instruction) for r in uses if r.instruction >= 0]
-        if not steps:
-            continue
-        first = min(steps)
-        by_value[index] = first
-        value = values[index] if 0 <= index < len(values) else None
-        if isinstance(value, m.Tensor) and value.allocation_info is not None:
-            key = (value.allocation_info.memory_id, value.allocation_info.memory_offset, value.nbytes)
-            by_region[key] = min(first, by_region.get(key, first))
-    return by_value, by_region
+        spans[index] = (min(steps), max(steps), len(steps) < len(uses)) if steps else (NEVER, (-1, -1), True)
+    return spans
 
 
 def estimate_h2d_bytes_per_call(plan: m.ExecutionPlan, delegates: Mapping[int, DelegateInfo],
-                                readers: Mapping[int, list[Reader]]) -> int:
+                                readers: Mapping[int, list[Reader]], budget: Optional[WorkBudget] = None) -> int:
     """Host-to-device bytes one call moves: ``_h2d_copy`` sources plus host tensors given to device delegates.
 
     A delegate's arguments are its inputs followed by its outputs, and the
@@ -351,28 +543,41 @@ def estimate_h2d_bytes_per_call(plan: m.ExecutionPlan, delegates: Mapping[int, D
     shapes are their upper bounds.  ``tests/test_estimate_vs_runner.py`` holds
     this equal to the runner's measured copies.
     """
+    budget = budget or WorkBudget(plan.name or "", sum(map(len, readers.values())) + len(plan.values or ()))
     values = plan.values or ()
     inputs = set(plan.inputs or ())
     ops = _operator_names(plan)
-    first_use, first_region_use = _first_uses(plan, readers)
+    on_device = buffer_devices(plan)
+    spans = _spans(readers, budget)
+    first_region_use: dict[tuple[int, int, int], tuple[int, int]] = {}
+    for index, (first, _, _) in spans.items():
+        value = values[index] if 0 <= index < len(values) else None
+        if isinstance(value, m.Tensor) and value.allocation_info is not None and first != NEVER:
+            key = (value.allocation_info.memory_id, value.allocation_info.memory_offset, value.nbytes)
+            first_region_use[key] = min(first, first_region_use.get(key, first))
     total = 0
     for c, chain in enumerate(plan.chains or ()):
         for k, ins in enumerate(chain.instructions or ()):
+            budget.spend()
             if isinstance(ins, m.KernelCall) and ops[ins.op_index] == H2D_COPY and ins.args:
                 src = values[ins.args[0]]
                 total += src.nbytes if isinstance(src, m.Tensor) else 0
             elif isinstance(ins, m.DelegateCall) and not delegates[ins.delegate_index].device.is_cpu:
+                here = (c, k)
                 for arg in dict.fromkeys(ins.args or ()):
+                    budget.spend()
                     value = values[arg]
-                    if not _lives_on_host(plan, value):
+                    if not isinstance(value, m.Tensor):
                         continue
                     alloc = value.allocation_info
+                    if alloc is not None and not on_device.get(alloc.memory_id, CPU).is_cpu:
+                        continue  # already in device memory
+                    first, last, outside = spans[arg]
                     region = None if alloc is None else (alloc.memory_id, alloc.memory_offset, value.nbytes)
-                    later = any((r.chain, r.instruction) > (c, k) or r.instruction < 0 for r in readers.get(arg, ()))
+                    later = outside or last > here
                     defined = (arg in inputs or value.data_buffer_idx > 0 or value.is_external
-                               or first_use.get(arg, (c, k)) < (c, k)
-                               or (region is not None and not later
-                                   and first_region_use.get(region, (c, k)) < (c, k)))
+                               or first < here
+                               or (region is not None and not later and first_region_use.get(region, here) < here))
                     if defined:
                         total += value.nbytes
     return total
@@ -386,7 +591,7 @@ def _shares_mutable_buffers(program: m.Program) -> bool:
     signatures = set()
     for plan in plans:
         sizes = plan.non_const_buffer_sizes or ()
-        if len(sizes) != 3 or not plan.buffer_device(2).is_cpu:
+        if len(sizes) != 3 or not buffer_devices(plan).get(2, CPU).is_cpu:
             return False
         shared = frozenset((v.allocation_info.memory_offset, v.scalar_type, v.sizes) for v in plan.values or ()
                            if isinstance(v, m.Tensor) and v.allocation_info is not None and v.allocation_info.memory_id == 2)
@@ -394,6 +599,26 @@ def _shares_mutable_buffers(program: m.Program) -> bool:
             return False
         signatures.add((sizes[2], shared))
     return len(signatures) == 1
+
+
+def method_labels(program: m.Program) -> tuple[list[str], tuple[str, ...]]:
+    """(a label per plan, notes): the name, or ``name (plan i)`` where several plans share it.
+
+    ExecuTorch finds a method by name and takes the first plan with it (``get_execution_plan`` in
+    runtime/executor/program.cpp), so a later plan of the same name can never be loaded.
+    """
+    names = [plan.name or f"plan{i}" for i, plan in enumerate(program.execution_plan or ())]
+    plans_of: dict[str, list[int]] = defaultdict(list)
+    for i, name in enumerate(names):
+        plans_of[name].append(i)
+    labels = [f"{name} (plan {i})" if len(plans_of[name]) > 1 else name for i, name in enumerate(names)]
+    notes = []
+    for name, plans in plans_of.items():
+        if len(plans) > 1:
+            shown = ", ".join(map(str, plans[:8])) + (", ..." if len(plans) > 8 else "")
+            notes.append(f"{len(plans)} methods are named {name!r} (plans {shown}); ExecuTorch finds "
+                         f"methods by name and always loads plan {plans[0]}, so the others cannot be run")
+    return labels, tuple(notes)
 
 
 @gc_paused
@@ -406,12 +631,16 @@ def analyze_program(program: m.Program, external: Optional[ExternalData] = None,
     eligible for planned CPU memory instead.
     """
     methods = []
+    labels, notes = method_labels(program)
     for plan_index, plan in enumerate(program.execution_plan or ()):
-        name = plan.name or f"plan{plan_index}"
+        label = labels[plan_index]
         delegates = _delegate_infos(plan)
         readers = collect_readers(plan, delegates)
+        instructions = sum(len(chain.instructions or ()) for chain in plan.chains or ())
+        budget = WorkBudget(label, len(plan.values or ()) + instructions + sum(map(len, readers.values())))
+        ctx = _MethodContext(label, plan_index, plan, readers, external, host_placement, budget)
         constants = tuple(
-            _judge(name, index, value, plan, readers, external, host_placement)
+            _judge(ctx, index, value)
             for index, value in enumerate(plan.values or ())
             if isinstance(value, m.Tensor) and value.is_constant
         )
@@ -420,12 +649,16 @@ def analyze_program(program: m.Program, external: Optional[ExternalData] = None,
                          for chain in plan.chains or () for ins in chain.instructions or ())
         on_device = any(not d.device.is_cpu for d in delegates.values())
         style = "copy" if has_copies else "legacy" if on_device else "cpu"
-        methods.append(MethodAnalysis(name, plan_index, constants, tuple(delegates.values()),
-                                      estimate_h2d_bytes_per_call(plan, delegates, readers), style))
+        methods.append(MethodAnalysis(plan.name or f"plan{plan_index}", plan_index, constants,
+                                      tuple(delegates.values()),
+                                      estimate_h2d_bytes_per_call(plan, delegates, readers, budget), style, label))
     refusal = None
     if _shares_mutable_buffers(program):
         refusal = ("the methods share one mutable buffer arena (share_mutable_buffers); the runtime cannot give "
                    "each method its own device copy there")
     elif len(program.mutable_data_segments or ()) > 1:
         refusal = f"the program has {len(program.mutable_data_segments)} mutable data segment lists; the runtime reads only one"
-    return Analysis(tuple(methods), refusal)
+    elif program.mutable_data_segments and program.mutable_data_segments[0].segment_index >= len(program.segments or ()):
+        refusal = (f"its initial-data list names segment {program.mutable_data_segments[0].segment_index}, which does "
+                   "not exist (harmless while no tensor has initial data; new initial data could not be added)")
+    return Analysis(tuple(methods), refusal, notes)

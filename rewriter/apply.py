@@ -13,9 +13,11 @@ from dataclasses import replace
 from typing import Optional
 
 from pte_devconst.schema import model as m
+from pte_devconst.schema.errors import UnsupportedProgramError
 from pte_devconst.schema.header import TENSOR_ALIGNMENT, align_up
 from pte_devconst.schema.pte_file import PteFile, Span, unchanged_segments
 from pte_devconst.schema.pte_writer import SegmentContent
+from pte_devconst.schema.validate import count_tables, verifier_refusal
 
 from .plan import MethodEdit, Placement, RewritePlan
 
@@ -33,12 +35,13 @@ def _moved_tensor(tensor: m.Tensor, placement: Placement) -> m.Tensor:
     )
 
 
-def _remap_jump(destination: int, mapping: tuple[Optional[int], ...], new_length: int) -> int:
-    """A jump to a removed instruction lands on the next instruction that survives."""
-    for old in range(destination, len(mapping)):
-        if mapping[old] is not None:
-            return mapping[old]  # type: ignore[return-value]
-    return new_length
+def _next_survivors(mapping: tuple[Optional[int], ...], new_length: int) -> list[int]:
+    """For each old index (and one past the end), where a jump to it lands: the next instruction that survives."""
+    landing = [new_length] * (len(mapping) + 1)
+    for old in range(len(mapping) - 1, -1, -1):
+        new = mapping[old]
+        landing[old] = new if new is not None else landing[old + 1]
+    return landing
 
 
 def _edit_chain(chain: m.Chain, chain_index: int, edit: MethodEdit, rewired: dict[tuple[int, int], dict[int, int]]
@@ -46,6 +49,7 @@ def _edit_chain(chain: m.Chain, chain_index: int, edit: MethodEdit, rewired: dic
     mapping = edit.instruction_maps[chain_index]
     instructions = chain.instructions or ()
     new_length = sum(1 for new in mapping if new is not None)
+    landing = _next_survivors(mapping, new_length)
     out: list[m.Instruction] = []
     for k, ins in enumerate(instructions):
         if mapping[k] is None:
@@ -56,7 +60,8 @@ def _edit_chain(chain: m.Chain, chain_index: int, edit: MethodEdit, rewired: dic
                 args[pos] = value
             ins = replace(ins, args=tuple(args))
         elif isinstance(ins, m.JumpFalseCall):
-            ins = replace(ins, destination_instruction=_remap_jump(ins.destination_instruction, mapping, new_length))
+            # A jump to a removed instruction lands on the next instruction that survives.
+            ins = replace(ins, destination_instruction=landing[min(ins.destination_instruction, len(mapping))])
         out.append(ins)
     stacktrace = chain.stacktrace
     if stacktrace is not None:
@@ -132,7 +137,11 @@ def _rebuild_constants(source: PteFile, plan: RewritePlan) -> tuple[SegmentConte
 
 
 def _mutable_content(source: PteFile, plan: RewritePlan) -> tuple[SegmentContent, tuple[int, ...], Optional[int]]:
-    """The mutable data segment with the new initial data appended: (content, offsets, existing segment index)."""
+    """The initial-data segment with the new entries appended: (content, offsets, the segment to replace or None).
+
+    None means "append a new segment": when the program has none, or when its initial-data segment
+    is shared with another table (``plan.segments``), whose bytes must not change.
+    """
     program = source.program
     lists = program.mutable_data_segments or ()
     cs = program.constant_segment
@@ -142,7 +151,7 @@ def _mutable_content(source: PteFile, plan: RewritePlan) -> tuple[SegmentContent
         span = source.segment_span(existing.segment_index)
         content = SegmentContent(span.size, [(0, source.piece(span))] if span.size else [])
         offsets = list(existing.offsets or ())
-        index: Optional[int] = existing.segment_index
+        index: Optional[int] = None if plan.segments.fresh_mutable else existing.segment_index
     else:
         content, offsets, index = SegmentContent(0), [0], None
     cursor = content.size
@@ -161,7 +170,10 @@ def _mutable_content(source: PteFile, plan: RewritePlan) -> tuple[SegmentContent
 
 
 def apply_plan(source: PteFile, plan: RewritePlan) -> tuple[m.Program, list[SegmentContent]]:
-    """The rewritten program and what each of its segments holds."""
+    """The rewritten program and what each of its segments holds.
+
+    Refuses (``UnsupportedProgramError``) a result the runtime's verifier would not load.
+    """
     program = source.program
     contents = unchanged_segments(source)
     segments = list(program.segments or ())
@@ -185,4 +197,8 @@ def apply_plan(source: PteFile, plan: RewritePlan) -> tuple[m.Program, list[Segm
         mutable = (m.SubsegmentOffsets(index, offsets),) + tuple((program.mutable_data_segments or ())[1:])
     new_program = replace(program, execution_plan=plans, constant_segment=constant_segment,
                           mutable_data_segments=mutable, segments=tuple(segments))
+    refusal = verifier_refusal(count_tables(new_program))
+    if refusal:
+        raise UnsupportedProgramError(f"cannot rewrite: {refusal.replace('the program has', 'the result would have', 1)}",
+                                      file=source.path)
     return new_program, contents

@@ -26,7 +26,7 @@ from pte_devconst.schema.mapped import Span
 from pte_devconst.schema.pte_file import PteFile
 from pte_devconst.schema.record import record
 
-from .analysis import analyze_program
+from .analysis import analyze_program, method_labels
 from .inventory import segment_roles, dtype_name
 
 
@@ -349,10 +349,10 @@ def _segment_sizes(source: PteFile) -> dict[str, int]:
 def diff_files(a: PteFile, b: PteFile) -> ProgramDiff:
     """Compare two opened programs (either may be any .pte)."""
     analysis_a, analysis_b = analyze_program(a.program), analyze_program(b.program)
-    h2d_a = {method.name: method.h2d_bytes_per_call for method in analysis_a.methods}
-    h2d_b = {method.name: method.h2d_bytes_per_call for method in analysis_b.methods}
-    plans_a = {p.name or f"plan{i}": p for i, p in enumerate(a.program.execution_plan or ())}
-    plans_b = {p.name or f"plan{i}": p for i, p in enumerate(b.program.execution_plan or ())}
+    h2d_a = {method.label: method.h2d_bytes_per_call for method in analysis_a.methods}  # labels: names repeat
+    h2d_b = {method.label: method.h2d_bytes_per_call for method in analysis_b.methods}
+    plans_a = dict(zip(method_labels(a.program)[0], a.program.execution_plan or ()))
+    plans_b = dict(zip(method_labels(b.program)[0], b.program.execution_plan or ()))
     names = list(plans_a) + [n for n in plans_b if n not in plans_a]
     digests = (_Digests(a), _Digests(b))
     methods = tuple(_diff_method(n, plans_a.get(n), plans_b.get(n), (h2d_a.get(n, 0), h2d_b.get(n, 0)), digests)

@@ -13,7 +13,7 @@ from pte_devconst.schema import model as m
 from pte_devconst.schema.pte_file import PteFile
 from pte_devconst.schema.record import record
 
-from .analysis import Analysis, Reader
+from .analysis import Analysis, Reader, buffer_devices
 
 _DTYPE_NAMES = {
     0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32", 7: "float64",
@@ -189,7 +189,8 @@ def summarize(source: PteFile, analysis: Analysis) -> ProgramSummary:
                                              "segment" if span else "inline", size,
                                              tuple(k for _, k in info.call_sites), specs, info.device_error))
         sizes = plan.non_const_buffer_sizes or ()
-        buffers = tuple(BufferSummary(i, sizes[i], str(plan.buffer_device(i)), counts.get(i, 0)) for i in range(1, len(sizes)))
+        on = buffer_devices(plan)
+        buffers = tuple(BufferSummary(i, sizes[i], str(on.get(i, m.CPU)), counts.get(i, 0)) for i in range(1, len(sizes)))
         constants = tuple(
             ConstantSummary(c.value, c.name, dtype_name(c.tensor.scalar_type), tuple(c.tensor.sizes or ()), c.nbytes,
                             _constant_location(c.tensor, program), str(c.tensor.device),
@@ -199,7 +200,7 @@ def summarize(source: PteFile, analysis: Analysis) -> ProgramSummary:
         operators = tuple(op.qualified_name for op in plan.operators or ())
         instructions = sum(len(chain.instructions or ()) for chain in plan.chains or ())
         methods.append(MethodSummary(
-            method.name, tuple(value_summary(plan, i) for i in plan.inputs or ()),
+            method.label, tuple(value_summary(plan, i) for i in plan.inputs or ()),
             tuple(value_summary(plan, i) for i in plan.outputs or ()), len(values), instructions, operators,
             tuple(delegates), buffers, constants, tuple(initial), method.style, method.h2d_bytes_per_call))
     roles = segment_roles(program)

@@ -2,28 +2,41 @@
 
 Kept apart from ``rewrite.py`` so that commands which only analyse never load
 the writer, the apply step or the self-check.
+
+The .ptd rule, one for every command: the .ptd given (``--ptd``), else ``NAME.ptd``
+in the folder of ``NAME.pte`` when it exists (``schema.ptd_file.sibling_ptd``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+from pathlib import Path
 from typing import Iterator, Optional
 
-from pte_devconst.schema.ptd_file import PtdFile, open_ptd
+from pte_devconst.schema.ptd_file import PtdFile, open_ptd, sibling_ptd
 from pte_devconst.schema.pte_file import PteFile, open_pte
 
 from .analysis import Analysis, ExternalData, analyze_program
 
 
 def external_data(ptd: PtdFile) -> ExternalData:
-    """The keys and tensor layouts of a .ptd, as analysis needs them."""
+    """The keys and tensor layouts of a .ptd, as analysis needs them: the first entry of a repeated key.
+
+    ``FlatTensorDataMap::get_named_data`` finds a key by a linear search and stops at the first match
+    (extension/flat_tensor/flat_tensor_data_map.cpp), so a later entry of the same key is never used.
+    """
     layouts = {}
-    for entry in ptd.flat_tensor.named_data or ():
-        layout = entry.tensor_layout
-        layouts[entry.key] = None if layout is None else (
+    for key in ptd.keys():
+        layout = ptd.entry(key).tensor_layout  # type: ignore[union-attr]
+        layouts[key] = None if layout is None else (
             layout.scalar_type, tuple(layout.sizes or ()), tuple(layout.dim_order or ()))
     return ExternalData(layouts)
+
+
+def data_for(path: str | os.PathLike[str], ptd: Optional[str | os.PathLike[str]] = None) -> Optional[Path]:
+    """The .ptd a program is judged with: ``ptd`` when given, else ``NAME.ptd`` next to ``NAME.pte`` if present."""
+    return Path(ptd) if ptd is not None else sibling_ptd(path)
 
 
 def analyze_opened(source: PteFile, data: Optional[PtdFile], *, host_placement: bool = False) -> Analysis:
@@ -32,15 +45,16 @@ def analyze_opened(source: PteFile, data: Optional[PtdFile], *, host_placement: 
 
 def analyze_file(path: str | os.PathLike[str], ptd: Optional[str | os.PathLike[str]] = None, *,
                  host_placement: bool = False) -> Analysis:
-    """Verdicts for every constant of a .pte (and its .ptd, for external constants)."""
+    """Verdicts for every constant of a .pte (and its .ptd, for external constants: ``ptd`` or its sibling)."""
     with opened(path, ptd) as (source, data):
         return analyze_opened(source, data, host_placement=host_placement)
 
 
 @contextlib.contextmanager
-def opened(path: str | os.PathLike[str], ptd: Optional[str | os.PathLike[str]] = None
+def opened(path: str | os.PathLike[str], ptd: Optional[str | os.PathLike[str]] = None, *, pair: bool = True
            ) -> Iterator[tuple[PteFile, Optional[PtdFile]]]:
-    """Open a .pte and, when given, its .ptd; both are closed on exit."""
+    """Open a .pte and its .ptd (``ptd``, else with ``pair`` its ``NAME.ptd`` sibling); both are closed on exit."""
+    ptd = data_for(path, ptd) if pair else ptd
     with open_pte(path) as source:
         if ptd is None:
             yield source, None

@@ -15,11 +15,13 @@ from dataclasses import field
 from typing import Optional
 
 from pte_devconst.schema import model as m
+from pte_devconst.schema.errors import UnsupportedProgramError
 from pte_devconst.schema.header import TENSOR_ALIGNMENT, align_up
 from pte_devconst.schema.model import CPU, Device
 from pte_devconst.schema.record import record
+from pte_devconst.schema.validate import MAX_TENSOR_BYTES
 
-from .analysis import Analysis, ConstantVerdict, DelegateArg, DeviceCopy
+from .analysis import Analysis, ConstantVerdict, DelegateArg, DeviceCopy, buffer_devices
 
 
 @record
@@ -33,7 +35,7 @@ class RewriteOptions:
 class Placement:
     """One constant moved into planned memory on ``device`` with initial data."""
 
-    method: str
+    method: str  # the method's label (its name, with the plan index when names repeat)
     value: int
     name: str
     device: Device
@@ -46,6 +48,7 @@ class Placement:
     copies: tuple[DeviceCopy, ...]
     delegate_args: tuple[DelegateArg, ...]
     copies_per_call: int
+    plan_index: int = 0
 
     @property
     def bytes_per_call(self) -> int:
@@ -91,6 +94,24 @@ class Skipped:
 
 
 @record
+class SegmentPolicy:
+    """How the rewrite treats segments that several tables share (never re-laid out under the others).
+
+    ``constant_shared_with`` names what else reads the constant segment: then no entry is dropped
+    from it and it is copied unchanged.  ``fresh_mutable`` (with ``mutable_shared_with``): the
+    initial data goes into a new segment that starts with a copy of the old one, and the old
+    segment stays, unchanged, for the tables that share it.
+    """
+
+    constant_shared_with: tuple[str, ...] = ()
+    mutable_shared_with: tuple[str, ...] = ()
+
+    @property
+    def fresh_mutable(self) -> bool:
+        return bool(self.mutable_shared_with)
+
+
+@record
 class RewritePlan:
     analysis: Analysis
     options: RewriteOptions
@@ -98,6 +119,7 @@ class RewritePlan:
     initial_data: tuple[InitialData, ...]
     dropped_constants: tuple[int, ...]  # constant entries nothing reads any more
     skipped: tuple[Skipped, ...] = field(default=())
+    segments: SegmentPolicy = field(default_factory=SegmentPolicy)
 
     @property
     def is_empty(self) -> bool:
@@ -120,24 +142,33 @@ def _skip_reason(verdict: ConstantVerdict, options: RewriteOptions) -> Optional[
     return None
 
 
-def _buffer_for(plan: m.ExecutionPlan, device: Device, sizes: list[int], devices: list[m.NonConstBufferDevice]
-                ) -> tuple[int, bool]:
-    """The method's buffer on ``device`` (first one), or a new one appended (memory_id, added)."""
-    for memory_id in range(1, len(sizes)):
-        if _device_of(memory_id, devices) == device:
-            return memory_id, False
-    sizes.append(0)
-    memory_id = len(sizes) - 1
-    if not device.is_cpu:
-        devices.append(m.NonConstBufferDevice(memory_id, device.type, device.index))
-    return memory_id, True
+class _Buffers:
+    """A method's planned buffers while placements are added: their sizes and the first buffer per device."""
 
+    def __init__(self, plan: m.ExecutionPlan) -> None:
+        self.sizes = list(plan.non_const_buffer_sizes or (0,))
+        listed = buffer_devices(plan)
+        self.first: dict[Device, int] = {}
+        for memory_id in range(len(self.sizes) - 1, 0, -1):
+            self.first[listed.get(memory_id, CPU)] = memory_id
+        self.added: set[int] = set()
 
-def _device_of(memory_id: int, devices: list[m.NonConstBufferDevice]) -> Device:
-    for entry in devices:
-        if entry.buffer_idx == memory_id:
-            return Device(entry.device_type, entry.device_index)
-    return CPU
+    def for_device(self, device: Device) -> int:
+        """The method's first buffer on ``device``, or a new one appended (apply adds its device entry)."""
+        found = self.first.get(device)
+        if found is not None:
+            return found
+        self.sizes.append(0)
+        memory_id = len(self.sizes) - 1
+        self.first[device] = memory_id
+        self.added.add(memory_id)
+        return memory_id
+
+    def device_of(self, memory_id: int) -> Device:
+        for device, first in self.first.items():
+            if first == memory_id:
+                return device
+        return CPU
 
 
 def _instruction_maps(plan: m.ExecutionPlan, removed: set[tuple[int, int]]) -> tuple[tuple[Optional[int], ...], ...]:
@@ -160,8 +191,49 @@ def _existing_mutable_entries(program: m.Program) -> int:
     return len(lists[0].offsets or ()) if lists else 1  # entry 0 is reserved and empty
 
 
+def segment_users(program: m.Program) -> dict[int, list[str]]:
+    """What reads each segment: the constant table, the initial-data lists, delegates, named data."""
+    users: dict[int, list[str]] = {}
+    cs = program.constant_segment
+    if cs is not None and len(cs.offsets or ()) > 1:
+        users.setdefault(cs.segment_index, []).append("the constant segment")
+    for i, sub in enumerate(program.mutable_data_segments or ()):
+        users.setdefault(sub.segment_index, []).append(f"initial-data list {i}")
+    for p, plan in enumerate(program.execution_plan or ()):
+        for d, delegate in enumerate(plan.delegates or ()):
+            ref = delegate.processed
+            if ref is not None and ref.location == m.DataLocation.SEGMENT:
+                users.setdefault(ref.index, []).append(f"the blob of delegate {d} of plan {p} ({delegate.id})")
+    for entry in program.named_data or ():
+        users.setdefault(entry.segment_index, []).append(f"named data {entry.key!r}")
+    return users
+
+
+def segment_policy(program: m.Program) -> SegmentPolicy:
+    """Which segments the rewrite must not re-lay out because another table reads them too.
+
+    The runtime reads a segment through each table that names it: the whole constant segment by
+    offsets (``Program::load``), initial data by ``mutable_data_segments[0]`` offsets, a delegate its
+    whole segment as the processed blob, named data its whole segment (runtime/executor/program.cpp,
+    pte_data_map.cpp).  Changing a shared segment for one of them changes it for all.
+    """
+    users = segment_users(program)
+    cs = program.constant_segment
+    constant_shared: tuple[str, ...] = ()
+    if cs is not None and len(cs.offsets or ()) > 1:
+        constant_shared = tuple(u for u in users.get(cs.segment_index, ()) if u != "the constant segment")
+    lists = program.mutable_data_segments or ()
+    mutable_shared: tuple[str, ...] = ()
+    if lists:
+        mutable_shared = tuple(u for u in users.get(lists[0].segment_index, ()) if u != "initial-data list 0")
+    return SegmentPolicy(constant_shared, mutable_shared)
+
+
 def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = RewriteOptions()) -> RewritePlan:
-    """Turn verdicts into placements, buffer growth, copy removals and segment edits."""
+    """Turn verdicts into placements, buffer growth, copy removals and segment edits.
+
+    Methods are keyed by plan index throughout: two plans may share a name.
+    """
     chosen: list[ConstantVerdict] = []
     skipped: list[Skipped] = []
     for method in analysis.methods:
@@ -188,44 +260,44 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
     initial_data = tuple(InitialData(index, source, entry_size[source]) for source, index in entry_of_source.items())
 
     methods = []
-    by_method: dict[str, list[ConstantVerdict]] = {}
+    by_plan: dict[int, list[ConstantVerdict]] = {}
     for verdict in chosen:
-        by_method.setdefault(verdict.method, []).append(verdict)
+        by_plan.setdefault(verdict.plan_index, []).append(verdict)
     for method in analysis.methods:
         plan = (program.execution_plan or ())[method.plan_index]
-        verdicts = by_method.get(method.name, [])
-        sizes = list(plan.non_const_buffer_sizes or (0,))
-        devices = list(plan.non_const_buffer_device or ())
+        buffers = _Buffers(plan)
         cursors: dict[int, int] = {}
-        added: set[int] = set()
         placements = []
-        for verdict in verdicts:
-            memory_id, is_new = _buffer_for(plan, verdict.device, sizes, devices)
-            if is_new:
-                added.add(memory_id)
-            offset = cursors.get(memory_id, align_up(sizes[memory_id], TENSOR_ALIGNMENT))
+        for verdict in by_plan.get(method.plan_index, []):
+            memory_id = buffers.for_device(verdict.device)  # type: ignore[arg-type]
+            offset = cursors.get(memory_id, align_up(buffers.sizes[memory_id], TENSOR_ALIGNMENT))
             cursors[memory_id] = offset + align_up(verdict.nbytes, TENSOR_ALIGNMENT)
             tensor = verdict.tensor
             placements.append(Placement(
-                method=method.name, value=verdict.value, name=verdict.name, device=verdict.device,
+                method=verdict.method, value=verdict.value, name=verdict.name, device=verdict.device,
                 nbytes=verdict.nbytes, memory_id=memory_id, offset=offset,
                 initial_data_index=0 if tensor.is_external else entry_of_source[tensor.data_buffer_idx],
                 source_index=tensor.data_buffer_idx, external_key=tensor.fqn if tensor.is_external else None,
                 copies=verdict.copies, delegate_args=verdict.delegate_args, copies_per_call=verdict.copies_per_call,
+                plan_index=method.plan_index,
             ))
         old_sizes = plan.non_const_buffer_sizes or (0,)
-        buffers = tuple(
-            BufferGrowth(memory_id, _device_of(memory_id, devices),
-                         old_sizes[memory_id] if memory_id < len(old_sizes) else 0,
-                         max(cursor, old_sizes[memory_id] if memory_id < len(old_sizes) else 0), memory_id in added)
-            for memory_id, cursor in sorted(cursors.items())
-        )
+        growth = []
+        for memory_id, cursor in sorted(cursors.items()):
+            old = old_sizes[memory_id] if memory_id < len(old_sizes) else 0
+            new_size = max(cursor, old)
+            if new_size > MAX_TENSOR_BYTES:
+                raise UnsupportedProgramError(f"method {method.label}: planned buffer {memory_id} would grow to "
+                                              f"{new_size:,} bytes, past what the reader accepts (2^62)")
+            growth.append(BufferGrowth(memory_id, buffers.device_of(memory_id), old, new_size,
+                                       memory_id in buffers.added))
         removed = {(copy.chain, copy.instruction) for p in placements for copy in p.copies}
-        methods.append(MethodEdit(method.name, method.plan_index, tuple(placements), buffers,
+        methods.append(MethodEdit(method.label, method.plan_index, tuple(placements), tuple(growth),
                                   tuple(sorted(removed)), _instruction_maps(plan, removed)))
 
-    return RewritePlan(analysis, options, tuple(methods), initial_data, _dropped_constants(program, chosen),
-                       tuple(skipped))
+    policy = segment_policy(program)
+    dropped = () if policy.constant_shared_with else _dropped_constants(program, chosen)
+    return RewritePlan(analysis, options, tuple(methods), initial_data, dropped, tuple(skipped), policy)
 
 
 def _dropped_constants(program: m.Program, moved: list[ConstantVerdict]) -> tuple[int, ...]:
@@ -233,12 +305,11 @@ def _dropped_constants(program: m.Program, moved: list[ConstantVerdict]) -> tupl
     cs = program.constant_segment
     if cs is None or len(cs.offsets or ()) <= 1:
         return ()  # no constant segment, or the deprecated inline constant_buffer: leave it alone
-    moved_keys = {(v.method, v.value) for v in moved}
+    moved_keys = {(v.plan_index, v.value) for v in moved}
     candidates = {v.tensor.data_buffer_idx for v in moved if not v.tensor.is_external}
     for plan_index, plan in enumerate(program.execution_plan or ()):
-        name = plan.name or f"plan{plan_index}"
         for index, value in enumerate(plan.values or ()):
             if (isinstance(value, m.Tensor) and value.is_constant and not value.is_external
-                    and (name, index) not in moved_keys):
+                    and (plan_index, index) not in moved_keys):
                 candidates.discard(value.data_buffer_idx)
     return tuple(sorted(candidates))

@@ -158,17 +158,27 @@ def _program(t: Table) -> m.Program:
     )
 
 
-@gc_paused
 def decode_program(flatbuffer: bytes | memoryview) -> m.Program:
     """Decode a Program flatbuffer (the extended header, if inserted, is skipped by offsets).
 
     Raises ``FlatbufferError`` with a path for any structural problem.
     """
+    return decode_program_counted(flatbuffer)[0]
+
+
+@gc_paused
+def decode_program_counted(flatbuffer: bytes | memoryview) -> tuple[m.Program, int]:
+    """``decode_program``, plus the number of tables the flatbuffers verifier would count in it.
+
+    The decoder visits every table of the schema, as the verifier does, so the two counts agree
+    (``tests/test_limits.py`` holds them to ``count_tables`` and to the runtime's own verifier).
+    """
     reader = FlatReader(flatbuffer)
     root = reader.root()
     if reader.identifier() != PROGRAM_IDENTIFIER:
         raise FlatbufferError(f"file identifier is {reader.identifier()!r}, not {PROGRAM_IDENTIFIER!r}")
-    return _program(root)
+    program = _program(root)
+    return program, reader.tables
 
 
 # flat_tensor (.ptd) ---------------------------------------------------------
@@ -199,5 +209,5 @@ def decode_flat_tensor(flatbuffer: bytes | memoryview) -> "FlatTensor":
 
 from .ptd_model import FlatTensor, PtdNamedData, TensorLayout  # noqa: E402  (kept beside its decoder)
 
-__all__ = ["decode_program", "decode_flat_tensor", "FlatbufferError", "PROGRAM_IDENTIFIER", "PTD_IDENTIFIER",
+__all__ = ["decode_program", "decode_program_counted", "decode_flat_tensor", "FlatbufferError", "PROGRAM_IDENTIFIER", "PTD_IDENTIFIER",
            "U8"]

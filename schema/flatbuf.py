@@ -55,14 +55,19 @@ class FlatbufferError(Exception):
 
 
 class FlatReader:
-    """A buffer plus the work budget shared by every table read from it."""
+    """A buffer plus the work budget shared by every table read from it.
 
-    __slots__ = ("buf", "size", "budget")
+    ``tables`` counts the tables visited, a table reached twice (shared) counting twice: the number
+    the flatbuffers ``Verifier`` compares with its ``max_tables`` limit.
+    """
+
+    __slots__ = ("buf", "size", "budget", "tables")
 
     def __init__(self, buf: bytes | memoryview, budget: Optional[int] = None) -> None:
         self.buf = buf
         self.size = len(buf)
         self.budget = budget if budget is not None else 2 * self.size + 4096
+        self.tables = 0
 
     def spend(self, amount: int) -> None:
         self.budget -= amount
@@ -90,6 +95,7 @@ class FlatReader:
         if obj_len < 4 or pos + obj_len > size:
             raise FlatbufferError(f"table at {pos} claims {obj_len} bytes past the buffer end")
         self.spend(1)
+        self.tables += 1
         return Table(self, pos, vt, vt_len, obj_len)
 
 

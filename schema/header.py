@@ -14,7 +14,7 @@ from typing import Optional
 from .errors import FormatError
 from .record import record
 
-SEGMENT_ALIGNMENT = 128
+SEGMENT_ALIGNMENT = 128  # what the exporter and this writer use; the loader does not require it
 TENSOR_ALIGNMENT = 16
 EXTENDED_HEADER_MAGIC = b"eh00"
 EXTENDED_HEADER_LENGTH = 32
@@ -48,7 +48,13 @@ class ExtendedHeader:
 
 
 def read_pte_header(head: bytes | memoryview, file_size: int) -> Optional[ExtendedHeader]:
-    """Parse and check the extended header; None when the file has none (no segment data)."""
+    """Parse and check the extended header; None when the file has none (no segment data).
+
+    Every rule is one the ExecuTorch 1.5.1 loader applies (``ExtendedHeader::Parse`` in
+    schema/extended_header.cpp, ``Program::load`` and ``Program::LoadSegment`` in
+    runtime/executor/program.cpp), and nothing more: the runtime checks neither the alignment of
+    ``segment_base_offset`` (the exporter's 128 is a convention) nor that it follows the program.
+    """
     if file_size < 8:
         raise FormatError(f"{file_size} bytes is too short for a .pte file", where="header")
     if bytes(head[4:8]) != b"ET12":
@@ -61,15 +67,14 @@ def read_pte_header(head: bytes | memoryview, file_size: int) -> Optional[Extend
         raise FormatError(f"extended header length {length} is below the minimum of 24", where="extended header")
     if length < 32:
         data_size = 0  # the runtime reads segment_data_size only from 32-byte headers
-    if not 8 + length <= program_size <= file_size:
+    if not 8 <= program_size <= file_size:  # Program::load: at least the root offset and identifier, inside the file
         raise FormatError(f"program_size {program_size} lies outside the file ({file_size} bytes)",
                           where="extended header")
-    if data_size and not base:
+    if data_size and not base:  # LoadSegment and load_mutable_subsegment_into refuse every segment of such a file
         raise FormatError(f"segment_data_size is {data_size} but segment_base_offset is 0", where="extended header")
-    if base and (base < program_size or base % SEGMENT_ALIGNMENT):
-        raise FormatError(f"segment_base_offset {base} is before the program end or not {SEGMENT_ALIGNMENT}-aligned",
-                          where="extended header")
-    if base + data_size > file_size:
+    # Program::load checks the file size only when segment_data_size is set (files from before ExecuTorch 1.0
+    # leave it 0 and are still loaded); each segment is then checked against the file when it is read.
+    if data_size and base + data_size > file_size:
         raise FormatError(f"segments end at {base + data_size}, past the file end ({file_size} bytes); "
                           "the file is truncated", where="extended header")
     return ExtendedHeader(program_size, base, data_size, length)
@@ -89,6 +94,12 @@ class PtdHeader:
 
 
 def read_ptd_header(head: bytes | memoryview, file_size: int) -> PtdHeader:
+    """Parse and check the .ptd header with the rules of ExecuTorch 1.5.1's ``FlatTensorDataMap::load``.
+
+    (extension/flat_tensor/flat_tensor_data_map.cpp, serialize/flat_tensor_header.cpp): the magic, a
+    length of at least 40, the flatbuffer and the segment data inside the file.  Where the flatbuffer
+    starts and whether the segments follow it are not checked there, so not here either.
+    """
     if file_size < 8 + _PTD_HEADER.size:
         raise FormatError(f"{file_size} bytes is too short for a .ptd file", where="header")
     if bytes(head[4:8]) != b"FT01":
@@ -97,10 +108,10 @@ def read_ptd_header(head: bytes | memoryview, file_size: int) -> PtdHeader:
     magic, length, fb_offset, fb_size, base, data_size = _PTD_HEADER.unpack_from(head, 8)
     if magic != PTD_HEADER_MAGIC or length < PTD_HEADER_LENGTH:
         raise FormatError(f"bad .ptd header magic {magic!r} or length {length}", where="header")
-    if fb_offset < 8 + length or fb_offset + fb_size > file_size:
+    if fb_offset + fb_size > file_size:
         raise FormatError(f"flatbuffer [{fb_offset}, {fb_offset + fb_size}) lies outside the file ({file_size} bytes)",
                           where="header")
-    if base < fb_offset + fb_size or base + data_size > file_size:
+    if base + data_size > file_size:
         raise FormatError(f"segments [{base}, {base + data_size}) lie outside the file ({file_size} bytes); "
                           "the file is truncated", where="header")
     return PtdHeader(fb_offset, fb_size, base, data_size, length)

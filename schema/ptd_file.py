@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import mmap
 import os
+from pathlib import Path
 from typing import Optional, Sequence
 
 from . import model as m
@@ -37,32 +38,50 @@ class PtdFile(MappedFile):
         except FormatError as error:
             self.close()
             raise error.with_file(path)
-        self._by_key = {entry.key: entry for entry in self.flat_tensor.named_data or ()}
+        self._by_key: dict[str, PtdNamedData] = {}
+        for entry in self.flat_tensor.named_data or ():
+            self._by_key.setdefault(entry.key, entry)  # the first entry of a key wins, as in the runtime
 
     def _check(self) -> None:
+        """The rules of ExecuTorch 1.5.1's ``FlatTensorDataMap`` (extension/flat_tensor/flat_tensor_data_map.cpp).
+
+        ``get_named_data`` finds a key by a linear search and takes the *first* entry with it; only that
+        entry's segment is ever checked and read, so a later entry with the same key, and a segment no
+        entry reaches, are not checked here either.  Stricter than the runtime, deliberately: a reached
+        segment must lie inside the file and hold its tensor layout's bytes (the runtime would read past
+        them).
+        """
         ft = self.flat_tensor
         if ft.version > 0:
             raise FormatError(f"flat_tensor version {ft.version} is newer than ExecuTorch 1.5.1's (0)", where="version")
         if ft.segments is None or ft.named_data is None:
             raise FormatError("segments or named_data is missing", where="flatbuffer")
-        for i, seg in enumerate(ft.segments):
-            if seg.size and seg.offset + seg.size > self.header.segment_data_size:
-                raise FormatError(f"[{seg.offset}, {seg.offset + seg.size}) lies past the segment data "
-                                  f"({self.header.segment_data_size} bytes)", where=f"segments[{i}]")
+        # The loader reads a segment at segment_base_offset + offset and refuses a range past the file end;
+        # get_named_data first bounds offset + size by segment_base_offset + segment_data_size (sic).
+        header = self.header
+        available = min(self.size - header.segment_base_offset, header.segment_base_offset + header.segment_data_size)
+        seen: set[str] = set()
         for i, entry in enumerate(ft.named_data):
             where = f"named_data[{i}]"
             if entry.key is None:
                 raise FormatError("entry has no key", where=where)
+            if entry.key in seen:
+                continue  # shadowed by an earlier entry: the runtime never reads it
+            seen.add(entry.key)
             if entry.segment_index >= len(ft.segments):
                 raise FormatError(f"segment_index {entry.segment_index} is out of range ({len(ft.segments)} segments)",
                                   where=where)
+            seg = ft.segments[entry.segment_index]
+            if seg.offset + seg.size > available:
+                raise FormatError(f"[{seg.offset}, {seg.offset + seg.size}) lies past the end of the segment data "
+                                  f"({max(available, 0)} bytes)", where=f"segments[{entry.segment_index}]")
             layout = entry.tensor_layout
             if layout is not None:
                 # Rank, permutation and overflow first: a forged rank must not cost a huge product.
                 nbytes = check_shape(layout.scalar_type, layout.sizes, layout.dim_order, f"{where}.tensor_layout")
-                if nbytes > ft.segments[entry.segment_index].size:
+                if nbytes > seg.size:
                     raise FormatError(f"tensor {entry.key!r} needs {nbytes} bytes but its segment holds "
-                                      f"{ft.segments[entry.segment_index].size}", where=where)
+                                      f"{seg.size}", where=where)
 
     def keys(self) -> list[str]:
         return list(self._by_key)
@@ -87,6 +106,12 @@ class PtdFile(MappedFile):
 
 def open_ptd(path: str | os.PathLike[str]) -> PtdFile:
     return PtdFile.open(path)
+
+
+def sibling_ptd(pte: str | os.PathLike[str]) -> Optional[Path]:
+    """``NAME.ptd`` in the folder of ``NAME.pte`` when it is a file: the data every command pairs by default."""
+    candidate = Path(pte).with_suffix(".ptd")
+    return candidate if candidate.is_file() else None
 
 
 def write_ptd(destination: str | os.PathLike[str], entries: Sequence[tuple[str, Optional[TensorLayout], Piece]],

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Optional
 
 from . import model as m
-from .decode import decode_program
+from .decode import decode_program_counted
 from .errors import FormatError
 from .flatbuf import FlatbufferError
 from .header import MIN_PTE_SIZE, ExtendedHeader, read_pte_header
 from .mapped import MappedFile, Span
 from .pte_writer import SegmentContent
-from .validate import check_program
+from .validate import check_program, verifier_refusal
 
 
 class PteFile(MappedFile):
@@ -36,10 +36,11 @@ class PteFile(MappedFile):
                                   where="header")
             self.flatbuffer_size = self.header.program_size if self.header else self.size
             try:
-                self.program: m.Program = decode_program(data[: self.flatbuffer_size])
+                self.program: m.Program
+                self.program, self.table_count = decode_program_counted(data[: self.flatbuffer_size])
             except FlatbufferError as error:
                 raise FormatError(error.what, where=error.where or "flatbuffer") from None
-            check_program(self.program, self.header.segment_data_size if self.header else None)
+            check_program(self.program, self.size - self.header.segment_base_offset if self.header else 0)
         except FormatError as error:
             self.close()
             raise error.with_file(path)
@@ -99,7 +100,13 @@ class PteFile(MappedFile):
             return self.read(span)
         return memoryview(self.program.backend_delegate_data[delegate.processed.index].data or b"")
 
+    @property
+    def load_refusal(self) -> Optional[str]:
+        """Why ExecuTorch's verifying loader would refuse this program although it reads fine here, or None."""
+        return verifier_refusal(self.table_count)
+
     def named_data(self, key: str) -> Optional[memoryview]:
+        """The bytes of named-data entry ``key``: the first entry of that key, as ``PteDataMap`` looks it up."""
         for entry in self.program.named_data or ():
             if entry.key == key:
                 return self.read(self.segment_span(entry.segment_index))

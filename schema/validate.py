@@ -33,21 +33,18 @@ def _segment_size(program: m.Program, index: int, where: str) -> int:
     return segments[index].size
 
 
-def check_segments(program: m.Program, segment_data_size: Optional[int]) -> None:
-    """Segments lie inside the segment area (which is empty when the file has no extended header)."""
-    limit = segment_data_size or 0
+def check_segments(program: m.Program, available: int) -> None:
+    """Every segment lies inside the ``available`` bytes after the segment base (none without an extended header).
+
+    The loader reads a segment as ``[segment_base_offset + offset, + size)`` and refuses a range past the
+    file end (``Program::LoadSegment``, runtime/executor/program.cpp); ``segment_data_size`` is not a bound
+    there (a header from before ExecuTorch 1.0 leaves it 0).  Without a header ``segment_base_offset`` is 0
+    and the runtime refuses to load any segment.
+    """
     for i, seg in enumerate(program.segments or ()):
-        if seg.offset + seg.size > limit and seg.size:
+        if seg.size and seg.offset + seg.size > available:
             raise _fail(f"segments[{i}]", f"[{seg.offset}, {seg.offset + seg.size}) lies past the end of the "
-                        f"segment data ({limit} bytes); the file is truncated or corrupt")
-
-
-def _check_subsegment(program: m.Program, sub: m.SubsegmentOffsets, where: str) -> int:
-    size = _segment_size(program, sub.segment_index, where)
-    for k, offset in enumerate(sub.offsets or ()):
-        if offset > size:
-            raise _fail(f"{where}.offsets[{k}]", f"offset {offset} is past the end of its segment ({size} bytes)")
-    return size
+                        f"segment data ({max(available, 0)} bytes); the file is truncated or corrupt")
 
 
 def check_shape(scalar_type: int, sizes: Optional[Sequence[int]], dim_order: Optional[Sequence[int]],
@@ -81,36 +78,45 @@ def _tensor_nbytes(t: m.Tensor, where: str) -> int:
 
 
 class _Context:
-    """Per-program facts every tensor check needs."""
+    """Per-program facts every tensor check needs.
+
+    As in the runtime, a constant or initial-data entry is checked when a tensor uses it
+    (``Program::get_constant_buffer_data``, ``load_mutable_subsegment_into``): an offset no tensor
+    reads may point anywhere, and the initial-data list is looked at only if a tensor has initial
+    data.  ``Program::load`` itself checks only the constant segment's index.
+    """
 
     def __init__(self, program: m.Program) -> None:
         self.program = program
         cs = program.constant_segment
         self.constant_offsets = (cs.offsets or ()) if cs else ()
-        self.constant_size = _check_subsegment(program, cs, "constant_segment") if cs and len(self.constant_offsets) > 1 else 0
+        self.constant_size = (_segment_size(program, cs.segment_index, "constant_segment")
+                              if cs and len(self.constant_offsets) > 1 else 0)
         self.inline_constants = program.constant_buffer or ()
-        muts = program.mutable_data_segments or ()
-        self.mutable_offsets: tuple[int, ...] = ()
-        self.mutable_size = 0
-        for i, sub in enumerate(muts):
-            size = _check_subsegment(program, sub, f"mutable_data_segments[{i}]")
-            if i == 0:
-                self.mutable_offsets, self.mutable_size = sub.offsets or (), size
 
     def constant_extent(self, idx: int, where: str) -> int:
         """Bytes available to constant entry idx."""
         if len(self.constant_offsets) > 1 or not self.inline_constants:
             if idx >= len(self.constant_offsets):
                 raise _fail(where, f"data_buffer_idx {idx} is out of range ({len(self.constant_offsets)} constant entries)")
-            return self.constant_size - self.constant_offsets[idx]
+            return _extent(self.constant_offsets[idx], self.constant_size, "constant", idx, where)
         if idx >= len(self.inline_constants):
             raise _fail(where, f"data_buffer_idx {idx} is out of range ({len(self.inline_constants)} inline constants)")
         return len(self.inline_constants[idx].storage or b"")
 
     def mutable_extent(self, idx: int, where: str) -> int:
-        if idx >= len(self.mutable_offsets):
-            raise _fail(where, f"initial-data index {idx} is out of range ({len(self.mutable_offsets)} mutable entries)")
-        return self.mutable_size - self.mutable_offsets[idx]
+        lists = self.program.mutable_data_segments or ()
+        offsets = (lists[0].offsets or ()) if lists else ()
+        if idx >= len(offsets):
+            raise _fail(where, f"initial-data index {idx} is out of range ({len(offsets)} mutable entries)")
+        size = _segment_size(self.program, lists[0].segment_index, "mutable_data_segments[0]")
+        return _extent(offsets[idx], size, "initial-data", idx, where)
+
+
+def _extent(offset: int, size: int, what: str, idx: int, where: str) -> int:
+    if offset > size:
+        raise _fail(where, f"{what} entry {idx} starts at {offset}, past the end of its segment ({size} bytes)")
+    return size - offset
 
 
 def _check_tensor(ctx: _Context, plan: m.ExecutionPlan, t: m.Tensor, where: str) -> None:
@@ -234,11 +240,14 @@ def _check_plan(ctx: _Context, plan: m.ExecutionPlan, where: str) -> None:
 
 
 @gc_paused
-def check_program(program: m.Program, segment_data_size: Optional[int]) -> None:
-    """Raise ``FormatError`` at the first index or range that points nowhere."""
+def check_program(program: m.Program, segment_bytes: int) -> None:
+    """Raise ``FormatError`` at the first index or range that points nowhere.
+
+    ``segment_bytes``: how many bytes of the file follow the segment base (0 without an extended header).
+    """
     if program.version > 0:
         raise _fail("version", f"schema version {program.version} is newer than ExecuTorch 1.5.1's (0)")
-    check_segments(program, segment_data_size)
+    check_segments(program, segment_bytes)
     if program.execution_plan is None:
         raise _fail("execution_plan", "the program has no execution plans")
     for i, nd in enumerate(program.named_data or ()):
@@ -250,3 +259,52 @@ def check_program(program: m.Program, segment_data_size: Optional[int]) -> None:
         name = plan.name
         # The method name goes into every message below: control characters from the file are shown escaped.
         _check_plan(ctx, plan, (name if name.isprintable() else repr(name)) if name else f"execution_plan[{i}]")
+
+
+# --------------------------------------------------------------------------- the verifier's limits
+
+# flatbuffers::Verifier::Options (include/flatbuffers/verifier.h, ExecuTorch 1.5.1's third-party/flatbuffers):
+# max_tables = 1,000,000 tables visited (a shared table counts each time it is reached) and max_depth = 64.
+# ``Program::load`` runs that verifier under Verification::InternalConsistency, the default of ExecuTorch's
+# Python runtime (executorch.runtime.Runtime.load_program) and pybindings; the C++ Module's default, Minimal,
+# skips it.  The schema nests at most five tables deep (Program > ExecutionPlan > Chain > FrameList > Frame,
+# or > EValue > Tensor > ExtraTensorInfo), so only the table count can be exceeded.
+VERIFIER_MAX_TABLES = 1_000_000
+
+
+def verifier_refusal(tables: int) -> Optional[str]:
+    """Why the runtime's verifier refuses a program of ``tables`` tables, or None when it does not."""
+    if tables <= VERIFIER_MAX_TABLES:
+        return None
+    return (f"the program has {tables:,} flatbuffer tables; the runtime's verifier refuses more than "
+            f"{VERIFIER_MAX_TABLES:,} (Verification::InternalConsistency, the default of ExecuTorch's Python "
+            "runtime), so it would not load")
+
+
+def _value_tables(value: m.EValue) -> int:
+    if value is None:
+        return 1  # an EValue whose union is NONE
+    if type(value) is m.Tensor:
+        return 4 - (value.allocation_info is None) - (value.extra_tensor_info is None)
+    return 2
+
+
+def _plan_tables(plan: m.ExecutionPlan) -> int:
+    count = 1 + (plan.container_meta_type is not None)
+    count += sum(map(_value_tables, plan.values or ()))
+    for chain in plan.chains or ():
+        instructions = chain.instructions or ()
+        count += 1 + 2 * len(instructions) - sum(1 for ins in instructions if ins is None)
+        count += sum(1 + len((frames.items if frames is not None else None) or ()) for frames in chain.stacktrace or ())
+    count += len(plan.operators or ())
+    for delegate in plan.delegates or ():
+        count += 1 + (delegate.processed is not None) + len(delegate.compile_specs or ())
+    return count + len(plan.non_const_buffer_device or ())
+
+
+def count_tables(program: m.Program) -> int:
+    """The tables the flatbuffers verifier visits in ``program`` once encoded (the encoder shares none)."""
+    return (1 + sum(map(_plan_tables, program.execution_plan or ())) + len(program.constant_buffer or ())
+            + len(program.backend_delegate_data or ()) + len(program.segments or ())
+            + (program.constant_segment is not None) + len(program.mutable_data_segments or ())
+            + len(program.named_data or ()))

@@ -34,10 +34,18 @@ def test_device_copies_found_are_the_exporters(name: str) -> None:
                 assert (copy.instruction, copy.src, copy.dst) in listed
 
 
-def test_external_constants_need_their_ptd() -> None:
-    analysis = analyze_file(pte_path("v_g_external_copy"))
-    verdicts = {c.value: c.verdict for c in analysis.methods[0].constants}
-    assert all("no .ptd given" in v for v in verdicts.values())
+def test_external_constants_without_their_ptd_are_unknown_not_clean(tmp_path) -> None:
+    """Without the .ptd a constant its readers would move is *unknown*; one they keep on the host stays known."""
+    lone = tmp_path / "v_g_external_copy.pte"  # no .ptd next to it
+    lone.write_bytes(pte_path("v_g_external_copy").read_bytes())
+    analysis = analyze_file(lone)
+    verdicts = {c.name: c for c in analysis.methods[0].constants}
+    assert {name for name, c in verdicts.items() if c.unknown} == {"w", "only_dev"}
+    assert all(c.pending_device == m.Device(m.DeviceType.CUDA, 0) and not c.eligible for c in analysis.unknown)
+    assert all(c.verdict.startswith("unknown: no .ptd given (pass --ptd)") for c in analysis.unknown)
+    assert verdicts["b"].verdict == "not eligible: read by host kernel aten::mul.out"  # the .ptd would not change it
+    with_data = analyze_file(pte_path("v_g_external_copy"), ptd_path("v_g_external_copy"))
+    assert {c.name for c in with_data.eligible} == {"w", "only_dev"} and not with_data.unknown
 
 
 def test_legacy_style_per_call_copies_count_each_delegate_call() -> None:

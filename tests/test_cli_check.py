@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,16 +93,72 @@ def test_external_constants_need_their_ptd(tmp_path: Path, work_copy) -> None:
     code, doc = invoke_json("check", pte)
     assert code == 1 and doc["files"][0]["ptd"].endswith("v_g_external_legacy.ptd")
     assert {x["name"] for x in doc["files"][0]["findings"]} == {"w", "only_dev"}
-    # Elsewhere, --ptd names it; without it external constants cannot be judged movable.
+    # Elsewhere, --ptd names it; without it the constants are unknown (exit 3), never clean.
     lone = tmp_path / "lone"
     lone.mkdir()
     shutil.copy(pte, lone / "model.pte")
-    assert invoke("check", lone / "model.pte").exit_code == 0
+    code, doc = invoke_json("check", lone / "model.pte")
+    assert code == 3 and doc["exit_code"] == 3 and not doc["passed"] and doc["unknown"] == 2
+    entry = doc["files"][0]
+    assert entry["status"] == "unknown" and entry["ptd"] is None and not entry["findings"]
+    assert {(x["name"], x["device"]) for x in entry["unknown"]} == {("w", "cuda:0"), ("only_dev", "cuda:0")}
+    assert "pass --ptd" in entry["note"] and "model.ptd" in entry["note"]
+    text = invoke("check", lone / "model.pte")
+    assert text.exit_code == 3 and "not judged" in text.stdout and "--ptd" in text.stdout
     code, doc = invoke_json("check", lone / "model.pte", "--ptd", pte.with_suffix(".ptd"))
-    assert code == 1 and len(doc["files"][0]["findings"]) == 2
+    assert code == 1 and len(doc["files"][0]["findings"]) == 2 and not doc["files"][0]["unknown"]
     # A --ptd that belongs to none of several programs is reported, not ignored.
     code, doc = invoke_json("check", lone / "model.pte", pte_path("v_h_cpu_only"), "--ptd", pte.with_suffix(".ptd"))
     assert code == 2 and "matches no program" in doc["files"][-1]["error"]
+
+
+def test_ptd_pairs_by_path_not_by_stem(tmp_path: Path) -> None:
+    """Two programs named model.pte in two folders: a/model.ptd judges a/model.pte only (was: both, by stem)."""
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        shutil.copy(pte_path("v_g_external_legacy"), tmp_path / folder / "model.pte")
+    data = tmp_path / "data.ptd"  # not next to either program
+    shutil.copy(CORPUS / "v_g_external_legacy.ptd", data)
+    a, b = tmp_path / "a" / "model.pte", tmp_path / "b" / "model.pte"
+    shutil.copy(data, tmp_path / "a" / "model.ptd")
+    code, doc = invoke_json("check", a, b, "--ptd", tmp_path / "a" / "model.ptd")
+    by_file = {f["file"]: f for f in doc["files"]}
+    assert by_file[str(a)]["ptd"] == str(tmp_path / "a" / "model.ptd") and len(by_file[str(a)]["findings"]) == 2
+    assert by_file[str(b)]["ptd"] is None and by_file[str(b)]["status"] == "unknown"  # b is not judged with a's data
+    assert code == 1 and len(doc["files"]) == 2
+    # Explicit pairs: PROGRAM=DATA, for data that sits anywhere.
+    code, doc = invoke_json("check", a, b, "--ptd", f"{b}={data}")
+    by_file = {f["file"]: f for f in doc["files"]}
+    assert by_file[str(b)]["ptd"] == str(data) and by_file[str(a)]["ptd"] == str(tmp_path / "a" / "model.ptd")
+    assert all(len(f["findings"]) == 2 for f in doc["files"])
+    # A data file that pairs with nothing, or twice with one program, is an error, not a guess.
+    code, doc = invoke_json("check", a, b, "--ptd", data)
+    assert code == 2 and "matches no program" in doc["files"][-1]["error"]
+    code, doc = invoke_json("check", a, "--ptd", f"{a}={data}", "--ptd", tmp_path / "a" / "model.ptd")
+    assert code == 2 and "already has" in doc["files"][-1]["error"]
+
+
+def test_check_expands_symlink_loops_once_per_real_file(tmp_path: Path) -> None:
+    """``check 'tree/**/*.pte'`` over folders that link back to their parents ends, and checks each file once."""
+    tree = tmp_path / "tree"
+    (tree / "a" / "b").mkdir(parents=True)
+    shutil.copy(pte_path("v_h_cpu_only"), tree / "a" / "m.pte")
+    shutil.copy(pte_path("v_c_shared_host_copy"), tree / "a" / "b" / "n.pte")
+    (tree / "a" / "b" / "up").symlink_to("../..")  # a loop: tree/a/b/up/a/b/up/...
+    (tree / "a" / "again").symlink_to(tree / "a")
+    (tree / "alias.pte").symlink_to(tree / "a" / "m.pte")  # the same file under another name
+    # In a child process with a time limit: the expansion used to run away (exponentially many paths).
+    done = subprocess.run([sys.executable, "-m", "pte_devconst", "check", str(tree / "**" / "*.pte"), "--json"],
+                          capture_output=True, text=True, timeout=60)
+    doc = json.loads(done.stdout)
+    names = sorted(Path(f["file"]).name for f in doc["files"])
+    assert names == ["m.pte", "n.pte"] and done.returncode == 1  # n.pte has a finding; m.pte (and its alias) once
+    code, doc = invoke_json("check", tree)  # a directory: the same walk
+    assert sorted(Path(f["file"]).name for f in doc["files"]) == ["m.pte", "n.pte"]
+    code, doc = invoke_json("check", str(tree / "*" / "*.pte"))  # one level: no recursion at all
+    assert sorted(Path(f["file"]).name for f in doc["files"]) == ["m.pte"]
+    code, doc = invoke_json("check", tree / "a" / "m.pte", tree / "alias.pte")  # two names, one file
+    assert len(doc["files"]) == 1
 
 
 def test_glob_skips_data_files(work_copy) -> None:

@@ -1,0 +1,71 @@
+"""One .ptd rule for every command: ``--ptd`` when given, else ``NAME.ptd`` next to ``NAME.pte``.
+
+Without its data an external constant is *unknown* (never silently clean), and every hint about it
+says how to pass the data.  ``check``'s pairing by path is in ``test_cli_check.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from cli_runner import invoke, invoke_json
+from conftest import CORPUS
+
+NAME = "v_g_external_copy"  # w and only_dev move to cuda:0 with their data; b is read on the host
+
+
+def _lone(tmp_path: Path) -> Path:
+    folder = tmp_path / "lone"
+    folder.mkdir()
+    return Path(shutil.copy(CORPUS / f"{NAME}.pte", folder / "model.pte"))
+
+
+def test_rewrite_pairs_the_ptd_next_to_the_program(work_copy) -> None:
+    """Was: 'nothing to move' unless --ptd was given, although NAME.ptd sat next to NAME.pte."""
+    pte = work_copy(NAME)
+    code, doc = invoke_json("rewrite", pte, "--dry-run")
+    assert code == 0 and doc["changed"]
+    assert sorted(p["name"] for p in doc["methods"][0]["moved"]) == ["only_dev", "w"]
+    given = invoke_json("rewrite", pte, "--dry-run", "--ptd", pte.with_suffix(".ptd"))[1]
+    assert given["methods"] == doc["methods"]
+
+
+def test_inspect_pairs_the_ptd_next_to_the_program(work_copy) -> None:
+    pte = work_copy(NAME)
+    result = invoke("inspect", pte, "--format", "json")
+    doc = json.loads(result.stdout)
+    assert result.exit_code == 0 and doc["ptd"] == str(pte.with_suffix(".ptd")) and doc["unknown_constants"] == 0
+    verdicts = {c["name"]: c["verdict"] for c in doc["file"]["methods"][0]["constants"]}
+    assert verdicts["w"] == verdicts["only_dev"] == "eligible:cuda:0"
+    assert f"data: {pte.with_suffix('.ptd')}" in invoke("inspect", pte).stdout
+
+
+def test_without_its_ptd_a_constant_is_unknown_and_the_hint_says_how_to_pass_it(tmp_path: Path) -> None:
+    pte = _lone(tmp_path)
+    result = invoke("inspect", pte, "--format", "json")
+    doc = json.loads(result.stdout)
+    assert doc["ptd"] is None and doc["unknown_constants"] == 2 and doc["file"]["eligible_constants"] == 0
+    verdicts = {c["name"]: c["verdict"] for c in doc["file"]["methods"][0]["constants"]}
+    assert verdicts["w"].startswith("unknown: no .ptd given (pass --ptd)") and verdicts["w"].endswith("cuda:0")
+    assert verdicts["b"] == "not eligible: read by host kernel aten::mul.out"
+    text = invoke("inspect", pte, env={"COLUMNS": "200"}).stdout
+    assert "2 external constant(s) not judged" in text and "model.ptd next to it or pass --ptd" in text
+    assert "No constant is copied" not in text  # not clean: unknown
+    markdown = invoke("inspect", pte, "--format", "markdown").stdout
+    assert "not judged" in markdown and "--ptd" in markdown
+    rewrite = invoke("rewrite", pte, "--dry-run", env={"COLUMNS": "200"})
+    assert rewrite.exit_code == 0 and "nothing to move" in rewrite.stdout
+    assert "no .ptd given; pass --ptd" in rewrite.stdout  # the 'left in place' reason says how
+    code, doc = invoke_json("rewrite", pte, "--dry-run")
+    assert all("pass --ptd" in n["verdict"] for n in doc["methods"][0]["not_moved"] if n["name"] != "b")
+
+
+def test_an_explicit_ptd_wins_over_the_sibling(work_copy, tmp_path: Path) -> None:
+    pte = work_copy(NAME)
+    other = CORPUS / "v_g_external_cpu.ptd"  # same keys; its data makes no difference to the verdicts...
+    result = invoke("inspect", pte, "--ptd", other, "--format", "json")
+    assert json.loads(result.stdout)["ptd"] == str(other)
+    missing = invoke("inspect", pte, "--ptd", tmp_path / "nope.ptd")  # ...but a wrong name is an error
+    assert missing.exit_code == 2 and "nope.ptd" in missing.stderr
