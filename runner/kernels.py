@@ -1,8 +1,9 @@
 """KernelCall: the runner's own kernels (device copies, dim-order ops, prim ops) and torch.ops by schema.
 
 Every other operator resolves to ``torch.ops.<ns>.<name>.<overload>`` and is
-called with the program's arguments bound to the operator schema in order
-(positional, then keyword-only, then the return values), so ``.out`` kernels
+called with the program's arguments bound to the operator schema as
+ExecuTorch's emitter lays them out (every schema argument, then one return
+slot: see ``return_slots``), so ``.out`` kernels, TensorList outs included,
 write straight into planned memory.  A host kernel that would touch device
 memory is refused, as ExecuTorch's CPU kernels cannot read it.
 """
@@ -18,7 +19,7 @@ import torch
 from pte_devconst.schema import model as m
 
 from .copies import Cause, Direction
-from .values import RunnerError, RuntimeValues
+from .values import ListRef, RunnerError, RuntimeValues
 
 Kernel = Callable[[RuntimeValues, tuple[int, ...], str], None]
 
@@ -146,19 +147,29 @@ BUILTIN_KERNELS: dict[str, Kernel] = {
 }
 
 
+def return_slots(schema: Any) -> int:
+    """How many values ExecuTorch's emitter appends after an operator's arguments (exir/emit/_emitter.py).
+
+    An out variant gets one slot for what it returns: its out tensor (the same value as the out argument)
+    or, for several outs or a ``Tensor(a!)[] out``, a TensorList of them, even when the schema returns
+    nothing (``split_with_sizes_copy.out(...) -> ()``).  Any other operator gets one per return value.
+    """
+    return 1 if any(argument.is_out for argument in schema.arguments) else len(schema.returns)
+
+
 @dataclass(frozen=True)
 class TorchKernel:
-    """A torch operator bound to ExecuTorch's argument convention for it."""
+    """A torch operator bound to ExecuTorch's argument convention for it (see ``return_slots``)."""
 
     name: str
     op: Any  # torch._ops.OpOverload
 
     def __call__(self, rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
         schema = self.op._schema
-        n_args, n_ret = len(schema.arguments), len(schema.returns)
-        if len(args) not in {n_args, n_args + n_ret, n_args + (1 if n_ret > 1 else n_ret)}:
+        n_args, slots = len(schema.arguments), return_slots(schema)
+        if len(args) not in (n_args, n_args + slots):
             raise RunnerError(f"{self.name} got {len(args)} arguments; its schema has {n_args} arguments "
-                              f"and {n_ret} return values", where=where)
+                              f"and {slots} return slot{'s' if slots != 1 else ''}", where=where)
         _check_host(rv, args, self.name, where)
         positional: list[Any] = []
         keywords: dict[str, Any] = {}
@@ -175,9 +186,11 @@ class TorchKernel:
         returns = args[n_args:]
         if not returns:
             return
-        results = list(result) if isinstance(result, (tuple, list)) and n_ret > 1 else [result]
-        if len(returns) == 1 and n_ret > 1:  # several outs returned as one TensorList value
+        outs = [index for argument, index in zip(schema.arguments, args) if argument.is_out]
+        if outs:
+            self._alias_out_slot(rv, returns[0], outs)
             return
+        results = list(result) if isinstance(result, (tuple, list)) and len(returns) > 1 else [result]
         for ret_index, value in zip(returns, results):
             existing = rv.values[ret_index]
             if isinstance(existing, torch.Tensor) and isinstance(value, torch.Tensor):
@@ -187,6 +200,16 @@ class TorchKernel:
                     existing.copy_(value)
                     continue
             rv.set(ret_index, value, m.CPU if isinstance(value, torch.Tensor) else None)
+
+    @staticmethod
+    def _alias_out_slot(rv: RuntimeValues, slot: int, outs: list[int]) -> None:
+        """The runtime stores an out variant's return (its out) in the return slot.  The emitter makes that
+        slot the out argument itself, or a TensorList of the outs: already what it should hold.  Any other
+        slot becomes an alias of a single tensor out."""
+        if slot in outs or isinstance(rv.values[slot], ListRef) or len(outs) != 1:
+            return
+        if isinstance(rv.values[outs[0]], torch.Tensor):
+            rv.set(slot, rv.values[outs[0]], rv.residence[outs[0]])
 
 
 def _convert(value: Any, type_name: str) -> Any:

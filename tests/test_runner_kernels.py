@@ -1,0 +1,151 @@
+"""Focused tests of the runner's kernels: ExecuTorch's argument convention and TensorList outs.
+
+Each test lays values out as ExecuTorch's emitter does (exir/emit/_emitter.py: the schema's arguments,
+then one return slot) and checks the result against eager PyTorch or ExecuTorch's own kernel source.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+import pytest
+import torch
+
+from pte_devconst.runner.copies import CopyLedger
+from pte_devconst.runner.devices import DeviceMap
+from pte_devconst.runner.kernels import TorchKernel, resolve_kernel, return_slots
+from pte_devconst.runner.values import ListRef, RunnerError, RuntimeValues
+from pte_devconst.schema import model as m
+
+STATIC = m.TensorShapeDynamism.STATIC
+
+
+def spec(sizes: Sequence[int], dynamism: int = STATIC, dim_order: Optional[Sequence[int]] = None) -> m.Tensor:
+    return m.Tensor(scalar_type=m.ScalarType.FLOAT, sizes=tuple(sizes),
+                    dim_order=tuple(dim_order if dim_order is not None else range(len(sizes))),
+                    shape_dynamism=dynamism)
+
+
+class Values:
+    """A method's values built one by one: tensors get a spec and a zeroed planned-like tensor of its size."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[Any, Any]] = []
+
+    def tensor(self, sizes: Sequence[int], dynamism: int = STATIC, data: Optional[torch.Tensor] = None,
+               dim_order: Optional[Sequence[int]] = None) -> int:
+        tensor_spec = spec(sizes, dynamism, dim_order)
+        value = torch.zeros(math.prod(sizes)).as_strided(
+            tuple(sizes), _strides(sizes, tensor_spec.dim_order)) if data is None else data
+        self.items.append((value, tensor_spec))
+        return len(self.items) - 1
+
+    def value(self, value: Any) -> int:
+        """A non-tensor value: a scalar, a list of ints, None."""
+        self.items.append((value, None))
+        return len(self.items) - 1
+
+    def tensor_list(self, items: Sequence[int]) -> int:
+        self.items.append((ListRef("tensor", tuple(items)), m.TensorList(tuple(items))))
+        return len(self.items) - 1
+
+    def build(self) -> RuntimeValues:
+        rv = RuntimeValues("forward", len(self.items), DeviceMap(True), CopyLedger())
+        for index, (value, _) in enumerate(self.items):
+            rv.set(index, value, m.CPU if isinstance(value, torch.Tensor) else None)
+        return rv
+
+
+def _strides(sizes: Sequence[int], dim_order: Sequence[int]) -> tuple[int, ...]:
+    from pte_devconst.runner.dtypes import dim_order_strides
+
+    return dim_order_strides(tuple(sizes), tuple(dim_order))
+
+
+def kernel(name: str) -> Any:
+    namespace, _, rest = name.partition("::")
+    base, _, overload = rest.partition(".")
+    return resolve_kernel(m.Operator(name=f"{namespace}::{base}", overload=overload), "test")
+
+
+X = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+
+
+# --- TensorList out-variants (every one ExecuTorch's portable kernels implement) -------------------------
+
+
+@pytest.mark.parametrize("with_return_slot", [True, False])
+def test_split_with_sizes_copy_writes_each_item_of_its_out_list(with_return_slot: bool) -> None:
+    v = Values()
+    x, sizes, dim = v.tensor((4, 6), data=X.clone()), v.value([1, 2, 3]), v.value(1)
+    outs = [v.tensor((4, n)) for n in (1, 2, 3)]
+    out_list = v.tensor_list(outs)
+    args = (x, sizes, dim, out_list) + ((v.tensor_list(outs),) if with_return_slot else ())
+    rv = v.build()
+    kernel("aten::split_with_sizes_copy.out")(rv, args, "test")
+    for index, want in zip(outs, torch.split(X, [1, 2, 3], dim=1)):
+        assert torch.equal(rv.values[index], want)
+
+
+def test_split_copy_writes_equal_chunks_and_a_shorter_last_one() -> None:
+    v = Values()
+    x, size, dim = v.tensor((4, 6), data=X.clone()), v.value(4), v.value(1)
+    outs = [v.tensor((4, 4)), v.tensor((4, 2))]
+    args = (x, size, dim, v.tensor_list(outs), v.tensor_list(outs))
+    rv = v.build()
+    kernel("aten::split_copy.Tensor_out")(rv, args, "test")
+    assert [torch.equal(rv.values[i], w) for i, w in zip(outs, torch.split(X, 4, dim=1))] == [True, True]
+
+
+def test_unbind_copy_writes_one_item_per_slice() -> None:
+    v = Values()
+    x, dim = v.tensor((4, 6), data=X.clone()), v.value(0)
+    outs = [v.tensor((6,)) for _ in range(4)]
+    args = (x, dim, v.tensor_list(outs), v.tensor_list(outs))
+    rv = v.build()
+    kernel("aten::unbind_copy.int_out")(rv, args, "test")
+    for index, row in zip(outs, X):
+        assert torch.equal(rv.values[index], row)
+
+
+def test_several_outs_share_one_tensor_list_return_slot() -> None:
+    # max.dim_max(self, dim, keepdim, *, max, max_values) -> (values, indices): the emitter appends one
+    # TensorList of the two outs.
+    v = Values()
+    x, dim, keep = v.tensor((4, 6), data=X.flip(1).clone()), v.value(1), v.value(False)
+    values = v.tensor((4,))
+    indices = v.tensor((4,), data=torch.zeros(4, dtype=torch.long))
+    rv_args = (x, dim, keep, values, indices, v.tensor_list([values, indices]))
+    rv = v.build()
+    kernel("aten::max.dim_max")(rv, rv_args, "test")
+    want_values, want_indices = torch.max(X.flip(1), dim=1)
+    assert torch.equal(rv.values[values], want_values) and torch.equal(rv.values[indices], want_indices)
+
+
+def test_return_slots_follow_the_emitter() -> None:
+    assert return_slots(torch.ops.aten.split_with_sizes_copy.out._schema) == 1  # returns () but has an out list
+    assert return_slots(torch.ops.aten.native_layer_norm.out._schema) == 1  # three outs, one TensorList slot
+    assert return_slots(torch.ops.aten.add.out._schema) == 1
+    assert return_slots(torch.ops.aten._local_scalar_dense.default._schema) == 1
+    assert return_slots(torch.ops.aten.sym_size.int._schema) == 1
+
+
+def test_a_call_with_another_argument_count_is_refused_by_name() -> None:
+    v = Values()
+    x, sizes, dim = v.tensor((4, 6), data=X.clone()), v.value([3, 3]), v.value(1)
+    outs = [v.tensor((4, 3)), v.tensor((4, 3))]
+    out_list = v.tensor_list(outs)
+    rv = v.build()
+    with pytest.raises(RunnerError, match=r"split_with_sizes_copy.out got 6 arguments; its schema has 4 arguments "
+                                          r"and 1 return slot"):
+        kernel("aten::split_with_sizes_copy.out")(rv, (x, sizes, dim, out_list, out_list, out_list), "test")
+
+
+def test_an_out_return_slot_of_its_own_becomes_an_alias_of_the_out() -> None:
+    v = Values()
+    a, b, alpha = v.tensor((2,), data=torch.ones(2)), v.tensor((2,), data=torch.ones(2)), v.value(1)
+    out, slot = v.tensor((2,)), v.tensor((2,))
+    rv = v.build()
+    kernel("aten::add.out")(rv, (a, b, alpha, out, slot), "test")
+    assert rv.values[slot] is rv.values[out] and torch.equal(rv.values[out], torch.full((2,), 2.0))
