@@ -4,15 +4,19 @@ Every other operator resolves to ``torch.ops.<ns>.<name>.<overload>`` and is
 called with the program's arguments bound to the operator schema as
 ExecuTorch's emitter lays them out (every schema argument, then one return
 slot: see ``return_slots``), so ``.out`` kernels, TensorList outs included,
-write straight into planned memory.  A host kernel that would touch device
-memory is refused, as ExecuTorch's CPU kernels cannot read it.
+write straight into planned memory.  An output that a kernel gives another
+shape is resized by ExecuTorch's rules (``RuntimeValues.resize``).  A host
+kernel that would touch device memory is refused, as ExecuTorch's CPU
+kernels cannot read it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import operator
+import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -35,15 +39,6 @@ def _check_host(rv: RuntimeValues, indices: tuple[int, ...], op: str, where: str
                                   f"{device}: an ExecuTorch CPU kernel cannot access it", where=where)
 
 
-def _resize_like(out: torch.Tensor, src: torch.Tensor, op: str, where: str) -> None:
-    if out.shape != src.shape:
-        if src.numel() > out.numel():
-            raise RunnerError(f"{op}: source shape {tuple(src.shape)} does not fit output {tuple(out.shape)}",
-                              where=where)
-        raise RunnerError(f"{op}: source shape {tuple(src.shape)} differs from output {tuple(out.shape)}",
-                          where=where)
-
-
 def _device_copy(direction: Direction) -> Kernel:
     name = "et_copy::_h2d_copy.out" if direction is Direction.H2D else "et_copy::_d2h_copy.out"
 
@@ -51,14 +46,14 @@ def _device_copy(direction: Direction) -> Kernel:
         if len(args) < 2:
             raise RunnerError(f"{name} needs (self, out), got {len(args)} arguments", where=where)
         src_i, out_i = args[0], args[1]
-        src, out = rv.tensor(src_i, where), rv.tensor(out_i, where)
+        src = rv.tensor(src_i, where)
         src_dev, out_dev = rv.device_of(src_i), rv.device_of(out_i)
         host, device = (src_dev, out_dev) if direction is Direction.H2D else (out_dev, src_dev)
         if not host.is_cpu or device.is_cpu:
             raise RunnerError(f"{name} copies from {src_dev} (value {src_i}) to {out_dev} (value {out_i}); "
                               f"it needs {'host to device' if direction is Direction.H2D else 'device to host'}",
                               where=where)
-        _resize_like(out, src, name, where)
+        out = rv.resize(out_i, src.shape, where)
         out.copy_(src)
         cause = Cause.H2D_KERNEL if direction is Direction.H2D else Cause.D2H_KERNEL
         rv.ledger.record(direction, cause, src.numel() * src.element_size(), str(device), src_i)
@@ -75,18 +70,13 @@ def _dim_order_copy(rv: RuntimeValues, args: tuple[int, ...], where: str) -> Non
         raise RunnerError(f"dim-order copy needs (self, non_blocking, dim_order, out), got {len(args)} arguments",
                           where=where)
     _check_host(rv, (args[0], args[3]), "dim_order_ops copy", where)
-    src, out = rv.tensor(args[0], where), rv.tensor(args[3], where)
-    _resize_like(out, src, "dim_order_ops copy", where)
-    out.copy_(src)
+    src = rv.tensor(args[0], where)
+    rv.resize(args[3], src.shape, where).copy_(src)
 
 
 def _empty_dim_order(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
     # (int[] size, *, int[]? dim_order, Tensor(a!) out) -> Tensor(a!): only the shape matters
-    out = rv.tensor(args[2], where)
-    size = tuple(rv.get(args[0], where))
-    if tuple(out.shape) != size:
-        raise RunnerError(f"_empty_dim_order.out: size {size} differs from the planned {tuple(out.shape)}",
-                          where=where)
+    rv.resize(args[2], rv.get(args[0], where), where)
 
 
 def _aten_copy_(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
@@ -179,14 +169,23 @@ class TorchKernel:
                 keywords[argument.name] = value
             else:
                 positional.append(value)
+        outs = [index for argument, index in zip(schema.arguments, args) if argument.is_out]
+        out_tensors = [i for index in outs for i in rv.tensor_indices(index)]
+        shapes = [rv.values[i].shape for i in out_tensors]
+        # torch resizes an out= tensor of another shape (a dynamic one) and warns; ExecuTorch kernels
+        # resize theirs too, and accept_resize below applies ExecuTorch's rules to the new shape.
+        quiet = _resizes_quietly() if any(rv.is_dynamic(i) for i in out_tensors) else contextlib.nullcontext()
         try:
-            result = self.op(*positional, **keywords)
+            with quiet:
+                result = self.op(*positional, **keywords)
         except (RuntimeError, TypeError, ValueError, IndexError) as error:
             raise RunnerError(f"{self.name} failed: {' '.join(str(error).split())[:300]}", where=where) from None
+        for index, shape in zip(out_tensors, shapes):
+            if rv.values[index].shape != shape:
+                rv.accept_resize(index, where)
         returns = args[n_args:]
         if not returns:
             return
-        outs = [index for argument, index in zip(schema.arguments, args) if argument.is_out]
         if outs:
             self._alias_out_slot(rv, returns[0], outs)
             return
@@ -210,6 +209,13 @@ class TorchKernel:
             return
         if isinstance(rv.values[outs[0]], torch.Tensor):
             rv.set(slot, rv.values[outs[0]], rv.residence[outs[0]])
+
+
+@contextlib.contextmanager
+def _resizes_quietly() -> Iterator[None]:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="An output with one or more elements was resized")
+        yield
 
 
 def _convert(value: Any, type_name: str) -> Any:

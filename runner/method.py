@@ -50,7 +50,7 @@ class LoadedMethod:
         ledger.phase, ledger.method = LOAD, self.name
         self.where = f"method {self.name!r}"
         self.memory = MethodMemory(plan, devices, self.name)
-        self.rv = RuntimeValues(self.name, len(plan.values or ()), devices, ledger)
+        self.rv = RuntimeValues(self.name, len(plan.values or ()), devices, ledger, plan.values or ())
         for index, value in enumerate(plan.values or ()):
             self._load_value(data, index, value)
         self.delegates = [self._init_delegate(data, i, d) for i, d in enumerate(plan.delegates or ())]
@@ -229,7 +229,8 @@ class LoadedMethod:
         delegate = self.delegates[call.delegate_index]
         where = f"{where} (delegate {call.delegate_index}, {delegate.backend_id})"
         args = [DelegateArg(i, self.rv.get(i, where), self.rv.residence[i]) for i in call.args or ()]
-        context = DelegateContext(delegate.backend_id, delegate.target_device, self.devices, self.ledger, where)
+        context = DelegateContext(delegate.backend_id, delegate.target_device, self.devices, self.ledger, where,
+                                  values=self.rv)
         delegate.executor.execute(delegate.handle, args, context)
 
 

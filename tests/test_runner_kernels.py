@@ -1,4 +1,4 @@
-"""Focused tests of the runner's kernels: ExecuTorch's argument convention and TensorList outs.
+"""Focused tests of the runner's kernels: ExecuTorch's argument convention, TensorList outs, resizing.
 
 Each test lays values out as ExecuTorch's emitter does (exir/emit/_emitter.py: the schema's arguments,
 then one return slot) and checks the result against eager PyTorch or ExecuTorch's own kernel source.
@@ -15,10 +15,11 @@ import torch
 from pte_devconst.runner.copies import CopyLedger
 from pte_devconst.runner.devices import DeviceMap
 from pte_devconst.runner.kernels import TorchKernel, resolve_kernel, return_slots
+from pte_devconst.runner.reference_backend import InputSpec
 from pte_devconst.runner.values import ListRef, RunnerError, RuntimeValues
 from pte_devconst.schema import model as m
 
-STATIC = m.TensorShapeDynamism.STATIC
+STATIC, BOUND = m.TensorShapeDynamism.STATIC, m.TensorShapeDynamism.DYNAMIC_BOUND
 
 
 def spec(sizes: Sequence[int], dynamism: int = STATIC, dim_order: Optional[Sequence[int]] = None) -> m.Tensor:
@@ -51,7 +52,7 @@ class Values:
         return len(self.items) - 1
 
     def build(self) -> RuntimeValues:
-        rv = RuntimeValues("forward", len(self.items), DeviceMap(True), CopyLedger())
+        rv = RuntimeValues("forward", len(self.items), DeviceMap(True), CopyLedger(), [s for _, s in self.items])
         for index, (value, _) in enumerate(self.items):
             rv.set(index, value, m.CPU if isinstance(value, torch.Tensor) else None)
         return rv
@@ -149,3 +150,92 @@ def test_an_out_return_slot_of_its_own_becomes_an_alias_of_the_out() -> None:
     rv = v.build()
     kernel("aten::add.out")(rv, (a, b, alpha, out, slot), "test")
     assert rv.values[slot] is rv.values[out] and torch.equal(rv.values[out], torch.full((2,), 2.0))
+
+
+# --- resizing, as ExecuTorch's resize_tensor ---------------------------------------------------------------
+
+
+def test_a_bounded_tensor_takes_a_smaller_shape_in_its_own_memory() -> None:
+    v = Values()
+    index = v.tensor((15, 4), BOUND)
+    rv = v.build()
+    before = rv.values[index].data_ptr()
+    resized = rv.resize(index, (3, 4), "test")
+    assert resized is rv.values[index] and tuple(resized.shape) == (3, 4) and resized.data_ptr() == before
+    assert resized.stride() == (4, 1)
+
+
+def test_a_resize_keeps_the_dim_order() -> None:
+    v = Values()
+    index = v.tensor((1, 8, 4, 4), BOUND, dim_order=(0, 2, 3, 1))  # channels last
+    rv = v.build()
+    assert rv.resize(index, (1, 8, 2, 2), "test").stride() == (32, 1, 16, 8)
+
+
+@pytest.mark.parametrize("dynamism, shape, message", [
+    (STATIC, (3, 4), r"static \[15, 4\] tensor; it cannot take shape \[3, 4\]"),
+    (BOUND, (16, 4), r"holds at most 60 elements .* shape \[16, 4\] does not fit"),
+    (BOUND, (60,), r"has rank 2; a kernel tried to give it shape \[60\]"),
+])
+def test_resizes_that_executorch_refuses_are_refused(dynamism: int, shape: tuple, message: str) -> None:
+    v = Values()
+    index = v.tensor((15, 4), dynamism)
+    with pytest.raises(RunnerError, match=message):
+        v.build().resize(index, shape, "test")
+
+
+def test_a_torch_kernel_resizes_a_bounded_out_and_may_not_resize_a_static_one() -> None:
+    v = Values()
+    a, b, alpha = v.tensor((3,), data=torch.ones(3)), v.tensor((3,), data=torch.ones(3)), v.value(1)
+    bounded, static = v.tensor((8,), BOUND), v.tensor((8,))
+    rv = v.build()
+    kernel("aten::add.out")(rv, (a, b, alpha, bounded, bounded), "test")
+    assert torch.equal(rv.values[bounded], torch.full((3,), 2.0))
+    with pytest.raises(RunnerError, match=r"static \[8\] tensor; it cannot take shape \[3\]"):
+        kernel("aten::add.out")(rv, (a, b, alpha, static, static), "test")
+
+
+def test_a_torch_kernel_result_is_laid_out_in_the_dim_order_of_its_out() -> None:
+    v = Values()
+    x = v.tensor((1, 2, 2, 2), data=torch.arange(8, dtype=torch.float32).reshape(1, 2, 2, 2))
+    out = v.tensor((1, 2, 3, 3), BOUND, dim_order=(0, 2, 3, 1))
+    rv = v.build()
+    kernel("aten::relu.out")(rv, (x, out, out), "test")
+    result = rv.values[out]
+    assert result.stride() == (8, 1, 4, 2) and torch.equal(result, torch.arange(8.0).reshape(1, 2, 2, 2))
+
+
+def test_the_h2d_copy_resizes_its_output_and_counts_the_bytes_of_the_current_shape() -> None:
+    v = Values()
+    src, out = v.tensor((2, 4), data=torch.ones(2, 4)), v.tensor((15, 4), BOUND)
+    rv = v.build()
+    rv.residence[out] = m.Device(m.DeviceType.CUDA, 0)
+    kernel("et_copy::_h2d_copy.out")(rv, (src, out, out), "test")
+    assert torch.equal(rv.values[out], torch.ones(2, 4))
+    assert [e.nbytes for e in rv.ledger.events] == [2 * 4 * 4]  # not the 15 x 4 bound
+
+
+def test_a_dim_order_copy_resizes_its_output_to_the_source() -> None:
+    v = Values()
+    src, out = v.tensor((2, 4), data=torch.ones(2, 4)), v.tensor((15, 4), BOUND)
+    args = (src, v.value(False), v.value(None), out, out)
+    rv = v.build()
+    kernel("dim_order_ops::_clone_dim_order.out")(rv, args, "test")
+    assert torch.equal(rv.values[out], torch.ones(2, 4))
+
+
+# --- the reference backend's inputs ------------------------------------------------------------------------
+
+
+def test_a_reference_delegate_input_with_a_dynamic_dim_takes_any_size_there() -> None:
+    spec_ = InputSpec.parse({"dtype": "float32", "shape": [1, None, 32]})
+    assert spec_.mismatch(torch.zeros(1, 3, 32)) is None and spec_.mismatch(torch.zeros(1, 15, 32)) is None
+    assert "expects torch.float32[1, '*', 32]" in spec_.mismatch(torch.zeros(2, 3, 32))
+    assert spec_.mismatch(torch.zeros(1, 3)) is not None and spec_.mismatch(torch.zeros(1, 3, 32).long())
+
+
+def test_a_reference_delegate_takes_scalar_inputs() -> None:
+    length = InputSpec.parse({"scalar": "int"})
+    assert length.mismatch(3) is None
+    assert length.mismatch(True) is not None and length.mismatch(torch.zeros(1)) is not None
+    assert InputSpec.parse({"scalar": "float"}).mismatch(3) is None
