@@ -13,6 +13,7 @@ kernels cannot read it.
 from __future__ import annotations
 
 import contextlib
+import math
 import operator
 import warnings
 from dataclasses import dataclass
@@ -88,42 +89,79 @@ def _aten_copy_(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
             rv.set(ret, rv.values[args[0]], rv.residence[args[0]])
 
 
-_PRIM_BINARY: dict[str, Callable[[Any, Any], Any]] = {
-    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "floordiv": operator.floordiv,
-    "truediv": operator.truediv, "mod": operator.mod, "eq": operator.eq, "gt": operator.gt, "lt": operator.lt,
-    "ge": operator.ge, "le": operator.le,
+def _c_div(a: int, b: int) -> int:
+    """C++ integer division (truncates toward zero), as ``int64_t / int64_t``."""
+    quotient = abs(a) // abs(b)
+    return quotient if (a < 0) == (b < 0) else -quotient
+
+
+def _c_mod(a: int, b: int) -> int:
+    """C++ ``%`` (the sign of the dividend)."""
+    return a - b * _c_div(a, b)
+
+
+def _round_half_even(a: float) -> int:
+    return int(round(a))  # Python rounds halves to even, as ExecuTorch's round.Scalar does
+
+
+# ExecuTorch's prim ops (kernels/prim_ops/register_prim_ops.cpp): scalars in, the last argument out.
+_PRIM_SCALAR: dict[str, Callable[..., Any]] = {
+    "add.Scalar": operator.add, "sub.Scalar": operator.sub, "mul.Scalar": operator.mul,
+    "floordiv.Scalar": operator.floordiv,  # Python's floor division, which ExecuTorch reproduces
+    "truediv.Scalar": operator.truediv, "floordiv.int": _c_div, "mod.int": _c_mod, "mod.Scalar": _c_mod,
+    "eq.Scalar": operator.eq, "gt.Scalar": operator.gt, "lt.Scalar": operator.lt, "ge.Scalar": operator.ge,
+    "le.Scalar": operator.le, "neg.Scalar": operator.neg, "sym_max.Scalar": max, "sym_min.Scalar": min,
+    "sym_float.Scalar": float, "sym_int.Scalar": int, "sym_not.Scalar": operator.not_,
+    "sym_ite.Scalar": lambda condition, a, b: a if condition else b,
+    "ceil.Scalar": lambda a: int(math.ceil(a)), "round.Scalar": _round_half_even,
+    "trunc.Scalar": lambda a: int(math.trunc(a)),
 }
+_PRIM_ARITY = {"neg.Scalar": 1, "sym_float.Scalar": 1, "sym_int.Scalar": 1, "sym_not.Scalar": 1, "ceil.Scalar": 1,
+               "round.Scalar": 1, "trunc.Scalar": 1, "sym_ite.Scalar": 3}
+
+
+def _sym_size(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
+    rv.set(args[-1], int(rv.tensor(args[0], where).size(rv.get(args[1], where))))
+
+
+def _sym_numel(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
+    rv.set(args[-1], int(rv.tensor(args[0], where).numel()))
+
+
+def _et_view(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
+    src = rv.tensor(args[0], where)
+    rv.set(args[-1], src.view(tuple(rv.get(args[1], where))), rv.residence[args[0]])
+
+
+def _et_copy_index(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
+    # (Tensor(a!) copy_to, Tensor copy_from, int index): copy_to grows to index + 1 rows, row index = copy_from
+    _check_host(rv, args[:2], "executorch_prim::et_copy_index.tensor", where)
+    source, index = rv.tensor(args[1], where), rv.get(args[2], where)
+    target = rv.resize(args[0], (index + 1, *source.shape), where)
+    target[index].copy_(source)
 
 
 def _prim(name: str) -> Optional[Kernel]:
-    base = name.removeprefix("executorch_prim::").split(".")[0]
-    if name == "executorch_prim::sym_size.int":
-        def sym_size(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
-            rv.set(args[-1], int(rv.tensor(args[0], where).size(rv.get(args[1], where))))
-        return sym_size
-    if name == "executorch_prim::sym_numel.default" or base == "sym_numel":
-        def sym_numel(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
-            rv.set(args[-1], int(rv.tensor(args[0], where).numel()))
-        return sym_numel
-    if base == "neg":
-        def neg(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
-            rv.set(args[-1], -rv.get(args[0], where))
-        return neg
-    if base == "et_view":
-        def et_view(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
-            src = rv.tensor(args[0], where)
-            rv.set(args[-1], src.view(tuple(rv.get(args[1], where))), rv.residence[args[0]])
-        return et_view
-    function = _PRIM_BINARY.get(base)
+    short = name.removeprefix("executorch_prim::")
+    special = {"sym_size.int": _sym_size, "sym_numel.default": _sym_numel, "sym_numel": _sym_numel,
+               "et_view.default": _et_view, "et_copy_index.tensor": _et_copy_index}.get(short)
+    if special is not None:
+        return special
+    function = _PRIM_SCALAR.get(short)
     if function is None:
         return None
+    arity = _PRIM_ARITY.get(short, 2)
 
-    def binary(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
-        if len(args) != 3:
-            raise RunnerError(f"{name} needs (a, b, out), got {len(args)} arguments", where=where)
-        rv.set(args[2], function(rv.get(args[0], where), rv.get(args[1], where)))
+    def scalar(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
+        if len(args) != arity + 1:
+            raise RunnerError(f"{name} takes {arity} value(s) and an output, got {len(args)} arguments", where=where)
+        try:
+            result = function(*(rv.get(index, where) for index in args[:arity]))
+        except (ArithmeticError, TypeError, ValueError) as error:
+            raise RunnerError(f"{name} failed: {error}", where=where) from None
+        rv.set(args[arity], result)
 
-    return binary
+    return scalar
 
 
 BUILTIN_KERNELS: dict[str, Kernel] = {

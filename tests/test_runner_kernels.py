@@ -1,4 +1,4 @@
-"""Focused tests of the runner's kernels: ExecuTorch's argument convention, TensorList outs, resizing.
+"""Focused tests of the runner's kernels: ExecuTorch's argument convention, TensorList outs, resizing, prim ops.
 
 Each test lays values out as ExecuTorch's emitter does (exir/emit/_emitter.py: the schema's arguments,
 then one return slot) and checks the result against eager PyTorch or ExecuTorch's own kernel source.
@@ -222,6 +222,43 @@ def test_a_dim_order_copy_resizes_its_output_to_the_source() -> None:
     rv = v.build()
     kernel("dim_order_ops::_clone_dim_order.out")(rv, args, "test")
     assert torch.equal(rv.values[out], torch.ones(2, 4))
+
+
+# --- prim ops (kernels/prim_ops/register_prim_ops.cpp) --------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, operands, want", [
+    ("add.Scalar", (3, 4), 7), ("sub.Scalar", (3, 4.5), -1.5), ("mul.Scalar", (3, 4), 12),
+    ("floordiv.Scalar", (-7, 2), -4), ("floordiv.Scalar", (7.5, 2.0), 3.0),  # Python's floor division
+    ("floordiv.int", (-7, 2), -3), ("mod.int", (-7, 2), -1), ("mod.Scalar", (7, -2), 1),  # C++'s / and %
+    ("truediv.Scalar", (7, 2), 3.5), ("eq.Scalar", (2, 2), True), ("lt.Scalar", (2, 1), False),
+    ("neg.Scalar", (5,), -5), ("sym_max.Scalar", (3, 9), 9), ("sym_min.Scalar", (3, 9), 3),
+    ("sym_float.Scalar", (3,), 3.0), ("sym_int.Scalar", (-2.7,), -2), ("sym_not.Scalar", (True,), False),
+    ("sym_ite.Scalar", (False, 1, 2), 2), ("ceil.Scalar", (1.2,), 2), ("trunc.Scalar", (-1.7,), -1),
+    ("round.Scalar", (2.5,), 2), ("round.Scalar", (3.5,), 4), ("round.Scalar", (-2.6,), -3),
+])
+def test_prim_ops_compute_what_executorch_computes(name: str, operands: tuple, want: Any) -> None:
+    v = Values()
+    args = tuple(v.value(x) for x in operands) + (v.value(0),)
+    rv = v.build()
+    kernel(f"executorch_prim::{name}")(rv, args, "test")
+    assert rv.values[args[-1]] == want and type(rv.values[args[-1]]) is type(want)
+
+
+def test_et_copy_index_grows_its_target_one_row_at_a_time() -> None:
+    v = Values()
+    target = v.tensor((4, 3), BOUND)
+    rows = [v.tensor((3,), data=torch.full((3,), float(i))) for i in range(3)]
+    positions = [v.value(i) for i in range(3)]
+    rv = v.build()
+    for row, position in zip(rows, positions):
+        kernel("executorch_prim::et_copy_index.tensor")(rv, (target, row, position), "test")
+    assert torch.equal(rv.values[target], torch.arange(3.0).repeat_interleave(3).reshape(3, 3))
+
+
+def test_an_unknown_prim_op_is_an_error_naming_it() -> None:
+    with pytest.raises(RunnerError, match="executorch_prim::frobnicate.Scalar"):
+        kernel("executorch_prim::frobnicate.Scalar")
 
 
 # --- the reference backend's inputs ------------------------------------------------------------------------
