@@ -129,8 +129,14 @@ def _sym_numel(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
 
 
 def _et_view(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
-    src = rv.tensor(args[0], where)
-    rv.set(args[-1], src.view(tuple(rv.get(args[1], where))), rv.residence[args[0]])
+    src, sizes = rv.tensor(args[0], where), rv.get(args[1], where)
+    try:
+        view = src.view(tuple(sizes))
+    except (RuntimeError, TypeError) as error:
+        shown = sizes if isinstance(sizes, list) else type(sizes).__name__
+        raise RunnerError(f"executorch_prim::et_view of value {args[0]} {list(src.shape)} as {shown}: "
+                          f"{' '.join(str(error).split())[:200]}", where=where) from None
+    rv.set(args[-1], view, rv.residence[args[0]])
 
 
 def _et_copy_index(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
@@ -269,17 +275,31 @@ def _convert(value: Any, type_name: str) -> Any:
     return value
 
 
+def _guarded(name: str, kernel: Kernel) -> Kernel:
+    """One of the runner's own kernels, failing on a malformed call (too few arguments, mismatched
+    shapes) with one error naming the operator, as an ExecuTorch kernel fails its KernelRuntimeContext."""
+
+    def run(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
+        try:
+            kernel(rv, args, where)
+        except (IndexError, RuntimeError, TypeError, ValueError) as error:
+            raise RunnerError(f"{name} cannot run on arguments {list(args)}: "
+                              f"{' '.join(str(error).split())[:200] or type(error).__name__}", where=where) from None
+
+    return run
+
+
 def resolve_kernel(operator_: m.Operator, where: str) -> Kernel:
     """The kernel for an operator, or a ``RunnerError`` naming the operator the runner cannot execute."""
     name = operator_.qualified_name
     builtin = BUILTIN_KERNELS.get(name)
     if builtin is not None:
-        return builtin
+        return _guarded(name, builtin)
     if name.startswith("executorch_prim::"):
         prim = _prim(name)
         if prim is None:
             raise RunnerError(f"unknown operator {name}: the runner does not implement this prim op", where=where)
-        return prim
+        return _guarded(name, prim)
     namespace, _, rest = (operator_.name or "").partition("::")
     try:
         packet = getattr(getattr(torch.ops, namespace), rest)

@@ -100,7 +100,11 @@ class ReferenceBackendExecutor(DelegateExecutor):
             raise RunnerError(f"reference backend blob version {doc.get('version')!r}; this runner reads "
                               f"version {BLOB_VERSION}", where=where)
         declared = doc.get("target_device")
-        if declared is not None and m.Device.parse(declared) != context.target_device:
+        try:
+            declared = None if declared is None else m.Device.parse(declared)
+        except (ValueError, TypeError, AttributeError):
+            raise RunnerError(f"reference backend blob names an unknown target device {declared!r}", where=where) from None
+        if declared is not None and declared != context.target_device:
             raise RunnerError(f"blob targets {declared} but the compile spec says {context.target_device}", where=where)
         try:
             inputs = tuple(InputSpec.parse(i) for i in doc["inputs"])

@@ -117,7 +117,11 @@ class RuntimeValues:
         shape = tuple(int(size) for size in shape)
         if tuple(tensor.shape) != shape:
             spec = self._check_resize(index, shape, where)
-            tensor.as_strided_(shape, dim_order_strides(shape, tuple(spec.dim_order or range(len(shape)))))
+            try:
+                tensor.as_strided_(shape, dim_order_strides(shape, tuple(spec.dim_order or range(len(shape)))))
+            except RuntimeError:  # the value holds another tensor's smaller memory (a MoveCall into it)
+                raise RunnerError(f"value {index} cannot take shape {list(shape)}: its memory holds "
+                                  f"{tensor.untyped_storage().nbytes()} bytes", where=where) from None
         return tensor
 
     def accept_resize(self, index: int, where: str) -> None:

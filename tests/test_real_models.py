@@ -17,7 +17,7 @@ from typing import Any, Iterator, Sequence
 import pytest
 import torch
 
-from cli_runner import invoke
+from cli_runner import invoke, invoke_json
 from et_oracle import run_calls_with_executorch
 from pte_devconst.api import rewrite
 from pte_devconst.rewriter import analyze_file
@@ -217,6 +217,16 @@ def test_matmul_only_partitions_leave_weight_transposes_on_the_host(arch: str) -
     for style in ("copy", "legacy"):
         assert _transposed_on_the_host(f"{arch}_mm_{style}"), f"{arch}_mm_{style}"
         assert not _transposed_on_the_host(f"{arch}_all_{style}")
+
+
+def test_the_command_line_runs_a_model_with_tensor_list_outputs() -> None:
+    # split_with_sizes_copy.out stopped `run` on every LSTM; its outputs now match the runtime's.
+    name = "lstm_cpu"
+    code, report = invoke_json("run", FIXTURES / f"{name}.pte", "-i", FIXTURES / f"{name}.inputs.pt", "-n", "2")
+    assert code == 0
+    for call, want in zip(report["calls"], load_calls(FIXTURES, name, "runtime")):
+        assert [o["shape"] for o in call["outputs"]] == [list(t.shape) for t in want]
+        assert [o["sum"] for o in call["outputs"]] == pytest.approx([float(t.double().sum()) for t in want], abs=1e-5)
 
 
 def test_the_command_line_rewrites_and_validates_a_real_model(tmp_path: Path) -> None:

@@ -7,11 +7,13 @@ then one return slot) and checks the result against eager PyTorch or ExecuTorch'
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import pytest
 import torch
 
+from pte_devconst.runner import run_program
 from pte_devconst.runner.copies import CopyLedger
 from pte_devconst.runner.devices import DeviceMap
 from pte_devconst.runner.kernels import TorchKernel, resolve_kernel, return_slots
@@ -20,6 +22,7 @@ from pte_devconst.runner.values import ListRef, RunnerError, RuntimeValues
 from pte_devconst.schema import model as m
 
 STATIC, BOUND = m.TensorShapeDynamism.STATIC, m.TensorShapeDynamism.DYNAMIC_BOUND
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "models"
 
 
 def spec(sizes: Sequence[int], dynamism: int = STATIC, dim_order: Optional[Sequence[int]] = None) -> m.Tensor:
@@ -184,6 +187,14 @@ def test_resizes_that_executorch_refuses_are_refused(dynamism: int, shape: tuple
         v.build().resize(index, shape, "test")
 
 
+def test_a_resize_past_the_memory_a_value_holds_is_a_clear_error() -> None:
+    # A MoveCall can put a smaller tensor's memory into a value planned larger.
+    v = Values()
+    index = v.tensor((15, 4), BOUND, data=torch.zeros(2, 4))
+    with pytest.raises(RunnerError, match=r"value 0 cannot take shape \[3, 4\]: its memory holds 32 bytes"):
+        v.build().resize(index, (3, 4), "test")
+
+
 def test_a_torch_kernel_resizes_a_bounded_out_and_may_not_resize_a_static_one() -> None:
     v = Values()
     a, b, alpha = v.tensor((3,), data=torch.ones(3)), v.tensor((3,), data=torch.ones(3)), v.value(1)
@@ -256,6 +267,26 @@ def test_et_copy_index_grows_its_target_one_row_at_a_time() -> None:
     assert torch.equal(rv.values[target], torch.arange(3.0).repeat_interleave(3).reshape(3, 3))
 
 
+def test_et_view_shares_memory_and_refuses_another_number_of_elements() -> None:
+    v = Values()
+    src, out = v.tensor((2, 3), data=torch.arange(6.0).reshape(2, 3)), v.tensor((3, 2))
+    good, bad = v.value([3, -1]), v.value([4, 2])
+    rv = v.build()
+    kernel("executorch_prim::et_view.default")(rv, (src, good, out), "test")
+    assert rv.values[out].shape == (3, 2) and rv.values[out].data_ptr() == rv.values[src].data_ptr()
+    with pytest.raises(RunnerError, match=r"et_view of value 0 \[2, 3\] as \[4, 2\]"):
+        kernel("executorch_prim::et_view.default")(rv, (src, bad, out), "test")
+
+
+@pytest.mark.parametrize("name, sizes", [("executorch_prim::et_view.default", None),  # no arguments at all
+                                         ("aten::copy_", (3,))])  # a source of another shape
+def test_the_runners_own_kernels_fail_on_a_malformed_call_with_one_error_naming_them(name: str, sizes: Any) -> None:
+    v = Values()
+    args = () if sizes is None else (v.tensor((2,)), v.tensor(sizes))
+    with pytest.raises(RunnerError, match=f"{name} cannot run on arguments"):
+        kernel(name)(v.build(), args, "test")
+
+
 def test_an_unknown_prim_op_is_an_error_naming_it() -> None:
     with pytest.raises(RunnerError, match="executorch_prim::frobnicate.Scalar"):
         kernel("executorch_prim::frobnicate.Scalar")
@@ -276,3 +307,12 @@ def test_a_reference_delegate_takes_scalar_inputs() -> None:
     assert length.mismatch(3) is None
     assert length.mismatch(True) is not None and length.mismatch(torch.zeros(1)) is not None
     assert InputSpec.parse({"scalar": "float"}).mismatch(3) is None
+
+
+def test_a_reference_blob_naming_an_unknown_device_is_a_clear_error(tmp_path: Path) -> None:
+    data = (EXAMPLES / "mlp_copy.pte").read_bytes()
+    assert data.count(b'"target_device":"cuda:0"') == 1
+    broken = tmp_path / "broken.pte"
+    broken.write_bytes(data.replace(b'"target_device":"cuda:0"', b'"target_device":"cudq:0"'))
+    with pytest.raises(RunnerError, match="reference backend blob names an unknown target device 'cudq:0'"):
+        run_program(broken, simulate_devices=True)
