@@ -192,28 +192,47 @@ def return_slots(schema: Any) -> int:
 
 
 @dataclass(frozen=True)
+class Parameter:
+    """One schema argument, read once at load (torch builds these objects anew on every access)."""
+
+    name: str
+    kwarg_only: bool
+    is_out: bool
+    type_name: str
+
+
+@dataclass(frozen=True)
 class TorchKernel:
     """A torch operator bound to ExecuTorch's argument convention for it (see ``return_slots``)."""
 
     name: str
     op: Any  # torch._ops.OpOverload
+    parameters: tuple[Parameter, ...]
+    slots: int
+
+    @classmethod
+    def of(cls, name: str, op: Any) -> "TorchKernel":
+        schema = op._schema
+        parameters = tuple(Parameter(a.name, a.kwarg_only, a.is_out, str(a.type)) for a in schema.arguments)
+        return cls(name, op, parameters, return_slots(schema))
 
     def __call__(self, rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
-        schema = self.op._schema
-        n_args, slots = len(schema.arguments), return_slots(schema)
+        n_args, slots = len(self.parameters), self.slots
         if len(args) not in (n_args, n_args + slots):
             raise RunnerError(f"{self.name} got {len(args)} arguments; its schema has {n_args} arguments "
                               f"and {slots} return slot{'s' if slots != 1 else ''}", where=where)
         _check_host(rv, args, self.name, where)
         positional: list[Any] = []
         keywords: dict[str, Any] = {}
-        for argument, index in zip(schema.arguments, args):
-            value = _convert(rv.get(index, where), str(argument.type))
-            if argument.kwarg_only:
-                keywords[argument.name] = value
+        outs: list[int] = []
+        for parameter, index in zip(self.parameters, args):
+            value = _convert(rv.get(index, where), parameter.type_name)
+            if parameter.kwarg_only:
+                keywords[parameter.name] = value
             else:
                 positional.append(value)
-        outs = [index for argument, index in zip(schema.arguments, args) if argument.is_out]
+            if parameter.is_out:
+                outs.append(index)
         out_tensors = [i for index in outs for i in rv.tensor_indices(index)]
         shapes = [rv.values[i].shape for i in out_tensors]
         # torch resizes an out= tensor of another shape (a dynamic one) and warns; ExecuTorch kernels
@@ -308,4 +327,4 @@ def resolve_kernel(operator_: m.Operator, where: str) -> Kernel:
     except (AttributeError, RuntimeError):
         raise RunnerError(f"unknown operator {name}: torch has no such operator (load the library that "
                           f"defines it, or this program cannot run here)", where=where) from None
-    return TorchKernel(name, overload)
+    return TorchKernel.of(name, overload)

@@ -16,7 +16,7 @@ import torch
 from pte_devconst.runner import run_program
 from pte_devconst.runner.copies import CopyLedger
 from pte_devconst.runner.devices import DeviceMap
-from pte_devconst.runner.kernels import TorchKernel, resolve_kernel, return_slots
+from pte_devconst.runner.kernels import resolve_kernel, return_slots
 from pte_devconst.runner.reference_backend import InputSpec
 from pte_devconst.runner.values import ListRef, RunnerError, RuntimeValues
 from pte_devconst.schema import model as m
