@@ -94,6 +94,21 @@ class _Encoder:
         raise RuntimeError(f"{BACKEND_ID} cannot encode argument {value!r} ({type(value).__name__})")
 
 
+_SCALARS = {torch.SymInt: "int", int: "int", torch.SymFloat: "float", float: "float", torch.SymBool: "bool",
+            bool: "bool"}
+
+
+def _input_spec(val: Any) -> dict:
+    """A delegate input: a tensor's dtype and shape (``null`` for a dynamic dim, never specialized to the
+    example's size), or a scalar (a SymInt such as a sequence length the graph computed on the host)."""
+    if isinstance(val, torch.Tensor):
+        return {"dtype": _dtype_name(val.dtype), "shape": [s if isinstance(s, int) else None for s in val.shape]}
+    scalar = _SCALARS.get(type(val))
+    if scalar is None:
+        raise RuntimeError(f"{BACKEND_ID} cannot take a delegate input of type {type(val).__name__}")
+    return {"scalar": scalar}
+
+
 def _constant_tensor(program: ExportedProgram, name: str) -> Optional[torch.Tensor]:
     for spec in program.graph_signature.input_specs:
         if spec.arg.name == name and spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
@@ -126,8 +141,7 @@ class PteDevconstReference(BackendDetails):
                     constants.append({"key": key, "dtype": _dtype_name(data.dtype), "shape": list(data.shape)})
                     encode.refs[node] = {"constant": len(constants) - 1}
                 else:
-                    val = node.meta["val"]
-                    inputs.append({"dtype": _dtype_name(val.dtype), "shape": [int(s) for s in val.shape]})
+                    inputs.append(_input_spec(node.meta["val"]))
                     encode.refs[node] = {"input": len(inputs) - 1}
             elif node.op == "call_function":
                 if node.target is operator.getitem:

@@ -28,7 +28,7 @@ from pte_devconst.schema import model as m
 
 from .copies import Cause, CopyLedger, Direction
 from .devices import DeviceMap
-from .values import RunnerError
+from .values import RunnerError, RuntimeValues
 
 ENTRY_POINT_GROUP = "pte_devconst.delegate_executors"
 
@@ -77,6 +77,7 @@ class DelegateContext:
     # Digests (runner/digest.py) an executor computed of inputs it does not write, by value index:
     # the delegate-boundary transcript reuses them instead of reading those bytes again.
     input_digests: dict[int, torch.Tensor] = field(default_factory=dict)
+    values: Optional[RuntimeValues] = None  # the method's values, to resize dynamic outputs
 
     @property
     def torch_device(self) -> torch.device:
@@ -102,9 +103,11 @@ class DelegateContext:
         out = arg.value
         if not isinstance(out, torch.Tensor):
             raise RunnerError(f"delegate output value {arg.index} is not a tensor", where=self.where)
-        if tuple(out.shape) != tuple(result.shape):
-            raise RunnerError(f"{self.backend_id} produced shape {tuple(result.shape)} for output value "
-                              f"{arg.index}, which is planned as {tuple(out.shape)}", where=self.where)
+        if tuple(out.shape) != tuple(result.shape):  # a dynamic output resizes, as a backend's outputs do
+            if self.values is None:
+                raise RunnerError(f"{self.backend_id} produced shape {tuple(result.shape)} for output value "
+                                  f"{arg.index}, which is planned as {tuple(out.shape)}", where=self.where)
+            out = self.values.resize(arg.index, result.shape, self.where)
         here = arg.residence or m.CPU
         nbytes = out.numel() * out.element_size()
         if here.is_cpu and not self.target_device.is_cpu:

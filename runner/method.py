@@ -59,7 +59,7 @@ class LoadedMethod:
         ledger.phase, ledger.method = LOAD, self.name
         self.where = f"method {self.name!r}"
         self.memory = MethodMemory(plan, devices, self.name)
-        self.rv = RuntimeValues(self.name, len(plan.values or ()), devices, ledger)
+        self.rv = RuntimeValues(self.name, len(plan.values or ()), devices, ledger, plan.values or ())
         for index, value in enumerate(plan.values or ()):
             self._load_value(data, index, value)
         self.opaque_policy = opaque
@@ -265,7 +265,7 @@ class LoadedMethod:
         args = [DelegateArg(i, self.rv.get(i, where), self.rv.residence[i]) for i in call.args or ()]
         site = self.call_sites.get((chain, pc))
         context = DelegateContext(delegate.backend_id, delegate.target_device, self.devices, self.ledger, where,
-                                  site.n_inputs if site is not None else None, call.delegate_index)
+                                  site.n_inputs if site is not None else None, call.delegate_index, values=self.rv)
         delegate.executor.execute(delegate.handle, args, context)
         if self.transcript is not None:
             self.transcript.record(chain, pc, call.delegate_index, delegate.backend_id, delegate.opaque, args,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -34,11 +34,43 @@ _DTYPES = {str(d).removeprefix("torch."): d for d in (
 _MEMORY_FORMATS = {"contiguous_format": torch.contiguous_format, "preserve_format": torch.preserve_format,
                    "channels_last": torch.channels_last}
 _FLOATS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+_SCALARS = {"int": int, "float": float, "bool": bool}
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """A delegate input as the blob declares it: a tensor (a ``None`` dim is dynamic) or a scalar."""
+
+    dtype: Optional[torch.dtype]
+    shape: Optional[tuple[Optional[int], ...]]
+    scalar: Optional[type] = None
+
+    @classmethod
+    def parse(cls, doc: dict) -> "InputSpec":
+        if "scalar" in doc:
+            return cls(None, None, _SCALARS[doc["scalar"]])
+        return cls(_DTYPES[doc["dtype"]], tuple(None if s is None else int(s) for s in doc["shape"]))
+
+    def mismatch(self, value: Any) -> Optional[str]:
+        """Why ``value`` is not this input, or None."""
+        if self.scalar is not None:
+            accepted = {bool: (bool,), int: (int,), float: (int, float)}[self.scalar]
+            if isinstance(value, accepted) and (self.scalar is bool or not isinstance(value, bool)):
+                return None
+            return f"a {type(value).__name__}, the blob expects a {self.scalar.__name__}"
+        if not isinstance(value, torch.Tensor):
+            return f"a {type(value).__name__}, the blob expects a tensor"
+        shape = tuple(value.shape)
+        if value.dtype != self.dtype or len(shape) != len(self.shape or ()) or any(
+                want is not None and got != want for got, want in zip(shape, self.shape or ())):
+            declared = ["*" if s is None else s for s in self.shape or ()]
+            return f"{value.dtype}{list(shape)}, the blob expects {self.dtype}{declared}"
+        return None
 
 
 @dataclass(frozen=True)
 class ReferenceProgram:
-    inputs: tuple[tuple[torch.dtype, tuple[int, ...]], ...]
+    inputs: tuple[InputSpec, ...]
     constants: tuple[torch.Tensor, ...]
     nodes: tuple[tuple[Any, list, dict], ...]  # (torch op, args, kwargs) with references unresolved
     outputs: tuple[Any, ...]
@@ -68,10 +100,14 @@ class ReferenceBackendExecutor(DelegateExecutor):
             raise RunnerError(f"reference backend blob version {doc.get('version')!r}; this runner reads "
                               f"version {BLOB_VERSION}", where=where)
         declared = doc.get("target_device")
-        if declared is not None and m.Device.parse(declared) != context.target_device:
+        try:
+            declared = None if declared is None else m.Device.parse(declared)
+        except (ValueError, TypeError, AttributeError):
+            raise RunnerError(f"reference backend blob names an unknown target device {declared!r}", where=where) from None
+        if declared is not None and declared != context.target_device:
             raise RunnerError(f"blob targets {declared} but the compile spec says {context.target_device}", where=where)
         try:
-            inputs = tuple((_DTYPES[i["dtype"]], tuple(i["shape"])) for i in doc["inputs"])
+            inputs = tuple(InputSpec.parse(i) for i in doc["inputs"])
             constants = []
             for spec in doc.get("constants", []):
                 data = context.named_data(spec["key"])
@@ -98,11 +134,11 @@ class ReferenceBackendExecutor(DelegateExecutor):
             raise RunnerError(f"reference delegate expects {n_in} inputs and {len(handle.outputs)} outputs, "
                               f"the call passes {len(args)} values", where=context.where)
         inputs = []
-        for position, (arg, (dtype, shape)) in enumerate(zip(args, handle.inputs)):
+        for position, (arg, spec) in enumerate(zip(args, handle.inputs)):
             value = context.input(arg)
-            if isinstance(value, torch.Tensor) and (value.dtype != dtype or tuple(value.shape) != shape):
-                raise RunnerError(f"reference delegate input {position} is {value.dtype}{list(value.shape)}, "
-                                  f"the blob expects {dtype}{list(shape)}", where=context.where)
+            why = spec.mismatch(value)
+            if why is not None:
+                raise RunnerError(f"reference delegate input {position} is {why}", where=context.where)
             inputs.append(value)
         results: list[Any] = []
         device = context.torch_device

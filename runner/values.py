@@ -10,8 +10,9 @@ uses; with simulated devices the torch tensor itself is always on the CPU.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -20,6 +21,7 @@ from pte_devconst.schema.errors import PteDevconstError
 
 from .copies import CopyLedger
 from .devices import DeviceMap
+from .dtypes import dim_order_strides
 
 
 class RunnerError(PteDevconstError):
@@ -51,10 +53,12 @@ FREED = Unset("freed")
 class RuntimeValues:
     """Values of one loaded method plus the services instructions need (devices, copy ledger)."""
 
-    def __init__(self, method: str, count: int, devices: DeviceMap, ledger: CopyLedger) -> None:
+    def __init__(self, method: str, count: int, devices: DeviceMap, ledger: CopyLedger,
+                 specs: Sequence[Any] = ()) -> None:
         self.method = method
         self.values: list[Any] = [None] * count
         self.residence: list[Optional[m.Device]] = [None] * count
+        self.specs = tuple(specs)  # the program's EValues: a tensor's bounds, dynamism and dim order
         self.devices = devices
         self.ledger = ledger
 
@@ -90,3 +94,57 @@ class RuntimeValues:
         if isinstance(value, ListRef):
             return [i for i in value.items if i >= 0] if value.kind != "int" else []
         return [index] if isinstance(value, torch.Tensor) else []
+
+    def is_dynamic(self, index: int) -> bool:
+        """Whether tensor value ``index`` may change shape (DYNAMIC_BOUND in the program)."""
+        spec = self.specs[index] if 0 <= index < len(self.specs) else None
+        return isinstance(spec, m.Tensor) and spec.shape_dynamism != m.TensorShapeDynamism.STATIC
+
+    def _tensor_spec(self, index: int, where: str) -> m.Tensor:
+        spec = self.specs[index] if 0 <= index < len(self.specs) else None
+        if not isinstance(spec, m.Tensor):
+            raise RunnerError(f"value {index} is not a tensor of the program", where=where)
+        return spec
+
+    def resize(self, index: int, shape: Sequence[int], where: str) -> torch.Tensor:
+        """Give tensor value ``index`` the sizes ``shape`` in place, as ExecuTorch's ``resize_tensor`` does.
+
+        The rank never changes; a STATIC tensor keeps its sizes; a DYNAMIC_BOUND one takes any sizes up to
+        its planned number of elements, with the strides of its dim order (its memory stays where it is).
+        Returns the tensor, which later instructions see with its new sizes.
+        """
+        tensor = self.tensor(index, where)
+        shape = tuple(int(size) for size in shape)
+        if tuple(tensor.shape) != shape:
+            spec = self._check_resize(index, shape, where)
+            try:
+                tensor.as_strided_(shape, dim_order_strides(shape, tuple(spec.dim_order or range(len(shape)))))
+            except RuntimeError:  # the value holds another tensor's smaller memory (a MoveCall into it)
+                raise RunnerError(f"value {index} cannot take shape {list(shape)}: its memory holds "
+                                  f"{tensor.untyped_storage().nbytes()} bytes", where=where) from None
+        return tensor
+
+    def accept_resize(self, index: int, where: str) -> None:
+        """A torch kernel resized tensor ``index`` through ``out=``: refuse what ExecuTorch refuses, and lay
+        the result out in the tensor's dim order (torch resizes to contiguous strides)."""
+        tensor = self.tensor(index, where)
+        shape = tuple(tensor.shape)
+        spec = self._check_resize(index, shape, where)
+        strides = dim_order_strides(shape, tuple(spec.dim_order or range(len(shape))))
+        if tensor.stride() != strides and tensor.numel() > 1:
+            data = tensor.clone()
+            tensor.as_strided_(shape, strides).copy_(data)
+
+    def _check_resize(self, index: int, shape: tuple[int, ...], where: str) -> m.Tensor:
+        spec = self._tensor_spec(index, where)
+        sizes = tuple(spec.sizes or ())
+        if len(shape) != len(sizes):
+            raise RunnerError(f"value {index} has rank {len(sizes)}; a kernel tried to give it shape {list(shape)}",
+                              where=where)
+        if sizes and spec.shape_dynamism == m.TensorShapeDynamism.STATIC and shape != sizes:
+            raise RunnerError(f"value {index} is a static {list(sizes)} tensor; it cannot take shape {list(shape)} "
+                              f"(ExecuTorch refuses to resize a static tensor)", where=where)
+        if math.prod(shape) > math.prod(sizes):
+            raise RunnerError(f"value {index} holds at most {math.prod(sizes)} elements (planned as {list(sizes)}); "
+                              f"shape {list(shape)} does not fit", where=where)
+        return spec

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
 
 def run_with_executorch(pte: Path, method: str, inputs: Sequence[torch.Tensor], ptd: Optional[Path] = None
                         ) -> list[torch.Tensor]:
+    return run_calls_with_executorch(pte, method, [inputs], ptd)[0]
+
+
+def run_calls_with_executorch(pte: Path, method: str, calls: Sequence[Sequence[Any]], ptd: Optional[Path] = None
+                              ) -> list[list[Any]]:
+    """The outputs of ``calls`` run in order on one loaded method, so state (a KV cache) carries over."""
     from executorch.runtime import Runtime
 
     program = Runtime.get().load_program(str(pte), data_path=str(ptd) if ptd else None)
-    outputs = program.load_method(method).execute(list(inputs))
-    return [o.clone() if isinstance(o, torch.Tensor) else o for o in outputs]
+    loaded = program.load_method(method)
+    return [[o.clone() if isinstance(o, torch.Tensor) else o for o in loaded.execute(list(call))] for call in calls]
