@@ -1,25 +1,50 @@
 #!/usr/bin/env bash
-# On a machine with CUDA GPUs: rewrite every example, validate it on the real GPU with the
-# torch.profiler cross-check, and run the GPU-marked tests.  Results (JSON per example and a
-# markdown summary, timed without the profiler) go to ${OUT:-gpu-results}/.  Takes well under a minute on one GPU.
+# On a machine with CUDA GPUs: rewrite every example, validate it on the real GPU (once with the torch.profiler
+# cross-check, once timed without it), and run the GPU-marked tests (real devices, profiler bytes against the
+# runner's ledger, every real-architecture fixture validated on the GPU).  Reports go to ${OUT:-gpu-results}/:
+# NAME.json per example (the profiled validate), summary.md (one table for the README) and pytest-gpu.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-results}"
 mkdir -p "$out"
-work="$(mktemp -d)"  # rewritten programs stay out of $out: only the reports come back
+work="$(mktemp -d)"  # rewritten programs and the timed reports stay out of $out
 trap 'rm -rf "$work"' EXIT
 # A GPU machine often has torch, typer, rich and flatbuffers but not this tool: install it from this checkout.
 command -v pte-devconst > /dev/null || python -m pip install --quiet --no-deps --no-build-isolation -e .
 python -c "import torch; print('cuda devices:', torch.cuda.device_count(), torch.cuda.get_device_name(0))"
+gpus="$(python -c 'import torch; print(torch.cuda.device_count())')"
 failed=()
+names=()
 for pte in examples/models/{mlp,transformer}_{copy,legacy}.pte examples/models/two_gpu_{copy,legacy}.pte; do
   name="$(basename "$pte" .pte)"
-  [[ "$name" == two_gpu_* ]] && [[ "$(python -c 'import torch; print(torch.cuda.device_count())')" -lt 2 ]] && continue
+  [[ "$name" == two_gpu_* && "$gpus" -lt 2 ]] && continue
+  names+=("$name")
   pte-devconst rewrite "$pte" -o "$work/$name.devconst.pte" > /dev/null
-  pte-devconst validate "$pte" "$work/$name.devconst.pte" --inputs "examples/models/$name.inputs.pt" \
-    --expected "examples/models/$name.expected.pt" --calls 20 --profile --format json > "$out/$name.json" || failed+=("$name (profiled)")
-  pte-devconst validate "$pte" "$work/$name.devconst.pte" --inputs "examples/models/$name.inputs.pt" \
-    --expected "examples/models/$name.expected.pt" --calls 20 --format markdown >> "$out/summary.md" || failed+=("$name")  # timings without profiler overhead
+  common=("$pte" "$work/$name.devconst.pte" --inputs "examples/models/$name.inputs.pt"
+          --expected "examples/models/$name.expected.pt" --calls 20 --format json)
+  pte-devconst validate "${common[@]}" --profile > "$out/$name.json" || failed+=("$name (profiled)")
+  pte-devconst validate "${common[@]}" > "$work/$name.timed.json" || failed+=("$name")  # times without the profiler
 done
-python -m pytest -q -m gpu tests/test_runner_gpu.py | tee "$out/pytest-gpu.txt"
+python - "$out" "$work" "${names[@]}" > "$out/summary.md" <<'PY'
+import json, sys
+from pathlib import Path
+out, work, names = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:]
+print("| example | result | time per call, before | after | H2D per call, before | after | profiler H2D per call, before | after | H2D at load, after |")
+print("|---|---|---|---|---|---|---|---|---|")
+for name in names:
+    profiled = json.loads((out / f"{name}.json").read_text())
+    timed = json.loads((work / f"{name}.timed.json").read_text())
+    for mp, mt in zip(profiled["methods"], timed["methods"]):
+        steady = mt["calls"][1:]
+        ms = lambda side: sum(c["wall_s"][side] for c in steady) / len(steady) * 1e3
+        last = mp["calls"][-1]
+        prof = last.get("profiler") or {}
+        h2d = lambda doc: f"{doc['h2d']['bytes']:,} B" if doc else "-"
+        passed = "PASS" if profiled["passed"] and timed["passed"] else "FAIL"
+        print(f"| `{name}` | {passed} | {ms('before'):.3f} ms | {ms('after'):.3f} ms | {last['h2d_bytes']['before']:,} B "
+              f"| {last['h2d_bytes']['after']:,} B | {h2d(prof.get('before'))} | {h2d(prof.get('after'))} "
+              f"| {mp['load_h2d_bytes']['after']:,} B |")
+PY
+cat "$out/summary.md"
+python -m pytest -q -m gpu tests/test_runner_gpu.py 2>&1 | tee "$out/pytest-gpu.txt"
 if ((${#failed[@]})); then echo "validate FAILED: ${failed[*]}" >&2; exit 1; fi

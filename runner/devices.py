@@ -7,7 +7,9 @@ using the logical device for every check and every count.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 
@@ -38,6 +40,26 @@ class DeviceMap:
     def synchronize(self) -> None:
         if not self.simulate and torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()
+
+
+@contextlib.contextmanager
+def exact_float_math() -> Iterator[None]:
+    """While a program runs: float32 math in float32 (no TF32) and deterministic cuDNN algorithms.
+
+    The program asks for float32 arithmetic.  TF32 (cuDNN's default for convolutions) rounds inputs to
+    10 mantissa bits, and autotuned or atomics-based algorithms can give two runs of the same program
+    different bits, so on a GPU `validate` could neither hold a rewrite bit-identical to its original nor
+    match eager outputs within a float32 tolerance.  The settings are process-wide; they are restored after.
+    """
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+             torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    try:
+        yield
+    finally:
+        (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark) = saved
 
 
 def parse_target_device(value: bytes | None, where: str) -> m.Device:

@@ -15,6 +15,7 @@ from pte_devconst.schema.errors import PteDevconstError
 
 from .copies import LOAD, CopyEvent, PhaseCopies
 from .delegates import OpaquePolicy
+from .devices import exact_float_math
 from .dtypes import dtype_name, torch_dtype
 from .method import LoadedProgram
 from .profiling import ProfiledCopies, profile_call
@@ -194,8 +195,9 @@ def _run_program(pte_path: str | Path, ptd_path: Optional[str | Path], method: O
                  transcript: bool) -> RunResult:
     if calls < 1:
         raise PteDevconstError(f"--calls must be at least 1, got {calls}")
-    with LoadedProgram(str(pte_path), str(ptd_path) if ptd_path else None, simulate_devices=simulate_devices,
-                       opaque=opaque, transcript=transcript) as program:
+    with exact_float_math(), LoadedProgram(str(pte_path), str(ptd_path) if ptd_path else None,
+                                           simulate_devices=simulate_devices, opaque=opaque,
+                                           transcript=transcript) as program:
         name = default_method(program, method)
         loaded = program.load_method(name)
         call_inputs = resolve_inputs(inputs, name, loaded.plan)

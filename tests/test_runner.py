@@ -260,3 +260,27 @@ def test_memcpy_totals_reads_a_chrome_trace() -> None:
     ]}
     totals = memcpy_totals(trace)
     assert (totals.h2d_count, totals.h2d_bytes, totals.d2h_count, totals.d2h_bytes) == (1, 64, 1, 16)
+
+
+def test_programs_run_with_exact_float32_math_and_the_settings_come_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TF32 or autotuned cuDNN algorithms on a GPU would round float32 work differently between runs."""
+    from pte_devconst.runner import method as runner_method
+
+    def settings() -> tuple[bool, bool, bool, bool]:
+        return (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+                torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+
+    seen = []
+    original_execute = runner_method.LoadedMethod.execute
+
+    def spy(self: runner_method.LoadedMethod) -> None:
+        seen.append(settings())
+        original_execute(self)
+
+    monkeypatch.setattr(runner_method.LoadedMethod, "execute", spy)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
+    before = settings()
+    run_program(pte_path("v_a_dtypes_copy"), simulate_devices=True)
+    assert seen == [(False, False, True, False)]
+    assert settings() == before

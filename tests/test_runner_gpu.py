@@ -107,3 +107,34 @@ def test_validate_on_the_gpu_reports_the_profiler_next_to_the_ledger(tmp_path: P
         for call in result.methods[0].calls[1:]:
             assert call.profiled_before.h2d_bytes == call.h2d_before
             assert call.profiled_after.h2d_bytes == call.h2d_after
+
+
+REAL_MODELS = Path(__file__).resolve().parent / "fixtures" / "real_models"
+
+
+def _real_model_device_fixtures() -> list[dict]:
+    import json
+
+    manifest = json.loads((REAL_MODELS / "manifest.json").read_text())
+    return [entry for entry in manifest["fixtures"] if entry["style"] != "cpu"]
+
+
+@pytest.mark.parametrize("entry", _real_model_device_fixtures(), ids=lambda entry: entry["name"])
+def test_real_models_validate_on_the_gpu_with_profiler_bytes_equal_to_the_ledger(entry: dict, tmp_path: Path) -> None:
+    """Every real-architecture device program, rewritten, validates on the real GPU; torch.profiler's memcpy
+    bytes equal the runner's ledger on every steady call, before and after the rewrite."""
+    from pte_devconst.api import rewrite
+    from pte_devconst.runner.validate import validate
+
+    name = entry["name"]
+    out = tmp_path / f"{name}.devconst.pte"
+    rewrite(REAL_MODELS / f"{name}.pte", out, fsync=False)
+    result = validate(REAL_MODELS / f"{name}.pte", out, inputs=REAL_MODELS / f"{name}.inputs.pt",
+                      expected=REAL_MODELS / f"{name}.expected.pt", calls=entry["calls"],
+                      rtol=entry["rtol"], atol=entry["atol"], profile=True)
+    assert result.passed, [(c.name, c.detail) for mv in result.methods for c in mv.checks if not c.passed]
+    for mv in result.methods:
+        for call in mv.calls[1:]:  # call 0 may include one-off allocator or library traffic
+            assert call.profiled_before is not None and call.profiled_after is not None
+            assert (call.profiled_before.h2d_bytes, call.profiled_after.h2d_bytes) == (call.h2d_before, call.h2d_after)
+            assert (call.profiled_before.d2h_bytes, call.profiled_after.d2h_bytes) == (call.d2h_before, call.d2h_after)
