@@ -9,7 +9,7 @@ import typer
 
 from pte_devconst.cli.app import command
 from pte_devconst.cli.output import (echo_lines, FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
-                                     markup_safe, resolve_format, shape_text, stdout_console, table)
+                                     markup_safe, resolve_format, shape_text, stdout_console, table, md_code)
 
 if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
     from pte_devconst.rewriter.inventory import MethodSummary, ProgramSummary
@@ -75,16 +75,16 @@ def render_text(summary: ProgramSummary) -> None:
 
 
 def render_markdown(summary: ProgramSummary) -> None:
-    out = [f"### `{Path(summary.path).name}`", "",
+    out = [f"### {md_code(Path(summary.path).name)}", "",
            f"{human_bytes(summary.file_size)}, {len(summary.methods)} method(s), "
            f"{summary.eligible_constants} constant(s) eligible for device memory "
            f"({human_bytes(summary.eligible_bytes_per_call)} per call).", ""]
     for method in summary.methods:
-        out += [f"#### method `{method.name}` ({method.style} style, ~{human_bytes(method.h2d_bytes_per_call)} "
+        out += [f"#### method {md_code(method.name)} ({method.style} style, ~{human_bytes(method.h2d_bytes_per_call)} "
                 "host-to-device per call)", ""]
         if method.constants:
             out += [markdown_table(["value", "name", "dtype", "shape", "bytes", "read by", "verdict"],
-                                   [[c.value, f"`{c.name}`", c.dtype, shape_text(c.shape), c.nbytes,
+                                   [[c.value, md_code(c.name), c.dtype, shape_text(c.shape), c.nbytes,
                                      "; ".join(c.readers) or "-", c.verdict] for c in method.constants]), ""]
     echo_lines(out)
 

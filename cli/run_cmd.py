@@ -9,7 +9,7 @@ import typer
 
 from pte_devconst.cli.app import OPTIONS, command
 from pte_devconst.cli.output import (echo_lines, FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
-                                     markup_safe, resolve_format, stdout_console, table)
+                                     markup_safe, resolve_format, stdout_console, table, md_code)
 
 MAX_CALL_COLUMNS = 6
 
@@ -84,7 +84,7 @@ def render(result: Any, fmt: OutputFormat) -> None:
     last = result.calls[-1]
     devices = "simulated devices" if result.simulated else "real devices"
     if fmt is OutputFormat.markdown:
-        echo_lines([f"### `{Path(result.path).name}` method `{result.method}` ({devices})", "",
+        echo_lines([f"### {md_code(Path(result.path).name)} method {md_code(result.method)} ({devices})", "",
                               f"Outputs of call {last.index}:", "", markdown_table(OUTPUT_COLUMNS, output_rows(last.outputs)),
                               "", "Copies:", "", markdown_table(columns, rows)])
         return

@@ -9,7 +9,7 @@ import typer
 
 from pte_devconst.cli.app import EXIT_FINDINGS, OPTIONS, command
 from pte_devconst.cli.output import (FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, markdown_table,
-                                     markup_safe, resolve_format, stdout_console, table)
+                                     markup_safe, resolve_format, stdout_console, table, md_code, echo_lines)
 from pte_devconst.cli.run_cmd import INPUTS_OPTION, PROFILE_OPTION, PTD_OPTION, SIMULATE_OPTION, exact_bytes
 from pte_devconst.schema.errors import PteDevconstError
 
@@ -52,13 +52,13 @@ def render_text(result: Any) -> None:
 
 
 def render_markdown(result: Any) -> None:
-    lines = [f"### pte-devconst validate: `{Path(result.original).name}` → `{Path(result.rewritten).name}`", "",
+    lines = [f"### pte-devconst validate: {md_code(Path(result.original).name)} → {md_code(Path(result.rewritten).name)}", "",
              f"{result.calls} calls each, {'simulated' if result.simulated else 'real'} devices: "
              f"**{'PASS' if result.passed else 'FAIL'}**", ""]
     for mv in result.methods:
-        lines += [f"#### method `{mv.method}`", "", markdown_table(SUMMARY_COLUMNS, summary_rows(mv)), "",
+        lines += [f"#### method {md_code(mv.method)}", "", markdown_table(SUMMARY_COLUMNS, summary_rows(mv)), "",
                   markdown_table(CHECK_COLUMNS, check_rows(mv, ("✅ pass", "❌ FAIL"))), ""]
-    typer.echo("\n".join(lines))
+    echo_lines(lines)
 
 
 @command("validate")
