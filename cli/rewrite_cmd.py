@@ -55,6 +55,7 @@ def result_payload(result: RewriteResult) -> dict[str, Any]:
         })
     return {
         "input": result.input, "output": result.output, "dry_run": result.output is None, "changed": result.changed,
+        "verified": result.verified,
         "input_size": result.input_size, "output_size": result.output_size,
         "constants_moved": len(plan.placements), "bytes_per_call_saved": plan.bytes_per_call_saved,
         "instructions_removed": result.instructions_removed,
@@ -107,8 +108,9 @@ def render_text(result: RewriteResult) -> None:
         console.print(table("left in place", ["method", "v", "name", "bytes", "why"], not_moved,
                             right=["v", "bytes"]))
     if result.output is not None and not plan.is_empty:
+        checked = "re-read and checked (every byte)" if result.verified == "full" else "re-read and checked"
         console.print(f"wrote [bold]{markup_safe(result.output)}[/] ({human_bytes(result.output_size or 0)}; input "
-                      f"{human_bytes(result.input_size)}), re-read and checked.", soft_wrap=True)
+                      f"{human_bytes(result.input_size)}), {checked}.", soft_wrap=True)
 
 
 def render_markdown(result: RewriteResult) -> None:

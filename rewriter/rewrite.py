@@ -40,6 +40,7 @@ class RewriteResult:
     input_size: int
     output_size: Optional[int]
     instructions_removed: int
+    verified: Optional[str] = None  # how the self-check compared the output: "sampled" or "full" (None: dry run)
 
     @property
     def changed(self) -> bool:
@@ -103,7 +104,7 @@ def rewrite_file(input_path: str | os.PathLike[str], output_path: Optional[str |
                 size = _write_rewrite(source, data, plan, output, progress, durable, full)
         except PteDevconstError as error:
             raise error.with_file(str(input_path)) from None  # e.g. the input shrank while it was copied
-    return RewriteResult(str(input_path), str(output), plan, source.size, size, removed)
+    return RewriteResult(str(input_path), str(output), plan, source.size, size, removed, "full" if full else "sampled")
 
 
 def _readable(path: Path) -> None:

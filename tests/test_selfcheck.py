@@ -508,3 +508,17 @@ def test_the_limit_refusal_is_an_unsupported_program_in_the_library(monkeypatch:
     monkeypatch.setattr(limits, "MAX_TABLES", 10)
     with pytest.raises(UnsupportedProgramError, match="flatbuffer tables"):
         rewrite_file(pte_path("v_a_dtypes_copy"), tmp_path / "out.pte")
+
+
+def test_the_report_says_how_the_output_was_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cli_runner import invoke_json
+    monkeypatch.delenv("PTE_DEVCONST_FULL_CHECK", raising=False)
+    name = pte_path("v_a_dtypes_copy")
+    assert invoke_json("rewrite", name, "-o", tmp_path / "a.pte")[1]["verified"] == "sampled"
+    assert invoke_json("rewrite", name, "-o", tmp_path / "b.pte", "--verify", "full")[1]["verified"] == "full"
+    assert invoke_json("rewrite", name, "--dry-run")[1]["verified"] is None
+    text = invoke("rewrite", name, "-o", tmp_path / "c.pte", "--verify", "full")
+    assert text.exit_code == 0 and "re-read and checked (every byte)." in text.stdout
+    monkeypatch.setenv("PTE_DEVCONST_FULL_CHECK", "1")
+    assert invoke_json("rewrite", name, "-o", tmp_path / "d.pte")[1]["verified"] == "full"
+    assert invoke_json("rewrite", name, "-o", tmp_path / "e.pte", "--verify", "sampled")[1]["verified"] == "sampled"
