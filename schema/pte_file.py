@@ -55,8 +55,11 @@ class PteFile(MappedFile):
         return Span(self.segment_base + seg.offset, seg.size)
 
     def _subsegment_span(self, sub: m.SubsegmentOffsets, idx: int, nbytes: int) -> Span:
-        seg = self.segment_span(sub.segment_index)
-        return Span(seg.offset + (sub.offsets or ())[idx], nbytes)
+        starts = self.__dict__.get("_segment_starts")
+        if starts is None:  # computed once: the self-check asks for every tensor's span
+            base = self.segment_base
+            starts = self.__dict__["_segment_starts"] = tuple(base + s.offset for s in self.program.segments or ())
+        return Span(starts[sub.segment_index] + (sub.offsets or ())[idx], nbytes)
 
     def constant_span(self, data_buffer_idx: int, nbytes: int) -> Span:
         """Where constant entry ``data_buffer_idx`` (nbytes long) lies in the file."""

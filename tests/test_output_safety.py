@@ -202,3 +202,23 @@ def test_an_input_that_shrinks_while_it_is_copied(moves: bool, tmp_path: Path,
               f"the destination {out} was left untouched")
     assert out.read_bytes() == b"previous output"
     _no_temporary_files(tmp_path)
+
+
+def test_an_input_that_shrinks_before_the_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The self-check reads the input again: an input cut after the copy is named, not blamed on the output."""
+    from pte_devconst.rewriter import rewrite
+    pte = tmp_path / "model.pte"
+    shutil.copyfile(CORPUS / "v_a_dtypes_copy.pte", pte)
+    out = tmp_path / "out.pte"
+    real = rewrite.write_pte_to_fd
+
+    def write_then_cut_the_input(*args, **kwargs):
+        real(*args, **kwargs)
+        os.truncate(pte, 1000)
+
+    monkeypatch.setattr(rewrite, "write_pte_to_fd", write_then_cut_the_input)
+    _one_line(invoke("rewrite", pte, "-o", out), f"{pte}: the input ended before byte ",
+              "while the rewrite was checked: it changed during the rewrite",
+              f"the destination {out} was left untouched")
+    assert not out.exists()
+    _no_temporary_files(tmp_path)
