@@ -17,7 +17,7 @@ from typing import Callable, Optional
 
 from pte_devconst.schema.atomic import atomic_output, check_destination
 from pte_devconst.schema.errors import FormatError, PteDevconstError, UnsupportedProgramError
-from pte_devconst.schema.limits import over_verifier_limits
+from pte_devconst.schema.limits import over_runtime_limits
 from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile, Span
 from pte_devconst.schema.pte_writer import layout_pte, write_piece, write_pte_to_fd
@@ -118,7 +118,7 @@ def _readable(path: Path) -> None:
 def _write_rewrite(source: PteFile, data: Optional[PtdFile], plan: RewritePlan, output: Path,
                    progress: Optional[Progress], durable: bool, full: bool) -> int:
     program, contents = apply_plan(source, plan)
-    over = over_verifier_limits(program)
+    over = over_runtime_limits(program)
     if over:
         raise UnsupportedProgramError(f"cannot rewrite: the rewritten program would have {over}; nothing was "
                                       "written", file=source.path)

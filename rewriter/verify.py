@@ -44,7 +44,7 @@ from pte_devconst.schema import model as m
 from pte_devconst.schema.errors import FormatError, PteDevconstError
 from pte_devconst.schema.gc_pause import gc_paused
 from pte_devconst.schema.header import TENSOR_ALIGNMENT
-from pte_devconst.schema.limits import over_verifier_limits
+from pte_devconst.schema.limits import over_runtime_limits
 from pte_devconst.schema.mapped import Span
 from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile, open_pte
@@ -101,7 +101,7 @@ def check_rewrite(original: PteFile, written: PteFile, plan: RewritePlan, *, ptd
     if full is None:
         full = full_by_default()
     a, b = original.program, written.program
-    over = over_verifier_limits(b)
+    over = over_runtime_limits(b)
     if over:
         raise _fail(f"the program has {over}")
     remap = _check_program_tables(a, b, plan)

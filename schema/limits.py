@@ -17,6 +17,7 @@ more does not).
 from __future__ import annotations
 
 from . import model as m
+from .validate import MAX_TENSOR_BYTES
 
 MAX_TABLES = 1_000_000  # flatbuffers::Verifier::Options::max_tables
 MAX_DEPTH = 64  # flatbuffers::Verifier::Options::max_depth
@@ -50,10 +51,19 @@ def count_tables(program: m.Program) -> int:
     return count
 
 
-def over_verifier_limits(program: m.Program) -> str | None:
-    """Why the runtime's verifier would refuse ``program``, or None when it is within every limit."""
+def over_runtime_limits(program: m.Program) -> str | None:
+    """Why the runtime (or the reader, which holds the same limits) would refuse ``program``; None when within all.
+
+    Besides the verifier's table count: a planned buffer may not exceed 2^62 bytes (``schema/validate.py``),
+    which a rewrite that appends to a buffer near that size would cross.
+    """
     tables = count_tables(program)
     if tables > MAX_TABLES:
         return (f"{tables:,} flatbuffer tables, over the {MAX_TABLES:,} that ExecuTorch's program verifier "
                 "accepts (Program::load with InternalConsistency, the Python runtime's default)")
+    for index, plan in enumerate(program.execution_plan or ()):
+        for memory_id, size in enumerate(plan.non_const_buffer_sizes or ()):
+            if size > MAX_TENSOR_BYTES:
+                return (f"a planned buffer of {size:,} bytes (method {index} ({plan.name!r}) buffer {memory_id}), "
+                        "over the 2^62 bytes a program may plan")
     return None

@@ -233,7 +233,7 @@ def test_a_rewrite_over_the_runtime_verifier_table_limit(monkeypatch: pytest.Mon
     assert result.exit_code == 2 and "over the" in result.stderr and "nothing was written" in result.stderr
     assert "ExecuTorch's program verifier" in result.stderr and not (tmp_path / "out.pte").exists()
     # ...and the self-check on its own, as if the pre-write check had missed it.
-    monkeypatch.setattr(rewrite_module, "over_verifier_limits", lambda program: None)
+    monkeypatch.setattr(rewrite_module, "over_runtime_limits", lambda program: None)
     _refused(tmp_path, pte_path("v_b_dtypes_legacy"), "flatbuffer tables, over the")
 
 
@@ -522,3 +522,17 @@ def test_the_report_says_how_the_output_was_checked(tmp_path: Path, monkeypatch:
     monkeypatch.setenv("PTE_DEVCONST_FULL_CHECK", "1")
     assert invoke_json("rewrite", name, "-o", tmp_path / "d.pte")[1]["verified"] == "full"
     assert invoke_json("rewrite", name, "-o", tmp_path / "e.pte", "--verify", "sampled")[1]["verified"] == "sampled"
+
+
+def test_a_rewrite_that_would_grow_a_buffer_past_2_to_the_62_is_refused(tmp_path: Path) -> None:
+    """Fuzz case 2066 (seed 0): a buffer just under the format's 2^62 bytes, which moving constants would cross."""
+    def huge_buffer(program: m.Program) -> m.Program:
+        plan = program.execution_plan[0]
+        sizes = plan.non_const_buffer_sizes[:2] + ((1 << 62) - 16,)
+        return replace(program, execution_plan=(replace(plan, non_const_buffer_sizes=sizes),))
+
+    forged = _forge(tmp_path, "v_a_dtypes_copy", huge_buffer)
+    result = invoke("rewrite", forged, "-o", tmp_path / "out.pte")
+    assert result.exit_code == 2 and "internal error" not in result.stderr, result.stderr
+    assert "(method 0 ('forward') buffer 2), over the 2^62 bytes a program may plan; nothing was written" \
+        in result.stderr and not (tmp_path / "out.pte").exists()

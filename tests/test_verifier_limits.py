@@ -62,7 +62,7 @@ def test_the_count_of_small_programs() -> None:
                            operators=(m.Operator("op"),))
     # Program + plan + values (2 + 4 + 1) + chain + instruction (2) + delegate (3) + operator
     assert limits.count_tables(m.Program(execution_plan=(plan,))) == 1 + 1 + 7 + 1 + 2 + 3 + 1
-    assert limits.over_verifier_limits(m.Program()) is None
+    assert limits.over_runtime_limits(m.Program()) is None
 
 
 @pytest.mark.slow
