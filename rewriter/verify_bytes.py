@@ -211,6 +211,11 @@ class ByteChecker:
 
     def _not_zero(self, requirement: ZeroBytes) -> Optional[int]:
         span = requirement.written
+        if span.size <= SMALL_BYTES:
+            data = self._output.small(span)
+            if data is None:
+                return 0
+            return None if data.count(0) == len(data) else next(i for i, byte in enumerate(data) if byte)
         for start, length in windows(span.size, True):
             view = memoryview(self._b)[:length]
             if self._output.into(view, span.offset + start) != length:
