@@ -153,18 +153,18 @@ def _check_program_tables(a: m.Program, b: m.Program, plan: RewritePlan) -> Opti
     if len(a.execution_plan or ()) != len(b.execution_plan or ()):
         raise _fail(f"the number of methods changed ({len(a.execution_plan or ())} -> {len(b.execution_plan or ())})")
     old_segments, new_segments = len(a.segments or ()), len(b.segments or ())
-    new_lists, old_lists = b.mutable_data_segments or (), a.mutable_data_segments or ()
-    added_segment = new_segments == old_segments + 1
-    if not (new_segments == old_segments or added_segment and not old_lists and new_lists
+    new_lists = b.mutable_data_segments or ()
+    if not (new_segments == old_segments or new_segments == old_segments + 1 and new_lists
             and new_lists[0].segment_index == old_segments):
         raise _fail(f"the segment table went from {old_segments} to {new_segments} entries, "
                     "more than a new initial-data segment")
-    _check_initial_data_lists(old_lists, new_lists, a, b, plan)
+    _check_initial_data_lists(a, b, plan)
     return _constant_remap(a.constant_segment, b.constant_segment, plan)
 
 
-def _check_initial_data_lists(old_lists: tuple[m.SubsegmentOffsets, ...], new_lists: tuple[m.SubsegmentOffsets, ...],
-                              a: m.Program, b: m.Program, plan: RewritePlan) -> None:
+def _check_initial_data_lists(a: m.Program, b: m.Program, plan: RewritePlan) -> None:
+    """The first list keeps its entries and gains the plan's, in order, in its segment or in a new one."""
+    old_lists, new_lists = a.mutable_data_segments or (), b.mutable_data_segments or ()
     if not plan.initial_data:
         if a.mutable_data_segments != b.mutable_data_segments:
             raise _fail("mutable_data_segments changed although no initial data was added")
@@ -173,8 +173,10 @@ def _check_initial_data_lists(old_lists: tuple[m.SubsegmentOffsets, ...], new_li
         raise _fail("mutable_data_segments lists other than the first changed")
     first = new_lists[0].offsets or ()
     kept = (old_lists[0].offsets or ()) if old_lists else (0,)
-    if old_lists and new_lists[0].segment_index != old_lists[0].segment_index:
-        raise _fail("the initial data moved to another segment")
+    # A new segment (one past the input's) may hold it, e.g. when the old one is shared with another table:
+    # _require_segments then holds the new segment's start equal to the old one, which stays as it was.
+    if old_lists and new_lists[0].segment_index not in (old_lists[0].segment_index, len(a.segments or ())):
+        raise _fail("the initial data moved to another existing segment")
     if tuple(first[: len(kept)]) != tuple(kept) or len(first) != len(kept) + len(plan.initial_data):
         raise _fail(f"the initial-data offsets are not the input's {len(kept)} followed by "
                     f"{len(plan.initial_data)} new entries")
@@ -534,6 +536,14 @@ def _require_segments(context: _Context) -> None:
     relaid = b.constant_segment.segment_index if context.remap is not None and b.constant_segment else None
     lists = b.mutable_data_segments or ()
     initial = lists[0].segment_index if lists and context.plan.initial_data else None
+    old_lists = a.mutable_data_segments or ()
+    if initial is not None and initial >= len(a.segments or ()) and old_lists:  # a new segment: the old one first
+        source = original.segment_span(old_lists[0].segment_index)
+        target = written.segment_span(initial)
+        if target.size < source.size:
+            raise _fail(f"segment {initial} (the new initial data) is shorter than the input's initial data")
+        context.require_same(f"segment {initial} (the new initial data, starting with segment "
+                             f"{old_lists[0].segment_index})", source, Span(target.offset, source.size))
     for index in range(len(a.segments or ())):
         source, target = original.segment_span(index), written.segment_span(index)
         what = f"segment {index}" + (f" ({'; '.join(roles[index])})" if index in roles else "")
