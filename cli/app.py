@@ -72,6 +72,8 @@ def fail(error: BaseException) -> "typer.Exit":
         raise error
     if isinstance(error, PteDevconstError):
         message = str(error)
+    elif isinstance(error, OSError) and error.filename is not None:  # the system refused a file: not a bug
+        message = f"{error.filename}: {error.strerror or error}"
     else:  # a bug: still one line, with the way to see more
         message = f"internal error: {type(error).__name__}: {error} (run with --debug for the traceback)"
     from pte_devconst.cli.output import printable

@@ -11,13 +11,13 @@ through unexpanded.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import typer
 
 from pte_devconst.cli.app import EXIT_OK, OPTIONS, command
 from pte_devconst.cli.output import (echo_lines, printable, FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
-                                     resolve_format, stdout_console, table)
+                                     resolve_format, stdout_console, table, md_code, md_text)
 from pte_devconst.cli.progress import files_progress
 
 if TYPE_CHECKING:  # the analysis is imported when the command runs, not at start-up
@@ -112,28 +112,31 @@ def render_text(report: CheckReport) -> None:
         console.print(_summary(report), markup=False, style="green" if report.passed else "red")
 
 
+def _markdown_finding_rows(findings: Sequence[Finding]) -> list[list[Any]]:
+    return [[md_code(f.file), md_code(f.method), md_code(constant_label(f.name, f.value)), f.device,
+             f"{f.bytes_per_call:,}"] for f in findings]
+
+
 def render_markdown(report: CheckReport) -> None:
     icon = "✅" if report.passed else "❌"
     lines = [f"### {icon} pte-devconst check", "", _summary(report), ""]
     if report.findings:
         lines += [markdown_table(["file", "method", "constant", "device", "bytes/call"],
-                                 [[f"`{f.file}`", f"`{f.method}`", f"`{constant_label(f.name, f.value)}`", f.device,
-                                   f"{f.bytes_per_call:,}"] for f in report.findings]), ""]
+                                 _markdown_finding_rows(report.findings)), ""]
     if report.unknown:
         lines += ["**Not judged (no .ptd; pass `--ptd` or put NAME.ptd next to NAME.pte):**", "",
                   markdown_table(["file", "method", "constant", "would move to", "bytes/call"],
-                                 [[f"`{f.file}`", f"`{f.method}`", f"`{constant_label(f.name, f.value)}`", f.device,
-                                   f"{f.bytes_per_call:,}"] for f in report.unknown]), ""]
+                                 _markdown_finding_rows(report.unknown)), ""]
     if report.errors:
-        lines += ["**Could not check:**", ""] + [f"- {f.error}" for f in report.errors] + [""]
-    notes = [f"- `{f.file}`: {f.note}" for f in report.files if f.note]
+        lines += ["**Could not check:**", ""] + [f"- {md_text(f.error)}" for f in report.errors] + [""]
+    notes = [f"- {md_code(f.file)}: {md_text(f.note)}" for f in report.files if f.note]
     if notes:
         lines += ["**Notes:**", ""] + notes + [""]
     checked = [f for f in report.files if not f.error]
     if checked:
         lines += ["<details><summary>{} file(s) checked</summary>".format(len(checked)), "",
                   markdown_table(["file", "constants", "left on the host, copied per call", "bytes/call"],
-                                 [[f"`{f.file}`", f.constants, len(f.findings), f"{f.bytes_per_call:,}"]
+                                 [[md_code(f.file), f.constants, len(f.findings), f"{f.bytes_per_call:,}"]
                                   for f in checked]), "", "</details>"]
     echo_lines(lines)
 

@@ -9,7 +9,7 @@ import typer
 
 from pte_devconst.cli.app import OPTIONS, command
 from pte_devconst.cli.output import (echo_lines, FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
-                                     markup_safe, resolve_format, stdout_console, table)
+                                     markup_safe, resolve_format, stdout_console, table, md_code)
 
 if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
     from pte_devconst.rewriter.diff import MethodDiff, ProgramDiff
@@ -117,7 +117,7 @@ def render_text(d: ProgramDiff) -> None:
 
 
 def render_markdown(d: ProgramDiff) -> None:
-    lines = [f"### pte-devconst diff: `{Path(d.a).name}` → `{Path(d.b).name}`", ""]
+    lines = [f"### pte-devconst diff: {md_code(Path(d.a).name)} → {md_code(Path(d.b).name)}", ""]
     if d.identical:
         lines.append("The programs are identical.")
     lines += [markdown_table(["", "before", "after", "change"], _summary_rows(d)), ""]
@@ -128,7 +128,7 @@ def render_markdown(d: ProgramDiff) -> None:
     for method in d.methods:
         if method.status == "same":
             continue
-        lines += [f"#### method `{method.name}` ({method.status})", ""]
+        lines += [f"#### method {md_code(method.name)} ({method.status})", ""]
         if method.tensors:
             lines += ["<details><summary>{} tensor(s) changed</summary>".format(len(method.tensors)), "",
                       markdown_table(["value"] + TENSOR_COLUMNS[1:], _tensor_rows(method)), "",
@@ -138,7 +138,7 @@ def render_markdown(d: ProgramDiff) -> None:
         if method.instructions:
             lines += ["<details><summary>{} instruction change(s)</summary>".format(len(method.instructions)), "",
                       markdown_table(["change", "old #", "new #", "before", "after"],
-                                     [[r[0], r[1], r[2], f"`{r[3]}`" if r[3] else "", f"`{r[4]}`" if r[4] else ""]
+                                     [[r[0], r[1], r[2], md_code(r[3]), md_code(r[4])]
                                       for r in _instruction_rows(method)]), "", "</details>", ""]
     echo_lines(lines)
 

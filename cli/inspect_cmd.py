@@ -9,7 +9,8 @@ import typer
 
 from pte_devconst.cli.app import command
 from pte_devconst.cli.output import (echo_lines, FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
-                                     markup_safe, printable, resolve_format, shape_text, stdout_console, table)
+                                     markup_safe, md_code, md_text, printable, resolve_format, shape_text, stdout_console,
+                                     table)
 from pte_devconst.schema.record import record
 
 if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
@@ -117,20 +118,20 @@ def render_text(report: InspectReport) -> None:
 
 def render_markdown(report: InspectReport) -> None:
     summary = report.summary
-    out = [f"### `{Path(summary.path).name}`", "",
+    out = [f"### {md_code(Path(summary.path).name)}", "",
            f"{human_bytes(summary.file_size)}, {len(summary.methods)} method(s), "
            f"{summary.eligible_constants} constant(s) eligible for device memory "
            f"({human_bytes(summary.eligible_bytes_per_call)} per call)"
-           + (f", data `{report.ptd}`." if report.ptd else "."), ""]
+           + (f", data {md_code(report.ptd)}." if report.ptd else "."), ""]
     out += [f"> {line}" for line in _warnings(report) + ([_unknown_hint(report)] if report.unknown_constants else [])]
     if out[-1].startswith(">"):
         out.append("")
     for method in summary.methods:
-        out += [f"#### method `{method.name}` ({method.style} style, ~{human_bytes(method.h2d_bytes_per_call)} "
+        out += [f"#### method {md_code(method.name)} ({method.style} style, ~{human_bytes(method.h2d_bytes_per_call)} "
                 "host-to-device per call)", ""]
         if method.constants:
             out += [markdown_table(["value", "name", "dtype", "shape", "bytes", "read by", "verdict"],
-                                   [[c.value, f"`{c.name}`", c.dtype, shape_text(c.shape), c.nbytes,
+                                   [[c.value, md_code(c.name), c.dtype, shape_text(c.shape), c.nbytes,
                                      _readers_cell(c.readers, False), c.verdict] for c in method.constants]), ""]
     echo_lines(out)
 

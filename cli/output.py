@@ -92,12 +92,57 @@ def shape_text(shape: Optional[Sequence[int]]) -> str:
     return "[" + ", ".join(str(s) for s in shape or ()) + "]"
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# What may not reach a terminal raw: C0 and C1 controls (ESC starts ANSI sequences, BEL, ...), and the
+# invisible format characters that reorder or hide text: bidi embeddings, overrides and isolates, zero-width
+# characters, line/paragraph separators, the soft hyphen, interlinear annotations and Unicode tag characters.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff"
+                     "\ufff9-\ufffb\U000e0000-\U000e007f]")
+
+
+def _escape_code_point(match: "re.Match[str]") -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def printable(text: Any) -> str:
-    """Text from a file made safe for a terminal: control characters (ESC, BEL, ...) shown as ``\\x1b``."""
-    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", str(text))
+    """Text from a file made safe for a terminal: controls and bidi/invisible characters shown as ``\\x1b``, ``\\u202e``.
+
+    The one escaping function for terminal output: every table cell, title, message and error line goes
+    through it (``table``, ``markup_safe``, ``echo_lines``, ``cli.app.fail``).
+    """
+    return _UNSAFE.sub(_escape_code_point, str(text))
+
+
+class MarkdownText(str):
+    """Markdown made safe from file-derived text by ``md_text`` or ``md_code``: ``markdown_table`` keeps it as it is."""
+
+
+# Backslash-escaped: emphasis, code, links and images, HTML and entities, strikethrough, headings; and the
+# ':' of a URL scheme and the '@' of an address, which GitHub would otherwise turn into links.
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>~!#&@]|:(?=//))")
+_WWW = re.compile(r"(?i)\b(www)\.")
+
+
+def md_text(text: Any) -> MarkdownText:
+    """File-derived text for markdown prose or a table cell: printable, with nothing that markdown would interpret.
+
+    Names with backticks, ``<script>``, ``[links](...)``, emphasis or URLs render as the literal text.
+    (A ``|`` matters only in tables, where ``markdown_table`` escapes it.)
+    """
+    return MarkdownText(_WWW.sub(r"\1\\.", _MD_SPECIAL.sub(r"\\\1", printable(text))))
+
+
+def md_code(text: Any) -> MarkdownText:
+    """File-derived text as a markdown code span: printable, fenced by more backticks than it contains.
+
+    Inside a code span markdown and HTML are literal, so this is the way to show names, paths and kernels.
+    """
+    safe = printable(text)
+    if not safe:
+        return MarkdownText("")
+    fence = "`" * (max((len(run) for run in re.findall("`+", safe)), default=0) + 1)
+    pad = " " if safe[0] == "`" or safe[-1] == "`" else ""
+    return MarkdownText(f"{fence}{pad}{safe}{pad}{fence}")
 
 
 def echo_lines(lines: Iterable[str]) -> None:
@@ -128,8 +173,10 @@ def table(title: Optional[str], columns: Sequence[str], rows: Iterable[Sequence[
 
 
 def markdown_table(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A GitHub table; a cell is escaped with ``md_text`` unless it is ``MarkdownText`` already (``md_code``)."""
+
     def cell(value: Any) -> str:
-        return printable(value).replace("|", "\\|")
+        return (value if isinstance(value, MarkdownText) else md_text(value)).replace("|", "\\|")
 
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -9,9 +10,14 @@ import typer
 
 from pte_devconst.cli.app import OPTIONS, command
 from pte_devconst.cli.output import (echo_lines, FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
-                                     markup_safe, resolve_format, stdout_console, table)
+                                     markup_safe, resolve_format, stdout_console, table, md_code)
 from pte_devconst.cli.progress import write_progress
 from pte_devconst.schema.errors import PteDevconstError
+
+class VerifyMode(str, enum.Enum):
+    sampled = "sampled"
+    full = "full"
+
 
 if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
     from pte_devconst.rewriter.rewrite import RewriteResult
@@ -49,6 +55,7 @@ def result_payload(result: RewriteResult) -> dict[str, Any]:
         })
     return {
         "input": result.input, "output": result.output, "dry_run": result.output is None, "changed": result.changed,
+        "verified": result.verified,
         "input_size": result.input_size, "output_size": result.output_size,
         "constants_moved": len(plan.placements), "bytes_per_call_saved": plan.bytes_per_call_saved,
         "instructions_removed": result.instructions_removed,
@@ -101,13 +108,14 @@ def render_text(result: RewriteResult) -> None:
         console.print(table("left in place", ["method", "v", "name", "bytes", "why"], not_moved,
                             right=["v", "bytes"]))
     if result.output is not None and not plan.is_empty:
+        checked = "re-read and checked (every byte)" if result.verified == "full" else "re-read and checked"
         console.print(f"wrote [bold]{markup_safe(result.output)}[/] ({human_bytes(result.output_size or 0)}; input "
-                      f"{human_bytes(result.input_size)}), re-read and checked.", soft_wrap=True)
+                      f"{human_bytes(result.input_size)}), {checked}.", soft_wrap=True)
 
 
 def render_markdown(result: RewriteResult) -> None:
     plan = result.plan
-    lines = [f"### pte-devconst rewrite: `{Path(result.input).name}`", ""]
+    lines = [f"### pte-devconst rewrite: {md_code(Path(result.input).name)}", ""]
     if plan.is_empty:
         lines.append("Nothing to move.")
     else:
@@ -132,6 +140,12 @@ def rewrite_command(
                                "replacing the destination. --no-fsync is faster on large files and still "
                                "atomic, but a power failure soon after may lose the output (not with "
                                "--in-place)."),
+    verify: Optional[VerifyMode] = typer.Option(None, "--verify", case_sensitive=False, show_default=False,
+                                                help="How the written file is checked before it replaces the "
+                                                "destination: sampled (structure and every byte the tool "
+                                                "writes itself in full; bulk data copied by the kernel from a "
+                                                "proven source range in sampled windows) or full (every byte). "
+                                                "[default: sampled; full when PTE_DEVCONST_FULL_CHECK=1]"),
     fmt: OutputFormat = FORMAT_OPTION,
     json_flag: bool = JSON_FLAG,
 ) -> None:
@@ -142,10 +156,13 @@ def rewrite_command(
     from pte_devconst.rewriter.rewrite import rewrite_file
 
     options = RewriteOptions(devices=parse_devices(device), min_bytes=min_bytes)
-    size = file.stat().st_size if file.exists() else 0
+    try:
+        size = file.stat().st_size
+    except OSError:  # missing, or a name the OS refuses: rewrite_file reports it in one line
+        size = 0
     with write_progress(f"writing {file.name}", size, OPTIONS.quiet) as progress:
         result = rewrite_file(file, output, ptd=ptd, options=options, dry_run=dry_run, in_place=in_place,
-                              progress=progress, durable=fsync)
+                              progress=progress, durable=fsync, verify=verify.value if verify else None)
     fmt = resolve_format(fmt, json_flag)
     if fmt is OutputFormat.json:
         emit_json("rewrite", result_payload(result))

@@ -9,7 +9,8 @@ import typer
 
 from pte_devconst.cli.app import OPTIONS, command
 from pte_devconst.cli.output import (FORMAT_OPTION, JSON_FLAG, OutputFormat, echo_lines, emit_json, human_bytes,
-                                     markdown_table, markup_safe, printable, resolve_format, stdout_console, table)
+                                     markdown_table, markup_safe, md_code, md_text, printable, resolve_format, stdout_console,
+                                     table)
 
 MAX_CALL_COLUMNS = 6
 
@@ -104,8 +105,8 @@ def render(result: Any, fmt: OutputFormat) -> None:
     devices = "simulated devices" if result.simulated else "real devices"
     note = [opaque_note(result.opaque_backends)] if result.opaque_backends else []
     if fmt is OutputFormat.markdown:
-        echo_lines([f"### `{Path(result.path).name}` method `{result.method}` ({devices})", "",
-                    *(f"> {line}" for line in note), *([""] if note else []),
+        echo_lines([f"### {md_code(Path(result.path).name)} method {md_code(result.method)} ({devices})", "",
+                    *(f"> {md_text(line)}" for line in note), *([""] if note else []),
                     f"Outputs of call {last.index}:", "", markdown_table(OUTPUT_COLUMNS, output_rows(last.outputs)),
                     "", "Copies:", "", markdown_table(columns, rows)])
         return

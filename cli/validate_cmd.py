@@ -9,7 +9,7 @@ import typer
 
 from pte_devconst.cli.app import EXIT_FINDINGS, OPTIONS, command
 from pte_devconst.cli.output import (FORMAT_OPTION, JSON_FLAG, OutputFormat, echo_lines, emit_json, markdown_table,
-                                     markup_safe, printable, resolve_format, stdout_console, table)
+                                     markup_safe, md_code, md_text, printable, resolve_format, stdout_console, table)
 from pte_devconst.cli.run_cmd import (INPUTS_OPTION, PROFILE_OPTION, PTD_OPTION, SIMULATE_OPTION, exact_bytes,
                                       opaque_note)
 from pte_devconst.schema.errors import PteDevconstError
@@ -92,16 +92,16 @@ def render_text(result: Any) -> None:
 
 
 def render_markdown(result: Any) -> None:
-    lines = [f"### pte-devconst validate: `{Path(result.original).name}` → `{Path(result.rewritten).name}`", "",
+    lines = [f"### pte-devconst validate: {md_code(Path(result.original).name)} → {md_code(Path(result.rewritten).name)}", "",
              f"{result.calls} calls each, {'simulated' if result.simulated else 'real'} devices: "
              f"**{'PASS' if result.passed else 'FAIL'}**", ""]
-    lines += [f"> **warning:** {w}" for w in result.warnings] + ([""] if result.warnings else [])
+    lines += [f"> **warning:** {md_text(w)}" for w in result.warnings] + ([""] if result.warnings else [])
     marks = {"pass": "✅ pass", "fail": "❌ FAIL", "skipped": "⏭️ skipped"}
     for mv in result.methods:
-        lines += [f"#### method `{mv.method}`", "", markdown_table(SUMMARY_COLUMNS, summary_rows(mv)), "",
+        lines += [f"#### method {md_code(mv.method)}", "", markdown_table(SUMMARY_COLUMNS, summary_rows(mv)), "",
                   markdown_table(CHECK_COLUMNS, check_rows(mv, marks)), ""]
-        lines += [f"* {line}" for line in notes(mv)] + ([""] if notes(mv) else [])
-    lines += [f"* {line}" for line in skipped_lines(result)]
+        lines += [f"* {md_text(line)}" for line in notes(mv)] + ([""] if notes(mv) else [])
+    lines += [f"* {md_text(line)}" for line in skipped_lines(result)]
     echo_lines(lines)
 
 

@@ -66,7 +66,7 @@ def analyze(pte: PathLike, ptd: Optional[PathLike] = None) -> "ProgramSummary":
 
 def rewrite(pte: PathLike, output: Optional[PathLike] = None, *, ptd: Optional[PathLike] = None,
             devices: Optional[Iterable[DeviceLike]] = None, min_bytes: int = 0, dry_run: bool = False,
-            in_place: bool = False, fsync: bool = True) -> "RewriteResult":
+            in_place: bool = False, fsync: bool = True, verify: Optional[str] = None) -> "RewriteResult":
     """Move every eligible constant into device memory with initial data (what ``rewrite`` does).
 
     Writes ``output`` (default ``<stem>.devconst.pte`` next to ``pte``) atomically and re-reads it
@@ -74,7 +74,9 @@ def rewrite(pte: PathLike, output: Optional[PathLike] = None, *, ptd: Optional[P
     next to ``NAME.pte``).  ``result.changed`` says whether anything moved and
     ``result.plan`` holds every placement, removed instruction and left-in-place verdict.
     ``fsync=False`` skips waiting for the disk: the output is still replaced atomically, but is not
-    safe against a power failure right after.
+    safe against a power failure right after.  ``verify="full"`` makes the self-check compare every
+    byte of the output (default ``"sampled"``: bulk copies from a proven source range are sampled; full
+    when PTE_DEVCONST_FULL_CHECK is set).
     """
     from pte_devconst.rewriter.plan import RewriteOptions
     from pte_devconst.rewriter.rewrite import rewrite_file
@@ -84,7 +86,8 @@ def rewrite(pte: PathLike, output: Optional[PathLike] = None, *, ptd: Optional[P
     if in_place and output is not None:
         raise PteDevconstError("in_place and output exclude each other")
     options = RewriteOptions(devices=parse_devices(devices), min_bytes=min_bytes)
-    return rewrite_file(pte, output, ptd=ptd, options=options, dry_run=dry_run, in_place=in_place, durable=fsync)
+    return rewrite_file(pte, output, ptd=ptd, options=options, dry_run=dry_run, in_place=in_place, durable=fsync,
+                        verify=verify)
 
 
 def diff(before: PathLike, after: PathLike) -> "ProgramDiff":

@@ -116,6 +116,13 @@ def expand(patterns: Iterable[PathLike]) -> list[Union[Path, str]]:
     for pattern in patterns:
         text = os.fspath(pattern)
         path = Path(text)
+        try:
+            path.stat()
+        except FileNotFoundError:
+            pass
+        except OSError as error:  # a name the OS refuses (too long, a loop...): a problem, reported with the rest
+            items.append(f"{text}: {error.strerror or error}")
+            continue
         if path.is_dir():
             matches = sorted(p for p in walk(path) if p.suffix == ".pte")
             if not matches:

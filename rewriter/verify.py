@@ -1,87 +1,450 @@
-"""Check a written file against the plan that produced it, before it replaces the destination.
+"""The self-check: prove the written file before it replaces the destination.
 
-The writer's output is re-opened with the full reader (every offset and index
-checked again), then every placement is checked field by field against the
-encoding ExecuTorch 1.6 expects (docs/design.md), including that the moved
-bytes equal the original's (whole up to 1 MiB, sampled windows beyond: see
-``_windows``) and that no other tensor of the method uses the
-new region.  Any mismatch is a bug in this tool, reported as an error so that
-a wrong file never reaches the user.
+``check_rewrite`` re-reads nothing itself: it gets the input and the written
+file, both opened with the full reader, and proves that the output is the input
+with exactly the plan's changes, and that those changes are right on their own
+terms.  It does not trust the plan for what it can check independently:
+
+* **Unchanged except what the plan lists.**  Every method (matched by plan
+  index, never by name), value, instruction (through the plan's instruction-index
+  map, itself checked), operator, delegate, compile spec, chain, stack trace,
+  buffer, segment table and named-data entry equals the input's, except the
+  moved values, the buffers the plan grows, the removed copies, the delegate
+  arguments they fed, and the constant entries the plan drops.
+* **Plan-independent postconditions** on the written program: a removed
+  instruction is an ``_h2d_copy.out`` of a constant moved in the same method; a
+  changed delegate argument was a value that only removed copies of the new
+  argument wrote; no surviving instruction, method output or list reads a value
+  that only removed instructions wrote (in any of their out or return slots); a
+  moved value was a constant of this method, now lies in a fresh 16-aligned region
+  of a buffer on its device that no other value overlaps, and is read only by
+  delegate calls whose ``target_device`` is that device; an external moved
+  constant's key appears exactly once in the .ptd with a matching layout; the
+  program stays within the runtime verifier's limits (``schema/limits.py``).
+* **Every referenced byte range holds the input bytes it came from**: kept
+  constants, existing and new initial data, delegate blobs, named data, and every
+  segment the rewrite does not re-lay, compared by ``verify_bytes.py`` (whole, or
+  sampled where the writer's recipe proves the source range; every byte with
+  ``full``, which also checks that all remaining bytes are the writer's zero padding).
+
+Any failure raises ``RewriteCheckError``: an internal error (a bug in this
+tool or a case it should have refused), reported with the destination untouched.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
+import operator
 import os
+from dataclasses import dataclass, field
 from typing import Optional
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.errors import PteDevconstError
-from pte_devconst.schema.pte_file import PteFile, Span
-from pte_devconst.schema.pte_writer import FileRange
+from pte_devconst.schema.errors import FormatError, PteDevconstError
+from pte_devconst.schema.gc_pause import gc_paused
+from pte_devconst.schema.header import TENSOR_ALIGNMENT
+from pte_devconst.schema.limits import over_runtime_limits
+from pte_devconst.schema.mapped import Span
+from pte_devconst.schema.ptd_file import PtdFile
+from pte_devconst.schema.pte_file import PteFile, open_pte
 
-from .analysis import H2D_COPY
-from .plan import RewritePlan
+from .analysis import H2D_COPY, delegate_device
+from .plan import MethodEdit, Placement, RewritePlan
+from .verify_bytes import ByteChecker, SameBytes, WriteRecipe, ZeroBytes
+
+FULL_CHECK_ENV = "PTE_DEVCONST_FULL_CHECK"
+# A tensor's fields other than its data index (a kept constant's index moves when entries are dropped), and the
+# fields a moved constant keeps; attrgetter compares them at C speed (a 100,000-value program has ~50,000 constants).
+_ALL_BUT_INDEX = operator.attrgetter(*(f.name for f in dataclasses.fields(m.Tensor) if f.name != "data_buffer_idx"))
+_KEPT_WHEN_MOVED = operator.attrgetter("scalar_type", "sizes", "dim_order", "requires_grad", "layout")
+VERIFY_MODES = ("sampled", "full")
 
 
 class RewriteCheckError(PteDevconstError):
-    """The rewritten file does not have the encoding the plan promised (a bug; the output was not written)."""
+    """The written file is not the input with exactly the plan's changes (a bug; the destination is untouched)."""
 
 
 def _fail(what: str) -> RewriteCheckError:
-    return RewriteCheckError(f"self-check of the rewritten file failed: {what}")
+    return RewriteCheckError(f"internal error: the rewritten file failed the self-check: {what}")
 
 
-# Tensors up to FULL_COMPARE_BYTES are compared whole.  Larger ones are compared in SAMPLE_BYTES
-# windows: the first and last, and one every SAMPLE_STRIDE bytes (1/16 of the data).  Each moved
-# tensor is one kernel-copied file range, so a wrong source offset, length or destination shows at
-# its ends; comparing every byte of a multi-GB file would cost as much as copying it again
-# (docs/performance.md).  ``full_data=True`` or PTE_DEVCONST_FULL_CHECK=1 compares every byte.
-FULL_COMPARE_BYTES = 1 << 20
-SAMPLE_BYTES = 64 << 10
-SAMPLE_STRIDE = 1 << 20
+def full_by_default() -> bool:
+    """``--verify full`` everywhere when PTE_DEVCONST_FULL_CHECK is set (e.g. in CI)."""
+    return os.environ.get(FULL_CHECK_ENV, "") not in ("", "0")
 
 
-def _windows(size: int, full: bool) -> list[tuple[int, int]]:
-    """(offset, length) ranges of a ``size``-byte tensor to compare."""
-    if full or size <= FULL_COMPARE_BYTES:
-        return [(start, min(FULL_COMPARE_BYTES, size - start)) for start in range(0, size, FULL_COMPARE_BYTES)]
-    starts = list(range(0, size - SAMPLE_BYTES, SAMPLE_STRIDE)) + [size - SAMPLE_BYTES]
-    return [(start, SAMPLE_BYTES) for start in starts]
+@dataclass
+class _Context:
+    """What the per-method checks share: both files, the .ptd, the constant remap and the byte requirements."""
+
+    original: PteFile
+    written: PteFile
+    ptd: Optional[PtdFile]
+    plan: RewritePlan
+    remap: Optional[dict[int, int]]  # constant entry: old index -> new (None: the segment keeps its layout)
+    same: list[SameBytes] = field(default_factory=list)
+
+    def require_same(self, what: str, source: Optional[Span], written: Optional[Span]) -> None:
+        if source is not None and written is not None:
+            self.same.append(SameBytes(what, source, written))
 
 
-class _Comparer:
-    """Compares spans of two files through two reused buffers (bounded memory, no mapped pages)."""
+@gc_paused
+def check_rewrite(original: PteFile, written: PteFile, plan: RewritePlan, *, ptd: Optional[PtdFile] = None,
+                  recipe: Optional[WriteRecipe] = None, full: Optional[bool] = None) -> None:
+    """Raise ``RewriteCheckError`` unless ``written`` is ``original`` with exactly the changes of ``plan``.
 
-    def __init__(self, full: bool) -> None:
-        self.full = full
-        self._a = bytearray(FULL_COMPARE_BYTES)
-        self._b = bytearray(FULL_COMPARE_BYTES)
-
-    def same(self, a: PteFile, a_span: Span, b: PteFile, b_span: Span) -> bool:
-        """Whether the spans hold the same bytes (the sampled windows of them, for large tensors).
-
-        File-backed spans are read with ``preadv``: a multi-GB comparison neither maps every page
-        into this process (which counts against its resident memory) nor compares memoryviews
-        item by item (about 4 ms per MiB).
-        """
-        if a_span.size != b_span.size:
-            return False
-        pa, pb = a.piece(a_span), b.piece(b_span)
-        if not (isinstance(pa, FileRange) and isinstance(pb, FileRange)):
-            return bytes(a.read(a_span)) == bytes(b.read(b_span))
-        for start, length in _windows(a_span.size, self.full):
-            va, vb = memoryview(self._a)[:length], memoryview(self._b)[:length]
-            if os.preadv(pa.fd, [va], pa.offset + start) != length or \
-                    os.preadv(pb.fd, [vb], pb.offset + start) != length:
-                return False
-            if self._a[:length] != self._b[:length] if length < FULL_COMPARE_BYTES else self._a != self._b:
-                return False
-        return True
+    ``recipe`` (what the writer was given) lets bulk ranges copied from a proven source be sampled;
+    ``full`` compares every byte (default: PTE_DEVCONST_FULL_CHECK).
+    """
+    if full is None:
+        full = full_by_default()
+    a, b = original.program, written.program
+    over = over_runtime_limits(b)
+    if over:
+        raise _fail(f"the program has {over}")
+    remap = _check_program_tables(a, b, plan)
+    context = _Context(original, written, ptd, plan, remap)
+    edits = _edits_by_index(plan, len(a.execution_plan or ()))
+    for index, (old, new) in enumerate(zip(a.execution_plan or (), b.execution_plan or ())):
+        _MethodCheck(context, index, old, new, edits.get(index)).run()
+    _require_segments(context)
+    checker = ByteChecker(original, written, recipe, full)
+    zeros = _padding(written, context.same) if full else ()
+    difference = checker.first_difference(context.same, zeros)
+    if difference is not None:
+        where = difference.requirement
+        if isinstance(where, SameBytes):
+            raise _fail(f"{where.what}: its bytes differ from the input's at byte {difference.offset:,}")
+        raise _fail(f"{where.what}: byte {difference.offset:,} is not zero")
 
 
-def _check_disjoint(name: str, plan: m.ExecutionPlan, regions: list[tuple[int, int, int, int]]) -> None:
-    """No planned value of ``plan`` other than the owner overlaps a moved region: O((values + regions) log regions)."""
+def read_back(path: str) -> PteFile:
+    """Open the written file with the full reader; a file the reader refuses is the tool's own bug."""
+    try:
+        return open_pte(path)
+    except FormatError as error:
+        raise _fail(f"the written file does not read back ({': '.join(p for p in (error.where, error.what) if p)})") \
+            from None
+
+
+def check_copy(original: PteFile, written: PteFile, recipe: Optional[WriteRecipe] = None,
+               full: Optional[bool] = None) -> None:
+    """A rewrite that moved nothing: the written file is the input, byte for byte."""
+    if full is None:
+        full = full_by_default()
+    if written.size != original.size or written.program != original.program:
+        raise _fail("the copy of the input differs from it")
+    checker = ByteChecker(original, written, recipe, full)
+    difference = checker.first_difference([SameBytes("the copy of the input", Span(0, original.size),
+                                                     Span(0, written.size))])
+    if difference is not None:
+        raise _fail(f"the copy of the input differs from it at byte {difference.offset:,}")
+
+
+# --- the program's own tables -------------------------------------------------------------------
+
+def _check_program_tables(a: m.Program, b: m.Program, plan: RewritePlan) -> Optional[dict[int, int]]:
+    """Program-level tables: unchanged except the constant and initial-data lists; returns the constant remap."""
+    for name in ("version", "constant_buffer", "backend_delegate_data", "named_data"):
+        if getattr(a, name) != getattr(b, name):
+            raise _fail(f"the program's {name} changed")
+    if len(a.execution_plan or ()) != len(b.execution_plan or ()):
+        raise _fail(f"the number of methods changed ({len(a.execution_plan or ())} -> {len(b.execution_plan or ())})")
+    old_segments, new_segments = len(a.segments or ()), len(b.segments or ())
+    new_lists = b.mutable_data_segments or ()
+    if not (new_segments == old_segments or new_segments == old_segments + 1 and new_lists
+            and new_lists[0].segment_index == old_segments):
+        raise _fail(f"the segment table went from {old_segments} to {new_segments} entries, "
+                    "more than a new initial-data segment")
+    _check_initial_data_lists(a, b, plan)
+    return _constant_remap(a.constant_segment, b.constant_segment, plan)
+
+
+def _check_initial_data_lists(a: m.Program, b: m.Program, plan: RewritePlan) -> None:
+    """The first list keeps its entries and gains the plan's, in order, in its segment or in a new one."""
+    old_lists, new_lists = a.mutable_data_segments or (), b.mutable_data_segments or ()
+    if not plan.initial_data:
+        if a.mutable_data_segments != b.mutable_data_segments:
+            raise _fail("mutable_data_segments changed although no initial data was added")
+        return
+    if len(new_lists) != max(1, len(old_lists)) or new_lists[1:] != old_lists[1:]:
+        raise _fail("mutable_data_segments lists other than the first changed")
+    first = new_lists[0].offsets or ()
+    kept = (old_lists[0].offsets or ()) if old_lists else (0,)
+    # A new segment (one past the input's) may hold it, e.g. when the old one is shared with another table:
+    # _require_segments then holds the new segment's start equal to the old one, which stays as it was.
+    if old_lists and new_lists[0].segment_index not in (old_lists[0].segment_index, len(a.segments or ())):
+        raise _fail("the initial data moved to another existing segment")
+    if tuple(first[: len(kept)]) != tuple(kept) or len(first) != len(kept) + len(plan.initial_data):
+        raise _fail(f"the initial-data offsets are not the input's {len(kept)} followed by "
+                    f"{len(plan.initial_data)} new entries")
+    for position, entry in enumerate(plan.initial_data):
+        if entry.index != len(kept) + position:
+            raise _fail(f"initial-data entry {entry.index} is out of order")
+
+
+def _constant_remap(old: Optional[m.SubsegmentOffsets], new: Optional[m.SubsegmentOffsets],
+                    plan: RewritePlan) -> Optional[dict[int, int]]:
+    """Old constant index -> new, when the plan drops entries (None when the constant table is unchanged)."""
+    dropped = set(plan.dropped_constants)
+    if not dropped:
+        if old != new:
+            raise _fail("the constant segment's table changed although no constant entry was dropped")
+        return None
+    offsets = (old.offsets or ()) if old is not None else ()
+    if new is None or old is None or new.segment_index != old.segment_index or len(offsets) <= 1 \
+            or not dropped <= set(range(1, len(offsets))):
+        raise _fail(f"the plan drops constant entries {sorted(dropped)} that the input does not have")
+    remap = {0: 0}
+    for index in range(1, len(offsets)):
+        if index not in dropped:
+            remap[index] = len(remap)
+    if len(new.offsets or ()) != len(remap):
+        raise _fail(f"the constant table has {len(new.offsets or ())} entries, expected {len(remap)}")
+    return remap
+
+
+def _edits_by_index(plan: RewritePlan, methods: int) -> dict[int, MethodEdit]:
+    edits: dict[int, MethodEdit] = {}
+    for edit in plan.methods:
+        if not 0 <= edit.plan_index < methods or edit.plan_index in edits:
+            raise _fail(f"the plan edits method index {edit.plan_index} twice or out of range")
+        edits[edit.plan_index] = edit
+    return edits
+
+
+# --- one method ---------------------------------------------------------------------------------
+
+class _MethodCheck:
+    """Compares method ``index`` of the input and the output, given the plan's edit of it (if any)."""
+
+    def __init__(self, context: _Context, index: int, old: m.ExecutionPlan, new: m.ExecutionPlan,
+                 edit: Optional[MethodEdit]) -> None:
+        self.context = context
+        self.old, self.new = old, new
+        self.edit = edit
+        self.label = f"method {index} ({old.name!r})"
+        self.moved: dict[int, Placement] = {}
+        for placement in edit.placements if edit else ():
+            if placement.value in self.moved or not 0 <= placement.value < len(old.values or ()):
+                raise self.fail(f"value {placement.value} is placed twice or does not exist")
+            self.moved[placement.value] = placement
+        # values that only removed copies wrote (their out and return slots) -> the constants they copied
+        self.copied_from: dict[int, set[int]] = {}
+
+    def fail(self, what: str) -> RewriteCheckError:
+        return _fail(f"{self.label}: {what}")
+
+    def run(self) -> None:
+        old, new = self.old, self.new
+        for name in ("name", "container_meta_type", "inputs", "outputs", "operators", "delegates"):
+            if getattr(old, name) != getattr(new, name):
+                raise self.fail(f"its {name} changed")
+        maps = self._instruction_maps()
+        self._check_removed(maps)
+        self._check_values()
+        self._check_buffers()
+        self._check_chains(maps)
+        self._check_readers()
+
+    # instructions
+
+    def _instruction_maps(self) -> list[tuple[Optional[int], ...]]:
+        chains = self.old.chains or ()
+        if self.edit is None:
+            return [tuple(range(len(chain.instructions or ()))) for chain in chains]
+        maps = list(self.edit.instruction_maps)
+        if len(maps) != len(chains):
+            raise self.fail(f"the plan maps {len(maps)} chains, the method has {len(chains)}")
+        for c, (chain, mapping) in enumerate(zip(chains, maps)):
+            kept = [new for new in mapping if new is not None]
+            if len(mapping) != len(chain.instructions or ()) or kept != list(range(len(kept))):
+                raise self.fail(f"the plan's instruction map of chain {c} is not an order-keeping map")
+        removed = {(c, k) for c, mapping in enumerate(maps) for k, new in enumerate(mapping) if new is None}
+        if removed != set(self.edit.removed):
+            raise self.fail("the plan's removed instructions and its instruction map disagree")
+        return maps
+
+    def _check_removed(self, maps: list[tuple[Optional[int], ...]]) -> None:
+        ops = [op.qualified_name for op in self.old.operators or ()]
+        for c, mapping in enumerate(maps):
+            instructions = (self.old.chains or ())[c].instructions or ()
+            for k, new_index in enumerate(mapping):
+                if new_index is not None:
+                    continue
+                ins = instructions[k]
+                args = ins.args or () if isinstance(ins, m.KernelCall) else ()
+                if not (isinstance(ins, m.KernelCall) and ops[ins.op_index] == H2D_COPY and len(args) >= 2
+                        and args[0] in self.moved):
+                    raise self.fail(f"chain {c} instruction {k} was removed but is not an {H2D_COPY} "
+                                    "of a constant moved in this method")
+                for slot in args[1:]:
+                    if slot != args[0]:
+                        self.copied_from.setdefault(slot, set()).add(args[0])
+
+    def _check_chains(self, maps: list[tuple[Optional[int], ...]]) -> None:
+        old_chains, new_chains = self.old.chains or (), self.new.chains or ()
+        if len(old_chains) != len(new_chains) or (self.old.chains is None) != (self.new.chains is None):
+            raise self.fail("the number of chains changed")
+        for c, (old, new, mapping) in enumerate(zip(old_chains, new_chains, maps)):
+            if old.inputs != new.inputs or old.outputs != new.outputs:
+                raise self.fail(f"chain {c}'s inputs or outputs changed")
+            survivors = [k for k, new_index in enumerate(mapping) if new_index is not None]
+            instructions = new.instructions or ()
+            if len(instructions) != len(survivors) or (old.instructions is None) != (new.instructions is None):
+                raise self.fail(f"chain {c} has {len(instructions)} instructions, expected {len(survivors)}")
+            for k, ins in zip(survivors, instructions):
+                self._check_instruction(c, k, (old.instructions or ())[k], ins, mapping, len(survivors))
+            expected_trace = None if old.stacktrace is None else tuple(
+                frames for k, frames in enumerate(old.stacktrace) if k >= len(mapping) or mapping[k] is not None)
+            if new.stacktrace != expected_trace:
+                raise self.fail(f"chain {c}'s stack traces are not the input's for the instructions kept")
+
+    def _check_instruction(self, c: int, k: int, old: m.Instruction, new: m.Instruction,
+                           mapping: tuple[Optional[int], ...], length: int) -> None:
+        where = f"chain {c} instruction {k} (now {mapping[k]})"
+        if isinstance(old, m.JumpFalseCall) and isinstance(new, m.JumpFalseCall):
+            later = [n for n in mapping[old.destination_instruction:] if n is not None]
+            target = later[0] if later else length
+            if new != m.JumpFalseCall(old.cond_value_index, target):
+                raise self.fail(f"{where}: the jump is not to instruction {target}, the one after its old target")
+            return
+        if isinstance(old, m.DelegateCall) and isinstance(new, m.DelegateCall) and old != new:
+            old_args, new_args = old.args or (), new.args or ()
+            if old.delegate_index != new.delegate_index or len(old_args) != len(new_args):
+                raise self.fail(f"{where}: the delegate call changed")
+            for pos, (before, after) in enumerate(zip(old_args, new_args)):
+                if before != after and (self.copied_from.get(before) != {after} or after not in self.moved):
+                    raise self.fail(f"{where}: argument {pos} changed from value {before} to {after}, but value "
+                                    f"{before} was not written only by removed copies of moved value {after}")
+            return
+        if old != new:
+            raise self.fail(f"{where} changed")
+
+    # values and buffers
+
+    def _check_values(self) -> None:
+        old_values, new_values = self.old.values or (), self.new.values or ()
+        if len(old_values) != len(new_values) or (self.old.values is None) != (self.new.values is None):
+            raise self.fail(f"the number of values changed ({len(old_values)} -> {len(new_values)})")
+        original, written, remap = self.context.original, self.context.written, self.context.remap
+        for index, (old, new) in enumerate(zip(old_values, new_values)):
+            if index in self.moved:
+                self._check_moved(index, old, new, self.moved[index])
+                continue
+            if isinstance(old, m.Tensor) and (old.is_constant or old.has_initial_data) and not old.is_external:
+                if remap is not None and old.is_constant:
+                    if old.data_buffer_idx not in remap:
+                        raise self.fail(f"value {index} still reads constant entry {old.data_buffer_idx}, "
+                                        "which the rewrite dropped")
+                    same = (isinstance(new, m.Tensor) and new.data_buffer_idx == remap[old.data_buffer_idx]
+                            and _ALL_BUT_INDEX(new) == _ALL_BUT_INDEX(old))
+                else:
+                    same = new == old
+                if not same:
+                    raise self.fail(f"value {index} changed although the plan does not move it")
+                kind = "kept constant" if old.is_constant else "initial data"
+                self.context.require_same(f"{self.label}: value {index} ({kind})",
+                                          original.tensor_span(old), written.tensor_span(new))
+            elif new != old:
+                raise self.fail(f"value {index} changed although the plan does not move it")
+
+    def _check_moved(self, index: int, old: m.EValue, new: m.EValue, p: Placement) -> None:
+        where = f"moved value {index} ({p.name})"
+        if not isinstance(old, m.Tensor) or not old.is_constant:
+            raise self.fail(f"{where} was not a constant of this method in the input")
+        if not isinstance(new, m.Tensor) or new.allocation_info is None:
+            raise self.fail(f"{where} is not planned memory")
+        if _KEPT_WHEN_MOVED(old) != _KEPT_WHEN_MOVED(new) or new.storage_offset != 0 or new.shape_dynamism != m.TensorShapeDynamism.STATIC:
+            raise self.fail(f"{where} changed its type, shape or layout")
+        memory_id, offset = new.allocation_info.memory_id, new.allocation_info.memory_offset
+        if (memory_id, offset) != (p.memory_id, p.offset) or p.nbytes != old.nbytes:
+            raise self.fail(f"{where} is not at buffer {p.memory_id} offset {p.offset}")
+        device = self.new.buffer_device(memory_id)
+        if new.device != p.device or device != p.device or device.is_cpu and not self.context.plan.options.host_placement:
+            raise self.fail(f"{where}, its buffer and the plan disagree on its device "
+                            f"({new.device}, {device}, {p.device})")
+        sizes = self.new.non_const_buffer_sizes or ()
+        if offset % TENSOR_ALIGNMENT or memory_id >= len(sizes) or offset + old.nbytes > sizes[memory_id]:
+            raise self.fail(f"{where}: its region is misaligned or outside buffer {memory_id}")
+        info, before = new.extra_tensor_info, old.extra_tensor_info or m.ExtraTensorInfo()
+        if info is None or info.mutable_data_segments_idx != 0 or \
+                (info.location, info.fully_qualified_name) != (before.location, before.fully_qualified_name):
+            raise self.fail(f"{where} lacks its initial-data, location or name fields")
+        if old.is_external:
+            if new.data_buffer_idx != old.data_buffer_idx or new.fqn != p.external_key:
+                raise self.fail(f"{where} lost its external key")
+            self._check_external(where, new)
+            return
+        if new.data_buffer_idx != p.initial_data_index or new.data_buffer_idx == 0 and old.nbytes:
+            raise self.fail(f"{where} does not point at its initial data")
+        original, written = self.context.original, self.context.written
+        source = original.tensor_span(old)
+        if source is None:  # the deprecated inline constant_buffer: small by nature
+            if bytes(original.tensor_bytes(old) or b"") != bytes(written.tensor_bytes(new) or b""):
+                raise self.fail(f"{where}: its initial data differs from the input's constant")
+            return
+        self.context.require_same(f"{self.label}: {where} (initial data from constant entry {old.data_buffer_idx})",
+                                  source, written.tensor_span(new))
+
+    def _check_external(self, where: str, tensor: m.Tensor) -> None:
+        """The runtime loads an external constant's initial data from the first .ptd entry with its key."""
+        ptd = self.context.ptd
+        if ptd is None:
+            raise self.fail(f"{where} is external but no .ptd was given")
+        problem = external_entry_problem(ptd, tensor)
+        if problem:
+            raise self.fail(f"{where}: {problem}")
+
+    def _check_buffers(self) -> None:
+        old_sizes, new_sizes = self.old.non_const_buffer_sizes or (), self.new.non_const_buffer_sizes or ()
+        growth = {g.memory_id: g for g in self.edit.buffers} if self.edit else {}
+        if len(new_sizes) < len(old_sizes):
+            raise self.fail("planned buffers disappeared")
+        for memory_id, size in enumerate(new_sizes):
+            old_size = old_sizes[memory_id] if memory_id < len(old_sizes) else None
+            g = growth.get(memory_id)
+            if g is None and size != old_size or g is not None and (size != g.new_size or size < (old_size or 0)
+                                                                   or g.added != (old_size is None)):
+                raise self.fail(f"planned buffer {memory_id} is {size} bytes (input: {old_size}), "
+                                "which the plan does not say")
+        old_devices, new_devices = self.old.non_const_buffer_device or (), self.new.non_const_buffer_device or ()
+        added = tuple(m.NonConstBufferDevice(g.memory_id, g.device.type, g.device.index)
+                      for g in growth.values() if g.added and not g.device.is_cpu)
+        if tuple(new_devices) != tuple(old_devices) + added:
+            raise self.fail("non_const_buffer_device is not the input's plus the buffers the plan adds")
+        self._check_disjoint()
+
+    def _check_disjoint(self) -> None:
+        regions = [(p.memory_id, p.offset, p.nbytes, value) for value, p in self.moved.items()]
+        problem = overlap(self.new, regions)
+        if problem:
+            raise self.fail(problem)
+
+    # who reads what, in the output
+
+    def _check_readers(self) -> None:
+        """Moved device values are read only by delegates on their device; nothing reads what only removed copies wrote."""
+        watched = set(self.moved) | set(self.copied_from)
+        if not watched:
+            return
+        devices = [delegate_device(d)[0] for d in self.new.delegates or ()]
+        for value, reader, delegate in _readers(self.new, watched):
+            if value in self.copied_from and value not in self.moved:
+                raise self.fail(f"value {value} is still read by {reader}, but only removed copies wrote it")
+            placement = self.moved.get(value)
+            if placement is not None and not placement.device.is_cpu and \
+                    (delegate is None or devices[delegate] != placement.device):
+                raise self.fail(f"moved value {value} now lives on {placement.device} but is read by {reader}")
+
+
+def overlap(plan: m.ExecutionPlan, regions: list[tuple[int, int, int, int]]) -> Optional[str]:
+    """Which value overlaps a moved region (memory_id, offset, nbytes, owner) other than its owner, if any.
+
+    O((values + regions) log regions): regions sorted per buffer, each value's neighbours found by bisection.
+    """
     by_buffer: dict[int, list[tuple[int, int, int]]] = {}
     for memory_id, offset, nbytes, owner in regions:
         if nbytes > 0:
@@ -91,7 +454,7 @@ def _check_disjoint(name: str, plan: m.ExecutionPlan, regions: list[tuple[int, i
         spans.sort()
         for (_, end, owner), (start, _, other) in zip(spans, spans[1:]):
             if start < end:
-                raise _fail(f"{name}: value {other} overlaps the region of moved value {owner}")
+                return f"value {other} overlaps the region of moved value {owner}"
         index_of[memory_id] = ([s for s, _, _ in spans], [e for _, e, _ in spans], [o for _, _, o in spans])
     for index, value in enumerate(plan.values or ()):
         if not isinstance(value, m.Tensor) or value.allocation_info is None:
@@ -105,81 +468,101 @@ def _check_disjoint(name: str, plan: m.ExecutionPlan, regions: list[tuple[int, i
         # Regions are disjoint and sorted, so those overlapping [start, start + nbytes) are contiguous.
         for k in range(bisect.bisect_right(ends, start), bisect.bisect_left(starts, start + nbytes)):
             if owners[k] != index:
-                raise _fail(f"{name}: value {index} overlaps the region of moved value {owners[k]}")
+                return f"value {index} overlaps the region of moved value {owners[k]}"
+    return None
 
 
-def check_rewrite(original: PteFile, rewritten: PteFile, plan: RewritePlan,
-                  *, full_data: Optional[bool] = None) -> None:
-    """Raise ``RewriteCheckError`` unless ``rewritten`` encodes every placement of ``plan`` exactly.
-
-    ``full_data`` compares every moved byte (default: PTE_DEVCONST_FULL_CHECK, else sampled windows
-    of tensors over 1 MiB).
-    """
-    if full_data is None:
-        full_data = os.environ.get("PTE_DEVCONST_FULL_CHECK", "") not in ("", "0")
-    comparer = _Comparer(full_data)
-    old_plans = original.program.execution_plan or ()
-    new_plans = rewritten.program.execution_plan or ()
-    if len(old_plans) != len(new_plans):
-        raise _fail("the number of methods changed")
-    for edit in plan.methods:
-        old, new = old_plans[edit.plan_index], new_plans[edit.plan_index]
-        if len(old.values or ()) != len(new.values or ()):
-            raise _fail(f"{edit.name}: the number of values changed")
-        sizes = new.non_const_buffer_sizes or ()
-        regions = []
-        for p in edit.placements:
-            t = (new.values or ())[p.value]
-            where = f"{edit.name} value {p.value} ({p.name})"
-            if not isinstance(t, m.Tensor) or t.allocation_info is None:
-                raise _fail(f"{where} is not planned")
-            if (t.allocation_info.memory_id, t.allocation_info.memory_offset) != (p.memory_id, p.offset):
-                raise _fail(f"{where} is not at buffer {p.memory_id} offset {p.offset}")
-            if t.device != p.device or new.buffer_device(p.memory_id) != p.device:
-                raise _fail(f"{where} or its buffer is not on {p.device}")
-            if p.offset + p.nbytes > sizes[p.memory_id] or p.offset % 16:
-                raise _fail(f"{where} region is misaligned or outside its buffer")
-            info = t.extra_tensor_info
-            if info is None or info.mutable_data_segments_idx != 0:
-                raise _fail(f"{where} lacks its extra_tensor_info")
-            if p.external_key is not None:
-                if not t.is_external or t.fqn != p.external_key:
-                    raise _fail(f"{where} lost its external key")
-            else:
-                if t.is_external or t.data_buffer_idx != p.initial_data_index or t.data_buffer_idx == 0 and p.nbytes:
-                    raise _fail(f"{where} does not point at its initial data")
-                if not _same_data(comparer, original, (old.values or ())[p.value], rewritten, t):
-                    raise _fail(f"{where} initial data differs from the original constant")
-            regions.append((p.memory_id, p.offset, p.nbytes, p.value))
-        _check_disjoint(edit.name, new, regions)
-        _check_instructions(old, new, edit, plan)
-
-
-def _same_data(comparer: _Comparer, original: PteFile, old: m.EValue, rewritten: PteFile, new: m.Tensor) -> bool:
-    """The moved tensor's initial data equals the original constant's bytes."""
-    if not isinstance(old, m.Tensor):
-        return False
-    old_span, new_span = original.tensor_span(old), rewritten.tensor_span(new)
-    if old_span is None or new_span is None:  # deprecated inline constant_buffer: small by nature
-        old_bytes, new_bytes = original.tensor_bytes(old), rewritten.tensor_bytes(new)
-        return old_bytes is not None and new_bytes is not None and bytes(old_bytes) == bytes(new_bytes)
-    return comparer.same(original, old_span, rewritten, new_span)
-
-
-def _check_instructions(old: m.ExecutionPlan, new: m.ExecutionPlan, edit, plan: RewritePlan) -> None:
-    ops = [op.qualified_name for op in new.operators or ()]
-    moved = {p.value for p in edit.placements}
-    removed_dsts = {copy.dst for p in edit.placements for copy in p.copies}
-    for c, chain in enumerate(new.chains or ()):
-        expected = sum(1 for k in edit.instruction_maps[c] if k is not None)
-        if len(chain.instructions or ()) != expected:
-            raise _fail(f"{edit.name}: chain {c} has {len(chain.instructions or ())} instructions, expected {expected}")
-        if chain.stacktrace is not None and old.chains[c].stacktrace is not None and \
-                len(old.chains[c].stacktrace) == len(old.chains[c].instructions or ()) and \
-                len(chain.stacktrace) != expected:
-            raise _fail(f"{edit.name}: chain {c} stack traces are no longer parallel to its instructions")
+def _readers(plan: m.ExecutionPlan, watched: set[int]) -> list[tuple[int, str, Optional[int]]]:
+    """(value, who reads it, delegate index or None) for every use of a watched value in ``plan``."""
+    found: list[tuple[int, str, Optional[int]]] = []
+    ops = [op.qualified_name for op in plan.operators or ()]
+    for c, chain in enumerate(plan.chains or ()):
         for k, ins in enumerate(chain.instructions or ()):
-            if isinstance(ins, m.KernelCall) and ops[ins.op_index] == H2D_COPY and ins.args and ins.args[0] in moved:
-                raise _fail(f"{edit.name}: instruction {k} still copies a moved constant every call")
-            if isinstance(ins, m.DelegateCall) and removed_dsts.intersection(ins.args or ()):
-                raise _fail(f"{edit.name}: delegate call {k} still reads a removed device copy")
+            at = f"chain {c} instruction {k}"
+            if isinstance(ins, m.KernelCall):
+                found += [(v, f"host kernel {ops[ins.op_index]} at {at}", None) for v in ins.args or () if v in watched]
+            elif isinstance(ins, m.DelegateCall):
+                found += [(v, f"delegate {ins.delegate_index} at {at}", ins.delegate_index)
+                          for v in ins.args or () if v in watched]
+            elif isinstance(ins, m.MoveCall):
+                found += [(v, f"a MoveCall at {at}", None) for v in (ins.move_from, ins.move_to) if v in watched]
+            elif isinstance(ins, m.JumpFalseCall) and ins.cond_value_index in watched:
+                found.append((ins.cond_value_index, f"a JumpFalseCall at {at}", None))
+            elif isinstance(ins, m.FreeCall) and ins.value_index in watched:
+                found.append((ins.value_index, f"a FreeCall at {at}", None))
+    found += [(v, f"method output {pos}", None) for pos, v in enumerate(plan.outputs or ()) if v in watched]
+    for index, value in enumerate(plan.values or ()):
+        if isinstance(value, (m.TensorList, m.OptionalTensorList)):
+            found += [(v, f"tensor list value {index}", None) for v in value.items or () if v in watched]
+    return found
+
+
+def external_entry_problem(ptd: PtdFile, tensor: m.Tensor) -> Optional[str]:
+    """Why the .ptd entry the runtime would load for ``tensor`` (the first with its key) is not its data."""
+    key = tensor.fqn
+    entries = [e for e in ptd.flat_tensor.named_data or () if e.key == key]
+    if len(entries) != 1:
+        return (f"its key {key!r} appears {len(entries)} times in {ptd.path} (the runtime uses the first, so "
+                "the .ptd is ambiguous)" if entries else f"its key {key!r} is not in {ptd.path}")
+    entry = entries[0]
+    layout = entry.tensor_layout
+    if layout is not None and (layout.scalar_type, tuple(layout.sizes or ()), tuple(layout.dim_order or ())) != \
+            (tensor.scalar_type, tuple(tensor.sizes or ()), tuple(tensor.dim_order or ())):
+        return f"the layout of {key!r} in {ptd.path} does not match the tensor"
+    if (ptd.span(key) or Span(0, 0)).size < tensor.nbytes:
+        return f"the data of {key!r} in {ptd.path} is shorter than the tensor"
+    return None
+
+
+# --- segments and padding -----------------------------------------------------------------------
+
+def _require_segments(context: _Context) -> None:
+    """Every segment the rewrite does not re-lay holds the input's bytes (the initial data's as a prefix).
+
+    The constant segment, when entries are dropped, is checked entry by entry (its values above);
+    delegate blobs and named data must be unchanged wherever they are, so a blob or named entry that
+    shares the re-laid constant segment shows as a difference.
+    """
+    original, written = context.original, context.written
+    a, b = original.program, written.program
+    roles: dict[int, list[str]] = {}
+    for p, plan in enumerate(a.execution_plan or ()):
+        for d, delegate in enumerate(plan.delegates or ()):
+            if delegate.processed is not None and delegate.processed.location == m.DataLocation.SEGMENT:
+                roles.setdefault(delegate.processed.index, []).append(
+                    f"the blob of method {p} ({plan.name!r}) delegate {d}, {delegate.id}")
+    for entry in a.named_data or ():
+        roles.setdefault(entry.segment_index, []).append(f"named data {entry.key!r}")
+    relaid = b.constant_segment.segment_index if context.remap is not None and b.constant_segment else None
+    lists = b.mutable_data_segments or ()
+    initial = lists[0].segment_index if lists and context.plan.initial_data else None
+    old_lists = a.mutable_data_segments or ()
+    if initial is not None and initial >= len(a.segments or ()) and old_lists:  # a new segment: the old one first
+        source = original.segment_span(old_lists[0].segment_index)
+        target = written.segment_span(initial)
+        if target.size < source.size:
+            raise _fail(f"segment {initial} (the new initial data) is shorter than the input's initial data")
+        context.require_same(f"segment {initial} (the new initial data, starting with segment "
+                             f"{old_lists[0].segment_index})", source, Span(target.offset, source.size))
+    for index in range(len(a.segments or ())):
+        source, target = original.segment_span(index), written.segment_span(index)
+        what = f"segment {index}" + (f" ({'; '.join(roles[index])})" if index in roles else "")
+        if index == relaid and index not in roles:
+            continue  # checked entry by entry
+        if index == initial and index not in roles:
+            if target.size < source.size:
+                raise _fail(f"{what} (initial data) shrank")
+            target = Span(target.offset, source.size)
+        context.require_same(what, source, target)
+
+
+def _padding(written: PteFile, same: list[SameBytes]) -> list[ZeroBytes]:
+    """Every byte of the output outside the flatbuffer and the referenced ranges: the writer's zero fill."""
+    covered = sorted([(0, written.flatbuffer_size)] + [(r.written.offset, r.written.end) for r in same])
+    gaps: list[ZeroBytes] = []
+    cursor = 0
+    for start, end in covered + [(written.size, written.size)]:
+        if start > cursor:
+            gaps.append(ZeroBytes(f"padding at [{cursor:,}, {start:,})", Span(cursor, start - cursor)))
+        cursor = max(cursor, end)
+    return gaps

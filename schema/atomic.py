@@ -1,8 +1,11 @@
 """Atomic replacement of an output file: temp file in the destination folder, fsync, check, rename.
 
 Killing the process at any moment leaves either the old destination or none;
-a failed write (disk full, RLIMIT_FSIZE, permissions) removes the temporary
-file and raises ``OutputError`` with the destination untouched.
+a failed write (disk full, RLIMIT_FSIZE, permissions) or check removes the
+temporary file and raises with the destination untouched.  Only a regular file
+or a new path is ever replaced (never a device, FIFO, socket or directory), and
+a replaced file keeps its owner, group and permission bits, as ``sed -i`` does;
+where the owner cannot be kept (not permitted), nothing is replaced.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import signal
 import stat
 import tempfile
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Sequence
 
 from .errors import OutputError, PteDevconstError
 
@@ -89,15 +92,95 @@ def _termination_removes_temp() -> Iterator[None]:
             signal.signal(signum, previous)  # type: ignore[arg-type]
 
 
-def _permissions(dest: Path, mode: Optional[int]) -> int:
-    """``mode`` less the umask; by default an existing destination's own permission bits (--in-place keeps them)."""
-    if mode is None:
+def _file_kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def _existing(dest: Path) -> Optional[os.stat_result]:
+    """What ``dest`` names now (through symlinks), None for a new path; an unusable name is an ``OutputError``."""
+    try:
+        return os.stat(dest)
+    except FileNotFoundError:
+        return None  # a new path (or a dangling symlink, which the rename replaces)
+    except OSError as error:
+        raise OutputError(f"cannot write there: {_describe(error)}", file=str(dest)) from None
+
+
+def check_destination(destination: str | os.PathLike[str], *,
+                      inputs: Sequence[tuple[str, str | os.PathLike[str], str]] = ()) -> None:
+    """Refuse, before any work, a destination that is not a regular file or a new path, or that is an input.
+
+    ``inputs`` are (description, path, hint) triples; the comparison is by device and inode after following
+    symlinks, so no spelling (relative, absolute, ``./``, a symlink, a hard link) gets past it.
+    """
+    dest = Path(destination)
+    info = _existing(dest)
+    if info is None:
+        return
+    if not stat.S_ISREG(info.st_mode):
+        raise OutputError(f"the output is {_file_kind(info.st_mode)}, not a regular file; refusing to replace it "
+                          "(name a regular file or a new path)", file=str(dest))
+    for description, path, hint in inputs:
         with contextlib.suppress(OSError):
-            info = os.stat(dest)
-            if stat.S_ISREG(info.st_mode):
-                return stat.S_IMODE(info.st_mode)
-        mode = 0o644
-    return mode & ~_umask()
+            other = os.stat(path)
+            if (other.st_dev, other.st_ino) == (info.st_dev, info.st_ino):
+                raise OutputError(f"the output is {description} {path}; refusing to overwrite it{hint}",
+                                  file=str(dest))
+
+
+def _keep_metadata(fd: int, dest: Path, mode: Optional[int]) -> None:
+    """Give the temporary file the owner, group and permission bits of the file it replaces (else the defaults).
+
+    ``mode`` defaults to the replaced file's permission bits, else 0o644; an explicit ``mode`` (and the
+    default for a new file) is less the umask.  Changing the owner needs privilege: when it is not
+    permitted, nothing is replaced, rather than silently handing the file to the current user.
+    """
+    replaced = _existing(dest)
+    if replaced is not None and not stat.S_ISREG(replaced.st_mode):
+        raise OutputError(f"the output became {_file_kind(replaced.st_mode)} while it was written; refusing to "
+                          "replace it; the destination was left untouched", file=str(dest))
+    if replaced is not None:
+        mine = os.fstat(fd)
+        if (mine.st_uid, mine.st_gid) != (replaced.st_uid, replaced.st_gid):
+            try:
+                os.fchown(fd, replaced.st_uid, replaced.st_gid)
+            except PermissionError:
+                raise OutputError(f"cannot keep its owner and group (uid {replaced.st_uid}, gid "
+                                  f"{replaced.st_gid}): not permitted for this user; the destination was left "
+                                  "untouched (run as its owner or as root, or write a new file)",
+                                  file=str(dest)) from None
+    if mode is None and replaced is not None:
+        permissions = stat.S_IMODE(replaced.st_mode)
+    else:
+        permissions = (0o644 if mode is None else mode) & ~_umask()
+    os.fchmod(fd, permissions)  # after fchown, which may clear the set-id bits
+
+
+def _untouched(error: PteDevconstError, dest: Path, temp: str, *, about_output: bool) -> PteDevconstError:
+    """Name what the user asked for (never the vanished temporary file) and say that it was left untouched.
+
+    ``about_output``: a check's error without a file is about the written file, so it is named after the
+    destination; a writing error without one (the input ended early) is left for the caller to name.
+    """
+    if error.file == temp:
+        inner = ": ".join(part for part in (error.where, error.what) if part)
+        error.file, error.where = str(dest), None
+        error.what = f"the written file failed its check ({inner}); the destination was left untouched"
+    elif "left untouched" not in error.what:
+        if error.file is None and about_output or error.file == str(dest):
+            error.file = str(dest)
+            error.what += "; the destination was left untouched"
+        else:
+            error.what += f"; the destination {dest} was left untouched"
+    return error
 
 
 @contextlib.contextmanager
@@ -118,6 +201,10 @@ def atomic_output(destination: str | os.PathLike[str], *, check: Optional[Callab
 @contextlib.contextmanager
 def _atomic_output(dest: Path, check: Optional[Callable[[str], None]], mode: Optional[int],
                    durable: bool) -> Iterator[int]:
+    existing = _existing(dest)
+    if existing is not None and not stat.S_ISREG(existing.st_mode):
+        raise OutputError(f"the output is {_file_kind(existing.st_mode)}, not a regular file; refusing to replace "
+                          "it (name a regular file or a new path)", file=str(dest))
     folder = dest.parent if str(dest.parent) else Path(".")
     try:
         fd, temp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=".tmp", dir=folder)
@@ -128,24 +215,22 @@ def _atomic_output(dest: Path, check: Optional[Callable[[str], None]], mode: Opt
         with _sigxfsz_as_error():
             try:
                 yield fd
+                _keep_metadata(fd, dest, mode)
                 if durable:
                     os.fsync(fd)
             except OSError as error:
                 raise OutputError(f"writing failed: {_describe(error)}; the destination was left untouched",
                                   file=str(dest)) from None
+            except PteDevconstError as error:  # e.g. the input ended early while it was copied
+                raise _untouched(error, dest, temp, about_output=False)
         os.close(fd)
         fd = -1
         if check is not None:
             try:
                 check(temp)
             except PteDevconstError as error:
-                if error.file == temp:  # name what the user asked for, not a temporary file that is gone
-                    inner = ": ".join(part for part in (error.where, error.what) if part)
-                    error.file, error.where = str(dest), None
-                    error.what = f"the written file failed its check ({inner}); the destination was left untouched"
-                raise
+                raise _untouched(error, dest, temp, about_output=True)
         try:
-            os.chmod(temp, _permissions(dest, mode))
             os.replace(temp, dest)
         except OSError as error:
             raise OutputError(f"cannot replace the destination: {_describe(error)}", file=str(dest)) from None
@@ -225,6 +310,7 @@ def copy_range(src_fd: int, offset: int, count: int, dst_fd: int) -> None:
     while remaining:
         chunk = os.pread(src_fd, min(remaining, 1 << 20), offset)
         if not chunk:
-            raise PteDevconstError(f"source ended {remaining} bytes early while copying")
+            raise PteDevconstError(f"the input ended {remaining:,} bytes early while it was copied: it changed "
+                                   "during the rewrite")
         write_all(dst_fd, chunk)
         offset, remaining = offset + len(chunk), remaining - len(chunk)

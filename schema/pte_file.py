@@ -8,6 +8,7 @@ on disk and are only touched when a caller asks for a slice of them.  A
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 from pathlib import Path
@@ -55,9 +56,13 @@ class PteFile(MappedFile):
         seg = (self.program.segments or ())[index]
         return Span(self.segment_base + seg.offset, seg.size)
 
+    @functools.cached_property
+    def _segment_starts(self) -> tuple[int, ...]:
+        """Absolute start of every segment, computed once: the self-check asks for every tensor's span."""
+        return tuple(self.segment_base + seg.offset for seg in self.program.segments or ())
+
     def _subsegment_span(self, sub: m.SubsegmentOffsets, idx: int, nbytes: int) -> Span:
-        seg = self.segment_span(sub.segment_index)
-        return Span(seg.offset + (sub.offsets or ())[idx], nbytes)
+        return Span(self._segment_starts[sub.segment_index] + (sub.offsets or ())[idx], nbytes)
 
     def constant_span(self, data_buffer_idx: int, nbytes: int) -> Span:
         """Where constant entry ``data_buffer_idx`` (nbytes long) lies in the file."""

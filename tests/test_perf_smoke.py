@@ -106,19 +106,20 @@ def test_rewrite_of_256_mib_keeps_memory_bounded(tmp_path: Path) -> None:
 
 
 def test_self_check_overlap_and_bytes(tmp_path: Path) -> None:
-    from pte_devconst.rewriter import verify
+    from pte_devconst.rewriter import verify, verify_bytes
 
     t = m.Tensor(m.ScalarType.FLOAT, sizes=(4,), dim_order=(0,), allocation_info=m.AllocationDetails(2, 64))
     other = m.Tensor(m.ScalarType.FLOAT, sizes=(4,), dim_order=(0,), allocation_info=m.AllocationDetails(2, 72))
     apart = m.Tensor(m.ScalarType.FLOAT, sizes=(4,), dim_order=(0,), allocation_info=m.AllocationDetails(2, 80))
     elsewhere = m.Tensor(m.ScalarType.FLOAT, sizes=(4,), dim_order=(0,), allocation_info=m.AllocationDetails(1, 64))
-    verify._check_disjoint("f", m.ExecutionPlan(values=(t, apart, elsewhere)), [(2, 64, 16, 0)])
-    with pytest.raises(verify.RewriteCheckError, match="value 1 overlaps the region of moved value 0"):
-        verify._check_disjoint("f", m.ExecutionPlan(values=(t, other)), [(2, 64, 16, 0)])
-    with pytest.raises(verify.RewriteCheckError, match="overlaps the region"):  # two moved regions overlapping
-        verify._check_disjoint("f", m.ExecutionPlan(values=(t, other)), [(2, 64, 16, 0), (2, 72, 16, 1)])
+    assert verify.overlap(m.ExecutionPlan(values=(t, apart, elsewhere)), [(2, 64, 16, 0)]) is None
+    assert verify.overlap(m.ExecutionPlan(values=(t, other)), [(2, 64, 16, 0)]) == \
+        "value 1 overlaps the region of moved value 0"
+    assert "overlaps the region" in verify.overlap(m.ExecutionPlan(values=(t, other)),  # two moved regions
+                                                   [(2, 64, 16, 0), (2, 72, 16, 1)])
 
-    assert verify._windows(100, full=False) == [(0, 100)]
-    windows = verify._windows(5 << 20, full=False)
-    assert windows[0] == (0, verify.SAMPLE_BYTES) and windows[-1] == ((5 << 20) - verify.SAMPLE_BYTES, verify.SAMPLE_BYTES)
-    assert sum(length for _, length in verify._windows(5 << 20, full=True)) == 5 << 20
+    assert verify_bytes.windows(100, full=False) == [(0, 100)]
+    windows = verify_bytes.windows(5 << 20, full=False)
+    assert windows[0] == (0, verify_bytes.SAMPLE_BYTES)
+    assert windows[-1] == ((5 << 20) - verify_bytes.SAMPLE_BYTES, verify_bytes.SAMPLE_BYTES)
+    assert sum(length for _, length in verify_bytes.windows(5 << 20, full=True)) == 5 << 20

@@ -1,0 +1,69 @@
+"""Limits the ExecuTorch runtime enforces on a program's flatbuffer, checked before a program is written.
+
+``Program::load`` with ``Verification::InternalConsistency`` (the default of
+ExecuTorch's Python runtime, ``executorch.runtime.Runtime.load_program``) runs
+the flatbuffers verifier with its default options: at most 1,000,000 tables and
+a nesting depth of at most 64.  The verifier counts a table each time it visits
+one, shared or not, which is what ``count_tables`` counts on the decoded model
+(the decoder, like the verifier, follows every reference).  The depth is bounded
+by the schema itself, which has no recursive table: Program > ExecutionPlan >
+Chain > FrameList > Frame (or EValue > Tensor > ExtraTensorInfo) is 5 deep.
+
+``tests/test_verifier_limits.py`` holds ``count_tables`` equal to the real
+verifier's count at the limit (a program of exactly 1,000,000 tables loads, one
+more does not).
+"""
+
+from __future__ import annotations
+
+from . import model as m
+from .validate import MAX_TENSOR_BYTES
+
+MAX_TABLES = 1_000_000  # flatbuffers::Verifier::Options::max_tables
+MAX_DEPTH = 64  # flatbuffers::Verifier::Options::max_depth
+SCHEMA_DEPTH = 5  # the deepest nesting program.fbs allows (see above)
+
+
+def count_tables(program: m.Program) -> int:
+    """The number of tables the flatbuffers verifier visits in ``program``.
+
+    EValue and Instruction are tables wrapping a union whose member is a table
+    too (the model flattens them, so each counts twice unless its member is NONE).
+    """
+    count = 1  # Program
+    for plan in program.execution_plan or ():
+        count += 1 + (plan.container_meta_type is not None)
+        for value in plan.values or ():
+            count += 1 + (value is not None)
+            if isinstance(value, m.Tensor):
+                count += (value.allocation_info is not None) + (value.extra_tensor_info is not None)
+        count += len(plan.operators or ()) + len(plan.non_const_buffer_device or ())
+        for delegate in plan.delegates or ():
+            count += 1 + (delegate.processed is not None) + len(delegate.compile_specs or ())
+        for chain in plan.chains or ():
+            count += 1 + sum(1 + (ins is not None) for ins in chain.instructions or ())
+            for frames in chain.stacktrace or ():
+                if frames is not None:
+                    count += 1 + len(frames.items or ())
+    count += len(program.constant_buffer or ()) + len(program.backend_delegate_data or ())
+    count += len(program.segments or ()) + (program.constant_segment is not None)
+    count += len(program.mutable_data_segments or ()) + len(program.named_data or ())
+    return count
+
+
+def over_runtime_limits(program: m.Program) -> str | None:
+    """Why the runtime (or the reader, which holds the same limits) would refuse ``program``; None when within all.
+
+    Besides the verifier's table count: a planned buffer may not exceed 2^62 bytes (``schema/validate.py``),
+    which a rewrite that appends to a buffer near that size would cross.
+    """
+    tables = count_tables(program)
+    if tables > MAX_TABLES:
+        return (f"{tables:,} flatbuffer tables, over the {MAX_TABLES:,} that ExecuTorch's program verifier "
+                "accepts (Program::load with InternalConsistency, the Python runtime's default)")
+    for index, plan in enumerate(program.execution_plan or ()):
+        for memory_id, size in enumerate(plan.non_const_buffer_sizes or ()):
+            if size > MAX_TENSOR_BYTES:
+                return (f"a planned buffer of {size:,} bytes (method {index} ({plan.name!r}) buffer {memory_id}), "
+                        "over the 2^62 bytes a program may plan")
+    return None
