@@ -13,11 +13,9 @@ from dataclasses import replace
 from typing import Optional
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.errors import UnsupportedProgramError
 from pte_devconst.schema.header import TENSOR_ALIGNMENT, align_up
 from pte_devconst.schema.pte_file import PteFile, Span, unchanged_segments
 from pte_devconst.schema.pte_writer import SegmentContent
-from pte_devconst.schema.validate import count_tables, verifier_refusal
 
 from .plan import MethodEdit, Placement, RewritePlan
 
@@ -170,10 +168,8 @@ def _mutable_content(source: PteFile, plan: RewritePlan) -> tuple[SegmentContent
 
 
 def apply_plan(source: PteFile, plan: RewritePlan) -> tuple[m.Program, list[SegmentContent]]:
-    """The rewritten program and what each of its segments holds.
-
-    Refuses (``UnsupportedProgramError``) a result the runtime's verifier would not load.
-    """
+    """The rewritten program and what each of its segments holds (``rewrite.py`` refuses, before writing, a
+    result over the runtime's limits: ``schema/limits.py``)."""
     program = source.program
     contents = unchanged_segments(source)
     segments = list(program.segments or ())
@@ -197,8 +193,4 @@ def apply_plan(source: PteFile, plan: RewritePlan) -> tuple[m.Program, list[Segm
         mutable = (m.SubsegmentOffsets(index, offsets),) + tuple((program.mutable_data_segments or ())[1:])
     new_program = replace(program, execution_plan=plans, constant_segment=constant_segment,
                           mutable_data_segments=mutable, segments=tuple(segments))
-    refusal = verifier_refusal(count_tables(new_program))
-    if refusal:
-        raise UnsupportedProgramError(f"cannot rewrite: {refusal.replace('the program has', 'the result would have', 1)}",
-                                      file=source.path)
     return new_program, contents

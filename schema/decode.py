@@ -171,7 +171,8 @@ def decode_program_counted(flatbuffer: bytes | memoryview) -> tuple[m.Program, i
     """``decode_program``, plus the number of tables the flatbuffers verifier would count in it.
 
     The decoder visits every table of the schema, as the verifier does, so the two counts agree
-    (``tests/test_limits.py`` holds them to ``count_tables`` and to the runtime's own verifier).
+    (``tests/test_verifier_limits.py`` holds them to ``schema.limits.count_tables`` and to the runtime's own
+    verifier).
     """
     reader = FlatReader(flatbuffer)
     root = reader.root()

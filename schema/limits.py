@@ -24,31 +24,52 @@ MAX_DEPTH = 64  # flatbuffers::Verifier::Options::max_depth
 SCHEMA_DEPTH = 5  # the deepest nesting program.fbs allows (see above)
 
 
-def count_tables(program: m.Program) -> int:
-    """The number of tables the flatbuffers verifier visits in ``program``.
+def _value_tables(value: m.EValue) -> int:
+    if value is None:
+        return 1  # an EValue whose union is NONE
+    if type(value) is m.Tensor:
+        return 4 - (value.allocation_info is None) - (value.extra_tensor_info is None)
+    return 2
 
-    EValue and Instruction are tables wrapping a union whose member is a table
-    too (the model flattens them, so each counts twice unless its member is NONE).
+
+def _plan_tables(plan: m.ExecutionPlan) -> int:
+    count = 1 + (plan.container_meta_type is not None)
+    count += sum(map(_value_tables, plan.values or ()))
+    for chain in plan.chains or ():
+        instructions = chain.instructions or ()
+        count += 1 + 2 * len(instructions) - sum(1 for ins in instructions if ins is None)
+        count += sum(1 + len((frames.items if frames is not None else None) or ()) for frames in chain.stacktrace or ())
+    count += len(plan.operators or ())
+    for delegate in plan.delegates or ():
+        count += 1 + (delegate.processed is not None) + len(delegate.compile_specs or ())
+    return count + len(plan.non_const_buffer_device or ())
+
+
+def count_tables(program: m.Program) -> int:
+    """The number of tables the flatbuffers verifier visits in ``program`` once encoded (the encoder shares none).
+
+    EValue and Instruction are tables wrapping a union whose member is a table too (the model flattens
+    them, so each counts twice unless its member is NONE).  The decoder counts the same way while it reads
+    (``PteFile.table_count``), shared tables each time they are reached.
     """
-    count = 1  # Program
-    for plan in program.execution_plan or ():
-        count += 1 + (plan.container_meta_type is not None)
-        for value in plan.values or ():
-            count += 1 + (value is not None)
-            if isinstance(value, m.Tensor):
-                count += (value.allocation_info is not None) + (value.extra_tensor_info is not None)
-        count += len(plan.operators or ()) + len(plan.non_const_buffer_device or ())
-        for delegate in plan.delegates or ():
-            count += 1 + (delegate.processed is not None) + len(delegate.compile_specs or ())
-        for chain in plan.chains or ():
-            count += 1 + sum(1 + (ins is not None) for ins in chain.instructions or ())
-            for frames in chain.stacktrace or ():
-                if frames is not None:
-                    count += 1 + len(frames.items or ())
-    count += len(program.constant_buffer or ()) + len(program.backend_delegate_data or ())
-    count += len(program.segments or ()) + (program.constant_segment is not None)
-    count += len(program.mutable_data_segments or ()) + len(program.named_data or ())
-    return count
+    return (1 + sum(map(_plan_tables, program.execution_plan or ())) + len(program.constant_buffer or ())
+            + len(program.backend_delegate_data or ()) + len(program.segments or ())
+            + (program.constant_segment is not None) + len(program.mutable_data_segments or ())
+            + len(program.named_data or ()))
+
+
+def table_limit_problem(tables: int) -> str | None:
+    """``N flatbuffer tables, over the ...`` when the verifier refuses that many tables, else None."""
+    if tables <= MAX_TABLES:
+        return None
+    return (f"{tables:,} flatbuffer tables, over the {MAX_TABLES:,} that ExecuTorch's program verifier accepts "
+            "(Program::load with Verification::InternalConsistency, the default of its Python runtime)")
+
+
+def verifier_refusal(tables: int) -> str | None:
+    """Why the runtime's verifying loader refuses a program of ``tables`` tables (as read), or None."""
+    problem = table_limit_problem(tables)
+    return None if problem is None else f"the program has {problem}, so it would not load"
 
 
 def over_runtime_limits(program: m.Program) -> str | None:
@@ -57,10 +78,9 @@ def over_runtime_limits(program: m.Program) -> str | None:
     Besides the verifier's table count: a planned buffer may not exceed 2^62 bytes (``schema/validate.py``),
     which a rewrite that appends to a buffer near that size would cross.
     """
-    tables = count_tables(program)
-    if tables > MAX_TABLES:
-        return (f"{tables:,} flatbuffer tables, over the {MAX_TABLES:,} that ExecuTorch's program verifier "
-                "accepts (Program::load with InternalConsistency, the Python runtime's default)")
+    problem = table_limit_problem(count_tables(program))
+    if problem:
+        return problem
     for index, plan in enumerate(program.execution_plan or ()):
         for memory_id, size in enumerate(plan.non_const_buffer_sizes or ()):
             if size > MAX_TENSOR_BYTES:

@@ -21,7 +21,8 @@ from .flatbuf import FlatbufferError
 from .header import MIN_PTE_SIZE, ExtendedHeader, read_pte_header
 from .mapped import MappedFile, Span
 from .pte_writer import SegmentContent
-from .validate import check_program, verifier_refusal
+from .limits import verifier_refusal
+from .validate import check_program
 
 
 class PteFile(MappedFile):

@@ -28,7 +28,7 @@ from pte_devconst.schema.header import align_up
 from pte_devconst.schema.ptd_file import PtdFile, open_ptd
 from pte_devconst.schema.ptd_model import PtdNamedData
 from pte_devconst.schema.pte_file import PteFile, open_pte
-from pte_devconst.schema.validate import VERIFIER_MAX_TABLES, count_tables
+from pte_devconst.schema.limits import MAX_TABLES, count_tables
 
 try:
     from fuzz.mutate import assemble_ptd, assemble_pte
@@ -253,7 +253,7 @@ def test_the_table_limit_is_the_runtimes_to_the_table(tmp_path: Path) -> None:
     ``check`` passes the first and reports the second as an error (was: passed both)."""
     from executorch.runtime import Runtime
 
-    for tables, loads in ((VERIFIER_MAX_TABLES, True), (VERIFIER_MAX_TABLES + 1, False)):
+    for tables, loads in ((MAX_TABLES, True), (MAX_TABLES + 1, False)):
         path = tmp_path / f"t{tables}.pte"
         path.write_bytes(_padded(tables)[0])
         try:
@@ -272,17 +272,17 @@ def test_the_table_limit_is_the_runtimes_to_the_table(tmp_path: Path) -> None:
 
 def test_check_and_inspect_flag_a_program_the_verifier_refuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same rule at a small limit (the real one takes a 10 MB file; see the slow test above)."""
-    import pte_devconst.schema.validate as validate
+    import pte_devconst.schema.limits as limits
 
     path = tmp_path / "big.pte"
     path.write_bytes(_padded(200)[0])
-    monkeypatch.setattr(validate, "VERIFIER_MAX_TABLES", 199)
+    monkeypatch.setattr(limits, "MAX_TABLES", 199)
     code, doc = invoke_json("check", path)
     assert code == 2 and "200 flatbuffer tables" in doc["files"][0]["error"] and doc["files"][0]["status"] == "error"
     result = invoke("check", path)
-    assert result.exit_code == 2 and "refuses more than 199" in result.stderr
+    assert result.exit_code == 2 and "over the 199 that" in result.stderr
     inspected = invoke("inspect", path, "--format", "json")
     assert inspected.exit_code == 0 and "200 flatbuffer tables" in json.loads(inspected.stdout)["load_refusal"]
     assert "warning: the program has 200 flatbuffer tables" in invoke("inspect", path).stdout
-    monkeypatch.setattr(validate, "VERIFIER_MAX_TABLES", 200)
+    monkeypatch.setattr(limits, "MAX_TABLES", 200)
     assert invoke("check", path).exit_code == 0
