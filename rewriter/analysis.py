@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections import defaultdict
 import itertools
 from dataclasses import field
-from typing import Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.errors import UnsupportedProgramError
@@ -186,6 +186,7 @@ class MethodAnalysis:
     h2d_bytes_per_call: int  # estimate: copy kernels plus host tensors handed to device delegates
     style: str  # "copy" (h2d copy kernels), "legacy" (device delegates, no copies) or "cpu" (no device delegate)
     label: str = ""  # the name, with the plan index when another plan has the same name
+    folds: Any = None  # fold.MethodFolds: chains of host kernels from constants to device readers (fold.py)
 
     @property
     def eligible(self) -> tuple[ConstantVerdict, ...]:
@@ -630,6 +631,8 @@ def analyze_program(program: m.Program, external: Optional[ExternalData] = None,
     runtime) treats constants read only by host kernels or host delegates as
     eligible for planned CPU memory instead.
     """
+    from .fold import method_folds  # fold.py builds on this module
+
     methods = []
     labels, notes = method_labels(program)
     for plan_index, plan in enumerate(program.execution_plan or ()):
@@ -651,7 +654,8 @@ def analyze_program(program: m.Program, external: Optional[ExternalData] = None,
         style = "copy" if has_copies else "legacy" if on_device else "cpu"
         methods.append(MethodAnalysis(plan.name or f"plan{plan_index}", plan_index, constants,
                                       tuple(delegates.values()),
-                                      estimate_h2d_bytes_per_call(plan, delegates, readers, budget), style, label))
+                                      estimate_h2d_bytes_per_call(plan, delegates, readers, budget), style, label,
+                                      method_folds(ctx, constants)))
     refusal = None
     if _shares_mutable_buffers(program):
         refusal = ("the methods share one mutable buffer arena (share_mutable_buffers); the runtime cannot give "

@@ -15,9 +15,10 @@ from typing import Optional
 from pte_devconst.schema import model as m
 from pte_devconst.schema.header import TENSOR_ALIGNMENT, align_up
 from pte_devconst.schema.pte_file import PteFile, Span, unchanged_segments
-from pte_devconst.schema.pte_writer import SegmentContent
+from pte_devconst.schema.ptd_file import PtdFile
+from pte_devconst.schema.pte_writer import ComputedPiece, Piece, SegmentContent
 
-from .plan import MethodEdit, Placement, RewritePlan
+from .plan import FoldPlacement, InitialData, MethodEdit, Placement, RewritePlan
 
 
 def _moved_tensor(tensor: m.Tensor, placement: Placement) -> m.Tensor:
@@ -30,6 +31,32 @@ def _moved_tensor(tensor: m.Tensor, placement: Placement) -> m.Tensor:
                                   device_index=placement.device.index),
         storage_offset=0,
         shape_dynamism=m.TensorShapeDynamism.STATIC,
+    )
+
+
+def _folded_tensor(tensor: m.Tensor, fold: FoldPlacement) -> m.Tensor:
+    """A folded value (or a device copy of a shared constant) as planned device memory with initial data.
+
+    ``tensor`` is the value being re-encoded (a device copy's destination, the chain's result) or, for a
+    new value, the result it stands for.  Its bytes are the initial data at ``initial_data_index``; a copy
+    of an external constant is loaded from the .ptd by the constant's key instead.
+    """
+    info = tensor.extra_tensor_info or m.ExtraTensorInfo()
+    if fold.external_key is not None:
+        where = dict(location=m.TensorDataLocation.EXTERNAL, fully_qualified_name=fold.external_key)
+    else:
+        where = dict(location=m.TensorDataLocation.SEGMENT,
+                     fully_qualified_name=None if info.location == m.TensorDataLocation.EXTERNAL
+                     else info.fully_qualified_name)
+    return replace(
+        tensor,
+        data_buffer_idx=fold.initial_data_index,
+        allocation_info=m.AllocationDetails(fold.memory_id, fold.offset),
+        extra_tensor_info=replace(info, mutable_data_segments_idx=0, device_type=fold.device.type,
+                                  device_index=fold.device.index, **where),
+        storage_offset=0,
+        shape_dynamism=m.TensorShapeDynamism.STATIC,
+        requires_grad=False,
     )
 
 
@@ -70,15 +97,22 @@ def _edit_chain(chain: m.Chain, chain_index: int, edit: MethodEdit, rewired: dic
 def _edit_plan(plan: m.ExecutionPlan, edit: MethodEdit, constant_remap: Optional[dict[int, int]]) -> m.ExecutionPlan:
     values = list(plan.values or ())
     moved = {p.value: p for p in edit.placements}
+    folded = {f.value: f for f in edit.folds if not f.appended}
+    released = set(edit.released)
     for index, value in enumerate(values):
         if index in moved:
             values[index] = _moved_tensor(value, moved[index])
+        elif index in folded:
+            values[index] = _folded_tensor(value, folded[index])
+        elif index in released:
+            values[index] = replace(value, data_buffer_idx=0)  # nothing reads it; its bytes left the file
         elif (constant_remap is not None and isinstance(value, m.Tensor) and value.is_constant
               and not value.is_external and value.data_buffer_idx in constant_remap):
             values[index] = replace(value, data_buffer_idx=constant_remap[value.data_buffer_idx])
+    values += [_folded_tensor(f.tensor, f) for f in sorted(edit.appended, key=lambda f: f.value)]
     rewired: dict[tuple[int, int], dict[int, int]] = {}
-    for placement in edit.placements:
-        for arg in placement.delegate_args:
+    for placement in (*edit.placements, *edit.folds):
+        for arg in placement.chain.delegate_args if isinstance(placement, FoldPlacement) else placement.delegate_args:
             rewired.setdefault((arg.chain, arg.instruction), {})[arg.arg_pos] = placement.value
     sizes = list(plan.non_const_buffer_sizes or (0,))
     devices = list(plan.non_const_buffer_device or ())
@@ -134,7 +168,20 @@ def _rebuild_constants(source: PteFile, plan: RewritePlan) -> tuple[SegmentConte
     return content, tuple(new_offsets), remap
 
 
-def _mutable_content(source: PteFile, plan: RewritePlan) -> tuple[SegmentContent, tuple[int, ...], Optional[int]]:
+def _computed(entry: InitialData, source: PteFile, ptd: Optional[PtdFile]) -> ComputedPiece:
+    """A folded value's bytes, computed when the writer reaches them (one at a time: see fold_compute.py)."""
+    recipe = entry.recipe
+
+    def produce() -> bytearray:
+        from .fold_compute import SourceBytes, fold_bytes  # torch, only when something folds
+
+        return fold_bytes(recipe, SourceBytes(source, ptd))
+
+    return ComputedPiece(entry.nbytes, produce, f"initial-data entry {entry.index} (a folded value)")
+
+
+def _mutable_content(source: PteFile, plan: RewritePlan, ptd: Optional[PtdFile] = None
+                     ) -> tuple[SegmentContent, tuple[int, ...], Optional[int]]:
     """The initial-data segment with the new entries appended: (content, offsets, the segment to replace or None).
 
     None means "append a new segment": when the program has none, or when its initial-data segment
@@ -156,7 +203,9 @@ def _mutable_content(source: PteFile, plan: RewritePlan) -> tuple[SegmentContent
     for entry in plan.initial_data:
         start = align_up(cursor, TENSOR_ALIGNMENT) if entry.nbytes else cursor
         if entry.nbytes:
-            if const_segment is not None:
+            if entry.recipe is not None:
+                piece: Piece = _computed(entry, source, ptd)
+            elif const_segment is not None:
                 piece = source.piece(Span(const_segment.offset + cs.offsets[entry.source_index], entry.nbytes))
             else:  # deprecated inline constant_buffer
                 piece = bytes(program.constant_buffer[entry.source_index].storage or b"")[: entry.nbytes]
@@ -167,9 +216,11 @@ def _mutable_content(source: PteFile, plan: RewritePlan) -> tuple[SegmentContent
     return content, tuple(offsets), index
 
 
-def apply_plan(source: PteFile, plan: RewritePlan) -> tuple[m.Program, list[SegmentContent]]:
+def apply_plan(source: PteFile, plan: RewritePlan, ptd: Optional[PtdFile] = None
+               ) -> tuple[m.Program, list[SegmentContent]]:
     """The rewritten program and what each of its segments holds (``rewrite.py`` refuses, before writing, a
-    result over the runtime's limits: ``schema/limits.py``)."""
+    result over the runtime's limits: ``schema/limits.py``).  ``ptd``: the .ptd folded values are computed
+    from when their constant is external."""
     program = source.program
     contents = unchanged_segments(source)
     segments = list(program.segments or ())
@@ -183,7 +234,7 @@ def apply_plan(source: PteFile, plan: RewritePlan) -> tuple[m.Program, list[Segm
     plans = tuple(_edit_plan(p, edits[i], remap) if i in edits else p for i, p in enumerate(program.execution_plan or ()))
     mutable = program.mutable_data_segments
     if plan.initial_data:
-        content, offsets, index = _mutable_content(source, plan)
+        content, offsets, index = _mutable_content(source, plan, ptd)
         if index is None:
             index = len(segments)
             segments.append(m.DataSegment())

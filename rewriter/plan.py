@@ -12,7 +12,7 @@ data in the mutable data segment, stored once however many methods move it.
 from __future__ import annotations
 
 from dataclasses import field
-from typing import Optional
+from typing import Mapping, Optional
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.errors import UnsupportedProgramError
@@ -21,7 +21,8 @@ from pte_devconst.schema.model import CPU, Device
 from pte_devconst.schema.record import record
 from pte_devconst.schema.validate import MAX_TENSOR_BYTES
 
-from .analysis import Analysis, ConstantVerdict, DelegateArg, DeviceCopy, buffer_devices
+from .analysis import Analysis, ConstantVerdict, DelegateArg, DeviceCopy, MethodAnalysis, buffer_devices
+from .fold import FoldChain, FoldRecipe, MethodFolds, removed_steps
 
 
 @record
@@ -29,6 +30,8 @@ class RewriteOptions:
     devices: Optional[frozenset[Device]] = None  # only move constants to these devices (None: every device)
     min_bytes: int = 0  # leave constants smaller than this where they are
     host_placement: bool = False  # library-only: place host-read constants in planned CPU memory (tests)
+    fold: bool = False  # also fold chains of host kernels from constants to device readers (fold.py)
+    duplicate_shared: bool = False  # give device readers of constants also read on the host their own copy
 
 
 @record
@@ -56,6 +59,44 @@ class Placement:
 
 
 @record
+class FoldPlacement:
+    """A value made device-resident with initial data: computed by folding ``chain``, or (a chain without
+    kernels) a device copy of a constant the host also reads."""
+
+    method: str
+    plan_index: int
+    value: int  # the device-resident value: the device copy's destination, the chain's result, or a new value
+    appended: bool  # a new value, past the input's (the result is also read on the host)
+    chain: FoldChain
+    memory_id: int
+    offset: int
+    initial_data_index: int  # into mutable_data_segments[0].offsets; 0 for a copy of an external constant
+    external_key: Optional[str]  # a copy of an external constant is loaded from the .ptd by this key
+    removed: tuple[tuple[int, int], ...]  # (chain, instruction) of the kernels and copies that go with it
+
+    @property
+    def device(self) -> Device:
+        return self.chain.device
+
+    @property
+    def nbytes(self) -> int:
+        return self.chain.nbytes
+
+    @property
+    def bytes_per_call(self) -> int:
+        return self.chain.bytes_per_call
+
+    @property
+    def duplicate(self) -> bool:
+        return self.chain.duplicate
+
+    @property
+    def tensor(self) -> m.Tensor:
+        """The value's type, sizes and dim order (those of the chain's result)."""
+        return self.chain.result_tensor
+
+
+@record
 class BufferGrowth:
     memory_id: int
     device: Device
@@ -70,26 +111,43 @@ class MethodEdit:
     plan_index: int
     placements: tuple[Placement, ...]
     buffers: tuple[BufferGrowth, ...]
-    removed: tuple[tuple[int, int], ...]  # (chain, instruction) of deleted copy kernels
+    removed: tuple[tuple[int, int], ...]  # (chain, instruction) of deleted copy kernels (and folded kernels)
     instruction_maps: tuple[tuple[Optional[int], ...], ...]  # per chain: old index -> new index (None: removed)
+    folds: tuple[FoldPlacement, ...] = ()
+    released: tuple[int, ...] = ()  # constants nothing reads any more whose bytes leave the file (their data
+    # index becomes 0: an unbound tensor the runtime never dereferences)
 
     @property
     def bytes_per_call_saved(self) -> int:
-        return sum(p.bytes_per_call for p in self.placements)
+        return sum(p.bytes_per_call for p in self.placements) + sum(f.bytes_per_call for f in self.folds)
+
+    @property
+    def appended(self) -> tuple[FoldPlacement, ...]:
+        return tuple(f for f in self.folds if f.appended)
 
 
 @record
 class InitialData:
-    """One new entry of the mutable data segment: the bytes of constant entry ``source_index``."""
+    """One new entry of the mutable data segment: the bytes of constant entry ``source_index``, or the bytes
+    ``recipe`` computes (a folded value; ``source_index`` is then 0)."""
 
     index: int
     source_index: int
     nbytes: int
+    recipe: Optional[FoldRecipe] = None
 
 
 @record
 class Skipped:
     verdict: ConstantVerdict
+    reason: str
+
+
+@record
+class FoldSkipped:
+    """A chain that could fold but does not: filtered out (--device, --min-bytes), or refused for its data."""
+
+    chain: FoldChain
     reason: str
 
 
@@ -120,10 +178,15 @@ class RewritePlan:
     dropped_constants: tuple[int, ...]  # constant entries nothing reads any more
     skipped: tuple[Skipped, ...] = field(default=())
     segments: SegmentPolicy = field(default_factory=SegmentPolicy)
+    fold_skipped: tuple[FoldSkipped, ...] = field(default=())
 
     @property
     def is_empty(self) -> bool:
-        return not any(method.placements for method in self.methods)
+        return not any(method.placements or method.folds for method in self.methods)
+
+    @property
+    def folds(self) -> tuple[FoldPlacement, ...]:
+        return tuple(f for method in self.methods for f in method.folds)
 
     @property
     def placements(self) -> tuple[Placement, ...]:
@@ -229,10 +292,84 @@ def segment_policy(program: m.Program) -> SegmentPolicy:
     return SegmentPolicy(constant_shared, mutable_shared)
 
 
-def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = RewriteOptions()) -> RewritePlan:
+@record
+class _FoldChoice:
+    """What folding decides in one method before placement: chains, their targets, kernels removed."""
+
+    chains: tuple[tuple[FoldChain, Optional[int]], ...]  # (chain, target value; None: a new value)
+    removed: frozenset[tuple[int, int]]  # kernels nothing needs any more
+    moves: tuple[ConstantVerdict, ...]  # constants only device delegates read once their kernels go
+    unread: tuple[int, ...]  # constants nothing reads once their kernels go
+
+
+def _fold_skip_reason(chain: FoldChain, options: RewriteOptions, refusals: Mapping[tuple[int, int], str]
+                      ) -> Optional[str]:
+    if chain.problem:
+        return chain.problem
+    refused = refusals.get((chain.plan_index, chain.result))
+    if refused:
+        return refused
+    if options.devices is not None and chain.device not in options.devices:
+        return f"device {chain.device} not selected (--device)"
+    if chain.nbytes < options.min_bytes:
+        return f"{chain.nbytes} bytes is below --min-bytes {options.min_bytes}"
+    return None
+
+
+def _choose_folds(method: MethodAnalysis, options: RewriteOptions, refusals: Mapping[tuple[int, int], str],
+                  skipped: list[FoldSkipped]) -> _FoldChoice:
+    """Which chains of one method fold, where their folded values go, and what that frees on the host."""
+    folds: Optional[MethodFolds] = method.folds
+    if folds is None:
+        return _FoldChoice((), frozenset(), (), ())
+    wanted: list[FoldChain] = []
+    for chain in folds.chains:
+        if chain.duplicate or not options.fold:
+            continue
+        reason = _fold_skip_reason(chain, options, refusals)
+        if reason:
+            skipped.append(FoldSkipped(chain, reason))
+        else:
+            wanted.append(chain)
+    removed, needed = removed_steps(folds, {chain.result for chain in wanted})
+    roots = {chain.source: chain for chain in folds.chains if chain.duplicate}
+    moves, unread = [], []
+    for value, node in folds.nodes.items():
+        if node.parent != -1:
+            continue
+        if needed[value]:  # the host still reads it: its device readers may get their own copy
+            shared = roots.get(value)
+            if shared is not None and options.duplicate_shared:
+                reason = _fold_skip_reason(shared, options, refusals)
+                if reason:
+                    skipped.append(FoldSkipped(shared, reason))
+                else:
+                    wanted.append(shared)
+        elif node.device is not None:  # only device delegates read it now: it moves like any constant
+            verdict = next(c for c in method.constants if c.value == value)
+            moves.append(m.replace(verdict, device=node.device, reasons=(), details=(), copies=node.copies,
+                                   delegate_args=node.delegate_args))
+        else:
+            unread.append(value)
+    chosen = []
+    for chain in wanted:
+        if chain.copies:
+            target: Optional[int] = min(chain.copies, key=lambda c: (c.chain, c.instruction)).dst
+        elif chain.device.is_cpu or not (chain.duplicate or needed[chain.result]):
+            target = chain.result
+        else:
+            target = None
+        chosen.append((chain, target))
+    return _FoldChoice(tuple(chosen), frozenset(removed), tuple(moves), tuple(unread))
+
+
+def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = RewriteOptions(),
+              refusals: Mapping[tuple[int, int], str] = {}) -> RewritePlan:
     """Turn verdicts into placements, buffer growth, copy removals and segment edits.
 
-    Methods are keyed by plan index throughout: two plans may share a name.
+    Methods are keyed by plan index throughout: two plans may share a name.  With ``options.fold`` (or
+    ``duplicate_shared``) chains of host kernels fold too; ``refusals`` (plan index, result value) -> why
+    names chains that the data refuses (``fold_compute.cast_problem``).
     """
     chosen: list[ConstantVerdict] = []
     skipped: list[Skipped] = []
@@ -243,13 +380,27 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
                 skipped.append(Skipped(verdict, reason))
             else:
                 chosen.append(verdict)
+    fold_skipped: list[FoldSkipped] = []
+    choices: dict[int, _FoldChoice] = {}
+    if options.fold or options.duplicate_shared:
+        for method in analysis.methods:
+            choice = _choose_folds(method, options, refusals, fold_skipped)
+            choices[method.plan_index] = choice
+            for verdict in choice.moves:
+                reason = _skip_reason(verdict, options)
+                if reason:
+                    skipped.append(Skipped(verdict, reason))
+                else:
+                    chosen.append(verdict)
 
-    # Initial data: one entry per distinct constant entry, however many values or methods move it.
+    # Initial data: one entry per distinct constant entry, however many values or methods move it, then one
+    # per distinct fold recipe (equal recipes give equal bytes).
     next_index = _existing_mutable_entries(program)
     entry_of_source: dict[int, int] = {}
     entry_size: dict[int, int] = {}
-    for verdict in chosen:
-        tensor = verdict.tensor
+    sources = [v.tensor for v in chosen] + [chain.source_tensor for choice in choices.values()
+                                             for chain, _ in choice.chains if chain.duplicate]
+    for tensor in sources:
         if tensor.is_external:
             continue
         source = tensor.data_buffer_idx
@@ -257,7 +408,18 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
             entry_of_source[source] = next_index
             next_index += 1
         entry_size[source] = max(entry_size.get(source, 0), tensor.nbytes)
-    initial_data = tuple(InitialData(index, source, entry_size[source]) for source, index in entry_of_source.items())
+    entry_of_recipe: dict[FoldRecipe, int] = {}
+    for choice in choices.values():
+        for chain, _ in choice.chains:
+            if not chain.duplicate and chain.recipe not in entry_of_recipe:
+                entry_of_recipe[chain.recipe] = next_index
+                next_index += 1
+    initial_data = tuple(InitialData(index, source, entry_size[source]) for source, index in entry_of_source.items()) \
+        + tuple(InitialData(index, 0, recipe.nbytes, recipe) for recipe, index in entry_of_recipe.items())
+
+    unread = {(plan_index, value) for plan_index, choice in choices.items() for value in choice.unread}
+    policy = segment_policy(program)
+    dropped = () if policy.constant_shared_with else _dropped_constants(program, chosen, unread)
 
     methods = []
     by_plan: dict[int, list[ConstantVerdict]] = {}
@@ -267,11 +429,16 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
         plan = (program.execution_plan or ())[method.plan_index]
         buffers = _Buffers(plan)
         cursors: dict[int, int] = {}
+
+        def region(device: Device, nbytes: int) -> tuple[int, int]:
+            memory_id = buffers.for_device(device)
+            offset = cursors.get(memory_id, align_up(buffers.sizes[memory_id], TENSOR_ALIGNMENT))
+            cursors[memory_id] = offset + align_up(nbytes, TENSOR_ALIGNMENT)
+            return memory_id, offset
+
         placements = []
         for verdict in by_plan.get(method.plan_index, []):
-            memory_id = buffers.for_device(verdict.device)  # type: ignore[arg-type]
-            offset = cursors.get(memory_id, align_up(buffers.sizes[memory_id], TENSOR_ALIGNMENT))
-            cursors[memory_id] = offset + align_up(verdict.nbytes, TENSOR_ALIGNMENT)
+            memory_id, offset = region(verdict.device, verdict.nbytes)  # type: ignore[arg-type]
             tensor = verdict.tensor
             placements.append(Placement(
                 method=verdict.method, value=verdict.value, name=verdict.name, device=verdict.device,
@@ -281,6 +448,23 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
                 copies=verdict.copies, delegate_args=verdict.delegate_args, copies_per_call=verdict.copies_per_call,
                 plan_index=method.plan_index,
             ))
+        choice = choices.get(method.plan_index, _FoldChoice((), frozenset(), (), ()))
+        folds = []
+        appended = len(plan.values or ())
+        for chain, target in choice.chains:
+            memory_id, offset = region(chain.device, chain.nbytes)
+            if target is None:
+                target, appended = appended, appended + 1
+            source = chain.source_tensor
+            external = chain.duplicate and source.is_external
+            index = 0 if external else entry_of_source[source.data_buffer_idx] if chain.duplicate \
+                else entry_of_recipe[chain.recipe]
+            kernels = tuple((s.chain, s.instruction) for s in chain.steps if (s.chain, s.instruction) in choice.removed)
+            folds.append(FoldPlacement(
+                method=chain.method, plan_index=method.plan_index, value=target,
+                appended=target >= len(plan.values or ()), chain=chain, memory_id=memory_id, offset=offset,
+                initial_data_index=index, external_key=source.fqn if external else None,
+                removed=tuple(sorted(kernels + tuple((c.chain, c.instruction) for c in chain.copies)))))
         old_sizes = plan.non_const_buffer_sizes or (0,)
         growth = []
         for memory_id, cursor in sorted(cursors.items()):
@@ -292,24 +476,38 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
             growth.append(BufferGrowth(memory_id, buffers.device_of(memory_id), old, new_size,
                                        memory_id in buffers.added))
         removed = {(copy.chain, copy.instruction) for p in placements for copy in p.copies}
+        removed |= set(choice.removed) | {step for f in folds for step in f.removed}
+        released = tuple(v for v in choice.unread if _entry(plan, v) in dropped)
         methods.append(MethodEdit(method.label, method.plan_index, tuple(placements), tuple(growth),
-                                  tuple(sorted(removed)), _instruction_maps(plan, removed)))
+                                  tuple(sorted(removed)), _instruction_maps(plan, removed), tuple(folds), released))
 
-    policy = segment_policy(program)
-    dropped = () if policy.constant_shared_with else _dropped_constants(program, chosen)
-    return RewritePlan(analysis, options, tuple(methods), initial_data, dropped, tuple(skipped), policy)
+    return RewritePlan(analysis, options, tuple(methods), initial_data, dropped, tuple(skipped), policy,
+                       tuple(fold_skipped))
 
 
-def _dropped_constants(program: m.Program, moved: list[ConstantVerdict]) -> tuple[int, ...]:
-    """Constant entries that only moved values referenced (any method): their bytes can leave the segment."""
+def _entry(plan: m.ExecutionPlan, value: int) -> Optional[int]:
+    """The constant entry a value reads (None: not a constant of the segment)."""
+    tensor = (plan.values or ())[value]
+    return tensor.data_buffer_idx if isinstance(tensor, m.Tensor) and tensor.is_constant and not tensor.is_external \
+        else None
+
+
+def _dropped_constants(program: m.Program, moved: list[ConstantVerdict],
+                       unread: set[tuple[int, int]] = frozenset()) -> tuple[int, ...]:
+    """Constant entries that only moved values, or values nothing reads any more, referenced (any method):
+    their bytes can leave the segment."""
     cs = program.constant_segment
     if cs is None or len(cs.offsets or ()) <= 1:
         return ()  # no constant segment, or the deprecated inline constant_buffer: leave it alone
-    moved_keys = {(v.plan_index, v.value) for v in moved}
+    gone = {(v.plan_index, v.value) for v in moved} | set(unread)
     candidates = {v.tensor.data_buffer_idx for v in moved if not v.tensor.is_external}
+    for plan_index, value in unread:
+        entry = _entry((program.execution_plan or ())[plan_index], value)
+        if entry is not None:
+            candidates.add(entry)
     for plan_index, plan in enumerate(program.execution_plan or ()):
         for index, value in enumerate(plan.values or ()):
             if (isinstance(value, m.Tensor) and value.is_constant and not value.is_external
-                    and (plan_index, index) not in moved_keys):
+                    and (plan_index, index) not in gone):
                 candidates.discard(value.data_buffer_idx)
     return tuple(sorted(candidates))

@@ -24,6 +24,7 @@ from pte_devconst.schema.pte_writer import layout_pte, write_piece, write_pte_to
 from pte_devconst.schema.record import record
 
 from .apply import apply_plan
+from .analysis import Analysis
 from .load import analyze_opened, opened
 from .plan import RewriteOptions, RewritePlan, make_plan
 from .verify import VERIFY_MODES, check_copy, check_rewrite, full_by_default, read_back
@@ -55,10 +56,26 @@ def default_output(path: str | os.PathLike[str]) -> Path:
 
 def plan_file(source: PteFile, ptd: Optional[PtdFile], options: RewriteOptions) -> RewritePlan:
     analysis = analyze_opened(source, ptd, host_placement=options.host_placement)
-    plan = make_plan(source.program, analysis, options)
+    plan = make_plan(source.program, analysis, options, fold_refusals(source, ptd, analysis) if options.fold else {})
     if analysis.refusal and not plan.is_empty:
         raise UnsupportedProgramError(f"cannot rewrite: {analysis.refusal}", file=source.path)
     return plan
+
+
+def fold_refusals(source: PteFile, ptd: Optional[PtdFile], analysis: Analysis) -> dict[tuple[int, int], str]:
+    """Chains whose data the fold cannot compute as C++ defines it (a float cast to an integer type of NaN,
+    inf or an out-of-range value), by (plan index, result value).  Reads data (and imports torch) only for
+    chains that cast floats to integers."""
+    refusals: dict[tuple[int, int], str] = {}
+    for method in analysis.methods:
+        for chain in method.folds.chains if method.folds else ():
+            if chain.problem is None and chain.casts_float_to_int:
+                from .fold_compute import SourceBytes, cast_problem  # torch, only for such a chain
+
+                problem = cast_problem(chain.recipe, SourceBytes(source, ptd))
+                if problem:
+                    refusals[(chain.plan_index, chain.result)] = problem
+    return refusals
 
 
 def full_check(verify: Optional[str]) -> bool:
@@ -117,7 +134,7 @@ def _readable(path: Path) -> None:
 
 def _write_rewrite(source: PteFile, data: Optional[PtdFile], plan: RewritePlan, output: Path,
                    progress: Optional[Progress], durable: bool, full: bool) -> int:
-    program, contents = apply_plan(source, plan)
+    program, contents = apply_plan(source, plan, data)
     over = over_runtime_limits(program)
     if over:
         raise UnsupportedProgramError(f"cannot rewrite: the rewritten program would have {over}; nothing was "

@@ -50,8 +50,9 @@ from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile, open_pte
 
 from .analysis import H2D_COPY, delegate_device
-from .plan import MethodEdit, Placement, RewritePlan
-from .verify_bytes import ByteChecker, SameBytes, WriteRecipe, ZeroBytes
+from .fold import FOLD_KERNELS, Traced, Tracer, layout_of, recipe_of
+from .plan import FoldPlacement, MethodEdit, Placement, RewritePlan
+from .verify_bytes import ByteChecker, ComputedBytes, SameBytes, WriteRecipe, ZeroBytes
 
 FULL_CHECK_ENV = "PTE_DEVCONST_FULL_CHECK"
 # A tensor's fields other than its data index (a kept constant's index moves when entries are dropped), and the
@@ -84,6 +85,7 @@ class _Context:
     plan: RewritePlan
     remap: Optional[dict[int, int]]  # constant entry: old index -> new (None: the segment keeps its layout)
     same: list[SameBytes] = field(default_factory=list)
+    computed: list[ComputedBytes] = field(default_factory=list)
 
     def require_same(self, what: str, source: Optional[Span], written: Optional[Span]) -> None:
         if source is not None and written is not None:
@@ -111,12 +113,15 @@ def check_rewrite(original: PteFile, written: PteFile, plan: RewritePlan, *, ptd
         _MethodCheck(context, index, old, new, edits.get(index)).run()
     _require_segments(context)
     checker = ByteChecker(original, written, recipe, full)
-    zeros = _padding(written, context.same) if full else ()
-    difference = checker.first_difference(context.same, zeros)
+    zeros = _padding(written, [*context.same, *context.computed]) if full else ()
+    difference = checker.first_difference(context.same, zeros, context.computed)
     if difference is not None:
         where = difference.requirement
         if isinstance(where, SameBytes):
             raise _fail(f"{where.what}: its bytes differ from the input's at byte {difference.offset:,}")
+        if isinstance(where, ComputedBytes):
+            raise _fail(f"{where.what}: its bytes differ from the value recomputed from the input at byte "
+                        f"{difference.offset:,}")
         raise _fail(f"{where.what}: byte {difference.offset:,} is not zero")
 
 
@@ -231,9 +236,18 @@ class _MethodCheck:
             if placement.value in self.moved or not 0 <= placement.value < len(old.values or ()):
                 raise self.fail(f"value {placement.value} is placed twice or does not exist")
             self.moved[placement.value] = placement
-        # values that only removed copies wrote (their out and return slots) -> the constants they copied
+        # values that only removed copies wrote (their out and return slots) -> the values they copied
         self.copied_from: dict[int, set[int]] = {}
-
+        self.folds: dict[int, FoldPlacement] = {}
+        for fold in edit.folds if edit else ():
+            if fold.value in self.folds or fold.value in self.moved or \
+                    fold.appended != (fold.value >= len(old.values or ())):
+                raise self.fail(f"folded value {fold.value} is placed twice, or is new and old at once")
+            self.folds[fold.value] = fold
+        self.released = set(edit.released) if edit else set()
+        self.traced: dict[int, Traced] = {}  # folded value -> how the input computes it (its own reading)
+        self.stands_for: dict[int, set[int]] = {}  # folded value -> the input's values it replaces
+        self.dead: set[int] = set()  # values only removed kernels wrote
     def fail(self, what: str) -> RewriteCheckError:
         return _fail(f"{self.label}: {what}")
 
@@ -243,6 +257,7 @@ class _MethodCheck:
             if getattr(old, name) != getattr(new, name):
                 raise self.fail(f"its {name} changed")
         maps = self._instruction_maps()
+        self._trace_folds(maps)
         self._check_removed(maps)
         self._check_values()
         self._check_buffers()
@@ -269,6 +284,8 @@ class _MethodCheck:
 
     def _check_removed(self, maps: list[tuple[Optional[int], ...]]) -> None:
         ops = [op.qualified_name for op in self.old.operators or ()]
+        replaced = set().union(*self.stands_for.values()) if self.stands_for else set()
+        folded_steps = {(s.chain, s.instruction) for traced in self.traced.values() for s in traced.steps}
         for c, mapping in enumerate(maps):
             instructions = (self.old.chains or ())[c].instructions or ()
             for k, new_index in enumerate(mapping):
@@ -276,13 +293,107 @@ class _MethodCheck:
                     continue
                 ins = instructions[k]
                 args = ins.args or () if isinstance(ins, m.KernelCall) else ()
-                if not (isinstance(ins, m.KernelCall) and ops[ins.op_index] == H2D_COPY and len(args) >= 2
-                        and args[0] in self.moved):
-                    raise self.fail(f"chain {c} instruction {k} was removed but is not an {H2D_COPY} "
-                                    "of a constant moved in this method")
-                for slot in args[1:]:
-                    if slot != args[0]:
-                        self.copied_from.setdefault(slot, set()).add(args[0])
+                name = ops[ins.op_index] if isinstance(ins, m.KernelCall) else ""
+                if name == H2D_COPY and len(args) >= 2 and (args[0] in self.moved or args[1] in replaced):
+                    for slot in args[1:]:
+                        if slot != args[0]:
+                            self.copied_from.setdefault(slot, set()).add(args[0])
+                elif name in FOLD_KERNELS and (c, k) in folded_steps:
+                    self.dead.update(args[-2:])
+                else:
+                    raise self.fail(f"chain {c} instruction {k} was removed but is not an {H2D_COPY} of a "
+                                    "constant moved in this method or of a folded value, nor a kernel of a folded "
+                                    "chain")
+
+    # folded values
+
+    def _trace_folds(self, maps: list[tuple[Optional[int], ...]]) -> None:
+        """How the input computes each folded value, read from the input program alone (``fold.Tracer``).
+
+        A folded value stands for the input's values whose delegate arguments now read it (and for itself,
+        when it is not new): each must be computed from one constant by table kernels (or be a device copy
+        of such a value), all by the same kernels, and those must be the plan's chain.
+        """
+        if not self.folds:
+            return
+        for c, mapping in enumerate(maps):
+            old_ins, new_ins = (self.old.chains or ())[c].instructions or (), \
+                ((self.new.chains or ())[c].instructions or ()) if c < len(self.new.chains or ()) else ()
+            for k, new_index in enumerate(mapping):
+                if new_index is None or new_index >= len(new_ins):
+                    continue
+                before, after = old_ins[k], new_ins[new_index]
+                if isinstance(before, m.DelegateCall) and isinstance(after, m.DelegateCall):
+                    for a, b in zip(before.args or (), after.args or ()):
+                        if a != b and b in self.folds:
+                            self.stands_for.setdefault(b, set()).add(a)
+        tracer = Tracer(self.old)
+        for value, fold in self.folds.items():
+            stands = self.stands_for.setdefault(value, set())
+            if not fold.appended:
+                stands.add(value)
+            found = {v: tracer.trace(v) for v in stands}
+            shapes = {(t.source, t.steps) for t in found.values() if t is not None}
+            if not stands or None in found.values() or len(shapes) != 1:
+                raise self.fail(f"folded value {value} does not stand for one value the input computes from a "
+                                f"constant with foldable kernels (it replaces values {sorted(stands)})")
+            traced = next(t for t in found.values() if t is not None)
+            if (traced.source, traced.steps) != (fold.chain.source, fold.chain.steps):
+                raise self.fail(f"folded value {value}: the plan's chain is not how the input computes it")
+            self.traced[value] = traced
+
+    def _check_folded(self, index: int, old: Optional[m.EValue], new: m.EValue, fold: FoldPlacement) -> None:
+        where = f"folded value {index}"
+        traced = self.traced[index]
+        constant = (self.old.values or ())[traced.source]
+        result = traced.steps[-1].tensor if traced.steps else constant
+        if not isinstance(new, m.Tensor) or new.allocation_info is None or layout_of(new) != layout_of(result) \
+                or (old is not None and (not isinstance(old, m.Tensor) or layout_of(old) != layout_of(result))):
+            raise self.fail(f"{where} is not planned memory of the type, shape and dim order its chain computes")
+        if new.storage_offset != 0 or new.shape_dynamism != m.TensorShapeDynamism.STATIC:
+            raise self.fail(f"{where} has a storage offset or a dynamic shape")
+        self._check_region(where, new, fold.memory_id, fold.offset, fold.device, result.nbytes)
+        info = new.extra_tensor_info
+        if info is None or info.mutable_data_segments_idx != 0:
+            raise self.fail(f"{where} lacks its initial-data fields")
+        if fold.external_key is not None:  # a device copy of an external constant: loaded by the constant's key
+            if traced.steps or not constant.is_external or new.fqn != constant.fqn or fold.external_key != constant.fqn:
+                raise self.fail(f"{where} is external but is not a copy of the external constant it stands for")
+            self._check_external(where, new)
+            return
+        if new.is_external or new.data_buffer_idx != fold.initial_data_index or not new.data_buffer_idx and new.nbytes:
+            raise self.fail(f"{where} does not point at its initial data")
+        original, written = self.context.original, self.context.written
+        if not traced.steps:  # a device copy of a shared constant: its bytes
+            source = original.tensor_span(constant)
+            if source is None:
+                if bytes(original.tensor_bytes(constant) or b"") != bytes(written.tensor_bytes(new) or b""):
+                    raise self.fail(f"{where}: its initial data differs from constant {traced.source}")
+                return
+            self.context.require_same(f"{self.label}: {where} (a device copy of constant {traced.source})",
+                                      source, written.tensor_span(new))
+            return
+        span = written.tensor_span(new)
+        if span is not None and span.size:
+            recipe = recipe_of(constant, traced.steps, new)
+            self.context.computed.append(ComputedBytes(
+                f"{self.label}: {where} ({', '.join(s.describe() for s in traced.steps)} of constant "
+                f"{traced.source})", span, _recompute(recipe, original, self.context.ptd)))
+
+    def _check_region(self, where: str, tensor: m.Tensor, memory_id: int, offset: int, device: m.Device,
+                      nbytes: int) -> None:
+        """A value moved or folded into planned memory: where the plan put it, on its device, in its buffer."""
+        info = tensor.allocation_info
+        if (info.memory_id, info.memory_offset) != (memory_id, offset):
+            raise self.fail(f"{where} is not at buffer {memory_id} offset {offset}")
+        buffer_device = self.new.buffer_device(memory_id)
+        if tensor.device != device or buffer_device != device or \
+                buffer_device.is_cpu and not self.context.plan.options.host_placement:
+            raise self.fail(f"{where}, its buffer and the plan disagree on its device "
+                            f"({tensor.device}, {buffer_device}, {device})")
+        sizes = self.new.non_const_buffer_sizes or ()
+        if offset % TENSOR_ALIGNMENT or memory_id >= len(sizes) or offset + nbytes > sizes[memory_id]:
+            raise self.fail(f"{where}: its region is misaligned or outside buffer {memory_id}")
 
     def _check_chains(self, maps: list[tuple[Optional[int], ...]]) -> None:
         old_chains, new_chains = self.old.chains or (), self.new.chains or ()
@@ -316,9 +427,12 @@ class _MethodCheck:
             if old.delegate_index != new.delegate_index or len(old_args) != len(new_args):
                 raise self.fail(f"{where}: the delegate call changed")
             for pos, (before, after) in enumerate(zip(old_args, new_args)):
-                if before != after and (self.copied_from.get(before) != {after} or after not in self.moved):
+                moved = after in self.moved and self.copied_from.get(before) == {after}
+                folded = after in self.folds and before in self.stands_for.get(after, ())
+                if before != after and not (moved or folded):
                     raise self.fail(f"{where}: argument {pos} changed from value {before} to {after}, but value "
-                                    f"{before} was not written only by removed copies of moved value {after}")
+                                    f"{before} was neither written only by removed copies of moved value {after} "
+                                    "nor a value it folds")
             return
         if old != new:
             raise self.fail(f"{where} changed")
@@ -327,12 +441,23 @@ class _MethodCheck:
 
     def _check_values(self) -> None:
         old_values, new_values = self.old.values or (), self.new.values or ()
-        if len(old_values) != len(new_values) or (self.old.values is None) != (self.new.values is None):
-            raise self.fail(f"the number of values changed ({len(old_values)} -> {len(new_values)})")
+        appended = sorted(v for v, f in self.folds.items() if f.appended)
+        if len(new_values) != len(old_values) + len(appended) or appended != list(
+                range(len(old_values), len(new_values))) or (self.old.values is None) != (self.new.values is None):
+            raise self.fail(f"the number of values changed ({len(old_values)} -> {len(new_values)}), not by the "
+                            f"{len(appended)} new folded value(s) the plan adds")
+        for index in appended:
+            self._check_folded(index, None, new_values[index], self.folds[index])
         original, written, remap = self.context.original, self.context.written, self.context.remap
         for index, (old, new) in enumerate(zip(old_values, new_values)):
             if index in self.moved:
                 self._check_moved(index, old, new, self.moved[index])
+                continue
+            if index in self.folds:
+                self._check_folded(index, old, new, self.folds[index])
+                continue
+            if index in self.released:
+                self._check_released(index, old, new)
                 continue
             if isinstance(old, m.Tensor) and (old.is_constant or old.has_initial_data) and not old.is_external:
                 if remap is not None and old.is_constant:
@@ -350,6 +475,13 @@ class _MethodCheck:
                                           original.tensor_span(old), written.tensor_span(new))
             elif new != old:
                 raise self.fail(f"value {index} changed although the plan does not move it")
+
+    def _check_released(self, index: int, old: m.EValue, new: m.EValue) -> None:
+        """A constant nothing reads any more, whose bytes left the file: unbound (data index 0), else unchanged."""
+        if not isinstance(old, m.Tensor) or not old.is_constant or old.is_external or \
+                old.data_buffer_idx not in self.context.plan.dropped_constants or new != m.replace(old, data_buffer_idx=0):
+            raise self.fail(f"value {index} was released but is not a constant whose entry was dropped, unbound")
+        self.dead.add(index)  # nothing may read it any more
 
     def _check_moved(self, index: int, old: m.EValue, new: m.EValue, p: Placement) -> None:
         where = f"moved value {index} ({p.name})"
@@ -419,6 +551,7 @@ class _MethodCheck:
 
     def _check_disjoint(self) -> None:
         regions = [(p.memory_id, p.offset, p.nbytes, value) for value, p in self.moved.items()]
+        regions += [(f.memory_id, f.offset, f.nbytes, value) for value, f in self.folds.items()]
         problem = overlap(self.new, regions)
         if problem:
             raise self.fail(problem)
@@ -426,18 +559,53 @@ class _MethodCheck:
     # who reads what, in the output
 
     def _check_readers(self) -> None:
-        """Moved device values are read only by delegates on their device; nothing reads what only removed copies wrote."""
-        watched = set(self.moved) | set(self.copied_from)
+        """Moved and folded device values are read only by delegates on their device; nothing reads what only
+        removed instructions wrote, directly or through a static view."""
+        resident = set(self.moved) | set(self.folds)
+        gone = (set(self.copied_from) | self.dead) - resident
+        watched = resident | gone | self._views_of(gone)
         if not watched:
             return
         devices = [delegate_device(d)[0] for d in self.new.delegates or ()]
         for value, reader, delegate in _readers(self.new, watched):
-            if value in self.copied_from and value not in self.moved:
-                raise self.fail(f"value {value} is still read by {reader}, but only removed copies wrote it")
-            placement = self.moved.get(value)
+            if value in gone:
+                raise self.fail(f"value {value} is still read by {reader}, but only removed instructions wrote it")
+            if value not in resident:
+                raise self.fail(f"value {value} is still read by {reader}, but it is a view of memory only removed "
+                                "instructions wrote")
+            placement = self.moved.get(value) or self.folds.get(value)
             if placement is not None and not placement.device.is_cpu and \
                     (delegate is None or devices[delegate] != placement.device):
                 raise self.fail(f"moved value {value} now lives on {placement.device} but is read by {reader}")
+
+    def _views_of(self, gone: set[int]) -> set[int]:
+        """Values planned where a value in ``gone`` was that no surviving instruction writes: static views."""
+        values = self.new.values or ()
+        places = {(v.allocation_info.memory_id, v.allocation_info.memory_offset) for i in gone
+                  if i < len(values) and isinstance(v := values[i], m.Tensor) and v.allocation_info is not None}
+        if not places:
+            return set()
+        written = set(self.new.inputs or ())
+        for chain in self.new.chains or ():
+            for ins in chain.instructions or ():
+                if isinstance(ins, (m.KernelCall, m.DelegateCall)):
+                    written.update(ins.args or ())
+                elif isinstance(ins, m.MoveCall):
+                    written.add(ins.move_to)
+        return {i for i, v in enumerate(values) if i not in written and isinstance(v, m.Tensor)
+                and v.allocation_info is not None and not v.has_initial_data
+                and (v.allocation_info.memory_id, v.allocation_info.memory_offset) in places}
+
+
+def _recompute(recipe, original: PteFile, ptd: Optional[PtdFile]):  # -> Callable[[], bytearray]
+    """The folded bytes, from the input (torch is imported when the self-check reaches them)."""
+
+    def compute() -> bytearray:
+        from .fold_compute import SourceBytes, fold_bytes
+
+        return fold_bytes(recipe, SourceBytes(original, ptd))
+
+    return compute
 
 
 def overlap(plan: m.ExecutionPlan, regions: list[tuple[int, int, int, int]]) -> Optional[str]:
@@ -556,7 +724,7 @@ def _require_segments(context: _Context) -> None:
         context.require_same(what, source, target)
 
 
-def _padding(written: PteFile, same: list[SameBytes]) -> list[ZeroBytes]:
+def _padding(written: PteFile, same: list[SameBytes | ComputedBytes]) -> list[ZeroBytes]:
     """Every byte of the output outside the flatbuffer and the referenced ranges: the writer's zero fill."""
     covered = sorted([(0, written.flatbuffer_size)] + [(r.written.offset, r.written.end) for r in same])
     gaps: list[ZeroBytes] = []

@@ -21,9 +21,8 @@ including every byte the tool wrote itself, is compared whole; ``full=True``
 from __future__ import annotations
 
 import bisect
-import os
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence, Union
+from typing import Callable, Iterable, Optional, Sequence, Union
 
 from pte_devconst.schema.errors import PteDevconstError
 from pte_devconst.schema.mapped import MappedFile, Span
@@ -48,6 +47,16 @@ class SameBytes:
 
 
 @record
+class ComputedBytes:
+    """``written`` must hold the bytes ``compute()`` gives (a folded value, recomputed from the input by the
+    self-check's own reading of the program); always compared in full, one such range in memory at a time."""
+
+    what: str
+    written: Span
+    compute: Callable[[], Union[bytes, bytearray, memoryview]]
+
+
+@record
 class ZeroBytes:
     """``written`` is padding the writer zero-fills (checked in full mode only)."""
 
@@ -55,7 +64,7 @@ class ZeroBytes:
     written: Span
 
 
-Requirement = Union[SameBytes, ZeroBytes]
+Requirement = Union[SameBytes, ComputedBytes, ZeroBytes]
 
 
 @record
@@ -139,11 +148,7 @@ class _Reader:
         self._window_start, self._window_size = 0, 0
 
     def into(self, view: memoryview, offset: int) -> int:
-        if self.fd >= 0:
-            return os.preadv(self.fd, [view], offset)
-        chunk = self.file.data[offset: offset + len(view)]
-        view[: len(chunk)] = chunk
-        return len(chunk)
+        return self.file.read_into(offset, view)
 
     def small(self, span: Span) -> Optional[bytes]:
         """The bytes of a range of at most ``SMALL_BYTES`` through the window (None where the file ends first)."""
@@ -171,12 +176,14 @@ class ByteChecker:
         self._a = bytearray(FULL_COMPARE_BYTES)
         self._b = bytearray(FULL_COMPARE_BYTES)
 
-    def first_difference(self, same: Iterable[SameBytes], zeros: Iterable[ZeroBytes] = ()) -> Optional[Difference]:
+    def first_difference(self, same: Iterable[SameBytes], zeros: Iterable[ZeroBytes] = (),
+                         computed: Iterable[ComputedBytes] = ()) -> Optional[Difference]:
         """The first requirement that does not hold (in output order), or None."""
-        work: list[Requirement] = [*_without_repeats(same), *zeros]
+        work: list[Requirement] = [*_without_repeats(same), *zeros, *computed]
         work.sort(key=lambda r: r.written.offset)  # sequential reads of the output
         for requirement in work:
             offset = (self._differs(requirement) if isinstance(requirement, SameBytes)
+                      else self._computed(requirement) if isinstance(requirement, ComputedBytes)
                       else self._not_zero(requirement))
             if offset is not None:
                 return Difference(requirement, offset)
@@ -201,6 +208,21 @@ class ByteChecker:
                 raise self._changed(source.offset + start + length)
             if self._output.into(b, written.offset + start) != length:
                 return start
+            if self._a[:length] != self._b[:length] if length < FULL_COMPARE_BYTES else self._a != self._b:
+                return start + next(i for i in range(length) if self._a[i] != self._b[i])
+        return None
+
+    def _computed(self, requirement: ComputedBytes) -> Optional[int]:
+        """Every byte of the range against the recomputed value (which is then dropped)."""
+        expected = memoryview(requirement.compute()).cast("B")
+        span = requirement.written
+        if len(expected) != span.size:
+            return min(len(expected), span.size)
+        for start in range(0, span.size, FULL_COMPARE_BYTES):
+            length = min(FULL_COMPARE_BYTES, span.size - start)
+            if self._output.into(memoryview(self._b)[:length], span.offset + start) != length:
+                return start
+            self._a[:length] = expected[start: start + length]  # bytearray comparison: memcmp, not per element
             if self._a[:length] != self._b[:length] if length < FULL_COMPARE_BYTES else self._a != self._b:
                 return start + next(i for i in range(length) if self._a[i] != self._b[i])
         return None

@@ -45,6 +45,8 @@ class CopyEvent:
     nbytes: int
     device: str  # the non-CPU side, e.g. "cuda:0"
     source_value: Optional[int] = None  # value index the bytes came from, when a program value
+    # whether those bytes were computed from the program's constants alone (runner/derivation.py); None: not known
+    constant_derived: Optional[bool] = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,14 +66,18 @@ class PhaseCopies:
 
     phase: str
     cells: dict[tuple[Direction, Cause], CopyTotals] = field(default_factory=dict)
+    constant_derived_h2d: CopyTotals = CopyTotals()  # the H2D copies of bytes computed from constants alone
 
     @classmethod
     def of(cls, phase: str, events: Iterable[CopyEvent]) -> "PhaseCopies":
         cells: dict[tuple[Direction, Cause], CopyTotals] = {}
+        derived = CopyTotals()
         for event in events:
             key = (event.direction, event.cause)
             cells[key] = cells.get(key, CopyTotals()) + CopyTotals(1, event.nbytes)
-        return cls(phase, cells)
+            if event.direction is Direction.H2D and event.constant_derived:
+                derived = derived + CopyTotals(1, event.nbytes)
+        return cls(phase, cells, derived)
 
     def total(self, direction: Direction) -> CopyTotals:
         result = CopyTotals()
@@ -93,6 +99,8 @@ class PhaseCopies:
             "phase": self.phase,
             "h2d": {"count": self.h2d.count, "bytes": self.h2d.nbytes},
             "d2h": {"count": self.d2h.count, "bytes": self.d2h.nbytes},
+            "h2d_constant_derived": {"count": self.constant_derived_h2d.count,
+                                     "bytes": self.constant_derived_h2d.nbytes},
             "by_cause": [
                 {"direction": d.value, "cause": c.value, "count": t.count, "bytes": t.nbytes}
                 for (d, c), t in sorted(self.cells.items(), key=lambda kv: (kv[0][0].value, kv[0][1].value))
@@ -109,8 +117,9 @@ class CopyLedger:
         self.method = ""
 
     def record(self, direction: Direction, cause: Cause, nbytes: int, device: str,
-               source_value: Optional[int] = None) -> None:
-        self.events.append(CopyEvent(self.phase, self.method, direction, cause, int(nbytes), device, source_value))
+               source_value: Optional[int] = None, constant_derived: Optional[bool] = None) -> None:
+        self.events.append(CopyEvent(self.phase, self.method, direction, cause, int(nbytes), device, source_value,
+                                     constant_derived))
 
     def of_phase(self, phase: str, method: Optional[str] = None) -> list[CopyEvent]:
         return [e for e in self.events if e.phase == phase and (method is None or e.method == method)]

@@ -93,7 +93,8 @@ class DelegateContext:
             return value
         nbytes = value.numel() * value.element_size()
         if here.is_cpu:
-            self.ledger.record(Direction.H2D, Cause.DELEGATE_HOST_INPUT, nbytes, str(self.target_device), arg.index)
+            self.ledger.record(Direction.H2D, Cause.DELEGATE_HOST_INPUT, nbytes, str(self.target_device), arg.index,
+                               self.values.constant_derived(arg.index) if self.values is not None else None)
         elif self.target_device.is_cpu:
             self.ledger.record(Direction.D2H, Cause.DELEGATE_DEVICE_INPUT, nbytes, str(here), arg.index)
         return value.to(self.torch_device)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import torch
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.errors import UnsupportedProgramError
+from pte_devconst.schema.model import dim_order_strides  # noqa: F401 - re-exported: the runner's geometry
 
 _TORCH_DTYPES: dict[int, torch.dtype] = {
     m.ScalarType.BYTE: torch.uint8,
@@ -52,11 +51,3 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def dim_order_strides(sizes: Sequence[int], dim_order: Sequence[int]) -> tuple[int, ...]:
-    """Element strides that ``dim_order`` implies: the last dim in the order is innermost; size 0 counts as 1."""
-    strides = [0] * len(sizes)
-    running = 1
-    for dim in reversed(dim_order):
-        strides[dim] = running
-        running *= max(sizes[dim], 1)
-    return tuple(strides)

@@ -57,7 +57,8 @@ def _device_copy(direction: Direction) -> Kernel:
         out = rv.resize(out_i, src.shape, where)
         out.copy_(src)
         cause = Cause.H2D_KERNEL if direction is Direction.H2D else Cause.D2H_KERNEL
-        rv.ledger.record(direction, cause, src.numel() * src.element_size(), str(device), src_i)
+        rv.ledger.record(direction, cause, src.numel() * src.element_size(), str(device), src_i,
+                         rv.constant_derived(src_i) if direction is Direction.H2D else None)
         for ret in args[2:]:
             if ret != out_i:
                 rv.set(ret, out, out_dev)

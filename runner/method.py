@@ -14,6 +14,7 @@ from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile
 
 from .copies import LOAD, Cause, CopyLedger, Direction
+from .derivation import Derivation
 from .delegates import DelegateArg, DelegateContext, DelegateExecutor, DelegateInitContext, OpaquePolicy, executor_for
 from .devices import DeviceMap, parse_target_device
 from .dtypes import dim_order_strides, dtype_name, torch_dtype
@@ -62,6 +63,8 @@ class LoadedMethod:
         self.rv = RuntimeValues(self.name, len(plan.values or ()), devices, ledger, plan.values or ())
         for index, value in enumerate(plan.values or ()):
             self._load_value(data, index, value)
+        self.derivation = Derivation(plan)
+        self.rv.derivation = self.derivation
         self.opaque_policy = opaque
         self.delegates = [self._init_delegate(data, i, d) for i, d in enumerate(plan.delegates or ())]
         self.call_sites: dict[tuple[int, int], DelegateCallSite] = {
@@ -149,6 +152,7 @@ class LoadedMethod:
 
     def _set_input(self, position: int, index: int, given: Any) -> None:
         where = f"{self.where}: input {position}"
+        self.derivation.set((index,), False, self.rv)
         spec = self.plan.values[index]
         if isinstance(spec, m.Tensor):
             if not isinstance(given, torch.Tensor):
@@ -171,14 +175,14 @@ class LoadedMethod:
                 self.rv.set(index, view, device)
                 if not device.is_cpu:
                     self.ledger.record(Direction.H2D, Cause.METHOD_INPUT, view.numel() * view.element_size(),
-                                       str(device), index)
+                                       str(device), index, False)
             else:
                 device = spec.device
                 bound = given.detach()
                 if not device.is_cpu:
                     bound = bound.to(self.devices.physical(device))
                     self.ledger.record(Direction.H2D, Cause.METHOD_INPUT, given.numel() * given.element_size(),
-                                       str(device), index)
+                                       str(device), index, False)
                 self.rv.set(index, bound, device)
         else:
             traced = self.rv.values[index]
@@ -232,7 +236,9 @@ class LoadedMethod:
         if isinstance(instruction, m.KernelCall):
             kernel = self.kernels[instruction.op_index]
             args = tuple(instruction.args or ())
-            kernel(rv, args, f"{where} ({self.plan.operators[instruction.op_index].qualified_name})")
+            name = self.plan.operators[instruction.op_index].qualified_name
+            kernel(rv, args, f"{where} ({name})")
+            self.derivation.kernel(rv, name, kernel, args)
             if instruction.op_index in self.h2d_ops and len(args) >= 2:
                 for out in args[1:]:
                     self.h2d_source[out] = args[0]
@@ -241,6 +247,7 @@ class LoadedMethod:
         elif isinstance(instruction, m.MoveCall):
             rv.get(instruction.move_from, where)
             rv.set(instruction.move_to, rv.values[instruction.move_from], rv.residence[instruction.move_from])
+            self.derivation.move(instruction.move_from, instruction.move_to)
         elif isinstance(instruction, m.JumpFalseCall):
             cond = rv.get(instruction.cond_value_index, where)
             if isinstance(cond, torch.Tensor):
@@ -267,6 +274,8 @@ class LoadedMethod:
         context = DelegateContext(delegate.backend_id, delegate.target_device, self.devices, self.ledger, where,
                                   site.n_inputs if site is not None else None, call.delegate_index, values=self.rv)
         delegate.executor.execute(delegate.handle, args, context)
+        if site is not None:
+            self.derivation.delegate(self.rv, site.inputs, site.outputs)
         if self.transcript is not None:
             self.transcript.record(chain, pc, call.delegate_index, delegate.backend_id, delegate.opaque, args,
                                    self.h2d_source, context.input_digests)

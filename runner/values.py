@@ -61,6 +61,11 @@ class RuntimeValues:
         self.specs = tuple(specs)  # the program's EValues: a tensor's bounds, dynamism and dim order
         self.devices = devices
         self.ledger = ledger
+        self.derivation: Any = None  # runner/derivation.Derivation, set by the loaded method
+
+    def constant_derived(self, index: int) -> Optional[bool]:
+        """Whether value ``index`` holds bytes computed from constants alone (None when not tracked)."""
+        return None if self.derivation is None else self.derivation.of(index)
 
     def get(self, index: int, where: str) -> Any:
         """The Python value of EValue ``index`` with list references resolved."""

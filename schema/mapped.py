@@ -114,6 +114,18 @@ class MappedFile:
                               file=self.path)
         return self.data[span.offset: span.end]
 
+    def read_into(self, offset: int, view: memoryview) -> int:
+        """Fill ``view`` with the file's bytes at ``offset``; returns how many there were.
+
+        ``preadv`` on the descriptor, so no page of the memory map becomes resident (reading a large
+        range through the map would count it in this process's memory); from memory for in-memory input.
+        """
+        if self._fd >= 0:
+            return os.preadv(self._fd, [view], offset)
+        chunk = self.data[offset: offset + len(view)]
+        view[: len(chunk)] = chunk
+        return len(chunk)
+
     def piece(self, span: Span) -> Piece:
         """The bytes of ``span`` for the writer: a file range (streamed by the kernel) or, for in-memory input, bytes."""
         if span.end > self.size:

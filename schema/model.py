@@ -24,7 +24,7 @@ from .record import record
 
 __all__ = [
     "ScalarType", "TensorShapeDynamism", "TensorDataLocation", "DeviceType", "DataLocation",
-    "Device", "CPU", "element_size", "KNOWN_SCALAR_TYPES",
+    "Device", "CPU", "element_size", "dim_order_strides", "KNOWN_SCALAR_TYPES",
     "AllocationDetails", "ExtraTensorInfo", "Tensor", "Null", "Int", "Bool", "Double", "String",
     "IntList", "DoubleList", "BoolList", "TensorList", "OptionalTensorList", "EValue",
     "Operator", "KernelCall", "DelegateCall", "MoveCall", "JumpFalseCall", "FreeCall", "Instruction",
@@ -72,6 +72,16 @@ KNOWN_SCALAR_TYPES = frozenset(_ELEMENT_SIZE)
 def element_size(scalar_type: int) -> int:
     """Bytes per element; raises KeyError for a type the format does not define."""
     return _ELEMENT_SIZE[scalar_type]
+
+
+def dim_order_strides(sizes: "tuple[int, ...] | list[int]", dim_order: "tuple[int, ...] | list[int]") -> tuple[int, ...]:
+    """Element strides that ``dim_order`` implies: the last dim in the order is innermost; size 0 counts as 1."""
+    strides = [0] * len(sizes)
+    running = 1
+    for dim in reversed(dim_order):
+        strides[dim] = running
+        running *= max(sizes[dim], 1)
+    return tuple(strides)
 
 
 class TensorShapeDynamism(IntEnum):

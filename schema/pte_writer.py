@@ -19,6 +19,7 @@ from typing import Callable, Optional, Sequence, Union
 from . import model as m
 from .atomic import atomic_output, copy_range, write_all, write_zeros
 from .encode import encode_program
+from .errors import PteDevconstError
 from .header import (EXTENDED_HEADER_PADDED, MIN_PTE_SIZE, SEGMENT_ALIGNMENT, ExtendedHeader, align_up)
 from .record import record
 
@@ -34,7 +35,17 @@ class FileRange:
     size: int
 
 
-Piece = Union[bytes, FileRange]
+@dataclass(frozen=True)
+class ComputedPiece:
+    """``size`` bytes the tool computes while it writes (a folded tensor): ``produce()`` makes them when the
+    writer reaches them, so only one such piece is in memory at a time."""
+
+    size: int
+    produce: Callable[[], Union[bytes, bytearray, memoryview]]
+    what: str = "computed bytes"
+
+
+Piece = Union[bytes, FileRange, ComputedPiece]
 
 
 @dataclass(slots=True)
@@ -49,6 +60,10 @@ class SegmentContent:
     def of(cls, piece: Piece, alignment: int = 1) -> "SegmentContent":
         size = len(piece) if isinstance(piece, bytes) else piece.size
         return cls(size, [(0, piece)], alignment)
+
+
+class ComputedSizeError(PteDevconstError):
+    """A computed piece produced another number of bytes than it promised (a bug in the tool)."""
 
 
 @record
@@ -143,6 +158,12 @@ def write_piece(fd: int, piece: Piece, *, writeback: bool = True) -> int:
     if isinstance(piece, bytes):
         write_all(fd, piece)
         return len(piece)
+    if isinstance(piece, ComputedPiece):
+        data = piece.produce()
+        if len(data) != piece.size:
+            raise ComputedSizeError(f"internal error: {piece.what}: {len(data)} bytes computed, {piece.size} laid out")
+        write_all(fd, data)
+        return piece.size
     if not writeback or piece.size <= WRITEBACK_CHUNK:
         copy_range(piece.fd, piece.offset, piece.size, fd)
         return piece.size

@@ -32,6 +32,7 @@ from pte_devconst.schema.atomic import TEMP_PREFIX
 from pte_devconst.schema.errors import UnsupportedProgramError
 from pte_devconst.schema.model import Device
 from pte_devconst.schema.ptd_model import PtdNamedData, TensorLayout
+from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile
 from pte_devconst.schema.pte_writer import FileRange, SegmentContent
 
@@ -75,8 +76,9 @@ def _corrupt_apply(monkeypatch: pytest.MonkeyPatch,
     """Run the real apply_plan, then let ``corrupt`` change its program (returned) or segment contents (in place)."""
     from pte_devconst.rewriter.apply import apply_plan as real
 
-    def apply(source: PteFile, plan: RewritePlan) -> tuple[m.Program, list[SegmentContent]]:
-        program, contents = real(source, plan)
+    def apply(source: PteFile, plan: RewritePlan, ptd: Optional[PtdFile] = None
+              ) -> tuple[m.Program, list[SegmentContent]]:
+        program, contents = real(source, plan, ptd)
         return corrupt(source, program, contents), contents
 
     monkeypatch.setattr(rewrite_module, "apply_plan", apply)
@@ -173,7 +175,7 @@ def test_h2d_copy_whose_return_slot_is_another_value(monkeypatch: pytest.MonkeyP
 
     forged = _forge(tmp_path, "v_a_dtypes_copy", return_slot_elsewhere)
     _use_plan(monkeypatch, _plan_of("v_a_dtypes_copy"))
-    _refused(tmp_path, forged, "value 42 is still read by method output 7, but only removed copies wrote it")
+    _refused(tmp_path, forged, "value 42 is still read by method output 7, but only removed instructions wrote it")
 
 
 def test_two_methods_with_the_same_name(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
