@@ -67,6 +67,7 @@ def copy_rows(result: Any, separator: str = ", ") -> tuple[list[str], list[list[
     columns = ["copy", "cause"] + [p.phase for p in phases]
     rows = [[d.value.upper(), c.value] + [_cell(p.cells.get((d, c), CopyTotals())) for p in phases] for d, c in keys]
     rows.append(["H2D", "total"] + [_cell(p.h2d) for p in phases])
+    rows.append(["H2D", "of which constant-derived"] + [_cell(p.constant_derived_h2d) for p in phases])
     rows.append(["D2H", "total"] + [_cell(p.d2h) for p in phases])
     timing = ["", "wall time"] + [""] + [f"{c.wall_s * 1e3:.3f} ms" for c in result.calls
                                         if c.copies.phase in {p.phase for p in phases}]

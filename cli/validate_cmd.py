@@ -29,11 +29,15 @@ def _ms(values: list[float]) -> str:
 def summary_rows(mv: Any) -> list[list[str]]:
     steady = mv.calls[1:] or mv.calls  # the first call may warm caches up
     last = mv.calls[-1]
-    moved_bytes = sum(c.nbytes for c in mv.moved)
-    return [
-        ["moved constants", "", f"{len(mv.moved)} ({exact_bytes(moved_bytes)})"],
+    moved = [c for c in mv.moved if not c.folded]
+    folded = [c for c in mv.moved if c.folded]
+    rows = [["moved constants", "", f"{len(moved)} ({exact_bytes(sum(c.nbytes for c in moved))})"]]
+    if folded:
+        rows.append(["folded values", "", f"{len(folded)} ({exact_bytes(sum(c.nbytes for c in folded))})"])
+    return rows + [
         ["H2D at load", exact_bytes(mv.load_h2d_before), exact_bytes(mv.load_h2d_after)],
         ["H2D per call", exact_bytes(last.h2d_before), exact_bytes(last.h2d_after)],
+        ["  of which constant-derived", exact_bytes(last.derived_before), exact_bytes(last.derived_after)],
         ["D2H per call", exact_bytes(last.d2h_before), exact_bytes(last.d2h_after)],
         ["time per call (mean of calls 1+)", _ms([c.wall_s_before for c in steady]),
          _ms([c.wall_s_after for c in steady])],

@@ -278,7 +278,7 @@ class LoadedMethod:
             self.derivation.delegate(self.rv, site.inputs, site.outputs)
         if self.transcript is not None:
             self.transcript.record(chain, pc, call.delegate_index, delegate.backend_id, delegate.opaque, args,
-                                   self.h2d_source, context.input_digests)
+                                   self.h2d_source, context.input_digests, self.rv.constant_derived)
 
 
 class LoadedProgram:

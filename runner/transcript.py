@@ -10,21 +10,28 @@ copied from.  Digests are taken after the delegate returns: inputs are unchanged
 by then and outputs hold the results.  (Before the call an output holds whatever
 its planned region held last; a rewrite legitimately changes that, because the
 removed copies no longer write there.)  They are fetched from the device once the
-method call is over.
+method call is over.  Each tensor argument also carries its constant-derived flag
+(``derivation.py``): whether its bytes came from the program's constants alone.
 
 ``compare_transcripts`` matches the calls of two runs by their order of
 execution within each method call (instruction numbers differ: copy kernels are
 removed) and lists every difference.  Exactly one difference is allowed: where
-the rewrite passes a moved constant C, residing on C's device, the original
-passed C itself (legacy style: a host constant the delegate copies) or a value an
-``_h2d_copy`` of C filled in this call (copy style), with the same dtype, shape
-and bytes.
+the rewrite passes a device-resident value R on R's device, the original passed,
+with the same dtype, shape and bytes,
+
+* for a moved constant R: R itself (legacy style: a host constant the delegate
+  copies) or a value an ``_h2d_copy`` of R filled in this call (copy style);
+* for a folded value R (computed from constants on the host in the original,
+  initial data in the rewrite): R itself, an ``_h2d_copy`` of it, or any value
+  that was constant-derived when the delegate read it (the transpose the host
+  computed in the original, or its device copy).  The equal bytes then prove the
+  fold computed what the original's kernels computed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import torch
 
@@ -46,6 +53,12 @@ class ArgRecord:
     digest: Optional[tuple[int, int]] = None
     h2d_source: Optional[int] = None  # the value an _h2d_copy filled this tensor from, in this call
     literal: Optional[str] = None  # repr of a non-tensor value
+    constant_derived: Optional[bool] = None  # computed from the program's constants alone (derivation.py)
+
+    @property
+    def origin(self) -> int:
+        """The value the bytes came from: the copied value for a device copy, else the argument itself."""
+        return self.h2d_source if self.h2d_source is not None else self.value
 
     def describe(self) -> str:
         copied = f" (copy of value {self.h2d_source})" if self.h2d_source is not None else ""
@@ -73,14 +86,16 @@ class TranscriptRecorder:
 
     def record(self, chain: int, instruction: int, delegate_index: int, backend_id: str, opaque: bool,
                args: Sequence[DelegateArg], h2d_source: Mapping[int, int],
-               known_digests: Mapping[int, torch.Tensor]) -> None:
+               known_digests: Mapping[int, torch.Tensor],
+               constant_derived: Optional[Callable[[int], Optional[bool]]] = None) -> None:
         records, digests = [], []
         for position, arg in enumerate(args):
             value = arg.value
             if isinstance(value, torch.Tensor):
                 records.append(ArgRecord(position, arg.index, "tensor", dtype_name(value.dtype), tuple(value.shape),
                                          str(arg.residence) if arg.residence is not None else "cpu",
-                                         h2d_source=h2d_source.get(arg.index)))
+                                         h2d_source=h2d_source.get(arg.index),
+                                         constant_derived=constant_derived(arg.index) if constant_derived else None))
                 known = known_digests.get(arg.index)
                 digests.append(known if known is not None else tensor_digest(value))
             else:
@@ -105,7 +120,7 @@ class TranscriptRecorder:
 
 def _with_digest(arg: ArgRecord, digest: tuple[int, int]) -> ArgRecord:
     return ArgRecord(arg.position, arg.value, arg.kind, arg.dtype, arg.shape, arg.residence, digest,
-                     arg.h2d_source, arg.literal)
+                     arg.h2d_source, arg.literal, arg.constant_derived)
 
 
 # --- comparing two transcripts ------------------------------------------------------------------------
@@ -150,17 +165,30 @@ def _digest_text(digest: Optional[tuple[int, int]]) -> str:
     return "-" if digest is None else f"{digest[0]:016x}{digest[1]:016x}"
 
 
-def _compare_args(a: ArgRecord, b: ArgRecord, moved: Mapping[int, str]) -> list[tuple[str, str]]:
+@dataclass(frozen=True)
+class Resident:
+    """A value the rewrite keeps in device memory with initial data: a moved constant or a folded value."""
+
+    device: str
+    folded: bool = False
+
+    @property
+    def kind(self) -> str:
+        return "folded value" if self.folded else "moved constant"
+
+
+def _compare_args(a: ArgRecord, b: ArgRecord, resident: Mapping[int, Resident]) -> list[tuple[str, str]]:
     """(what, detail) for each way the original's argument ``a`` and the rewrite's ``b`` differ."""
     problems: list[tuple[str, str]] = []
-    if b.kind == "tensor" and b.value in moved:
-        constant, device = b.value, moved[b.value]
-        if a.value != constant and a.h2d_source != constant:
-            problems.append(("value", f"the rewrite passes moved constant {constant}, the original passed "
-                                      f"{a.describe()}, neither it nor a copy of it"))
-        if b.residence != device:
-            problems.append(("residence", f"moved constant {constant} arrives on {b.residence}, not on its "
-                                          f"device {device}"))
+    if b.kind == "tensor" and b.value in resident:
+        value, place = b.value, resident[b.value]
+        if a.origin != value and a.value != value and not (place.folded and a.constant_derived):
+            problems.append(("value", f"the rewrite passes {place.kind} {value}, the original passed "
+                                      f"{a.describe()}, neither it nor a copy of it"
+                                      + (" nor a constant-derived value" if place.folded else "")))
+        if b.residence != place.device:
+            problems.append(("residence", f"{place.kind} {value} arrives on {b.residence}, not on its "
+                                          f"device {place.device}"))
     else:
         if a.value != b.value or a.h2d_source != b.h2d_source:
             problems.append(("value", f"the original passed {a.describe()}, the rewrite passes {b.describe()}"))
@@ -183,10 +211,10 @@ def _compare_args(a: ArgRecord, b: ArgRecord, moved: Mapping[int, str]) -> list[
 
 
 def compare_calls(call: int, before: Sequence[DelegateCallRecord], after: Sequence[DelegateCallRecord],
-                  moved: Mapping[int, str]) -> list[BoundaryDifference]:
+                  moved: Mapping[int, Resident]) -> list[BoundaryDifference]:
     """Every difference between one method call's delegate calls in the original and in the rewrite.
 
-    ``moved`` maps each moved constant's value index to its device (``cuda:0``).
+    ``moved`` maps each moved constant's or folded value's index to where it lives (``Resident``).
     """
     differences: list[BoundaryDifference] = []
     if len(before) != len(after):
@@ -211,9 +239,17 @@ def compare_calls(call: int, before: Sequence[DelegateCallRecord], after: Sequen
 
 def compare_transcripts(before: Sequence[Sequence[DelegateCallRecord]],
                         after: Sequence[Sequence[DelegateCallRecord]],
-                        moved: Mapping[int, str]) -> list[BoundaryDifference]:
+                        moved: Mapping[int, Resident]) -> list[BoundaryDifference]:
     """Differences over all method calls (``before[i]`` / ``after[i]``: the delegate calls of call i)."""
     return [d for call, (x, y) in enumerate(zip(before, after)) for d in compare_calls(call, x, y, moved)]
+
+
+def replaced_origins(before: Sequence[DelegateCallRecord], after: Sequence[DelegateCallRecord],
+                     resident: Mapping[int, Resident]) -> set[int]:
+    """The original's values whose bytes the rewrite's resident values now supply in one method call: where
+    the rewrite passes a resident value, the value the original's argument came from (its copy's source)."""
+    return {a.origin for x, y in zip(before, after) for a, b in zip(x.args, y.args)
+            if b.kind == "tensor" and b.value in resident}
 
 
 def summarize(records: Sequence[Sequence[DelegateCallRecord]]) -> dict[str, Any]:

@@ -10,16 +10,20 @@ For every method it checks that
 * every delegate call receives the same arguments with the same bytes
   (``transcript.py``): the delegate-boundary check, which needs no executor for
   the delegate and sees corruption that never reaches an output;
-* every moved constant was copied to its device exactly once, at load, with
-  its full size;
-* no call copies a moved constant;
+* every moved constant and folded value was copied to its device exactly once,
+  at load, with its full size;
+* no call copies one of them, or a value of the original whose bytes they now
+  supply;
 * each call's host-to-device bytes fell by exactly the bytes the original
-  copied from the moved constants in that call (a constant's size when it was
-  copied once per call, as in the usual program).
+  copied of those values in that call (a constant's size when it was copied
+  once per call, as in the usual program).
 
-"Moved constants" come from the two programs alone: a value that is a constant
-in the original and, in the rewrite, is planned in a non-CPU buffer with
-initial data, in the same method at the same value index.
+Both kinds come from the two programs alone: a *moved constant* is a constant in
+the original that the rewrite plans in a non-CPU buffer with initial data, in the
+same method at the same value index; a *folded value* is planned the same way in
+the rewrite but in the original was a value the host computed (or is new).  Which
+of the original's values they stand for comes from the delegate-boundary
+transcript: the arguments they replace, and the copies that filled those.
 
 Delegates whose backend has no executor run as opaque stand-ins
 (``opaque.py``); ``opaque_delegates=True`` runs every delegate that way.
@@ -45,7 +49,7 @@ from .delegates import OpaquePolicy
 from .dtypes import dtype_name
 from .profiling import ProfiledCopies
 from .run import RunResult, calls_from, load_torch_file, run_program, synthetic_inputs
-from .transcript import BoundaryDifference, compare_transcripts, summarize
+from .transcript import BoundaryDifference, Resident, compare_transcripts, replaced_origins, summarize
 
 COPY_KERNELS = frozenset({"et_copy::_h2d_copy.out", "et_copy::_d2h_copy.out"})
 MAX_DIFFERENCES_IN_JSON = 100
@@ -59,6 +63,11 @@ class MovedConstant:
     name: Optional[str]
     device: str
     nbytes: int
+    folded: bool = False  # a value the original computed on the host from constants (or a new value)
+
+    @property
+    def resident(self) -> Resident:
+        return Resident(self.device, self.folded)
 
 
 class Status(str, Enum):
@@ -93,7 +102,7 @@ class CallComparison:
     index: int
     h2d_before: int
     h2d_after: int
-    moved_bytes_copied_before: int  # what the original copied this call from the moved constants
+    moved_bytes_copied_before: int  # what the original copied this call of the moved or folded values
     d2h_before: int
     d2h_after: int
     wall_s_before: float
@@ -101,6 +110,8 @@ class CallComparison:
     max_abs_diff: float
     profiled_before: Optional[ProfiledCopies] = None  # torch.profiler's memcpy totals (--profile, real GPU)
     profiled_after: Optional[ProfiledCopies] = None
+    derived_before: int = 0  # H2D bytes computed from constants alone (runner/derivation.py)
+    derived_after: int = 0
 
 
 @dataclass(frozen=True)
@@ -175,7 +186,8 @@ class ValidationResult:
 
 
 def _constant_json(c: MovedConstant) -> dict:
-    return {"value": c.value, "name": c.name, "device": c.device, "nbytes": c.nbytes}
+    return {"value": c.value, "name": c.name, "device": c.device, "nbytes": c.nbytes,
+            "kind": "folded" if c.folded else "moved"}
 
 
 def _call_json(c: CallComparison) -> dict:
@@ -184,14 +196,17 @@ def _call_json(c: CallComparison) -> dict:
         profiled = {"before": c.profiled_before.to_json() if c.profiled_before else None,
                     "after": c.profiled_after.to_json() if c.profiled_after else None}
     return {"call": c.index, "h2d_bytes": {"before": c.h2d_before, "after": c.h2d_after,
-                                           "moved_constants_before": c.moved_bytes_copied_before},
+                                           "moved_constants_before": c.moved_bytes_copied_before,
+                                           "constant_derived_before": c.derived_before,
+                                           "constant_derived_after": c.derived_after},
             "d2h_bytes": {"before": c.d2h_before, "after": c.d2h_after},
             "wall_s": {"before": c.wall_s_before, "after": c.wall_s_after}, "max_abs_diff": c.max_abs_diff,
             "profiler": profiled}
 
 
 def moved_constants(original: m.Program, rewritten: m.Program) -> dict[str, list[MovedConstant]]:
-    """Per method: values constant in ``original`` that ``rewritten`` plans on a device with initial data."""
+    """Per method: values ``rewritten`` plans on a device with initial data that were constants in ``original``
+    (moved) or values the host computed there, or no value at all (folded)."""
     result: dict[str, list[MovedConstant]] = {}
     for plan_a in original.execution_plan or ():
         name = plan_a.name or ""
@@ -200,29 +215,64 @@ def moved_constants(original: m.Program, rewritten: m.Program) -> dict[str, list
         except KeyError:
             continue
         moved = []
-        values_b = plan_b.values or ()
-        for index, value in enumerate(plan_a.values or ()):
-            if not (isinstance(value, m.Tensor) and value.is_constant and index < len(values_b)):
+        values_a = plan_a.values or ()
+        for index, after in enumerate(plan_b.values or ()):
+            if not (isinstance(after, m.Tensor) and after.has_initial_data):
                 continue
-            after = values_b[index]
-            if isinstance(after, m.Tensor) and after.has_initial_data:
-                device = plan_b.buffer_device(after.allocation_info.memory_id)
-                if not device.is_cpu:
-                    moved.append(MovedConstant(name, index, value.fqn or after.fqn, str(device), after.nbytes))
+            device = plan_b.buffer_device(after.allocation_info.memory_id)
+            before = values_a[index] if index < len(values_a) else None
+            if device.is_cpu or isinstance(before, m.Tensor) and before.has_initial_data:
+                continue
+            if isinstance(before, m.Tensor) and before.is_constant:
+                moved.append(MovedConstant(name, index, before.fqn or after.fqn, str(device), after.nbytes))
+            elif before is None or isinstance(before, m.Tensor):
+                moved.append(MovedConstant(name, index, after.fqn, str(device), after.nbytes, folded=True))
         result[name] = moved
     return result
 
 
 def _compute_signature(plan: m.ExecutionPlan, pte: PteFile) -> tuple:
-    """What decides the arithmetic: compute kernels (not device copies) and delegates with their blobs."""
+    """What decides the arithmetic: host kernels whose results reach host computation, and delegates with their blobs.
+
+    Device copies are not counted, nor kernels whose result only delegates (directly or through device
+    copies) read: the delegate-boundary check compares every byte those give the delegates, so a rewrite
+    that computes them once, offline (``rewrite --fold``), still owes bit-identical outputs.
+    """
     operators = plan.operators or ()
-    kernels = Counter(operators[i.op_index].qualified_name for chain in plan.chains or ()
-                      for i in chain.instructions or () if isinstance(i, m.KernelCall)
-                      and 0 <= i.op_index < len(operators)
-                      and operators[i.op_index].qualified_name not in COPY_KERNELS)
+    names = [op.qualified_name for op in operators]
+    boundary_only = _feeding_delegates_only(plan, names)
+    kernels = Counter(names[i.op_index] for chain in plan.chains or () for i in chain.instructions or ()
+                      if isinstance(i, m.KernelCall) and 0 <= i.op_index < len(operators)
+                      and names[i.op_index] not in COPY_KERNELS and id(i) not in boundary_only)
     delegates = tuple((d.id, tuple((s.key, bytes(s.value or b"")) for s in d.compile_specs or ()),
                        bytes(pte.delegate_blob(d))) for d in plan.delegates or ())
     return tuple(sorted(kernels.items())), delegates
+
+
+def _feeding_delegates_only(plan: m.ExecutionPlan, names: Sequence[str]) -> set[int]:
+    """``id()`` of each KernelCall whose returned value only DelegateCalls and device copies read."""
+    readers: dict[int, list[m.Instruction]] = {}
+    for chain in plan.chains or ():
+        for ins in chain.instructions or ():
+            args = ins.args or () if isinstance(ins, (m.KernelCall, m.DelegateCall)) else \
+                (ins.move_from,) if isinstance(ins, m.MoveCall) else ()
+            written = set((ins.args or ())[-1:]) if isinstance(ins, m.KernelCall) else set()
+            for arg in set(args) - written:
+                readers.setdefault(arg, []).append(ins)
+    elsewhere = set(plan.outputs or ()) | {item for v in plan.values or () if isinstance(v, (m.TensorList, m.OptionalTensorList))
+                                            for item in v.items or ()}
+    found = set()
+    for chain in plan.chains or ():
+        for ins in chain.instructions or ():
+            if not isinstance(ins, m.KernelCall) or not ins.args:
+                continue
+            result = ins.args[-1]
+            uses = readers.get(result, [])
+            if uses and result not in elsewhere and all(
+                    isinstance(u, m.DelegateCall) or isinstance(u, m.KernelCall) and 0 <= u.op_index < len(names)
+                    and names[u.op_index] in COPY_KERNELS for u in uses):
+                found.add(id(ins))
+    return found
 
 
 def _max_abs_diff(a: Sequence[Any], b: Sequence[Any]) -> float:
@@ -301,7 +351,7 @@ def _boundary(name: str, before: RunResult, after: RunResult, moved: list[MovedC
     """The delegate-boundary check: every delegate call of the rewrite gets what the original's got."""
     records_before = [c.delegate_calls for c in before.calls]
     records_after = [c.delegate_calls for c in after.calls]
-    differences = compare_transcripts(records_before, records_after, {c.value: c.device for c in moved})
+    differences = compare_transcripts(records_before, records_after, {c.value: c.resident for c in moved})
     counts = summarize(records_before)
     boundary = Boundary(counts["delegate_calls"], counts["arguments"], differences)
     if differences:
@@ -335,6 +385,7 @@ def _check_method(name: str, before: RunResult, after: RunResult, moved: list[Mo
     boundary, boundary_check = _boundary(name, before, after, moved)
     checks.append(boundary_check)
     load_events = _h2d(after.events, LOAD, name)
+    what = "moved and folded values" if any(c.folded for c in moved) else "moved constants"
     problems = []
     for constant in moved:
         copies = [e for e in load_events if e.source_value == constant.value and e.cause is Cause.LOAD_INITIAL_DATA]
@@ -342,14 +393,21 @@ def _check_method(name: str, before: RunResult, after: RunResult, moved: list[Mo
             problems.append(f"value {constant.value}: {len(copies)} load copies, "
                             f"{sum(e.nbytes for e in copies)} B (expected 1 copy of {constant.nbytes} B to "
                             f"{constant.device})")
-    checks.append(Check.of("moved constants copied once at load", not problems,
-                           "; ".join(problems) or f"{len(moved)} constant(s), {sum(c.nbytes for c in moved)} B"))
+    folded = sum(1 for c in moved if c.folded)
+    counted = f"{len(moved) - folded} constant(s)" + (f" and {folded} folded value(s)" if folded else "")
+    checks.append(Check.of(f"{what} copied once at load", not problems,
+                           "; ".join(problems) or f"{counted}, {sum(c.nbytes for c in moved)} B"))
+    resident = {c.value: c.resident for c in moved}
     calls: list[CallComparison] = []
     per_call_problems, drop_problems = [], []
     for i, (a, b) in enumerate(zip(before.calls, after.calls)):
         phase = f"call {i}"
-        moved_before = sum(e.nbytes for e in _h2d(before.events, phase, name) if e.source_value in moved_ids)
-        still = [e for e in _h2d(after.events, phase, name) if e.source_value in moved_ids]
+        # the original's values whose bytes the resident values now supply: a moved constant itself, the
+        # value a folded one was computed as (or copied from), read from this call's delegate arguments
+        origins = {c.value for c in moved if not c.folded} | replaced_origins(a.delegate_calls, b.delegate_calls,
+                                                                              resident)
+        moved_before = sum(e.nbytes for e in _h2d(before.events, phase, name) if e.source_value in origins)
+        still = [e for e in _h2d(after.events, phase, name) if e.source_value in origins | set(resident)]
         if still:
             per_call_problems.append(f"call {i}: {len(still)} copies ({sum(e.nbytes for e in still)} B) "
                                      f"of values {sorted({e.source_value for e in still})}")
@@ -358,11 +416,12 @@ def _check_method(name: str, before: RunResult, after: RunResult, moved: list[Mo
             drop_problems.append(f"call {i}: fell by {drop} B, expected {moved_before} B")
         calls.append(CallComparison(i, a.copies.h2d.nbytes, b.copies.h2d.nbytes, moved_before, a.copies.d2h.nbytes,
                                     b.copies.d2h.nbytes, a.wall_s, b.wall_s, _max_abs_diff(a.outputs, b.outputs),
-                                    a.profiled, b.profiled))
-    checks.append(Check.of("no per-call copies of moved constants", not per_call_problems,
+                                    a.profiled, b.profiled, a.copies.constant_derived_h2d.nbytes,
+                                    b.copies.constant_derived_h2d.nbytes))
+    checks.append(Check.of(f"no per-call copies of {what}", not per_call_problems,
                            "; ".join(per_call_problems) or f"{len(calls)} calls"))
     last = calls[-1] if calls else None
-    checks.append(Check.of("per-call H2D bytes fell by the moved constants' bytes", not drop_problems,
+    checks.append(Check.of(f"per-call H2D bytes fell by the {what}' bytes", not drop_problems,
                            "; ".join(drop_problems) or
                            (f"{last.h2d_before} B -> {last.h2d_after} B per call" if last else "no calls")))
     return MethodValidation(name, moved, exact, calls, before.load.h2d.nbytes, after.load.h2d.nbytes, checks,
