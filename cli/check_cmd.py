@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 import typer
 
 from pte_devconst.cli.app import EXIT_OK, OPTIONS, command
-from pte_devconst.cli.output import (echo_lines, printable, FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
+from pte_devconst.cli.output import (echo_lines, printable, FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, fold_hint, human_bytes, markdown_table,
                                      resolve_format, stdout_console, table, md_code, md_text)
 from pte_devconst.cli.progress import files_progress
 
@@ -32,8 +32,11 @@ def _finding_payload(findings: tuple[Finding, ...]) -> list[dict[str, Any]]:
 def check_payload(report: CheckReport) -> dict[str, Any]:
     """The JSON document of a check (see cli/report.schema.json)."""
     return {
+        "fold_hint": ({"tensors": report.foldable, "bytes_per_call": report.foldable_bytes_per_call}
+                      if report.foldable else None),
         "passed": report.passed,
         "exit_code": report.exit_code,
+        "fold": report.fold,
         "min_bytes": report.min_bytes,
         "findings": len(report.findings),
         "bytes_per_call": report.bytes_per_call,
@@ -62,9 +65,10 @@ def _summary(report: CheckReport) -> str:
         return f"{checked} file(s) checked: no constant is copied to a device on every call."
     parts = [] if report.findings else [f"{checked} file(s) checked without findings"]
     if report.findings:
-        parts.append(f"{len(report.findings)} constant(s) in "
+        parts.append(f"{len(report.findings)} {'tensor' if report.fold else 'constant'}(s) in "
                      f"{sum(1 for f in report.files if f.findings)} file(s) still copied to a device on every "
-                     f"call ({human_bytes(report.bytes_per_call)} per call); run pte-devconst rewrite")
+                     f"call ({human_bytes(report.bytes_per_call)} per call); run pte-devconst rewrite"
+                     + (" --fold" if report.fold else ""))
     if report.unknown:
         parts.append(f"{len(report.unknown)} external constant(s) in {sum(1 for f in report.files if f.unknown)} "
                      "file(s) not judged: their .ptd is missing (NAME.ptd next to NAME.pte, or --ptd)")
@@ -110,6 +114,15 @@ def render_text(report: CheckReport) -> None:
             if f.note:
                 console.print(printable(f"note: {f.file}: {f.note}"), markup=False, soft_wrap=True)
         console.print(_summary(report), markup=False, style="green" if report.passed else "red")
+        hint = _fold_hint(report)
+        if hint:
+            console.print(hint, markup=False)
+
+
+def _fold_hint(report: CheckReport) -> Optional[str]:
+    from pte_devconst.rewriter.plan import FoldGain
+
+    return fold_hint(FoldGain(report.foldable, report.foldable_bytes_per_call))
 
 
 def _markdown_finding_rows(findings: Sequence[Finding]) -> list[list[Any]]:
@@ -132,6 +145,9 @@ def render_markdown(report: CheckReport) -> None:
     notes = [f"- {md_code(f.file)}: {md_text(f.note)}" for f in report.files if f.note]
     if notes:
         lines += ["**Notes:**", ""] + notes + [""]
+    hint = _fold_hint(report)
+    if hint:
+        lines += [hint, ""]
     checked = [f for f in report.files if not f.error]
     if checked:
         lines += ["<details><summary>{} file(s) checked</summary>".format(len(checked)), "",
@@ -152,6 +168,8 @@ def check_command(
     device: Optional[list[str]] = typer.Option(None, "--device", help="Only count constants that could move "
                                                "to this device (repeatable, e.g. cuda:0)."),
     min_bytes: int = typer.Option(0, "--min-bytes", min=0, help="Ignore constants smaller than this."),
+    fold: bool = typer.Option(False, "--fold", help="Also count what rewrite --fold would move: each chain of "
+                              "host kernels that only move or cast a constant for device delegates."),
     fmt: OutputFormat = FORMAT_OPTION,
     json_flag: bool = JSON_FLAG,
 ) -> None:
@@ -162,7 +180,8 @@ def check_command(
     paths, _ = expand_paths(files)
     with files_progress("checking", [str(p) for p in paths], OPTIONS.quiet) as advance:
         report = check(files, ptd=ptd or None, min_bytes=min_bytes, devices=devices,
-                       progress=(lambda done, total, name: advance(done, Path(name).name)) if advance else None)
+                       progress=(lambda done, total, name: advance(done, Path(name).name)) if advance else None,
+                       fold=fold)
     for failed in report.errors:
         typer.echo(printable(f"pte-devconst: error: {failed.error}"), err=True)
     fmt = resolve_format(fmt, json_flag)

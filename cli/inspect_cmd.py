@@ -8,13 +8,14 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from pte_devconst.cli.app import command
-from pte_devconst.cli.output import (echo_lines, FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
-                                     markup_safe, md_code, md_text, printable, resolve_format, shape_text, stdout_console,
-                                     table)
+from pte_devconst.cli.output import (echo_lines, FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, fold_hint, human_bytes,
+                                     markdown_table, markup_safe, md_code, md_text, printable, resolve_format, shape_text,
+                                     stdout_console, table)
 from pte_devconst.schema.record import record
 
 if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
     from pte_devconst.rewriter.inventory import MethodSummary, ProgramSummary
+    from pte_devconst.rewriter.plan import FoldGain
 
 
 def _io(values) -> str:
@@ -60,10 +61,22 @@ def _method_tables(method: MethodSummary):
         yield table("constants", ["v", "name", "dtype", "shape", "bytes", "read by", "verdict"],
                     [[c.value, c.name, c.dtype, shape_text(c.shape), human_bytes(c.nbytes), _readers_cell(c.readers, True),
                       c.verdict] for c in method.constants], right=["v", "bytes"])
+    if method.folds:
+        yield table("chains of host kernels from constants to device readers (rewrite --fold)", FOLD_COLUMNS,
+                    fold_rows(method), right=["v", "bytes", "per call"])
     if method.initial_data:
         yield table("planned with initial data", ["v", "name", "bytes", "buffer", "offset", "device", "from"],
                     [[i.value, i.name, human_bytes(i.nbytes), i.memory_id, i.offset, i.device, i.source]
                      for i in method.initial_data], right=["v", "bytes", "buffer", "offset"])
+
+
+FOLD_COLUMNS = ["v", "from", "kernels", "read by", "bytes", "per call", "status"]
+
+
+def fold_rows(method: MethodSummary) -> list[list[object]]:
+    return [[f.value, f.source_name, ", ".join(f.kernels) or "(none: a shared constant)",
+             f"delegate{'s' if len(f.delegates) > 1 else ''} {', '.join(map(str, f.delegates))} on {f.device}",
+             human_bytes(f.nbytes), human_bytes(f.bytes_per_call), f.status] for f in method.folds]
 
 
 @record
@@ -75,6 +88,7 @@ class InspectReport:
     unknown_constants: int
     load_refusal: Optional[str]
     notes: tuple[str, ...]
+    fold_gain: Optional[FoldGain] = None  # what rewrite --fold would move beyond a plain rewrite
 
 
 def _warnings(report: InspectReport) -> list[str]:
@@ -114,6 +128,9 @@ def render_text(report: InspectReport) -> None:
         console.print("No constant is copied to a device on every call.")
     if report.unknown_constants:
         console.print(printable(_unknown_hint(report)), markup=False)
+    hint = fold_hint(report.fold_gain)
+    if hint:
+        console.print(hint, markup=False)
 
 
 def render_markdown(report: InspectReport) -> None:
@@ -133,6 +150,12 @@ def render_markdown(report: InspectReport) -> None:
             out += [markdown_table(["value", "name", "dtype", "shape", "bytes", "read by", "verdict"],
                                    [[c.value, md_code(c.name), c.dtype, shape_text(c.shape), c.nbytes,
                                      _readers_cell(c.readers, False), c.verdict] for c in method.constants]), ""]
+        if method.folds:
+            out += ["Chains of host kernels from constants to device readers (`rewrite --fold`):", "",
+                    markdown_table(FOLD_COLUMNS, fold_rows(method)), ""]
+    hint = fold_hint(report.fold_gain)
+    if hint:
+        out.append(hint)
     echo_lines(out)
 
 
@@ -151,15 +174,19 @@ def inspect_command(
     """
     from pte_devconst.rewriter.inventory import summarize
     from pte_devconst.rewriter.load import analyze_opened, opened
+    from pte_devconst.rewriter.plan import safe_fold_gain
 
     with opened(file, ptd) as (source, data):
         analysis = analyze_opened(source, data)
         report = InspectReport(summarize(source, analysis), data.path if data else None, len(analysis.unknown),
-                               source.load_refusal, analysis.notes)
+                               source.load_refusal, analysis.notes, safe_fold_gain(source.program, analysis))
     fmt = resolve_format(fmt, json_flag)
     if fmt is OutputFormat.json:
+        gain = report.fold_gain
         emit_json("inspect", {"file": report.summary, "ptd": report.ptd, "unknown_constants": report.unknown_constants,
-                              "load_refusal": report.load_refusal, "notes": list(report.notes)})
+                              "load_refusal": report.load_refusal, "notes": list(report.notes),
+                              "fold_hint": None if gain is None else {"tensors": gain.tensors,
+                                                                      "bytes_per_call": gain.bytes_per_call}})
     elif fmt is OutputFormat.markdown:
         render_markdown(report)
     else:

@@ -88,6 +88,14 @@ def human_bytes(count: int) -> str:
     return f"{value:.1f} PiB"
 
 
+def fold_hint(gain: Any) -> Optional[str]:
+    """The one line ``inspect``, ``rewrite`` and ``check`` print when ``--fold`` would move more."""
+    if gain is None or gain.tensors <= 0:
+        return None
+    return (f"{gain.tensors} more tensor{'s' if gain.tensors != 1 else ''} ({gain.bytes_per_call:,} bytes per call) "
+            "would move with --fold")
+
+
 def shape_text(shape: Optional[Sequence[int]]) -> str:
     return "[" + ", ".join(str(s) for s in shape or ()) + "]"
 

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 
 from pte_devconst.cli.app import OPTIONS, command
-from pte_devconst.cli.output import (echo_lines, FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
-                                     markup_safe, resolve_format, stdout_console, table, md_code)
+from pte_devconst.cli.output import (echo_lines, FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, fold_hint, human_bytes,
+                                     markdown_table, markup_safe, resolve_format, stdout_console, table, md_code)
 from pte_devconst.cli.progress import write_progress
 from pte_devconst.schema.errors import PteDevconstError
 
@@ -31,6 +31,29 @@ def parse_devices(values: Optional[list[str]]) -> "Optional[frozenset[Device]]":
     return api_parse_devices(values or None, "--device")
 
 
+def fold_payload(fold: Any) -> dict[str, Any]:
+    """One folded chain (or device copy of a shared constant) in a rewrite's JSON."""
+    chain = fold.chain
+    return {"value": fold.value, "new_value": fold.appended, "result": chain.result, "source": chain.source,
+            "source_name": chain.source_tensor.fqn or f"value {chain.source}", "duplicate": chain.duplicate,
+            "kernels": [{"kernel": s.kernel, "chain": s.chain, "instruction": s.instruction, "output": s.output}
+                        for s in chain.steps],
+            "device": chain.device, "delegates": list(chain.delegates), "nbytes": fold.nbytes,
+            "memory_id": fold.memory_id, "offset": fold.offset, "initial_data_index": fold.initial_data_index,
+            "external_key": fold.external_key, "copies_per_call_removed": chain.copies_per_call,
+            "bytes_per_call_saved": fold.bytes_per_call,
+            "instructions_removed": [{"chain": c, "instruction": k} for c, k in fold.removed],
+            "host_keeps": list(chain.stays)}
+
+
+def _left_in_place(plan: Any, method: Any) -> list[Any]:
+    """The constants a rewrite leaves on the host: not eligible, and (with --fold) not a source of a folded
+    chain or moved once its kernels went."""
+    handled = {f.chain.source for f in plan.folds if f.plan_index == method.plan_index}
+    handled |= {p.value for p in plan.placements if p.plan_index == method.plan_index}
+    return [c for c in method.constants if not c.eligible and c.value not in handled]
+
+
 def result_payload(result: RewriteResult) -> dict[str, Any]:
     """The JSON document of a rewrite (also used by ``check`` and the Python API's callers)."""
     plan = result.plan
@@ -48,8 +71,10 @@ def result_payload(result: RewriteResult) -> dict[str, Any]:
             "instructions_removed": [{"chain": c, "instruction": k} for c, k in edit.removed],
             "instruction_map": [{"chain": c, "map": list(mapping)} for c, mapping in enumerate(edit.instruction_maps)
                                 if any(new != old for old, new in enumerate(mapping))],
+            "folded": [fold_payload(f) for f in edit.folds],
+            "released": list(edit.released),
             "not_moved": [{"value": v.value, "name": v.name, "nbytes": v.nbytes, "verdict": v.verdict,
-                           "details": list(v.details)} for v in method.constants if not v.eligible],
+                           "details": list(v.details)} for v in _left_in_place(plan, method)],
             "h2d_bytes_per_call_before": method.h2d_bytes_per_call,
             "h2d_bytes_per_call_after": method.h2d_bytes_per_call - edit.bytes_per_call_saved,
         })
@@ -57,14 +82,59 @@ def result_payload(result: RewriteResult) -> dict[str, Any]:
         "input": result.input, "output": result.output, "dry_run": result.output is None, "changed": result.changed,
         "verified": result.verified,
         "input_size": result.input_size, "output_size": result.output_size,
-        "constants_moved": len(plan.placements), "bytes_per_call_saved": plan.bytes_per_call_saved,
+        "constants_moved": len(plan.placements), "values_folded": len(plan.folds),
+        "bytes_per_call_saved": plan.bytes_per_call_saved,
+        "fold": plan.options.fold, "duplicate_shared": plan.options.duplicate_shared,
+        "device_bytes_added": plan.device_bytes_added, "initial_data_bytes_added": plan.initial_data_bytes,
+        "constant_bytes_dropped": plan.dropped_bytes,
         "instructions_removed": result.instructions_removed,
         "constant_entries_dropped": list(plan.dropped_constants),
         "initial_data_entries_added": len(plan.initial_data),
         "skipped": [{"method": s.verdict.method, "value": s.verdict.value, "name": s.verdict.name, "reason": s.reason}
                     for s in plan.skipped],
+        "fold_skipped": [{"method": s.chain.method, "value": s.chain.result, "source": s.chain.source,
+                          "kernels": [step.kernel for step in s.chain.steps], "reason": s.reason}
+                         for s in plan.fold_skipped],
+        "fold_hint": _hint_payload(result),
         "methods": methods,
     }
+
+
+def _hint_payload(result: RewriteResult) -> Optional[dict[str, int]]:
+    gain = result.fold_gain
+    return None if gain is None else {"tensors": gain.tensors, "bytes_per_call": gain.bytes_per_call}
+
+
+def fold_rows(result: RewriteResult) -> list[list[Any]]:
+    """One row per folded chain: method, the device-resident value, its constant, kernels, device, bytes."""
+    rows = []
+    for fold in result.plan.folds:
+        chain = fold.chain
+        value = f"{fold.value} (new)" if fold.appended else str(fold.value)
+        kernels = chain.kernels if chain.steps else "device copy (shared)"
+        rows.append([fold.method, value, chain.source_tensor.fqn or f"value {chain.source}", kernels,
+                     str(chain.device), human_bytes(fold.nbytes), human_bytes(fold.bytes_per_call)])
+    return rows
+
+
+FOLD_COLUMNS = ["method", "v", "from", "kernels", "device", "bytes", "H2D saved/call"]
+
+
+def cost_line(plan: Any) -> str:
+    """What folding costs: device memory for the whole method, and the initial data the file gains."""
+    folded = [f for f in plan.folds if not f.duplicate]
+    copies = [f for f in plan.folds if f.duplicate]
+    what = " and ".join(part for part in (f"{len(folded)} folded value(s)" if folded else "",
+                                         f"{len(copies)} device copy(ies) of shared constants" if copies else "")
+                        if part)
+    computed = sum(e.nbytes for e in plan.initial_data if e.recipe is not None)
+    line = (f"{what}: {human_bytes(sum(f.nbytes for f in plan.folds))} of device memory for the whole method; "
+            f"{human_bytes(plan.initial_data_bytes)} of new initial data in the file ({human_bytes(computed)} "
+            f"computed), {human_bytes(plan.dropped_bytes)} of constants dropped")
+    kept = sum(1 for f in plan.folds if f.chain.stays or f.duplicate)
+    if kept:
+        line += f"; {kept} of them from constants the host still reads (their bytes stay too)"
+    return line + "."
 
 
 def _moved_rows(result: RewriteResult) -> list[list[Any]]:
@@ -89,24 +159,37 @@ def render_text(result: RewriteResult) -> None:
         console.print(f"{markup_safe(result.input)}: nothing to move; " +
                       ("no file written (dry run)." if result.output is None else f"{markup_safe(result.output)} is an identical copy."), soft_wrap=True)
     else:
-        console.print(table(f"constants {verb} to device memory", ["method", "device", "constants", "bytes",
-                                                                    "H2D saved/call"],
-                            _moved_rows(result), right=["constants", "bytes", "H2D saved/call"]))
+        if plan.placements:
+            console.print(table(f"constants {verb} to device memory", ["method", "device", "constants", "bytes",
+                                                                        "H2D saved/call"],
+                                _moved_rows(result), right=["constants", "bytes", "H2D saved/call"]))
+        if plan.folds:
+            console.print(table(f"chains {'that would fold' if result.output is None else 'folded'} into device "
+                                "memory", FOLD_COLUMNS, fold_rows(result), right=["v", "bytes", "H2D saved/call"]))
         growth = [[e.name, b.memory_id, str(b.device), human_bytes(b.old_size), human_bytes(b.new_size),
                    "new" if b.added else "grown"] for e in plan.methods for b in e.buffers]
         console.print(table("planned buffers", ["method", "id", "device", "before", "after", ""], growth,
                             right=["id", "before", "after"]))
-        console.print(f"{result.instructions_removed} copy instruction(s) removed; "
+        kind = "copy and host kernel instruction(s)" if plan.folds else "copy instruction(s)"
+        console.print(f"{result.instructions_removed} {kind} removed; "
                       f"{len(plan.dropped_constants)} constant entr(ies) dropped, "
                       f"{len(plan.initial_data)} initial-data entr(ies) added; "
                       f"{human_bytes(plan.bytes_per_call_saved)} fewer host-to-device bytes per call.")
+        if plan.folds:
+            console.print(cost_line(plan))
     not_moved = [[c.method, c.value, c.name, human_bytes(c.nbytes), "; ".join(c.reasons)]
-                 for method in plan.analysis.methods for c in method.constants if not c.eligible]
+                 for method in plan.analysis.methods for c in _left_in_place(plan, method)]
     not_moved += [[s.verdict.method, s.verdict.value, s.verdict.name, human_bytes(s.verdict.nbytes), s.reason]
                   for s in plan.skipped]
+    not_moved += [[s.chain.method, s.chain.result, f"{s.chain.kernels or 'copy'} of "
+                   f"{s.chain.source_tensor.fqn or f'value {s.chain.source}'}", human_bytes(s.chain.nbytes), s.reason]
+                  for s in plan.fold_skipped]
     if not_moved and not OPTIONS.quiet:
         console.print(table("left in place", ["method", "v", "name", "bytes", "why"], not_moved,
                             right=["v", "bytes"]))
+    hint = fold_hint(result.fold_gain)
+    if hint and not OPTIONS.quiet:
+        console.print(hint, markup=False)
     if result.output is not None and not plan.is_empty:
         checked = "re-read and checked (every byte)" if result.verified == "full" else "re-read and checked"
         console.print(f"wrote [bold]{markup_safe(result.output)}[/] ({human_bytes(result.output_size or 0)}; input "
@@ -119,9 +202,16 @@ def render_markdown(result: RewriteResult) -> None:
     if plan.is_empty:
         lines.append("Nothing to move.")
     else:
-        lines += [markdown_table(["method", "device", "constants", "bytes", "H2D saved/call"], _moved_rows(result)), "",
-                  f"**{human_bytes(plan.bytes_per_call_saved)}** fewer host-to-device bytes per call; "
-                  f"{result.instructions_removed} copy instruction(s) removed."]
+        if plan.placements:
+            lines += [markdown_table(["method", "device", "constants", "bytes", "H2D saved/call"], _moved_rows(result)),
+                      ""]
+        if plan.folds:
+            lines += ["Folded chains:", "", markdown_table(FOLD_COLUMNS, fold_rows(result)), "", cost_line(plan), ""]
+        lines += [f"**{human_bytes(plan.bytes_per_call_saved)}** fewer host-to-device bytes per call; "
+                  f"{result.instructions_removed} instruction(s) removed."]
+    hint = fold_hint(result.fold_gain)
+    if hint:
+        lines += ["", hint]
     echo_lines(lines)
 
 
@@ -134,6 +224,12 @@ def rewrite_command(
     device: Optional[list[str]] = typer.Option(None, "--device", help="Only move constants to this device "
                                                "(repeatable, e.g. cuda:0)."),
     min_bytes: int = typer.Option(0, "--min-bytes", min=0, help="Leave constants smaller than this in place."),
+    fold: bool = typer.Option(False, "--fold", help="Also fold chains of host kernels that only move or cast a "
+                              "constant (permute_copy, view_copy, _to_copy, ...) before device delegates read it: "
+                              "compute the result once, offline, and store it as device-resident initial data."),
+    duplicate_shared: bool = typer.Option(False, "--duplicate-shared", help="Give device delegates that read a "
+                                          "constant the host also reads their own device-resident copy (the file "
+                                          "and the device each hold one more copy of it)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; write nothing."),
     in_place: bool = typer.Option(False, "--in-place", help="Replace the input file (atomically)."),
     fsync: bool = typer.Option(True, "--fsync/--no-fsync", help="Wait until the output is on disk before "
@@ -149,13 +245,18 @@ def rewrite_command(
     fmt: OutputFormat = FORMAT_OPTION,
     json_flag: bool = JSON_FLAG,
 ) -> None:
-    """Find constants read only by delegates on one device and move them into device memory with initial data."""
+    """Find constants read only by delegates on one device and move them into device memory with initial data.
+
+    With --fold, also compute the host's transposes, views and casts of constants that device delegates read,
+    once, and store their results in device memory the same way.
+    """
     if in_place and output is not None:
         raise PteDevconstError("--in-place and --output exclude each other")
     from pte_devconst.rewriter.plan import RewriteOptions
     from pte_devconst.rewriter.rewrite import rewrite_file
 
-    options = RewriteOptions(devices=parse_devices(device), min_bytes=min_bytes)
+    options = RewriteOptions(devices=parse_devices(device), min_bytes=min_bytes, fold=fold,
+                             duplicate_shared=duplicate_shared)
     try:
         size = file.stat().st_size
     except OSError:  # missing, or a name the OS refuses: rewrite_file reports it in one line

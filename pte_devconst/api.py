@@ -14,7 +14,7 @@ Errors are ``pte_devconst.schema.errors.PteDevconstError`` (one readable line).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence, Union
 
@@ -143,6 +143,8 @@ class FileCheck:
     error: Optional[str] = None
     note: Optional[str] = None  # e.g. why `rewrite` would refuse this program
     unknown: tuple[Finding, ...] = ()  # external constants whose .ptd was not found or given
+    foldable: int = 0  # without fold=True: tensors `rewrite --fold` would move beyond a plain rewrite
+    foldable_bytes_per_call: int = 0
 
     @property
     def status(self) -> str:
@@ -161,6 +163,7 @@ EXIT_UNKNOWN = 3
 class CheckReport:
     files: tuple[FileCheck, ...]
     min_bytes: int
+    fold: bool = False  # findings include what rewrite --fold would move
 
     @property
     def findings(self) -> tuple[Finding, ...]:
@@ -188,6 +191,15 @@ class CheckReport:
     def bytes_per_call(self) -> int:
         return sum(f.bytes_per_call for f in self.findings)
 
+    @property
+    def foldable(self) -> int:
+        """Without ``fold=True``: how many more tensors ``rewrite --fold`` would move, over all files."""
+        return sum(f.foldable for f in self.files)
+
+    @property
+    def foldable_bytes_per_call(self) -> int:
+        return sum(f.foldable_bytes_per_call for f in self.files)
+
 
 def expand_paths(patterns: Iterable[PathLike]) -> tuple[list[Path], list[str]]:
     """Expand glob patterns (``**`` too) and directories (every ``*.pte`` below) into files.
@@ -209,7 +221,26 @@ def _finding(pte: Path, verdict: "ConstantVerdict", device: Device) -> Finding:
                    verdict.copies_per_call)
 
 
-def _check_one(pte: Path, ptd: Optional[Path], min_bytes: int, devices: Optional[frozenset[Device]]) -> FileCheck:
+def _fold_findings(pte: Path, program: Any, analysis: Any, min_bytes: int, devices: Optional[frozenset[Device]]
+                   ) -> tuple[list[Finding], Any]:
+    """What ``rewrite --fold`` adds to a plain rewrite: a finding per folded chain and per constant that moves
+    once its kernels go; and the gain (tensors, bytes per call) for the hint without ``fold``."""
+    from pte_devconst.rewriter.plan import FoldGain, RewriteOptions, make_plan
+
+    options = RewriteOptions(devices=devices, min_bytes=min_bytes)
+    plain, plan = make_plan(program, analysis, options), make_plan(program, analysis, replace(options, fold=True))
+    eligible = {(c.plan_index, c.value) for c in analysis.eligible}
+    found = [Finding(str(pte), f.method, f.value, f"{f.chain.kernels} of "
+                     f"{f.chain.source_tensor.fqn or f'value {f.chain.source}'}", str(f.device), f.nbytes,
+                     f.chain.copies_per_call) for f in plan.folds]
+    found += [Finding(str(pte), p.method, p.value, p.name, str(p.device), p.nbytes, p.copies_per_call)
+              for p in plan.placements if (p.plan_index, p.value) not in eligible]
+    return found, FoldGain(plan.moved_tensors - plain.moved_tensors,
+                           plan.bytes_per_call_saved - plain.bytes_per_call_saved)
+
+
+def _check_one(pte: Path, ptd: Optional[Path], min_bytes: int, devices: Optional[frozenset[Device]],
+               fold: bool = False) -> FileCheck:
     from pte_devconst.rewriter.load import analyze_opened, opened
 
     with opened(pte, ptd, pair=False) as (source, data):
@@ -217,6 +248,7 @@ def _check_one(pte: Path, ptd: Optional[Path], min_bytes: int, devices: Optional
         if refusal:
             raise PteDevconstError(refusal, file=str(pte))
         analysis = analyze_opened(source, data)
+        program = source.program
     findings, unknown = [], []
     examined = 0
     for method in analysis.methods:
@@ -226,19 +258,27 @@ def _check_one(pte: Path, ptd: Optional[Path], min_bytes: int, devices: Optional
             if device is None or verdict.nbytes < min_bytes or (devices is not None and device not in devices):
                 continue
             (findings if verdict.eligible else unknown).append(_finding(pte, verdict, device))
+    try:
+        folded, gain = _fold_findings(pte, program, analysis, min_bytes, devices)
+    except PteDevconstError:  # the plan refuses the program (a buffer past the reader's limit): no fold figures
+        folded, gain = [], None
+    if fold:
+        findings += folded
     notes = list(analysis.notes)
     if analysis.refusal and findings:
         notes.append(f"rewrite would refuse this program: {analysis.refusal}")
     if unknown:
         notes.append(f"{len(unknown)} external constant(s) not judged: their data is in a .ptd; put "
                      f"{pte.with_suffix('.ptd').name} next to it or pass --ptd FILE.ptd")
+    more = gain is not None and not fold and gain.tensors > 0
     return FileCheck(str(pte), str(ptd) if ptd else None, examined, tuple(findings), None,
-                     "; ".join(notes) or None, tuple(unknown))
+                     "; ".join(notes) or None, tuple(unknown), gain.tensors if more else 0,
+                     gain.bytes_per_call if more else 0)
 
 
 def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[PathLike]]] = None,
           min_bytes: int = 0, devices: Optional[Iterable[DeviceLike]] = None,
-          progress: Optional[Callable[[int, int, str], None]] = None) -> CheckReport:
+          progress: Optional[Callable[[int, int, str], None]] = None, fold: bool = False) -> CheckReport:
     """Which constants do these programs still copy to a device on every call? (what ``check`` does)
 
     ``files`` may hold paths, glob patterns and directories; each real file is checked once.  Each
@@ -248,7 +288,9 @@ def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[P
     reported as unknown (``FileCheck.unknown``, exit code 3), never as clean.  Constants under
     ``min_bytes`` are ignored.  Never raises for a bad file: each unreadable file (or one the
     runtime's verifier would refuse) is a ``FileCheck`` with ``error`` set, and ``report.exit_code``
-    is 2.  ``progress(done, total, name)`` is called after each file.
+    is 2.  ``progress(done, total, name)`` is called after each file.  ``fold=True`` also counts what
+    ``rewrite --fold`` would move (each folded chain, each constant that moves once its kernels go) as
+    findings; without it, ``FileCheck.foldable`` says how many more tensors that would be.
     """
     if min_bytes < 0:
         raise PteDevconstError(f"min_bytes must be >= 0, got {min_bytes}")
@@ -267,7 +309,7 @@ def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[P
             continue
         data = pairs.get(item)
         try:
-            results.append(_check_one(item, data, min_bytes, selected))
+            results.append(_check_one(item, data, min_bytes, selected, fold))
         except PteDevconstError as error:
             text = " ".join(str(error).split())
             results.append(FileCheck(str(item), str(data) if data else None, 0, (),
@@ -283,4 +325,4 @@ def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[P
         results.append(FileCheck(name, name, 0, (), problem))
     if not results:
         results.append(FileCheck("", None, 0, (), "no files given"))
-    return CheckReport(tuple(results), min_bytes)
+    return CheckReport(tuple(results), min_bytes, fold)

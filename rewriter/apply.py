@@ -18,7 +18,7 @@ from pte_devconst.schema.pte_file import PteFile, Span, unchanged_segments
 from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_writer import ComputedPiece, Piece, SegmentContent
 
-from .plan import FoldPlacement, InitialData, MethodEdit, Placement, RewritePlan
+from .plan import FoldPlacement, InitialData, MethodEdit, Placement, RewritePlan, entry_lengths
 
 
 def _moved_tensor(tensor: m.Tensor, placement: Placement) -> m.Tensor:
@@ -132,16 +132,6 @@ def _edit_plan(plan: m.ExecutionPlan, edit: MethodEdit, constant_remap: Optional
     )
 
 
-def _entry_lengths(program: m.Program) -> dict[int, int]:
-    """The bytes each constant entry must keep: the largest tensor that reads it (any method)."""
-    lengths: dict[int, int] = {}
-    for plan in program.execution_plan or ():
-        for value in plan.values or ():
-            if isinstance(value, m.Tensor) and value.is_constant and not value.is_external:
-                lengths[value.data_buffer_idx] = max(lengths.get(value.data_buffer_idx, 0), value.nbytes)
-    return lengths
-
-
 def _rebuild_constants(source: PteFile, plan: RewritePlan) -> tuple[SegmentContent, tuple[int, ...], dict[int, int]]:
     """The constant segment without the dropped entries: (content, new offsets, old index -> new index)."""
     program = source.program
@@ -149,7 +139,7 @@ def _rebuild_constants(source: PteFile, plan: RewritePlan) -> tuple[SegmentConte
     offsets = cs.offsets or ()
     segment = source.segment_span(cs.segment_index)
     dropped = set(plan.dropped_constants)
-    lengths = _entry_lengths(program)
+    lengths = entry_lengths(program)
     content = SegmentContent(0)
     new_offsets = [0]
     remap = {0: 0}

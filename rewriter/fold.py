@@ -523,8 +523,9 @@ class FoldChain:
     def verdict(self) -> str:
         """``foldable: permute_copy at #4, then read by delegate 0 on cuda:0``."""
         if self.duplicate:
-            return f"shared: also read by {self.readers} (device copy with --duplicate-shared)"
-        return f"foldable: {self.kernels}, then read by {self.readers}"
+            return f"its device readers ({self.readers}) could get their own copy with --duplicate-shared"
+        text = f"foldable: {self.kernels}, then read by {self.readers}"
+        return text + (f" (the host keeps what it still reads: {self.stays[0]})" if self.stays else "")
 
 
 @record
@@ -536,6 +537,27 @@ class MethodFolds:
 
     def of_constant(self, value: int) -> tuple[FoldChain, ...]:
         return tuple(c for c in self.chains if c.source == value)
+
+    @property
+    def foldable(self) -> tuple[FoldChain, ...]:
+        """The chains ``--fold`` folds (with kernels, and nothing that stops them)."""
+        return tuple(c for c in self.chains if c.steps and c.problem is None)
+
+    def verdict(self, constant: Any) -> Optional[str]:
+        """The verdict ``inspect`` shows for a constant that does not move by itself but folds (or could be
+        duplicated): ``foldable: permute_copy at #4, then read by delegate 0 on cuda:0``; None otherwise."""
+        if constant.eligible or constant.unknown:
+            return None
+        chains = self.of_constant(constant.value)
+        folding = [c for c in chains if c.steps and c.problem is None]
+        if folding:
+            text = "; ".join(c.verdict() for c in folding[:2]) + (f"; and {len(folding) - 2} more chains"
+                                                                   if len(folding) > 2 else "")
+            return text if text.startswith("foldable") else "foldable: " + text
+        shared = [c for c in chains if c.duplicate and c.problem is None]
+        if shared:
+            return f"{constant.verdict}; {shared[0].verdict()}"
+        return None
 
 
 class _Writes:

@@ -71,6 +71,21 @@ class ConstantSummary:
 
 
 @record
+class FoldSummary:
+    """A chain of host kernels from a constant to device readers (``rewrite --fold``)."""
+
+    value: int  # the value the last kernel writes (the constant itself for a device copy of a shared one)
+    source: int
+    source_name: str
+    kernels: tuple[str, ...]  # "permute_copy at #7", in order
+    device: str
+    delegates: tuple[int, ...]
+    nbytes: int
+    bytes_per_call: int
+    status: str  # "foldable", "duplicate" (a device copy with --duplicate-shared), or why it cannot fold
+
+
+@record
 class InitialDataSummary:
     value: int
     name: str
@@ -95,6 +110,7 @@ class MethodSummary:
     initial_data: tuple[InitialDataSummary, ...]
     style: str
     h2d_bytes_per_call: int
+    folds: tuple[FoldSummary, ...] = ()
 
 
 @record
@@ -191,18 +207,24 @@ def summarize(source: PteFile, analysis: Analysis) -> ProgramSummary:
         sizes = plan.non_const_buffer_sizes or ()
         on = buffer_devices(plan)
         buffers = tuple(BufferSummary(i, sizes[i], str(on.get(i, m.CPU)), counts.get(i, 0)) for i in range(1, len(sizes)))
+        folds = method.folds
         constants = tuple(
             ConstantSummary(c.value, c.name, dtype_name(c.tensor.scalar_type), tuple(c.tensor.sizes or ()), c.nbytes,
                             _constant_location(c.tensor, program), str(c.tensor.device),
-                            tuple(describe_reader(r) for r in c.readers), c.verdict)
+                            tuple(describe_reader(r) for r in c.readers), (folds and folds.verdict(c)) or c.verdict)
             for c in method.constants
         )
+        chains = tuple(
+            FoldSummary(f.result, f.source, f.source_tensor.fqn or f"value {f.source}",
+                        tuple(step.describe() for step in f.steps), str(f.device), f.delegates, f.nbytes,
+                        f.bytes_per_call, f.problem or ("duplicate" if f.duplicate else "foldable"))
+            for f in (folds.chains if folds else ()))
         operators = tuple(op.qualified_name for op in plan.operators or ())
         instructions = sum(len(chain.instructions or ()) for chain in plan.chains or ())
         methods.append(MethodSummary(
             method.label, tuple(value_summary(plan, i) for i in plan.inputs or ()),
             tuple(value_summary(plan, i) for i in plan.outputs or ()), len(values), instructions, operators,
-            tuple(delegates), buffers, constants, tuple(initial), method.style, method.h2d_bytes_per_call))
+            tuple(delegates), buffers, constants, tuple(initial), method.style, method.h2d_bytes_per_call, chains))
     roles = segment_roles(program)
     segments = tuple(SegmentSummary(i, roles.get(i, "unused"), source.segment_base + s.offset, s.size)
                      for i, s in enumerate(program.segments or ()))

@@ -15,7 +15,7 @@ from dataclasses import field
 from typing import Mapping, Optional
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.errors import UnsupportedProgramError
+from pte_devconst.schema.errors import PteDevconstError, UnsupportedProgramError
 from pte_devconst.schema.header import TENSOR_ALIGNMENT, align_up
 from pte_devconst.schema.model import CPU, Device
 from pte_devconst.schema.record import record
@@ -179,6 +179,7 @@ class RewritePlan:
     skipped: tuple[Skipped, ...] = field(default=())
     segments: SegmentPolicy = field(default_factory=SegmentPolicy)
     fold_skipped: tuple[FoldSkipped, ...] = field(default=())
+    dropped_bytes: int = 0  # the bytes of the dropped constant entries
 
     @property
     def is_empty(self) -> bool:
@@ -189,12 +190,57 @@ class RewritePlan:
         return tuple(f for method in self.methods for f in method.folds)
 
     @property
+    def moved_tensors(self) -> int:
+        """Constants moved plus values folded: the tensors now in device memory from the load on."""
+        return len(self.placements) + len(self.folds)
+
+    @property
+    def initial_data_bytes(self) -> int:
+        """The bytes the new initial-data entries add to the file."""
+        return sum(entry.nbytes for entry in self.initial_data)
+
+    @property
+    def device_bytes_added(self) -> int:
+        """The device memory the moved and folded tensors take for the whole method (all methods)."""
+        return sum(p.nbytes for p in self.placements) + sum(f.nbytes for f in self.folds)
+
+    @property
     def placements(self) -> tuple[Placement, ...]:
         return tuple(p for method in self.methods for p in method.placements)
 
     @property
     def bytes_per_call_saved(self) -> int:
         return sum(method.bytes_per_call_saved for method in self.methods)
+
+
+@record
+class FoldGain:
+    """What folding would add to a rewrite: tensors and per-call host-to-device bytes."""
+
+    tensors: int
+    bytes_per_call: int
+
+
+def fold_gain(program: m.Program, analysis: Analysis, options: RewriteOptions = RewriteOptions()) -> FoldGain:
+    """How many more tensors (and bytes per call) a rewrite with ``--fold`` would move than one without.
+
+    Pure: plans both ways (no data is read; a chain a float-to-integer cast would refuse counts).
+    """
+    if options.fold:
+        return FoldGain(0, 0)
+    plain = make_plan(program, analysis, options)
+    folded = make_plan(program, analysis, m.replace(options, fold=True))
+    return FoldGain(folded.moved_tensors - plain.moved_tensors, folded.bytes_per_call_saved - plain.bytes_per_call_saved)
+
+
+def safe_fold_gain(program: m.Program, analysis: Analysis, options: RewriteOptions = RewriteOptions()
+                   ) -> Optional[FoldGain]:
+    """``fold_gain`` for a hint: None when folding adds nothing, or when planning refuses the program."""
+    try:
+        gain = fold_gain(program, analysis, options)
+    except PteDevconstError:
+        return None
+    return gain if gain.tensors > 0 else None
 
 
 def _skip_reason(verdict: ConstantVerdict, options: RewriteOptions) -> Optional[str]:
@@ -481,8 +527,19 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
         methods.append(MethodEdit(method.label, method.plan_index, tuple(placements), tuple(growth),
                                   tuple(sorted(removed)), _instruction_maps(plan, removed), tuple(folds), released))
 
+    lengths = entry_lengths(program) if dropped else {}
     return RewritePlan(analysis, options, tuple(methods), initial_data, dropped, tuple(skipped), policy,
-                       tuple(fold_skipped))
+                       tuple(fold_skipped), sum(lengths.get(index, 0) for index in dropped))
+
+
+def entry_lengths(program: m.Program) -> dict[int, int]:
+    """The bytes each constant entry must keep: the largest tensor that reads it (any method)."""
+    lengths: dict[int, int] = {}
+    for plan in program.execution_plan or ():
+        for value in plan.values or ():
+            if isinstance(value, m.Tensor) and value.is_constant and not value.is_external:
+                lengths[value.data_buffer_idx] = max(lengths.get(value.data_buffer_idx, 0), value.nbytes)
+    return lengths
 
 
 def _entry(plan: m.ExecutionPlan, value: int) -> Optional[int]:

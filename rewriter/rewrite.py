@@ -26,7 +26,7 @@ from pte_devconst.schema.record import record
 from .apply import apply_plan
 from .analysis import Analysis
 from .load import analyze_opened, opened
-from .plan import RewriteOptions, RewritePlan, make_plan
+from .plan import FoldGain, RewriteOptions, RewritePlan, make_plan, safe_fold_gain
 from .verify import VERIFY_MODES, check_copy, check_rewrite, full_by_default, read_back
 from .verify_bytes import WriteRecipe
 
@@ -42,6 +42,7 @@ class RewriteResult:
     output_size: Optional[int]
     instructions_removed: int
     verified: Optional[str] = None  # how the self-check compared the output: "sampled" or "full" (None: dry run)
+    fold_gain: Optional[FoldGain] = None  # without --fold: what --fold would add (None: nothing, or --fold given)
 
     @property
     def changed(self) -> bool:
@@ -112,8 +113,9 @@ def rewrite_file(input_path: str | os.PathLike[str], output_path: Optional[str |
     with opened(input_path, ptd) as (source, data):
         plan = plan_file(source, data, options)
         removed = sum(len(edit.removed) for edit in plan.methods)
+        gain = None if options.fold else safe_fold_gain(source.program, plan.analysis, options)
         if dry_run:
-            return RewriteResult(str(input_path), None, plan, source.size, None, removed)
+            return RewriteResult(str(input_path), None, plan, source.size, None, removed, fold_gain=gain)
         try:
             if plan.is_empty:
                 size = _copy_unchanged(source, output, progress, durable, full)
@@ -121,7 +123,8 @@ def rewrite_file(input_path: str | os.PathLike[str], output_path: Optional[str |
                 size = _write_rewrite(source, data, plan, output, progress, durable, full)
         except PteDevconstError as error:
             raise error.with_file(str(input_path)) from None  # e.g. the input shrank while it was copied
-    return RewriteResult(str(input_path), str(output), plan, source.size, size, removed, "full" if full else "sampled")
+    return RewriteResult(str(input_path), str(output), plan, source.size, size, removed, "full" if full else "sampled",
+                         gain)
 
 
 def _readable(path: Path) -> None:

@@ -15,7 +15,7 @@ import torch
 from cli_runner import invoke
 from forge import edit_plans, edit_program, flip_byte, with_backend, with_value
 from pte_devconst.rewriter import rewrite_file
-from pte_devconst.runner.transcript import ArgRecord, DelegateCallRecord, compare_calls
+from pte_devconst.runner.transcript import ArgRecord, DelegateCallRecord, Resident, compare_calls
 from pte_devconst.runner.validate import BOUNDARY_CHECK, moved_constants, validate
 from pte_devconst.schema import model as m
 from pte_devconst.schema.dataflow import delegate_call_sites
@@ -203,7 +203,7 @@ def _call(*args: ArgRecord, instruction: int = 3, delegate: int = 0,
     return DelegateCallRecord(0, 0, instruction, delegate, backend, True, tuple(args))
 
 
-MOVED = {0: "cuda:0"}
+MOVED = {0: Resident("cuda:0")}
 
 
 def _whats(before: list, after: list) -> list[str]:
