@@ -56,6 +56,15 @@ def _tensor_rows(method: MethodDiff) -> list[list[str]]:
              human_bytes((t.after or t.before).nbytes), _data_text(t.data, t.after)] for t in method.tensors]
 
 
+FOLD_COLUMNS = ["v", "from", "kernels (original #)", "device", "bytes", "H2D/call before"]
+
+
+def _fold_rows(method: MethodDiff) -> list[list[str]]:
+    return [[f"{f.value} (new)" if f.new_value else f.value, f.source_name,
+             ", ".join(f.kernels) or "device copy (shared)", f.device, human_bytes(f.nbytes),
+             human_bytes(f.bytes_per_call)] for f in method.folds]
+
+
 DELEGATE_COLUMNS = ["#", "backend", "change"]
 
 
@@ -100,6 +109,9 @@ def render_text(d: ProgramDiff) -> None:
             console.print(table("tensors", TENSOR_COLUMNS, rows, right=["v", "bytes"]))
             if more:
                 console.print(more)
+        if method.folds:
+            console.print(table("folded chains", FOLD_COLUMNS, _fold_rows(method), right=["v", "bytes",
+                                                                                      "H2D/call before"]))
         if method.delegates:
             console.print(table("delegates", DELEGATE_COLUMNS, _delegate_rows(method), right=["#"]))
         if method.buffers:
@@ -133,6 +145,8 @@ def render_markdown(d: ProgramDiff) -> None:
             lines += ["<details><summary>{} tensor(s) changed</summary>".format(len(method.tensors)), "",
                       markdown_table(["value"] + TENSOR_COLUMNS[1:], _tensor_rows(method)), "",
                       "</details>", ""]
+        if method.folds:
+            lines += ["Folded chains:", "", markdown_table(FOLD_COLUMNS, _fold_rows(method)), ""]
         if method.delegates:
             lines += [markdown_table(["delegate"] + DELEGATE_COLUMNS[1:], _delegate_rows(method)), ""]
         if method.instructions:
@@ -159,7 +173,7 @@ def diff_command(
     fmt = resolve_format(fmt, json_flag)
     if fmt is OutputFormat.json:
         emit_json("diff", {"diff": d, "identical": d.identical, "moved_constants": d.moved_constants,
-                           "data_changes": d.data_changes})
+                           "folded_values": d.folded_values, "data_changes": d.data_changes})
     elif fmt is OutputFormat.markdown:
         render_markdown(d)
     else:

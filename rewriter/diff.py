@@ -26,7 +26,8 @@ from pte_devconst.schema.mapped import Span
 from pte_devconst.schema.pte_file import PteFile
 from pte_devconst.schema.record import record
 
-from .analysis import analyze_program, method_labels
+from .analysis import H2D_COPY, analyze_program, delegate_device, method_labels
+from .fold import Tracer
 from .inventory import segment_roles, dtype_name
 
 
@@ -104,6 +105,21 @@ class InstructionChange:
 
 
 @record
+class FoldedChange:
+    """A value the rewrite keeps in device memory with initial data where the original computed it on the host
+    from one constant with foldable kernels (``rewrite --fold``), traced in the original program."""
+
+    value: int
+    new_value: bool  # a value past the original's (its host value stays for other readers)
+    source: int  # the constant it comes from
+    source_name: str
+    kernels: tuple[str, ...]  # "permute_copy at #7" (the original's instruction numbers); empty: a device copy
+    device: str
+    nbytes: int
+    bytes_per_call: int  # what the original copied of it per call (estimate)
+
+
+@record
 class MethodDiff:
     name: str
     status: str  # same, changed, added, removed
@@ -116,6 +132,7 @@ class MethodDiff:
     instructions_after: int
     h2d_bytes_per_call_before: int
     h2d_bytes_per_call_after: int
+    folds: tuple[FoldedChange, ...] = ()
 
 
 @record
@@ -155,6 +172,10 @@ class ProgramDiff:
         return sum(1 for method in self.methods for t in method.tensors
                    if t.before and t.after and t.before.kind in ("constant", "external constant")
                    and t.after.kind == "planned" and t.after.initial_data)
+
+    @property
+    def folded_values(self) -> int:
+        return sum(len(method.folds) for method in self.methods)
 
 
 class _Digests:
@@ -311,8 +332,70 @@ def _diff_method(name: str, a: Optional[m.ExecutionPlan], b: Optional[m.Executio
     count_a = sum(len(ch.instructions or ()) for ch in a.chains or ())
     count_b = sum(len(ch.instructions or ()) for ch in b.chains or ())
     changed = tensors or buffers or delegates or instructions or len(values_a) != len(values_b)
+    folds = _folds(a, b, tensors)
+    status = {f.value: _fold_data(a, f, next(t for t in tensors if t.value == f.value), digests[0]) for f in folds}
+    tensors = [m.replace(t, data=status[t.value]) if t.value in status else t for t in tensors]
     return MethodDiff(name, "changed" if changed else "same", tuple(tensors), tuple(buffers), tuple(delegates),
-                      tuple(instructions), tuple(mapping), count_a, count_b, *h2d)
+                      tuple(instructions), tuple(mapping), count_a, count_b, *h2d, tuple(folds))
+
+
+def _folds(a: m.ExecutionPlan, b: m.ExecutionPlan, tensors: list[TensorChange]) -> list[FoldedChange]:
+    """Tensors device-resident with initial data in ``b`` that ``a`` computed from a constant (or had not):
+    traced in ``a`` through its foldable kernels; a new value through the delegate arguments now reading it."""
+    candidates = [t for t in tensors if t.after and t.after.kind == "planned" and t.after.initial_data
+                  and t.after.device != "cpu" and (t.before is None or t.before.kind == "planned"
+                                                   and not t.before.initial_data)]
+    if not candidates:
+        return []
+    tracer = Tracer(a)
+    standing = _replaced_arguments(a, b)
+    found = []
+    for t in candidates:
+        origins = [t.value] if t.before is not None else sorted(standing.get(t.value, ()))
+        traced = next((x for x in map(tracer.trace, origins) if x is not None), None)
+        if traced is None:
+            continue
+        host = traced.copied_from if traced.copied_from is not None else \
+            traced.steps[-1].output if traced.steps else traced.source
+        source = (a.values or ())[traced.source]
+        found.append(FoldedChange(t.value, t.before is None, traced.source, source.fqn or f"value {traced.source}",
+                                  tuple(step.describe() for step in traced.steps), t.after.device, t.after.nbytes,
+                                  t.after.nbytes * _copies_per_call(a, host)))
+    return found
+
+
+def _fold_data(a: m.ExecutionPlan, fold: FoldedChange, change: TensorChange, digests: _Digests) -> str:
+    """``folded`` (computed bytes: nothing in the original to compare with), or for a device copy of a shared
+    constant whether it holds the constant's bytes."""
+    if fold.kernels:
+        return "folded"
+    source = placement(a, (a.values or ())[fold.source], digests)
+    return data_status(source, change.after)
+
+
+def _replaced_arguments(a: m.ExecutionPlan, b: m.ExecutionPlan) -> dict[int, set[int]]:
+    """For each value ``b``'s delegate calls pass where ``a``'s passed another: those others (calls matched in order)."""
+    calls_a = [i for chain in a.chains or () for i in chain.instructions or () if isinstance(i, m.DelegateCall)]
+    calls_b = [i for chain in b.chains or () for i in chain.instructions or () if isinstance(i, m.DelegateCall)]
+    found: dict[int, set[int]] = {}
+    for x, y in zip(calls_a, calls_b):
+        for before, after in zip(x.args or (), y.args or ()):
+            if before != after:
+                found.setdefault(after, set()).add(before)
+    return found
+
+
+def _copies_per_call(plan: m.ExecutionPlan, value: int) -> int:
+    """How often ``plan`` copies ``value`` to a device per call: its _h2d_copy kernels, else device delegate reads."""
+    ops = [op.qualified_name for op in plan.operators or ()]
+    copies = sum(1 for chain in plan.chains or () for i in chain.instructions or ()
+                 if isinstance(i, m.KernelCall) and ops[i.op_index] == H2D_COPY and (i.args or (None,))[0] == value)
+    if copies:
+        return copies
+    devices = [delegate_device(d)[0] for d in plan.delegates or ()]
+    return sum(1 for chain in plan.chains or () for i in chain.instructions or ()
+               if isinstance(i, m.DelegateCall) and not devices[i.delegate_index].is_cpu for arg in i.args or ()
+               if arg == value)
 
 
 def _named_data(source: PteFile, digests: _Digests) -> dict[str, tuple[int, str]]:
