@@ -345,7 +345,6 @@ FOLD_KERNELS: dict[str, FoldKernel] = {k.key: k for k in (
                lambda ops, x, a, s, o: ops.transpose(x, a["dim0"], a["dim1"])),
     FoldKernel("aten::view_copy.out", ("size",), lambda ops, x, a, s, o: ops.reshape(x, a["size"])),
     FoldKernel("aten::expand_copy.out", ("size", "implicit"), _expand),
-    FoldKernel("aten::squeeze_copy.out", (), lambda ops, x, a, s, o: ops.squeeze(x, None)),
     FoldKernel("aten::squeeze_copy.dim_out", ("dim",), lambda ops, x, a, s, o: ops.squeeze(x, [a["dim"]])),
     FoldKernel("aten::squeeze_copy.dims_out", ("dim",), lambda ops, x, a, s, o: ops.squeeze(x, a["dim"])),
     FoldKernel("aten::unsqueeze_copy.out", ("dim",), lambda ops, x, a, s, o: ops.unsqueeze(x, a["dim"])),
@@ -849,9 +848,15 @@ class _Finder:
 
 
 def method_folds(ctx: _MethodContext, constants: Sequence[Any]) -> MethodFolds:
-    """The fold trees and candidate chains of one method, given its constants' plain verdicts."""
+    """The fold trees and candidate chains of one method, given its constants' plain verdicts.
+
+    Roots are the constants that do not move by themselves; with host placement (a library option for
+    testing the encoding on the CPU runtime, which makes every host reader a "device" reader) also those
+    that a table kernel reads, so that their chains fold rather than the constant moving.
+    """
     finder = _Finder(ctx, lambda tensor: _external_problem(tensor, ctx.external))
-    roots = [c.value for c in constants if not c.eligible]
+    roots = [c.value for c in constants if not c.eligible or ctx.host_placement and any(
+        r.kind == "KernelCall" and r.name in FOLD_KERNELS and r.arg_pos == 0 for r in c.readers)]
     for root in roots:
         finder.root(root, finder.values[root])
     return MethodFolds(finder.nodes, finder.chains(roots))

@@ -37,6 +37,7 @@ from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile
 
 from .fold import FLOATING, FOLD_KERNELS, INTEGRAL, FoldRecipe, Strided, apply_step
+from .inventory import dtype_name
 
 BLOCK_BYTES = 16 << 20
 _RAW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}  # element movers, by element size
@@ -240,7 +241,7 @@ def cast_problem(recipe: FoldRecipe, source: SourceBytes) -> Optional[str]:
         low, high = _INT_RANGE[target]
         wide = before.double()
         if not bool(torch.isfinite(wide).all()) or bool((wide <= low).any()) or bool((wide >= high).any()):
-            name = m.ScalarType(target).name.lower()
+            name = dtype_name(target)
             return (f"{FOLD_KERNELS[recipe.kernels[position][0]].short} casts NaN, infinite or out-of-range values to "
                     f"{name}, which C++ leaves undefined")
     return None

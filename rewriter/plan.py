@@ -428,6 +428,10 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
                 chosen.append(verdict)
     fold_skipped: list[FoldSkipped] = []
     choices: dict[int, _FoldChoice] = {}
+    if options.fold and options.host_placement:  # with host placement, eligible constants may be fold roots
+        roots = {(method.plan_index, v) for method in analysis.methods if method.folds
+                 for v, node in method.folds.nodes.items() if node.parent == -1}
+        chosen = [v for v in chosen if (v.plan_index, v.value) not in roots]
     if options.fold or options.duplicate_shared:
         for method in analysis.methods:
             choice = _choose_folds(method, options, refusals, fold_skipped)
