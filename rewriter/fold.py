@@ -607,7 +607,8 @@ def view_reads(plan: m.ExecutionPlan, writes: Optional[_Writes] = None) -> dict[
 
     The emitter elides a static view of a planned tensor into a second value planned at the same place,
     which no instruction writes.  Reading it reads whatever was last written there: following the
-    instructions in order, a view read at (buffer, offset) is a read of the value last written there.
+    instructions in order, a view read at (buffer, offset) is a read of the value last written there.  A
+    method output that is a view is read after the last instruction (reading instruction (-1, -1)).
     """
     writes = writes or _Writes(plan, [op.qualified_name for op in plan.operators or ()])
     values = plan.values or ()
@@ -641,6 +642,9 @@ def view_reads(plan: m.ExecutionPlan, writes: Optional[_Writes] = None) -> dict[
             for value in written:
                 if value in place:
                     holder[place[value]] = value
+    for value in plan.outputs or ():  # the caller reads the outputs after the last instruction
+        if value in views and place[value] in holder:
+            found[holder[place[value]]].append((value, (-1, -1)))
     return found
 
 

@@ -50,7 +50,7 @@ from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile, open_pte
 
 from .analysis import H2D_COPY, delegate_device
-from .fold import FOLD_KERNELS, Traced, Tracer, layout_of, recipe_of
+from .fold import FOLD_KERNELS, Traced, Tracer, layout_of, recipe_of, view_reads
 from .plan import FoldPlacement, MethodEdit, Placement, RewritePlan
 from .verify_bytes import ByteChecker, ComputedBytes, SameBytes, WriteRecipe, ZeroBytes
 
@@ -248,6 +248,7 @@ class _MethodCheck:
         self.traced: dict[int, Traced] = {}  # folded value -> how the input computes it (its own reading)
         self.stands_for: dict[int, set[int]] = {}  # folded value -> the input's values it replaces
         self.dead: set[int] = set()  # values only removed kernels wrote
+        self._maps: list[tuple[Optional[int], ...]] = []  # per chain: old instruction -> new (None: removed)
     def fail(self, what: str) -> RewriteCheckError:
         return _fail(f"{self.label}: {what}")
 
@@ -256,7 +257,7 @@ class _MethodCheck:
         for name in ("name", "container_meta_type", "inputs", "outputs", "operators", "delegates"):
             if getattr(old, name) != getattr(new, name):
                 raise self.fail(f"its {name} changed")
-        maps = self._instruction_maps()
+        maps = self._maps = self._instruction_maps()
         self._trace_folds(maps)
         self._check_removed(maps)
         self._check_values()
@@ -558,44 +559,36 @@ class _MethodCheck:
 
     # who reads what, in the output
 
+    def _check_views(self, written_by_removed: set[int]) -> None:
+        """No surviving instruction (nor the caller, for an output) reads, through a static view, memory that
+        only removed instructions wrote: the views each such value had in the input (``fold.view_reads``)."""
+        if not written_by_removed:
+            return
+        maps, views = self._maps, view_reads(self.old)
+        for value in written_by_removed:
+            for view, (c, k) in views.get(value, ()):
+                if (c, k) == (-1, -1) or maps[c][k] is not None:
+                    reader = "method output" if c < 0 else f"chain {c} instruction {k}"
+                    raise self.fail(f"value {view} is still read by {reader}, but it is a view of memory only removed "
+                                    f"instructions wrote (value {value})")
+
     def _check_readers(self) -> None:
         """Moved and folded device values are read only by delegates on their device; nothing reads what only
         removed instructions wrote, directly or through a static view."""
         resident = set(self.moved) | set(self.folds)
         gone = (set(self.copied_from) | self.dead) - resident
-        watched = resident | gone | self._views_of(gone)
+        self._check_views(set(self.copied_from) | self.dead)
+        watched = resident | gone
         if not watched:
             return
         devices = [delegate_device(d)[0] for d in self.new.delegates or ()]
         for value, reader, delegate in _readers(self.new, watched):
             if value in gone:
                 raise self.fail(f"value {value} is still read by {reader}, but only removed instructions wrote it")
-            if value not in resident:
-                raise self.fail(f"value {value} is still read by {reader}, but it is a view of memory only removed "
-                                "instructions wrote")
             placement = self.moved.get(value) or self.folds.get(value)
             if placement is not None and not placement.device.is_cpu and \
                     (delegate is None or devices[delegate] != placement.device):
                 raise self.fail(f"moved value {value} now lives on {placement.device} but is read by {reader}")
-
-    def _views_of(self, gone: set[int]) -> set[int]:
-        """Values planned where a value in ``gone`` was that no surviving instruction writes: static views."""
-        values = self.new.values or ()
-        places = {(v.allocation_info.memory_id, v.allocation_info.memory_offset) for i in gone
-                  if i < len(values) and isinstance(v := values[i], m.Tensor) and v.allocation_info is not None}
-        if not places:
-            return set()
-        written = set(self.new.inputs or ())
-        for chain in self.new.chains or ():
-            for ins in chain.instructions or ():
-                if isinstance(ins, (m.KernelCall, m.DelegateCall)):
-                    written.update(ins.args or ())
-                elif isinstance(ins, m.MoveCall):
-                    written.add(ins.move_to)
-        return {i for i, v in enumerate(values) if i not in written and isinstance(v, m.Tensor)
-                and v.allocation_info is not None and not v.has_initial_data
-                and (v.allocation_info.memory_id, v.allocation_info.memory_offset) in places}
-
 
 def _recompute(recipe, original: PteFile, ptd: Optional[PtdFile]):  # -> Callable[[], bytearray]
     """The folded bytes, from the input (torch is imported when the self-check reaches them)."""

@@ -15,11 +15,12 @@ import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable
 
 import pytest
 
 from cli_runner import invoke
+from selfcheck_helpers import OLD_OUTPUT, corrupt_apply as _corrupt_apply, refused as _refused, use_plan as _use_plan
 from conftest import CASES, CORPUS, ptd_path, pte_path
 from pte_devconst.rewriter import rewrite as rewrite_module
 from pte_devconst.rewriter.load import analyze_opened, opened
@@ -28,7 +29,6 @@ from pte_devconst.rewriter.rewrite import plan_file, rewrite_file
 from pte_devconst.rewriter.verify import RewriteCheckError
 from pte_devconst.schema import limits
 from pte_devconst.schema import model as m
-from pte_devconst.schema.atomic import TEMP_PREFIX
 from pte_devconst.schema.errors import UnsupportedProgramError
 from pte_devconst.schema.model import Device
 from pte_devconst.schema.ptd_model import PtdNamedData, TensorLayout
@@ -43,7 +43,6 @@ except ImportError:
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "models"
 EXAMPLE_NAMES = sorted(p.stem for p in EXAMPLES.glob("*.pte"))
-OLD_OUTPUT = b"the previous output, which a refused rewrite must leave as it is"
 
 
 # --- helpers -----------------------------------------------------------------------------------------
@@ -65,42 +64,6 @@ def _forge(tmp_path: Path, name: str, edit: Callable[[m.Program], m.Program], ou
 def _plan_of(name: str, options: RewriteOptions = RewriteOptions()) -> RewritePlan:
     with opened(pte_path(name), ptd_path(name)) as (source, data):
         return plan_file(source, data, options)
-
-
-def _use_plan(monkeypatch: pytest.MonkeyPatch, plan: RewritePlan) -> None:
-    monkeypatch.setattr(rewrite_module, "plan_file", lambda source, data, options: plan)
-
-
-def _corrupt_apply(monkeypatch: pytest.MonkeyPatch,
-                   corrupt: Callable[[PteFile, m.Program, list[SegmentContent]], m.Program]) -> None:
-    """Run the real apply_plan, then let ``corrupt`` change its program (returned) or segment contents (in place)."""
-    from pte_devconst.rewriter.apply import apply_plan as real
-
-    def apply(source: PteFile, plan: RewritePlan, ptd: Optional[PtdFile] = None
-              ) -> tuple[m.Program, list[SegmentContent]]:
-        program, contents = real(source, plan, ptd)
-        return corrupt(source, program, contents), contents
-
-    monkeypatch.setattr(rewrite_module, "apply_plan", apply)
-
-
-def _refused(tmp_path: Path, pte: Path, *fragments: str, ptd: Optional[Path] = None, extra: tuple[str, ...] = ()) -> str:
-    """``rewrite pte -o out.pte`` over an existing output: one clean line, output and folder as they were."""
-    dest = tmp_path / "out.pte"
-    dest.write_bytes(OLD_OUTPUT)
-    before = sorted(p.name for p in tmp_path.iterdir())
-    result = invoke("rewrite", pte, "-o", dest, *(["--ptd", ptd] if ptd else []), *extra)
-    lines = result.stderr.splitlines()
-    assert result.exit_code == 2 and len(lines) == 1, (result.exit_code, result.stderr, result.stdout)
-    line = lines[0]
-    assert line.startswith(f"pte-devconst: error: {dest}: internal error: the rewritten file failed the self-check")
-    assert line.endswith("; the destination was left untouched"), line
-    for fragment in fragments:
-        assert fragment in line, line
-    assert dest.read_bytes() == OLD_OUTPUT
-    assert sorted(p.name for p in tmp_path.iterdir()) == before
-    assert not any(p.name.startswith(TEMP_PREFIX) for p in tmp_path.iterdir())
-    return line
 
 
 # --- it passes on every real rewrite -----------------------------------------------------------------
