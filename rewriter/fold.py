@@ -564,6 +564,7 @@ class _Writes:
     instruction writes."""
 
     def __init__(self, plan: m.ExecutionPlan, ops: Sequence[str]) -> None:
+        values = plan.values or ()
         self.steps: dict[int, list[tuple[int, int]]] = defaultdict(list)
         self.by_step: dict[tuple[int, int], tuple[int, ...]] = {}
         self.inputs = frozenset(plan.inputs or ())
@@ -591,6 +592,7 @@ class _Writes:
                     self.delegate_outputs.update((c, k, pos) for pos in range(first, len(args)))
                 elif isinstance(ins, m.MoveCall):
                     written.append(ins.move_to)
+                written += [item for value in written for item in _items(values, value)]  # a list of outs
                 self.by_step[(c, k)] = tuple(dict.fromkeys(written))
                 for value in self.by_step[(c, k)]:
                     self.steps[value].append((c, k))

@@ -16,11 +16,12 @@ result laid out in its dim order:
   on the real ExecuTorch 1.5.1 runtime and compares the bytes.
 
 Memory: the result is allocated once (the "largest folded tensor" a rewrite may
-add to its peak).  When the chain is one strided view of the constant (every
-table kernel is, except a reshape the runtime has to copy), the constant is read
-with ``preadv`` in blocks of ``BLOCK_BYTES`` along the view's outermost
-dimension and scattered into the result; otherwise it is read whole and the
-kernels run one after another.
+add to its peak), plus a read buffer of at most ``BLOCK_BYTES``.  When the chain
+is one strided view of the constant (every table kernel is, except a reshape the
+runtime has to copy), the constant is read with ``preadv`` in blocks along the
+view's outermost dimension and scattered into the result; otherwise it is read
+whole and the kernels run one after another.  Importing torch is a fixed cost on
+top (about 220 MiB and 3 s on the benchmark machine, bench/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from pte_devconst.schema.pte_file import PteFile
 from .fold import FLOATING, FOLD_KERNELS, INTEGRAL, FoldRecipe, Strided, apply_step
 from .inventory import dtype_name
 
-BLOCK_BYTES = 16 << 20
+BLOCK_BYTES = 4 << 20
 _RAW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}  # element movers, by element size
 # The values a float may have for static_cast to each integral type to be defined: (low, high), exclusive.
 _INT_RANGE = {m.ScalarType.BYTE: (-1.0, 256.0), m.ScalarType.CHAR: (-129.0, 128.0),

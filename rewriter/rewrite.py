@@ -58,9 +58,20 @@ def default_output(path: str | os.PathLike[str]) -> Path:
 def plan_file(source: PteFile, ptd: Optional[PtdFile], options: RewriteOptions) -> RewritePlan:
     analysis = analyze_opened(source, ptd, host_placement=options.host_placement)
     plan = make_plan(source.program, analysis, options, fold_refusals(source, ptd, analysis) if options.fold else {})
+    if any(entry.recipe is not None for entry in plan.initial_data):
+        need_torch()
     if analysis.refusal and not plan.is_empty:
         raise UnsupportedProgramError(f"cannot rewrite: {analysis.refusal}", file=source.path)
     return plan
+
+
+def need_torch() -> None:
+    """Folded values are computed with torch (fold_compute.py): refuse clearly, before writing, without it."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise PteDevconstError("rewrite --fold computes folded values with torch, which is not installed: "
+                               "pip install 'pte-devconst[runner]'") from None
 
 
 def fold_refusals(source: PteFile, ptd: Optional[PtdFile], analysis: Analysis) -> dict[tuple[int, int], str]:
@@ -71,6 +82,7 @@ def fold_refusals(source: PteFile, ptd: Optional[PtdFile], analysis: Analysis) -
     for method in analysis.methods:
         for chain in method.folds.chains if method.folds else ():
             if chain.problem is None and chain.casts_float_to_int:
+                need_torch()
                 from .fold_compute import SourceBytes, cast_problem  # torch, only for such a chain
 
                 problem = cast_problem(chain.recipe, SourceBytes(source, ptd))

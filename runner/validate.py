@@ -250,8 +250,10 @@ def _compute_signature(plan: m.ExecutionPlan, pte: PteFile) -> tuple:
 
 
 def _feeding_delegates_only(plan: m.ExecutionPlan, names: Sequence[str]) -> set[int]:
-    """``id()`` of each KernelCall whose returned value only DelegateCalls and device copies read."""
+    """``id()`` of each KernelCall whose returned value only DelegateCalls, device copies and other such
+    kernels read (a chain of host kernels whose end only delegates see)."""
     readers: dict[int, list[m.Instruction]] = {}
+    kernels: list[m.KernelCall] = []
     for chain in plan.chains or ():
         for ins in chain.instructions or ():
             args = ins.args or () if isinstance(ins, (m.KernelCall, m.DelegateCall)) else \
@@ -259,19 +261,18 @@ def _feeding_delegates_only(plan: m.ExecutionPlan, names: Sequence[str]) -> set[
             written = set((ins.args or ())[-1:]) if isinstance(ins, m.KernelCall) else set()
             for arg in set(args) - written:
                 readers.setdefault(arg, []).append(ins)
+            if isinstance(ins, m.KernelCall) and ins.args:
+                kernels.append(ins)
     elsewhere = set(plan.outputs or ()) | {item for v in plan.values or () if isinstance(v, (m.TensorList, m.OptionalTensorList))
                                             for item in v.items or ()}
-    found = set()
-    for chain in plan.chains or ():
-        for ins in chain.instructions or ():
-            if not isinstance(ins, m.KernelCall) or not ins.args:
-                continue
-            result = ins.args[-1]
-            uses = readers.get(result, [])
-            if uses and result not in elsewhere and all(
-                    isinstance(u, m.DelegateCall) or isinstance(u, m.KernelCall) and 0 <= u.op_index < len(names)
-                    and names[u.op_index] in COPY_KERNELS for u in uses):
-                found.add(id(ins))
+    found: set[int] = set()
+    for ins in reversed(kernels):  # readers come after writers: each kernel's readers are decided first
+        uses = readers.get(ins.args[-1], [])
+        if uses and ins.args[-1] not in elsewhere and all(
+                isinstance(u, m.DelegateCall) or isinstance(u, m.KernelCall) and (
+                    id(u) in found or 0 <= u.op_index < len(names) and names[u.op_index] in COPY_KERNELS)
+                for u in uses):
+            found.add(id(ins))
     return found
 
 

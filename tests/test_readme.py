@@ -77,6 +77,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("readme")
     shutil.copytree(ROOT / "examples" / "models", root / "examples" / "models")
     shutil.copytree(ROOT / "tests" / "fixtures" / "corpus", root / "tests" / "fixtures" / "corpus")
+    shutil.copytree(ROOT / "tests" / "fixtures" / "fold", root / "tests" / "fixtures" / "fold")
     return root
 
 
