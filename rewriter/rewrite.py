@@ -67,11 +67,15 @@ def plan_file(source: PteFile, ptd: Optional[PtdFile], options: RewriteOptions) 
 
 def need_torch() -> None:
     """Folded values are computed with torch (fold_compute.py): refuse clearly, before writing, without it."""
+    import importlib.util  # find it without importing it: a dry run computes nothing
+
     try:
-        import torch  # noqa: F401
-    except ImportError:
+        found = importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):  # torch set to None in sys.modules, or a broken installation
+        found = False
+    if not found:
         raise PteDevconstError("rewrite --fold computes folded values with torch, which is not installed: "
-                               "pip install 'pte-devconst[runner]'") from None
+                               "pip install 'pte-devconst[runner]'")
 
 
 def fold_refusals(source: PteFile, ptd: Optional[PtdFile], analysis: Analysis) -> dict[tuple[int, int], str]:
