@@ -46,6 +46,9 @@ from .analysis import (H2D_COPY, DelegateArg, DeviceCopy, Reader, _external_prob
                        _MethodContext, _Reasons)
 
 INT64_MAX = sys.maxsize
+# Kernels per chain: exported programs use a few (a transpose, a view, a cast); a hostile one could chain
+# thousands, each with a device reader, and every chain's recipe repeats its prefix.
+MAX_CHAIN = 64
 # ExecuTorch's MemoryFormat (runtime/core/portable_type/tensor_options.h): the portable clone and _to_copy
 # kernels accept none or Contiguous.
 CONTIGUOUS_FORMAT = 0
@@ -726,16 +729,16 @@ class _Finder:
 
     def root(self, index: int, tensor: m.Tensor) -> None:
         """The tree of constant ``index``: each value's readers sorted, table kernels followed (no recursion)."""
-        stack: list[tuple[int, m.Tensor, Optional[FoldStep], int, Strided]] = [
-            (index, tensor, None, -1, source_view(tensor))]
+        stack: list[tuple[int, m.Tensor, Optional[FoldStep], int, Strided, int]] = [
+            (index, tensor, None, -1, source_view(tensor), 0)]
         while stack:
-            value, value_tensor, step, parent, shape = stack.pop()
-            children = self._visit(value, value_tensor, step, parent, shape)
-            stack.extend((child.output, child.tensor, child, value, child_shape)
+            value, value_tensor, step, parent, shape, depth = stack.pop()
+            children = self._visit(value, value_tensor, step, parent, shape, depth)
+            stack.extend((child.output, child.tensor, child, value, child_shape, depth + 1)
                          for child, child_shape in reversed(children))
 
     def _visit(self, index: int, tensor: m.Tensor, step: Optional[FoldStep], parent: int,
-               shape: Strided) -> list[tuple[FoldStep, Strided]]:
+               shape: Strided, depth: int = 0) -> list[tuple[FoldStep, Strided]]:
         """Record the node of ``index``; returns the kernels that continue a chain from it."""
         ctx = self.ctx
         readers = ctx.readers.get(index, [])
@@ -752,6 +755,8 @@ class _Finder:
                 continue  # the kernel computing it names it as its out and return slots
             if reader.kind == "KernelCall" and reader.name in FOLD_KERNELS and reader.arg_pos == 0:
                 try:
+                    if depth >= MAX_CHAIN:
+                        raise Unfoldable(f"the chain would be longer than {MAX_CHAIN} kernels")
                     child = self._edge(reader, index, tensor)
                     children.append((child, self._check_shape(child, shape)))
                 except Unfoldable as why:

@@ -443,3 +443,45 @@ def test_without_torch_a_fold_is_refused_in_one_line_before_anything_is_written(
     assert result.stderr.strip().endswith("rewrite --fold computes folded values with torch, which is not "
                                           "installed: pip install 'pte-devconst[runner]'")
     assert invoke("rewrite", FOLD / "shared_copy.pte", "-o", out).exit_code == 0  # a plain rewrite needs none
+
+
+def test_a_chain_longer_than_the_limit_is_left_on_the_host_in_linear_time(tmp_path: Path) -> None:
+    """A program forged to chain 2,000 alias_copy kernels from a weight to its delegate: nothing folds (the
+    chain passes MAX_CHAIN kernels) and analysing it stays fast."""
+    import time
+
+    from forge import edit_program
+    from pte_devconst.rewriter.fold import MAX_CHAIN
+
+    path = FOLD / "shared_legacy.pte"
+    with open_pte(path) as pte:
+        plan = pte.program.execution_plan[0]
+    names = [o.qualified_name for o in plan.operators]
+    k = next(k for k, i in enumerate(plan.chains[0].instructions) if isinstance(i, m.KernelCall)
+             and names[i.op_index] == "aten::permute_copy.out")
+    permute = plan.chains[0].instructions[k]
+    result = permute.args[-1]
+
+    def long_chain(program: m.Program) -> m.Program:
+        forward = program.execution_plan[0]
+        values, operators = list(forward.values), list(forward.operators) + [m.Operator("aten::alias_copy", "out")]
+        instructions = list(forward.chains[0].instructions)
+        previous, added = result, []
+        for _ in range(2000):
+            values.append(forward.values[result])
+            added.append(m.KernelCall(len(operators) - 1, (previous, len(values) - 1, len(values) - 1)))
+            previous = len(values) - 1
+        instructions[k + 1:k + 1] = added
+        rewired = [m.replace(i, args=tuple(previous if a == result else a for a in i.args))
+                   if isinstance(i, m.DelegateCall) else i for i in instructions]
+        chain = m.replace(forward.chains[0], instructions=tuple(rewired))
+        return m.replace(program, execution_plan=(m.replace(forward, values=tuple(values), operators=tuple(operators),
+                                                            chains=(chain,)),))
+
+    forged = edit_program(path, tmp_path / "long.pte", long_chain)
+    start = time.perf_counter()
+    (method,) = analyze_file(forged).methods
+    assert time.perf_counter() - start < 5
+    assert not method.folds.foldable
+    deepest = max(method.folds.nodes.values(), key=lambda n: n.step.instruction if n.step else -1)
+    assert f"longer than {MAX_CHAIN} kernels" in " ".join(deepest.host)
