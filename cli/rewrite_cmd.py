@@ -87,6 +87,8 @@ def result_payload(result: RewriteResult) -> dict[str, Any]:
         "fold": plan.options.fold, "duplicate_shared": plan.options.duplicate_shared,
         "device_bytes_added": plan.device_bytes_added, "initial_data_bytes_added": plan.initial_data_bytes,
         "constant_bytes_dropped": plan.dropped_bytes,
+        "fold_cost": {kind: dict(zip(("values", "device_bytes", "file_bytes"), plan.fold_cost(duplicates)))
+                      for kind, duplicates in (("folded", False), ("duplicated", True))},
         "instructions_removed": result.instructions_removed,
         "constant_entries_dropped": list(plan.dropped_constants),
         "initial_data_entries_added": len(plan.initial_data),
@@ -121,19 +123,17 @@ FOLD_COLUMNS = ["method", "v", "from", "kernels", "device", "bytes", "H2D saved/
 
 
 def cost_line(plan: Any) -> str:
-    """What folding costs: device memory for the whole method, and the initial data the file gains."""
-    folded = [f for f in plan.folds if not f.duplicate]
-    copies = [f for f in plan.folds if f.duplicate]
-    what = " and ".join(part for part in (f"{len(folded)} folded value(s)" if folded else "",
-                                         f"{len(copies)} device copy(ies) of shared constants" if copies else "")
-                        if part)
-    computed = sum(e.nbytes for e in plan.initial_data if e.recipe is not None)
-    line = (f"{what}: {human_bytes(sum(f.nbytes for f in plan.folds))} of device memory for the whole method; "
-            f"{human_bytes(plan.initial_data_bytes)} of new initial data in the file ({human_bytes(computed)} "
-            f"computed), {human_bytes(plan.dropped_bytes)} of constants dropped")
-    kept = sum(1 for f in plan.folds if f.chain.stays or f.duplicate)
+    """What folding costs: device memory for the whole method, and the bytes the file gains."""
+    parts = []
+    for duplicates, what in ((False, "folded value(s)"), (True, "device copy(ies) of constants the host also reads")):
+        count, device, file = plan.fold_cost(duplicates)
+        if count:
+            parts.append(f"{count} {what}: {human_bytes(device)} of device memory for the whole method, "
+                         f"{human_bytes(file)} more in the file")
+    line = "; ".join(parts) + f"; {human_bytes(plan.dropped_bytes)} of constants dropped"
+    kept = sum(1 for f in plan.folds if f.chain.stays and not f.duplicate)
     if kept:
-        line += f"; {kept} of them from constants the host still reads (their bytes stay too)"
+        line += f"; {kept} folded value(s) from constants the host still reads (which stay)"
     return line + "."
 
 

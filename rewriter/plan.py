@@ -199,6 +199,15 @@ class RewritePlan:
         """The bytes the new initial-data entries add to the file."""
         return sum(entry.nbytes for entry in self.initial_data)
 
+    def fold_cost(self, duplicates: bool) -> tuple[int, int, int]:
+        """(values, device bytes, file bytes) the folded values (``duplicates``: the device copies of shared
+        constants) add: device memory for the whole method, and their new initial data (a computed entry or a
+        copied constant entry is stored once however many values use it; an external copy adds none)."""
+        folds = [f for f in self.folds if f.duplicate == duplicates]
+        entries = {f.initial_data_index for f in folds if f.external_key is None}
+        return (len(folds), sum(f.nbytes for f in folds),
+                sum(e.nbytes for e in self.initial_data if e.index in entries))
+
     @property
     def device_bytes_added(self) -> int:
         """The device memory the moved and folded tensors take for the whole method (all methods)."""

@@ -485,3 +485,38 @@ def test_a_chain_longer_than_the_limit_is_left_on_the_host_in_linear_time(tmp_pa
     assert not method.folds.foldable
     deepest = max(method.folds.nodes.values(), key=lambda n: n.step.instruction if n.step else -1)
     assert f"longer than {MAX_CHAIN} kernels" in " ".join(deepest.host)
+
+
+def test_validate_catches_a_folded_value_with_wrong_bytes(tmp_path: Path) -> None:
+    """A folded value one bit off (written past the self-check, as a broken tool or a damaged file would): the
+    delegate that reads it gets other bytes than the original's transpose gave it, and validate says so."""
+    source = REAL / "llama_mm_copy.pte"
+    result, out = _folded(source, tmp_path)
+    fold = result.plan.folds[0]
+    with open_pte(out) as pte:
+        span = pte.tensor_span(pte.program.execution_plan[0].values[fold.value])
+    data = bytearray(out.read_bytes())
+    data[span.offset + 5] ^= 0x01
+    damaged = tmp_path / "damaged.pte"
+    damaged.write_bytes(bytes(data))
+    report = validate(source, damaged, inputs=_inputs(source), simulate_devices=True)
+    checks = {c.name: c for c in report.methods[0].checks}
+    assert not report.passed and not checks["delegate boundaries match"].passed
+    assert "bytes differ" in checks["delegate boundaries match"].detail
+    assert f"value {fold.chain.copies[0].dst}" in checks["delegate boundaries match"].detail
+
+
+def test_validate_refuses_a_resident_value_where_the_original_passed_an_input(tmp_path: Path) -> None:
+    """The exception for folded values covers only arguments that were constant-derived: a value made
+    device-resident where the original passed an activation is a boundary difference, bytes aside."""
+    from pte_devconst.runner.transcript import ArgRecord, DelegateCallRecord, Resident, compare_calls
+
+    def call(arg: ArgRecord) -> DelegateCallRecord:
+        return DelegateCallRecord(0, 0, 5, 0, "PteDevconstReference", False, (arg,))
+
+    activation = ArgRecord(0, 7, "tensor", "float32", (2,), "cuda:0", (1, 2), h2d_source=3, constant_derived=False)
+    folded = ArgRecord(0, 9, "tensor", "float32", (2,), "cuda:0", (1, 2))
+    (difference,) = compare_calls(0, [call(activation)], [call(folded)], {9: Resident("cuda:0", folded=True)})
+    assert difference.what == "value" and "nor a constant-derived value" in difference.detail
+    derived = ArgRecord(0, 7, "tensor", "float32", (2,), "cuda:0", (1, 2), h2d_source=3, constant_derived=True)
+    assert not compare_calls(0, [call(derived)], [call(folded)], {9: Resident("cuda:0", folded=True)})

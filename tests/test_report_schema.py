@@ -90,3 +90,21 @@ def test_check_error_report_validates(tmp_path: Path, validator) -> None:
     code, doc = invoke_json("check", bad, tmp_path / "*.nothing")
     assert code == 2
     assert_valid(validator, doc, "check")
+
+
+FOLD = Path(__file__).resolve().parent / "fixtures" / "fold"
+
+
+@pytest.mark.parametrize("name", ["steps_copy", "shared_legacy", "nan_copy", "methods_copy"])
+def test_fold_json_validates(name: str, tmp_path: Path, validator) -> None:
+    """rewrite --fold (dry run and real), inspect with chains, check --fold, diff of a fold and validate of it."""
+    pte = FOLD / f"{name}.pte"
+    out = tmp_path / "folded.pte"
+    for args in (("inspect", pte), ("rewrite", pte, "--fold", "--dry-run"), ("rewrite", pte, "--dry-run"),
+                 ("rewrite", pte, "--fold", "-o", out), ("check", "--fold", pte), ("check", pte),
+                 ("diff", pte, out)):
+        _, doc = invoke_json(*args)
+        assert_valid(validator, doc, args[0])
+    code, doc = invoke_json("validate", pte, out, "--simulate-devices", "--inputs",
+                            FOLD / f"{name}.inputs.pt")
+    assert_valid(validator, doc, "validate")
