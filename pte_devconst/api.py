@@ -66,7 +66,8 @@ def analyze(pte: PathLike, ptd: Optional[PathLike] = None) -> "ProgramSummary":
 
 def rewrite(pte: PathLike, output: Optional[PathLike] = None, *, ptd: Optional[PathLike] = None,
             devices: Optional[Iterable[DeviceLike]] = None, min_bytes: int = 0, dry_run: bool = False,
-            in_place: bool = False, fsync: bool = True, verify: Optional[str] = None) -> "RewriteResult":
+            in_place: bool = False, fsync: bool = True, verify: Optional[str] = None, fold: bool = False,
+            duplicate_shared: bool = False) -> "RewriteResult":
     """Move every eligible constant into device memory with initial data (what ``rewrite`` does).
 
     Writes ``output`` (default ``<stem>.devconst.pte`` next to ``pte``) atomically and re-reads it
@@ -76,7 +77,9 @@ def rewrite(pte: PathLike, output: Optional[PathLike] = None, *, ptd: Optional[P
     ``fsync=False`` skips waiting for the disk: the output is still replaced atomically, but is not
     safe against a power failure right after.  ``verify="full"`` makes the self-check compare every
     byte of the output (default ``"sampled"``: bulk copies from a proven source range are sampled; full
-    when PTE_DEVCONST_FULL_CHECK is set).
+    when PTE_DEVCONST_FULL_CHECK is set).  ``fold=True`` also folds chains of host kernels that only move
+    or cast constants for device delegates (``rewrite --fold``; computing them imports torch);
+    ``duplicate_shared=True`` gives device readers of a constant the host also reads their own copy.
     """
     from pte_devconst.rewriter.plan import RewriteOptions
     from pte_devconst.rewriter.rewrite import rewrite_file
@@ -85,7 +88,8 @@ def rewrite(pte: PathLike, output: Optional[PathLike] = None, *, ptd: Optional[P
         raise PteDevconstError(f"min_bytes must be >= 0, got {min_bytes}")
     if in_place and output is not None:
         raise PteDevconstError("in_place and output exclude each other")
-    options = RewriteOptions(devices=parse_devices(devices), min_bytes=min_bytes)
+    options = RewriteOptions(devices=parse_devices(devices), min_bytes=min_bytes, fold=fold,
+                             duplicate_shared=duplicate_shared)
     return rewrite_file(pte, output, ptd=ptd, options=options, dry_run=dry_run, in_place=in_place, durable=fsync,
                         verify=verify)
 

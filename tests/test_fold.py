@@ -520,3 +520,10 @@ def test_validate_refuses_a_resident_value_where_the_original_passed_an_input(tm
     assert difference.what == "value" and "nor a constant-derived value" in difference.detail
     derived = ArgRecord(0, 7, "tensor", "float32", (2,), "cuda:0", (1, 2), h2d_source=3, constant_derived=True)
     assert not compare_calls(0, [call(derived)], [call(folded)], {9: Resident("cuda:0", folded=True)})
+
+
+def test_the_python_api_folds_too(tmp_path: Path) -> None:
+    from pte_devconst.api import rewrite
+
+    result = rewrite(REAL / "llama_mm_legacy.pte", tmp_path / "api.pte", fold=True, fsync=False)
+    assert len(result.plan.folds) == 8 and result.plan.bytes_per_call_saved == 13312
