@@ -522,12 +522,16 @@ class FoldChain:
             current = step.tensor.scalar_type
         return False
 
+    def describe(self) -> str:
+        """``permute_copy at #4, then read by delegate 0 on cuda:0`` (and what the host keeps)."""
+        text = f"{self.kernels}, then read by {self.readers}"
+        return text + (f" (the host keeps what it still reads: {self.stays[0]})" if self.stays else "")
+
     def verdict(self) -> str:
         """``foldable: permute_copy at #4, then read by delegate 0 on cuda:0``."""
         if self.duplicate:
             return f"its device readers ({self.readers}) could get their own copy with --duplicate-shared"
-        text = f"foldable: {self.kernels}, then read by {self.readers}"
-        return text + (f" (the host keeps what it still reads: {self.stays[0]})" if self.stays else "")
+        return f"foldable: {self.describe()}"
 
 
 @record
@@ -553,9 +557,8 @@ class MethodFolds:
         chains = self.of_constant(constant.value)
         folding = [c for c in chains if c.steps and c.problem is None]
         if folding:
-            text = "; ".join(c.verdict() for c in folding[:2]) + (f"; and {len(folding) - 2} more chains"
-                                                                   if len(folding) > 2 else "")
-            return text if text.startswith("foldable") else "foldable: " + text
+            more = f"; and {len(folding) - 2} more chains" if len(folding) > 2 else ""
+            return "foldable: " + "; ".join(c.describe() for c in folding[:2]) + more
         shared = [c for c in chains if c.duplicate and c.problem is None]
         if shared:
             return f"{constant.verdict}; {shared[0].verdict()}"
