@@ -357,6 +357,15 @@ class _MethodContext:
         self.host_placement = host_placement
         self.budget = budget
         self._uses: dict[int, _Uses] = {}
+        self._views: Optional[Mapping[int, list]] = None
+
+    def view_reads(self, value: int) -> list:
+        """Reads of ``value``'s memory through static views (``fold.view_reads``, computed once per method)."""
+        if self._views is None:
+            from .fold import view_reads  # fold.py builds on this module
+
+            self._views = view_reads(self.plan)
+        return self._views.get(value, [])
 
     def uses(self, value: int) -> _Uses:
         found = self._uses.get(value)
@@ -444,6 +453,11 @@ def _follow_copy(ctx: _MethodContext, index: int, copy: Reader, reasons: _Reason
                                          detail=f"{where} returns into value {ret}, not its out value {dst} (the "
                                          f"kernel never writes that slot), and value {ret} is also {{detail}}")
     if not clean:
+        return
+    views = ctx.view_reads(dst)
+    if views:  # removing the copy would leave that memory unwritten
+        reasons.add("its device copy is also read through a static view",
+                    f"its device copy (value {dst}) is also read through value {views[0][0]}, a view of its memory")
         return
     uses = ctx.uses(dst)
     if not uses.on_device:

@@ -258,15 +258,17 @@ Apply = Callable[[Any, Any, Mapping[str, Any], m.Tensor, m.Tensor], Any]  # (ops
 class FoldKernel:
     """One foldable kernel: its key, the schema arguments between ``self`` and ``out``, and what it does.
 
-    ``apply(ops, x, args, input, output)`` applies the kernel to ``x`` with ``ops`` (``ShapeOps`` here,
-    torch in ``fold_compute.py``) and raises ``Unfoldable`` where the portable kernel would fail.
-    ``logical``: the kernel copies element by element through both tensors' dim orders (the dim-order
-    ops); every other kernel reads and writes both as contiguous buffers, so both must have the default
-    dim order to be folded.  ``casts``: it may change the dtype.
+    ``kinds`` gives each argument's type (``int``, ``ints``, ``bool``, ``int?``, ``ints?``: ``?`` allows
+    None), checked before anything uses them.  ``apply(ops, x, args, input, output)`` applies the kernel to
+    ``x`` with ``ops`` (``ShapeOps`` here, torch in ``fold_compute.py``) and raises ``Unfoldable`` where the
+    portable kernel would fail.  ``logical``: the kernel copies element by element through both tensors'
+    dim orders (the dim-order ops); every other kernel reads and writes both as contiguous buffers, so both
+    must have the default dim order to be folded.  ``casts``: it may change the dtype.
     """
 
     key: str
     params: tuple[str, ...]
+    kinds: tuple[str, ...]
     apply: Apply
     logical: bool = False
     casts: bool = False
@@ -275,6 +277,25 @@ class FoldKernel:
     def short(self) -> str:
         """``permute_copy`` for ``aten::permute_copy.out``."""
         return self.key.split("::")[-1].split(".")[0]
+
+    def arguments(self, literal: Sequence[Any]) -> tuple[tuple[str, Any], ...]:
+        """The literal arguments by name, each of its kind; raises Unfoldable for one of another kind."""
+        for name, kind, value in zip(self.params, self.kinds, literal):
+            if not _of_kind(value, kind):
+                raise Unfoldable(f"its argument {name} is {value!r}, not {kind.replace('?', ' or None')}")
+        return tuple(zip(self.params, literal))
+
+
+def _of_kind(value: Any, kind: str) -> bool:
+    if kind.endswith("?"):
+        if value is None:
+            return True
+        kind = kind[:-1]
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, tuple) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
 
 
 def _require(condition: bool, why: str) -> None:
@@ -338,29 +359,30 @@ def _identity(ops: Any, x: Any, args: Mapping[str, Any], source: m.Tensor, out: 
     return x
 
 
-# The foldable kernels, by kernel key.  To add one: its schema arguments between self and out, and what it
-# does through ``ops`` (add the operation to ShapeOps and fold_compute.TorchOps if it is new); then a case in
+# The foldable kernels, by kernel key.  To add one: its schema arguments between self and out, their kinds, and
+# what it does through ``ops`` (add the operation to ShapeOps and fold_compute.TorchOps if it is new); then a case in
 # tests/test_fold_exact.py runs it on the real runtime.
 FOLD_KERNELS: dict[str, FoldKernel] = {k.key: k for k in (
-    FoldKernel("aten::permute_copy.out", ("dims",), lambda ops, x, a, s, o: ops.permute(x, a["dims"])),
-    FoldKernel("aten::t_copy.out", (), lambda ops, x, a, s, o: ops.t(x)),
-    FoldKernel("aten::transpose_copy.int_out", ("dim0", "dim1"),
+    FoldKernel("aten::permute_copy.out", ("dims",), ("ints",), lambda ops, x, a, s, o: ops.permute(x, a["dims"])),
+    FoldKernel("aten::t_copy.out", (), (), lambda ops, x, a, s, o: ops.t(x)),
+    FoldKernel("aten::transpose_copy.int_out", ("dim0", "dim1"), ("int", "int"),
                lambda ops, x, a, s, o: ops.transpose(x, a["dim0"], a["dim1"])),
-    FoldKernel("aten::view_copy.out", ("size",), lambda ops, x, a, s, o: ops.reshape(x, a["size"])),
-    FoldKernel("aten::expand_copy.out", ("size", "implicit"), _expand),
-    FoldKernel("aten::squeeze_copy.dim_out", ("dim",), lambda ops, x, a, s, o: ops.squeeze(x, [a["dim"]])),
-    FoldKernel("aten::squeeze_copy.dims_out", ("dim",), lambda ops, x, a, s, o: ops.squeeze(x, a["dim"])),
-    FoldKernel("aten::unsqueeze_copy.out", ("dim",), lambda ops, x, a, s, o: ops.unsqueeze(x, a["dim"])),
-    FoldKernel("aten::clone.out", ("memory_format",), _clone),
-    FoldKernel("aten::alias_copy.out", (), _identity),
-    FoldKernel("aten::slice_copy.Tensor_out", ("dim", "start", "end", "step"),
+    FoldKernel("aten::view_copy.out", ("size",), ("ints",), lambda ops, x, a, s, o: ops.reshape(x, a["size"])),
+    FoldKernel("aten::expand_copy.out", ("size", "implicit"), ("ints", "bool"), _expand),
+    FoldKernel("aten::squeeze_copy.dim_out", ("dim",), ("int",), lambda ops, x, a, s, o: ops.squeeze(x, [a["dim"]])),
+    FoldKernel("aten::squeeze_copy.dims_out", ("dim",), ("ints",), lambda ops, x, a, s, o: ops.squeeze(x, a["dim"])),
+    FoldKernel("aten::unsqueeze_copy.out", ("dim",), ("int",), lambda ops, x, a, s, o: ops.unsqueeze(x, a["dim"])),
+    FoldKernel("aten::clone.out", ("memory_format",), ("int?",), _clone),
+    FoldKernel("aten::alias_copy.out", (), (), _identity),
+    FoldKernel("aten::slice_copy.Tensor_out", ("dim", "start", "end", "step"), ("int", "int?", "int?", "int"),
                lambda ops, x, a, s, o: ops.slice(x, a["dim"], a["start"], a["end"], a["step"])),
-    FoldKernel("aten::select_copy.int_out", ("dim", "index"),
+    FoldKernel("aten::select_copy.int_out", ("dim", "index"), ("int", "int"),
                lambda ops, x, a, s, o: ops.select(x, a["dim"], a["index"])),
-    FoldKernel("aten::_to_copy.out", ("non_blocking", "memory_format"), _to_copy, casts=True),
-    FoldKernel("dim_order_ops::_to_dim_order_copy.out", ("non_blocking", "dim_order"), _to_dim_order, logical=True,
-               casts=True),
-    FoldKernel("dim_order_ops::_clone_dim_order.out", ("non_blocking", "dim_order"), _clone_dim_order, logical=True),
+    FoldKernel("aten::_to_copy.out", ("non_blocking", "memory_format"), ("bool", "int?"), _to_copy, casts=True),
+    FoldKernel("dim_order_ops::_to_dim_order_copy.out", ("non_blocking", "dim_order"), ("bool", "ints?"),
+               _to_dim_order, logical=True, casts=True),
+    FoldKernel("dim_order_ops::_clone_dim_order.out", ("non_blocking", "dim_order"), ("bool", "ints?"),
+               _clone_dim_order, logical=True),
 )}
 
 
@@ -715,9 +737,8 @@ class _Finder:
             raise Unfoldable("its shapes are dynamic")
         if not self.writes.only_by(out, reader.step):
             raise Unfoldable(f"its output (value {out}) is written elsewhere too")
-        literal = {name: _literal(self.values, self.writes, index) for name, index in zip(kernel.params, args[1:-2])}
-        return FoldStep(reader.chain, reader.instruction, kernel.key, value, out,
-                        tuple(literal.items()), output)
+        literal = kernel.arguments([_literal(self.values, self.writes, index) for index in args[1:-2]])
+        return FoldStep(reader.chain, reader.instruction, kernel.key, value, out, literal, output)
 
     def _check_shape(self, step: FoldStep, shape: Strided) -> Strided:
         kernel = FOLD_KERNELS[step.kernel]
@@ -971,7 +992,7 @@ class Tracer:
             if kernel is None or len(args) != len(kernel.params) + 3 or args[-2] != current or args[-1] != current:
                 return None
             try:
-                literal = tuple((p, _literal(self.values, self.writes, i)) for p, i in zip(kernel.params, args[1:-2]))
+                literal = kernel.arguments([_literal(self.values, self.writes, i) for i in args[1:-2]])
             except Unfoldable:
                 return None
             steps.append(FoldStep(c, k, name, args[0], current, literal, tensor))

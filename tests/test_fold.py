@@ -527,3 +527,54 @@ def test_the_python_api_folds_too(tmp_path: Path) -> None:
 
     result = rewrite(REAL / "llama_mm_legacy.pte", tmp_path / "api.pte", fold=True, fsync=False)
     assert len(result.plan.folds) == 8 and result.plan.bytes_per_call_saved == 13312
+
+
+# --- found by fuzzing mutated fold fixtures (inspect, rewrite --fold --duplicate-shared, check --fold) -------
+
+
+def test_a_literal_argument_of_the_wrong_kind_keeps_the_kernel_on_the_host(tmp_path: Path) -> None:
+    """permute_copy's dims replaced by an int (a forged program): not foldable, with the reason; was a TypeError."""
+    from forge import edit_program
+
+    path = FOLD / "shared_legacy.pte"
+    with open_pte(path) as pte:
+        plan = pte.program.execution_plan[0]
+    names = [o.qualified_name for o in plan.operators]
+    permute = next(i for i in plan.chains[0].instructions if isinstance(i, m.KernelCall)
+                   and names[i.op_index] == "aten::permute_copy.out")
+    dims = permute.args[1]
+
+    def int_dims(program: m.Program) -> m.Program:
+        forward = program.execution_plan[0]
+        values = list(forward.values)
+        values[dims] = m.Int(1)
+        return m.replace(program, execution_plan=(m.replace(forward, values=tuple(values)),))
+
+    forged = edit_program(path, tmp_path / "int_dims.pte", int_dims)
+    (method,) = analyze_file(forged).methods
+    assert not method.folds.foldable
+    assert "(not foldable: its argument dims is 1, not ints)" in " ".join(method.folds.nodes[0].host)
+    result = invoke("rewrite", forged, "--fold", "-o", tmp_path / "out.pte")
+    assert result.exit_code == 0 and "nothing to move" in result.stdout
+
+
+def test_a_device_copy_read_through_a_static_view_keeps_its_constant(tmp_path: Path) -> None:
+    """A value planned where an _h2d_copy writes, which no instruction writes (a static view), read as a method
+    output: removing the copy would leave it stale, so the constant stays (the self-check refused the rewrite
+    before the analysis knew)."""
+    from conftest import pte_path
+    from forge import edit_program
+
+    def view_of_the_copy(program: m.Program) -> m.Program:
+        forward = program.execution_plan[0]
+        copy = forward.chains[0].instructions[1]  # _h2d_copy.out(0, 15, 15)
+        view = forward.values[copy.args[1]]
+        values = forward.values + (view,)
+        return m.replace(program, execution_plan=(m.replace(forward, values=values,
+                                                            outputs=forward.outputs + (len(forward.values),)),))
+
+    forged = edit_program(pte_path("v_a_dtypes_copy"), tmp_path / "viewed.pte", view_of_the_copy)
+    (method,) = analyze_file(forged).methods
+    verdict = next(c for c in method.constants if c.value == 0)
+    assert not verdict.eligible and verdict.reasons == ("its device copy is also read through a static view",)
+    assert rewrite_file(forged, tmp_path / "out.pte", durable=False).plan.placements  # the others still move
