@@ -14,7 +14,8 @@ Two kinds of program:
   products and convolutions delegated, constants left outside the delegate): a transposed weight also read
   on the host (``shared``), several kernels and two casts on the way (``steps``), a float weight cast to int
   and back, with a NaN (``nan``) and without (``ints``), two methods folding one weight (``methods``), a
-  weight in a .ptd (``external``), a channels-last copy of a convolution weight (``channels_last``).
+  weight in a .ptd (``external``), a channels-last copy of a convolution weight (``channels_last``), a weight
+  read by the device both as it is and transposed (``both``: it moves once its transpose folds).
 
 Each NAME.pte comes with NAME.inputs.pt and NAME.expected.pt (eager outputs), in the corpus's format;
 ``manifest.json`` lists every file with its sha256.
@@ -147,6 +148,18 @@ class Linear(torch.nn.Module):
         return torch.mm(x, self.w.t())
 
 
+class Both(torch.nn.Module):
+    """One weight read by the device as it is (mm) and transposed (permute on the host, then mm): once the
+    transpose folds, only device delegates read the weight, so it moves too."""
+
+    def __init__(self, g: torch.Generator) -> None:
+        super().__init__()
+        self.w = _param(16, 16, generator=g)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.mm(x, self.w.t()), torch.mm(y, self.w)
+
+
 class ChannelsLast(torch.nn.Module):
     """A convolution (on the device) of a channels-last input with a channels-last copy of its weight."""
 
@@ -177,6 +190,7 @@ CASES = (
     Case("nan", lambda g: Ints(g, nan=True), lambda g: (torch.randn(4, 16, generator=g),), ("copy",)),
     Case("methods", Linear, lambda g: (torch.randn(4, 16, generator=g),), methods=("forward", "again")),
     Case("external", Linear, lambda g: (torch.randn(4, 16, generator=g),), external=True),
+    Case("both", Both, lambda g: (torch.randn(4, 16, generator=g), torch.randn(4, 16, generator=g))),
     Case("channels_last", ChannelsLast,
          lambda g: (torch.randn(1, 3, 6, 6, generator=g).contiguous(memory_format=torch.channels_last),)),
 )

@@ -578,3 +578,17 @@ def test_a_device_copy_read_through_a_static_view_keeps_its_constant(tmp_path: P
     verdict = next(c for c in method.constants if c.value == 0)
     assert not verdict.eligible and verdict.reasons == ("its device copy is also read through a static view",)
     assert rewrite_file(forged, tmp_path / "out.pte", durable=False).plan.placements  # the others still move
+
+
+@pytest.mark.parametrize("style", ["copy", "legacy"])
+def test_a_weight_the_device_also_reads_as_it_is_moves_once_its_transpose_folds(style: str, tmp_path: Path) -> None:
+    source = FOLD / f"both_{style}.pte"
+    plain, _ = _folded(source, tmp_path, RewriteOptions())
+    assert not plain.plan.placements and plain.fold_gain.tensors == 2  # the transpose keeps it on the host
+    result, out = _folded(source, tmp_path)
+    (moved,) = result.plan.placements
+    (fold,) = result.plan.folds
+    assert moved.value == fold.chain.source == 0 and not fold.appended
+    assert result.plan.methods[0].released == ()  # it moved: its entry's bytes are its initial data now
+    run = _validated(source, out).methods[0]
+    assert [c.folded for c in run.moved] == [False, True] and run.calls[-1].derived_after == 0
