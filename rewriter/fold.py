@@ -889,9 +889,17 @@ def method_folds(ctx: _MethodContext, constants: Sequence[Any]) -> MethodFolds:
     testing the encoding on the CPU runtime, which makes every host reader a "device" reader) also those
     that a table kernel reads, so that their chains fold rather than the constant moving.
     """
+    def table_kernel(reader: Reader) -> bool:
+        return reader.kind == "KernelCall" and reader.name in FOLD_KERNELS and reader.arg_pos == 0
+
+    def device_bound(reader: Reader) -> bool:  # a chain could start here, or its device readers be duplicated
+        return table_kernel(reader) or reader.on_device or reader.kind == "KernelCall" and reader.name == H2D_COPY
+
+    roots = [c.value for c in constants if (not c.eligible or ctx.host_placement and any(map(table_kernel, c.readers)))
+             and any(map(device_bound, c.readers))]
+    if not roots:  # nothing to walk: no writer map, no view reads
+        return MethodFolds({}, ())
     finder = _Finder(ctx, lambda tensor: _external_problem(tensor, ctx.external))
-    roots = [c.value for c in constants if not c.eligible or ctx.host_placement and any(
-        r.kind == "KernelCall" and r.name in FOLD_KERNELS and r.arg_pos == 0 for r in c.readers)]
     for root in roots:
         finder.root(root, finder.values[root])
     return MethodFolds(finder.nodes, finder.chains(roots))

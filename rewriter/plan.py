@@ -235,7 +235,7 @@ def fold_gain(program: m.Program, analysis: Analysis, options: RewriteOptions = 
 
     Pure: plans both ways (no data is read; a chain a float-to-integer cast would refuse counts).
     """
-    if options.fold:
+    if options.fold or not any(method.folds and method.folds.foldable for method in analysis.methods):
         return FoldGain(0, 0)
     plain = make_plan(program, analysis, options)
     folded = make_plan(program, analysis, m.replace(options, fold=True))
