@@ -388,6 +388,7 @@ def _choose_folds(method: MethodAnalysis, options: RewriteOptions, refusals: Map
             wanted.append(chain)
     removed, needed = removed_steps(folds, {chain.result for chain in wanted})
     roots = {chain.source: chain for chain in folds.chains if chain.duplicate}
+    constants = {c.value: c for c in method.constants}
     moves, unread = [], []
     for value, node in folds.nodes.items():
         if node.parent != -1:
@@ -401,7 +402,7 @@ def _choose_folds(method: MethodAnalysis, options: RewriteOptions, refusals: Map
                 else:
                     wanted.append(shared)
         elif node.device is not None:  # only device delegates read it now: it moves like any constant
-            verdict = next(c for c in method.constants if c.value == value)
+            verdict = constants[value]
             moves.append(m.replace(verdict, device=node.device, reasons=(), details=(), copies=node.copies,
                                    delegate_args=node.delegate_args))
         else:
