@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 import sys
 from collections import defaultdict
+from dataclasses import field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from pte_devconst.schema import model as m
@@ -562,9 +563,17 @@ class MethodFolds:
 
     nodes: Mapping[int, FoldNode]
     chains: tuple[FoldChain, ...]
+    by_source: Mapping[int, tuple[FoldChain, ...]] = field(default_factory=dict)  # the chains of each constant
+
+    @classmethod
+    def of(cls, nodes: Mapping[int, FoldNode], chains: tuple[FoldChain, ...]) -> "MethodFolds":
+        by_source: dict[int, list[FoldChain]] = defaultdict(list)
+        for chain in chains:
+            by_source[chain.source].append(chain)
+        return cls(nodes, chains, {source: tuple(found) for source, found in by_source.items()})
 
     def of_constant(self, value: int) -> tuple[FoldChain, ...]:
-        return tuple(c for c in self.chains if c.source == value)
+        return self.by_source.get(value, ())
 
     @property
     def foldable(self) -> tuple[FoldChain, ...]:
@@ -902,7 +911,7 @@ def method_folds(ctx: _MethodContext, constants: Sequence[Any]) -> MethodFolds:
     finder = _Finder(ctx, lambda tensor: _external_problem(tensor, ctx.external))
     for root in roots:
         finder.root(root, finder.values[root])
-    return MethodFolds(finder.nodes, finder.chains(roots))
+    return MethodFolds.of(finder.nodes, finder.chains(roots))
 
 
 def removed_steps(folds: MethodFolds, chosen: set[int]) -> tuple[set[tuple[int, int]], dict[int, bool]]:
