@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Callable, Collection, Optional
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.pte_file import open_pte, unchanged_segments
-from pte_devconst.schema.pte_writer import write_pte
+from pte_devconst.schema.pte_file import open_pte
+from pte_devconst.schema.pte_writer import unchanged_segments, write_pte
 
 
 def edit_program(source: Path, out: Path, edit: Callable[[m.Program], m.Program]) -> Path:
