@@ -492,34 +492,45 @@ def _count_terms(model: Model, table: Table) -> list[str]:
     return terms
 
 
+def _counter(model: Model, table: Table, elements: set[str]) -> list[str]:
+    """The body of ``_count_<table>(v)``."""
+    if table.name in model.wrapped:  # the wrapper, and its member unless NONE (one test per member with tables)
+        lines = ["    if v is None:", "        return 1"]
+        for member in model.wrapped[table.name].members:
+            if not model.is_leaf(member):
+                lines += [f"    if type(v) is {model.record(member)}:",
+                          *_wrapped_sum("        return ", ["2", *_count_terms(model, model.tables[member])],
+                                        "        ")]
+        return lines + ["    return 2"]
+    lines = ["    if v is None:", "        return 1"] if table.name in elements else []
+    return lines + _wrapped_sum("    return ", ["1", *_count_terms(model, table)])
+
+
 def table_counts_source(model: Model) -> str:
-    """``count_<root>(record)``: the tables the flatbuffers verifier visits once the record is encoded."""
+    """``count_<root>(record)``: the tables the flatbuffers verifier visits once the record is encoded.
+
+    Only the counters a root reaches are written: a table without tables of its own counts as 1 in place.
+    """
     elements = model.vector_elements()
+    bodies = {f"_count{model.function(t.name)}": (t, _counter(model, t, elements)) for t in model.codec_tables()
+              if not model.is_leaf(t.name)}
+    reached, pending = set(), [f"_count{model.function(r.table)}" for r in model.schema.roots]
+    while pending:
+        name = pending.pop()
+        if name in bodies and name not in reached:
+            reached.add(name)
+            pending += re.findall(r"_count_\w+", "\n".join(bodies[name][1]))
     lines: list[str] = []
-    for table in model.codec_tables():
-        if model.is_leaf(table.name):
-            continue
-        name, function = model.record(table.name), f"_count{model.function(table.name)}"
-        lines += ["", "", f"def {function}(v: {name}) -> int:"]
-        if table.name in model.wrapped:  # the wrapper, and its member unless NONE
-            union = model.wrapped[table.name]
-            if all(model.is_leaf(m) for m in union.members):
-                lines.append("    return 1 if v is None else 2")
-            else:
-                lines += ["    if v is None:", "        return 1", f"    count = {model.constant(union.name)}.get(type(v))",
-                          "    return 2 if count is None else 1 + count(v)"]
-            continue
-        if table.name in elements:
-            lines += ["    if v is None:", "        return 1"]
-        lines += _wrapped_sum("    return ", ["1", *_count_terms(model, table)])
+    for name, (table, body) in bodies.items():
+        if name in reached:
+            lines += ["", "", f"def {name}(v: {model.record(table.name)}) -> int:", *body]
     if "_count_union(" in "\n".join(lines):
         lines += ["", "", "def _count_union(v: Any, members: dict[type, Callable[[Any], int]]) -> int:",
                   '    """The tables of a union\'s member: 0 for NONE, 1 for a member without tables of its own."""',
                   "    if v is None:", "        return 0", "    count = members.get(type(v))",
                   "    return 1 if count is None else count(v)"]
-    for union in model.schema.unions:
-        members = [f"{model.record(m)}: _count{model.function(m)}" for m in union.members if not model.is_leaf(m)]
-        if members:  # the members with tables of their own; every other member is one table
+        for union in model.schema.unions:
+            members = [f"{model.record(m)}: _count{model.function(m)}" for m in union.members if not model.is_leaf(m)]
             lines += ["", "", *_dict(f"{model.constant(union.name)}: dict[type, Callable[[Any], int]]", members)]
     for root in model.schema.roots:
         function = f"_count{model.function(root.table)}"
@@ -527,10 +538,11 @@ def table_counts_source(model: Model) -> str:
             lines += ["", "", f"def {function}(v: Any) -> int:", "    return 1"]
         lines += ["", f"count_{snake(model.record(root.table))} = {function}"]
     source = "\n".join(lines)
-    used = {model.record(t.name) for t in model.codec_tables() if f"v: {model.record(t.name)})" in source}
+    used = {model.record(t.name) for t in model.codec_tables() if re.search(rf"\b{model.record(t.name)}\b", source)}
+    typing = _imports({n for n in ("Any", "Callable") if re.search(rf"\b{n}\b", source)}, "typing")
     head = [_HEADER.format(what="How many tables the flatbuffers verifier visits in an encoded record (see "
                            "schema/limits.py)."),
-            "from __future__ import annotations", "", "from typing import Any, Callable", "",
+            "from __future__ import annotations", "", *([*typing, ""] if typing else []),
             *_record_imports(model, used)]
     return "\n".join(head) + "\n" + source + "\n"
 
