@@ -289,9 +289,11 @@ def records_source(model: Model, module: str) -> str:
             if field.type.kind == "enum" and not field.type.vector:
                 enums.add(model.enums[field.type.name].short_name)
     methods = {f"{n}Methods" for n in mine if f"{n}Methods" in model.methods}
+    typing = {"Optional"} | ({"Union"} if wrappers or any(f.type.kind == "union" for t in tables for f in t.fields)
+                             else set())
     lines = [_HEADER.format(what=f"The records of {module.removesuffix('_model')}.fbs: one per table, None where "
                             "the file has nothing."),
-             "from __future__ import annotations", "", "from typing import Optional, Union", "",
+             "from __future__ import annotations", "", *_imports(typing, "typing"), "",
              *_imports(methods, "pte_devconst.schema.model_methods"), "from pte_devconst.schema.record import record",
              *_imports(enums, ".enums")]
     for other, names in sorted(borrowed.items()):

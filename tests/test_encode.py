@@ -11,7 +11,6 @@ defaults left out, absent versus empty).
 
 from __future__ import annotations
 
-import random
 import struct
 import subprocess
 import sys
@@ -31,7 +30,7 @@ from pte_devconst.schema.flatbuf_builder import Builder, BuilderError, TableLayo
 from pte_devconst.schema.flatbuf import I32, U8
 from pte_devconst.schema.ptd_file import open_ptd
 from pte_devconst.schema.pte_file import open_pte
-from fuzz.mutate import _apply, _forge, _sites
+from forge import changed_programs
 
 EXAMPLE_PROGRAMS = [EXAMPLES / f"{name}.pte" for name in shipped(EXAMPLES)]
 
@@ -78,14 +77,8 @@ def _encode_both(encode: Any, encode_reference: Any, root: Any) -> tuple[str, An
 
 def test_randomly_changed_programs_encode_identically() -> None:
     """Structured mutations from the fuzzer (edge values, None versus empty, holes, odd strings), 1,500 of them."""
-    roots = [_program(pte_path(name)) for name in CASES]
-    rng = random.Random(20261129)
     compared = 0
-    for _ in range(1500):
-        root = rng.choice(roots)
-        for _ in range(rng.choice((1, 2, 3))):
-            path, kind, current = rng.choice(_sites(root))
-            root = _apply(root, path, _forge(rng, kind, current)[1])
+    for root in changed_programs([_program(pte_path(name)) for name in CASES], 20261129, 1500):
         status, data = _encode_both(encode_program, reference.encode_program, root)
         if status == "ok":
             assert data == reference.encode_program(root)

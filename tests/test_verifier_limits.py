@@ -55,9 +55,8 @@ def test_the_count_is_the_decoders_on_real_and_changed_programs() -> None:
     """The generated counter (``generated/table_counts.py``) and the decoder, which counts every table it reaches,
     agree on every corpus program, on a hole in each of its vectors of tables, and on 300 randomly changed
     programs (values and instructions that are None, lists emptied or dropped)."""
-    import random
-
-    from fuzz.mutate import _apply, _forge, _sites
+    from forge import changed_programs
+    from fuzz.mutate import _apply, _sites
     from pte_devconst.schema.decode import decode_program_counted
     from pte_devconst.schema.encode import encode_program
 
@@ -73,13 +72,8 @@ def test_the_count_is_the_decoders_on_real_and_changed_programs() -> None:
             assert limits.count_tables(holed) == decode_program_counted(encode_program(holed))[1], path
             holes += 1
     assert holes >= 8  # execution plans, values, chains, instructions, operators, delegates, specs, segments, ...
-    rng = random.Random(14)
     compared = 0
-    for _ in range(300):
-        program = rng.choice(programs)
-        for _ in range(rng.choice((1, 2, 3))):
-            path, kind, current = rng.choice(_sites(program))
-            program = _apply(program, path, _forge(rng, kind, current)[1])
+    for program in changed_programs(programs, 14, 300):
         try:
             data = encode_program(program)
         except Exception:  # a value the format cannot hold: nothing to count
