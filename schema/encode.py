@@ -8,7 +8,7 @@ a ``force_align`` vector is aligned as the schema says, and a ``None`` inside a
 vector of tables is written as an empty table (a union wrapper's NONE). Children
 are written before their parent in field order, as the flatc-generated builder
 path writes them, so the output is byte for byte what that path produces
-(``tests/test_encode.py`` checks it against ``tests/reference_encoder.py``).
+(``tests/test_encode.py`` checks it against ``tests/flatc_reference.py``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Reading ``fbs/*.fbs`` into a typed description: the one source of truth for the format.
 
 ``regenerate.py`` turns this description into the model's records, the decoder
-and the encoder (``codegen.py``); ``tests/reference_encoder.py`` walks it to
+and the encoder (``codegen.py``); ``tests/flatc_reference.py`` walks it to
 drive the flatc-generated code it checks them against.
 
 Why a parser of our own rather than flatc's reflection output (``flatc --bfbs``):
