@@ -31,7 +31,7 @@ def _with_jump(plan: m.ExecutionPlan, condition: m.EValue) -> m.ExecutionPlan:
 
 
 def _runner_bytes(path: Path, call: list) -> int:
-    torch = pytest.importorskip("torch")  # noqa: F841
+    pytest.importorskip("torch")
     from pte_devconst.runner import run_program
 
     return run_program(path, inputs=[call], calls=1, simulate_devices=True).calls[0].copies.h2d.nbytes
