@@ -38,7 +38,6 @@ from pte_devconst.schema.record import record
 from pte_devconst.schema.transfers import H2D_COPY, Transfer, delegate_device, per_call_transfers
 from pte_devconst.schema.transfers import work as transfer_work
 
-D2H_COPY = "et_copy::_d2h_copy.out"
 NO_PTD = "external (data in a .ptd) but no .ptd given; pass --ptd"
 # The codegen'd kernel of an out variant takes exactly its schema arguments plus one return slot
 # (executorch/codegen/gen.py: "Expected %zu args"): self, out, return.

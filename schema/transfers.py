@@ -35,6 +35,7 @@ from . import model as m
 from .dataflow import delegate_call_sites
 
 H2D_COPY = "et_copy::_h2d_copy.out"
+D2H_COPY = "et_copy::_d2h_copy.out"
 TARGET_DEVICE_KEY = "target_device"
 
 METHOD_INPUT = "method input"
