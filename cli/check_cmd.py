@@ -88,7 +88,8 @@ def _summary(report: CheckReport) -> str:
     if report.findings:
         parts.append(f"{len(report.findings)} constant(s) in "
                      f"{sum(1 for f in report.files if f.findings)} file(s) still copied to a device on every "
-                     f"call ({human_bytes(report.bytes_per_call)} per call); run pte-devconst rewrite")
+                     f"call ({human_bytes(report.bytes_per_call)} per call); fix them with pte-devconst rewrite "
+                     "--in-place FILE")
     if report.stays:
         parts.append(stays_line(report.stays, report.strict))
     if report.unknown:
@@ -185,7 +186,7 @@ def render_github(report: CheckReport) -> None:
     for f in report.findings:
         lines.append(github_annotation(
             "error", f"{f.method}: {constant_label(f.name, f.value)} is copied to {f.device} on every call "
-            f"({f.bytes_per_call:,} B per call); pte-devconst rewrite moves it to device memory",
+            f"({f.bytes_per_call:,} B per call); pte-devconst rewrite --in-place moves it to device memory",
             file=f.file, title="pte-devconst: constant copied on every call"))
     for f in report.stays:
         lines.append(github_annotation(

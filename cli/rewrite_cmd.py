@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from pte_devconst.cli.app import EXIT_ERROR, OPTIONS, command, for_each_program
+from pte_devconst.cli.app import EXIT_ERROR, EXIT_FINDINGS, OPTIONS, command, for_each_program
 from pte_devconst.cli.output import (echo_lines, FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
                                      markup_safe, resolve_format, stdout_console, table, md_code, md_text)
 from pte_devconst.cli.progress import write_progress
@@ -190,6 +190,9 @@ def rewrite_command(
                                                 "writes itself in full; bulk data copied by the kernel from a "
                                                 "proven source range in sampled windows) or full (every byte). "
                                                 "[default: sampled; full when PTE_DEVCONST_FULL_CHECK=1]"),
+    exit_on_change: bool = typer.Option(False, "--exit-non-zero-on-change", help="Exit 1 when a program was "
+                                        "rewritten (with --dry-run: would be), as a fixing pre-commit hook does "
+                                        "so that the user re-stages the file."),
     fmt: OutputFormat = FORMAT_OPTION,
     json_flag: bool = JSON_FLAG,
 ) -> None:
@@ -215,6 +218,8 @@ def rewrite_command(
             render_markdown(result)
         elif not OPTIONS.quiet:
             render_text(result)
+        if exit_on_change and result.changed:
+            raise typer.Exit(EXIT_FINDINGS)
         return
     items, left_out = rewrite_inputs(files, in_place)
     programs = [i for i in items if isinstance(i, Path)]
@@ -241,6 +246,8 @@ def rewrite_command(
         echo_lines(left_out)
     if failed:
         raise typer.Exit(EXIT_ERROR)
+    if exit_on_change and any(r.changed for r in results):
+        raise typer.Exit(EXIT_FINDINGS)
 
 
 def _rewrite_one(file: Path, output: Optional[Path], ptd: Optional[Path], options: Any, dry_run: bool,

@@ -104,7 +104,7 @@ def test_github_format_is_one_workflow_command_per_finding(rewritten: Path) -> N
     assert result.exit_code == 1  # exit codes do not change with the format
     lines = result.stdout.splitlines()
     assert lines[0] == (f"::error file={copying},title=pte-devconst%3A constant copied on every call::forward: "
-                        "value 2 is copied to cuda:0 on every call (96 B per call); pte-devconst rewrite moves it "
+                        "value 2 is copied to cuda:0 on every call (96 B per call); pte-devconst rewrite --in-place moves it "
                         "to device memory")
     notices = [line for line in lines if line.startswith("::notice ")]
     assert len(notices) == 2 and all(line.endswith("cannot move it: read by host kernel aten::mul.out")
