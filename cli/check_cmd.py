@@ -84,7 +84,8 @@ def _summary(report: CheckReport) -> str:
     checked = sum(1 for f in report.files if not f.error)
     if report.passed and not report.stays:
         return f"{checked} file(s) checked: no constant is copied to a device on every call."
-    parts = [] if report.findings else [f"{checked} file(s) checked: nothing left that the rewrite can move"]
+    parts = ([] if report.findings else [f"{checked} file(s) checked without findings"] if report.unknown
+             else [f"{checked} file(s) checked: nothing left that the rewrite can move"])
     if report.findings:
         parts.append(f"{len(report.findings)} constant(s) in "
                      f"{sum(1 for f in report.files if f.findings)} file(s) still copied to a device on every "

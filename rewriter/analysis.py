@@ -32,6 +32,7 @@ from typing import Iterable, Mapping, Optional
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.errors import UnsupportedProgramError
+from pte_devconst.schema.dataflow import DelegateCallSite, delegate_call_sites
 from pte_devconst.schema.gc_pause import gc_paused
 from pte_devconst.schema.model import CPU, Device
 from pte_devconst.schema.record import record
@@ -186,6 +187,7 @@ class MethodAnalysis:
     style: str  # "copy" (h2d copy kernels), "legacy" (device delegates, no copies) or "cpu" (no device delegate)
     label: str = ""  # the name, with the plan index when another plan has the same name
     transfers: tuple[Transfer, ...] = ()  # every host-to-device copy of one call (schema/transfers.py)
+    call_sites: tuple[DelegateCallSite, ...] = ()  # each DelegateCall's inputs/outputs (schema/dataflow.py)
 
     @property
     def eligible(self) -> tuple[ConstantVerdict, ...]:
@@ -504,15 +506,18 @@ def _delegate_infos(plan: m.ExecutionPlan) -> dict[int, DelegateInfo]:
     return infos
 
 
-def method_transfers(plan: m.ExecutionPlan, budget: Optional[WorkBudget] = None) -> tuple[Transfer, ...]:
-    """Every host-to-device copy one call makes (``schema/transfers.py``: the rule the runner's counts follow).
+def method_transfers(plan: m.ExecutionPlan, budget: Optional[WorkBudget] = None
+                     ) -> tuple[tuple[Transfer, ...], tuple[DelegateCallSite, ...]]:
+    """Every host-to-device copy one call makes (``schema/transfers.py``: the rule the runner's counts follow),
+    and the delegate calls' input/output split it rests on (``schema/dataflow.py``).
 
     Their bytes are the per-call estimate that ``inspect`` and ``diff`` show; ``tests/test_estimate_vs_runner.py``
     holds it equal to the runner's measured copies.  The data flow's work is charged to ``budget`` first.
     """
     if budget is not None:
         budget.spend(transfer_work(plan))
-    return tuple(per_call_transfers(plan))
+    sites = tuple(delegate_call_sites(plan))
+    return tuple(per_call_transfers(plan, sites)), sites
 
 
 def _shares_mutable_buffers(program: m.Program) -> bool:
@@ -581,10 +586,10 @@ def analyze_program(program: m.Program, external: Optional[ExternalData] = None,
                          for chain in plan.chains or () for ins in chain.instructions or ())
         on_device = any(not d.device.is_cpu for d in delegates.values())
         style = "copy" if has_copies else "legacy" if on_device else "cpu"
-        transfers = method_transfers(plan, budget)
+        transfers, sites = method_transfers(plan, budget)
         methods.append(MethodAnalysis(plan.name or f"plan{plan_index}", plan_index, constants,
                                       tuple(delegates.values()), sum(t.nbytes for t in transfers), style, label,
-                                      transfers))
+                                      transfers, sites))
     refusal = None
     if _shares_mutable_buffers(program):
         refusal = ("the methods share one mutable buffer arena (share_mutable_buffers); the runtime cannot give "

@@ -31,7 +31,7 @@ from collections import defaultdict
 from typing import Iterable, Optional, Sequence
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.dataflow import delegate_call_sites
+from pte_devconst.schema.dataflow import DelegateCallSite, delegate_call_sites
 from pte_devconst.schema.record import record
 from pte_devconst.schema.transfers import D2H_COPY, DELEGATE_HOST_INPUT, H2D_COPY, H2D_KERNEL, Transfer
 
@@ -133,9 +133,21 @@ class _Flow:
         self.origin: dict[int, Optional[_Origin]] = {}
         self.regions: dict[tuple[int, int, int], Optional[_Origin]] = {}
         self.monotone = False  # in a chain with jumps a value, once not constant-derived, stays so
+        self._region_of: dict[int, Optional[tuple[int, int, int]]] = {}  # memo: one size computation per value
+        self._items_of: dict[int, tuple[int, ...]] = {}
 
     def value(self, index: int) -> m.EValue:
         return self.values[index] if 0 <= index < len(self.values) else None
+
+    def region_of(self, index: int) -> Optional[tuple[int, int, int]]:
+        if index not in self._region_of:
+            self._region_of[index] = _region(self.value(index))
+        return self._region_of[index]
+
+    def items_of(self, index: int) -> tuple[int, ...]:
+        if index not in self._items_of:
+            self._items_of[index] = _items(self.value(index))
+        return self._items_of[index]
 
     def read(self, index: int) -> Optional[_Origin]:
         if index in self.origin:
@@ -146,19 +158,19 @@ class _Flow:
         if isinstance(value, m.Tensor):
             if value.is_constant:
                 return _Origin((index,))
-            region = _region(value)
+            region = self.region_of(index)
             return self.regions.get(region) if region is not None else None  # a static view, or nothing yet
         if isinstance(value, (m.TensorList, m.OptionalTensorList, m.IntList)):
-            return _merge(self.read(item) for item in _items(value))
+            return _merge(self.read(item) for item in self.items_of(index))
         return None if index in self.written else LITERAL
 
     def write(self, indices: Sequence[int], origin: Optional[_Origin]) -> None:
         for index in indices:
-            for target in (index, *_items(self.value(index))):
+            for target in (index, *self.items_of(index)):
                 if self.monotone and target in self.origin and self.origin[target] is None:
                     continue
                 self.origin[target] = origin
-                region = _region(self.value(target))
+                region = self.region_of(target)
                 if region is not None:
                     self.regions[region] = origin
 
@@ -184,11 +196,12 @@ def _written(plan: m.ExecutionPlan, sites: dict[tuple[int, int], object]) -> fro
     return frozenset(written)
 
 
-def _origins_at_transfers(plan: m.ExecutionPlan, transfers: Sequence[Transfer]) -> dict[Transfer, Optional[_Origin]]:
+def _origins_at_transfers(plan: m.ExecutionPlan, transfers: Sequence[Transfer],
+                          call_sites: Sequence[DelegateCallSite]) -> dict[Transfer, Optional[_Origin]]:
     """The origin of each transfer's value just before its instruction runs."""
     ops = [op.qualified_name for op in plan.operators or ()]
     hosts = [delegate_device(d)[0].is_cpu for d in plan.delegates or ()]
-    sites = {(s.chain, s.instruction): s for s in delegate_call_sites(plan)}
+    sites = {(s.chain, s.instruction): s for s in call_sites or delegate_call_sites(plan)}
     flow = _Flow(plan, _written(plan, sites))
     at: dict[tuple[int, int], list[Transfer]] = defaultdict(list)
     for t in transfers:
@@ -208,9 +221,9 @@ def _origins_at_transfers(plan: m.ExecutionPlan, transfers: Sequence[Transfer]) 
                 if name in (H2D_COPY, D2H_COPY):  # a copy between memories: the data is what it was
                     flow.write(args[1:], flow.read(args[0]))
                     continue
-                produced = {out, *_items(flow.value(out))}
+                produced = {out, *flow.items_of(out)}
                 inputs = [a for a in args[:-1] if a not in produced
-                          and not (_items(flow.value(a)) and set(_items(flow.value(a))) <= produced)]
+                          and not (flow.items_of(a) and produced.issuperset(flow.items_of(a)))]
                 flow.write((out,), _merge((flow.read(a) for a in inputs), name))
             elif isinstance(instruction, m.DelegateCall) and (c, k) in sites:
                 site = sites[(c, k)]
@@ -256,7 +269,7 @@ def _constant_status(verdict: Optional[ConstantVerdict]) -> tuple[str, str]:
 
 def method_derived_copies(plan: m.ExecutionPlan, method: MethodAnalysis) -> tuple[DerivedCopy, ...]:
     """The constant-derived per-call copies of one method, one entry per (value, device), in program order."""
-    origins = _origins_at_transfers(plan, method.transfers)
+    origins = _origins_at_transfers(plan, method.transfers, method.call_sites)
     verdicts = {c.value: c for c in method.constants}
     values = plan.values or ()
     grouped: dict[tuple[int, m.Device], list[Transfer]] = {}

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from . import model as m
-from .dataflow import delegate_call_sites
+from .dataflow import DelegateCallSite, delegate_call_sites
 
 H2D_COPY = "et_copy::_h2d_copy.out"
 D2H_COPY = "et_copy::_d2h_copy.out"
@@ -149,8 +149,11 @@ def _costliest_path(instructions: Sequence[m.Instruction], cost: dict[int, int],
     return path
 
 
-def per_call_transfers(plan: m.ExecutionPlan) -> list[Transfer]:
-    """Every host-to-device copy one call of ``plan`` makes, in program order (see the module docstring)."""
+def per_call_transfers(plan: m.ExecutionPlan, sites: Optional[Sequence[DelegateCallSite]] = None) -> list[Transfer]:
+    """Every host-to-device copy one call of ``plan`` makes, in program order (see the module docstring).
+
+    ``sites``: ``dataflow.delegate_call_sites(plan)``, when the caller has it already.
+    """
     values = plan.values or ()
     ops = [op.qualified_name for op in plan.operators or ()]
     targets = [delegate_device(d)[0] for d in plan.delegates or ()]
@@ -160,7 +163,7 @@ def per_call_transfers(plan: m.ExecutionPlan) -> list[Transfer]:
         device = where.static(index)
         if not device.is_cpu and isinstance(values[index] if 0 <= index < len(values) else None, m.Tensor):
             transfers.append(Transfer(METHOD_INPUT, -1, -1, index, _nbytes(values[index]), device))
-    sites = {(s.chain, s.instruction): s for s in delegate_call_sites(plan)}
+    by_step = {(s.chain, s.instruction): s for s in (delegate_call_sites(plan) if sites is None else sites)}
     for c, chain in enumerate(plan.chains or ()):
         instructions = chain.instructions or ()
         found: list[Transfer] = []
@@ -173,7 +176,7 @@ def per_call_transfers(plan: m.ExecutionPlan) -> list[Transfer]:
                         if ret != args[1]:
                             where.moved[ret] = where.of(args[1])
             elif isinstance(instruction, m.DelegateCall) and 0 <= instruction.delegate_index < len(targets):
-                site = sites[(c, k)]
+                site = by_step[(c, k)]
                 target = targets[instruction.delegate_index]
                 for pos, arg in enumerate(site.args):
                     if not isinstance(values[arg] if 0 <= arg < len(values) else None, m.Tensor):
