@@ -85,6 +85,10 @@ def _moved_rows(result: RewriteResult) -> list[list[Any]]:
     return rows
 
 
+def _in_place(result: RewriteResult) -> bool:
+    return result.output is not None and Path(result.output) == Path(result.input)
+
+
 def _not_moved_rows(result: RewriteResult) -> list[list[Any]]:
     """The "left in place" rows: every constant not moved, and why (its verdict, or the option that skipped it)."""
     plan = result.plan
@@ -100,7 +104,8 @@ def render_text(result: RewriteResult) -> None:
     verb = "would move" if result.output is None else "moved"
     if plan.is_empty:
         console.print(f"{markup_safe(result.input)}: nothing to move; " +
-                      ("no file written (dry run)." if result.output is None else f"{markup_safe(result.output)} is an identical copy."), soft_wrap=True)
+                      ("no file written (dry run)." if result.output is None else "left as it is." if _in_place(result)
+                       else f"{markup_safe(result.output)} is an identical copy."), soft_wrap=True)
     else:
         console.print(table(f"constants {verb} to device memory", ["method", "device", "constants", "bytes",
                                                                     "H2D saved/call"],
@@ -128,7 +133,7 @@ def render_markdown(result: RewriteResult) -> None:
     dry = result.output is None
     lines = [f"### pte-devconst rewrite: {md_code(Path(result.input).name)}{' (dry run)' if dry else ''}", ""]
     if plan.is_empty:
-        lines.append("Nothing to move." + (" No file written (dry run)." if dry
+        lines.append("Nothing to move." + (" No file written (dry run)." if dry else " Left as it is." if _in_place(result)
                                            else f" {md_code(result.output)} is an identical copy."))
     else:
         lines += [markdown_table(["method", "device", "constants", "bytes", "H2D saved/call"], _moved_rows(result)), "",

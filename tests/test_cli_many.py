@@ -89,6 +89,8 @@ def test_rewrite_several_in_place_and_never_with_one_output(tmp_path: Path) -> N
     assert invoke("-q", "rewrite", models, "--in-place").exit_code == 0
     assert (models / "mlp_copy.pte").read_bytes() != before and not list(models.rglob("*.devconst.pte"))
     assert invoke("check", models).exit_code == 0
+    again = invoke("rewrite", models, "--in-place", env={"COLUMNS": "200"})
+    assert again.exit_code == 0 and again.stdout.count("nothing to move; left as it is.") == 2
 
 
 def test_rewrite_reports_a_bad_program_and_still_rewrites_the_others(tmp_path: Path) -> None:
