@@ -100,3 +100,21 @@ def test_a_host_delegate_writing_device_memory_is_a_copy() -> None:
     values = [_t(1, 0), _t(2, 0)]
     transfers = per_call_transfers(_plan(values, [m.DelegateCall(0, (0, 1))], (_delegate(None),), inputs=(0,)))
     assert [(t.kind, t.value, t.device) for t in transfers] == [(HOST_DELEGATE_OUTPUT, 1, CUDA0)]
+
+
+def test_a_long_list_read_by_many_instructions_is_refused_before_the_data_flow_runs() -> None:
+    """The data flow follows a list's items at every read: one 2,000-item list read by 2,000 kernels is 4 million
+    steps for a program of a few thousand items.  The analysis counts that first and refuses, in one line."""
+    from pte_devconst.rewriter.analysis import analyze_program
+    from pte_devconst.schema.errors import UnsupportedProgramError
+
+    n = 2000
+    values = [_t(1, 0)] * n + [m.TensorList(tuple(range(n))), _t(1, 0)]
+    kernels = [m.KernelCall(0, (n, n + 1)) for _ in range(n)]
+    plan = m.ExecutionPlan(name="forward", values=tuple(values), inputs=(), outputs=(),
+                           chains=(m.Chain(instructions=tuple(kernels)),), operators=(m.Operator("aten::cat", "out"),),
+                           non_const_buffer_sizes=(0, 64))
+    with pytest.raises(UnsupportedProgramError, match="analysis needed more than"):
+        analyze_program(m.Program(execution_plan=(plan,)))
+    small = m.replace(plan, chains=(m.Chain(instructions=tuple(kernels[:2])),))
+    assert analyze_program(m.Program(execution_plan=(small,))).methods[0].h2d_bytes_per_call == 0
