@@ -181,8 +181,8 @@ def render_markdown(report: CheckReport) -> None:
 
 
 def render_github(report: CheckReport) -> None:
-    """GitHub Actions annotations, one line each (as ``ruff --output-format github``): an error per finding (and
-    per copy that stays, with ``--strict``), a warning per constant not judged, a notice per copy that stays."""
+    """GitHub Actions annotations, one line each (as ``ruff --output-format github``): an error per finding, a
+    notice per copy that stays and a warning per constant not judged (with ``--strict`` both are errors too)."""
     lines = []
     for f in report.findings:
         lines.append(github_annotation(
@@ -198,7 +198,7 @@ def render_github(report: CheckReport) -> None:
     for file in report.files:
         for f in file.unknown:
             lines.append(github_annotation(
-                "warning", f"{f.method}: {constant_label(f.name, f.value)} would move to {f.device} but its data is "
+                "error" if report.strict else "warning", f"{f.method}: {constant_label(f.name, f.value)} would move to {f.device} but its data is "
                 f"in a .ptd that was not found; {file.note or 'pass --ptd FILE.ptd'}",
                 file=f.file, title="pte-devconst: constant not judged"))
         if file.error:
@@ -221,13 +221,13 @@ def check_command(
     min_bytes: int = typer.Option(0, "--min-bytes", min=0, help="Ignore constants smaller than this."),
     strict: bool = typer.Option(False, "--strict", help="Also fail on constant-derived values copied on every "
                                 "call that the rewrite cannot move (read on the host too, transposed on the "
-                                "host, ...)."),
+                                "host, ...) and on external constants not judged for want of their .ptd."),
     fmt: GateFormat = GATE_FORMAT_OPTION,
     json_flag: bool = JSON_FLAG,
 ) -> None:
     """Exit 1 when a program still copies a constant to a device on every call (for CI and pre-commit).
 
-    Exit codes: 0 clean; 1 findings (with --strict also constant-derived copies the rewrite cannot move);
+    Exit codes: 0 clean; 1 findings (with --strict any constant-derived copy, also one the rewrite cannot move);
     2 a file could not be checked; 3 only external constants whose .ptd is missing.
     """
     from pte_devconst.api import check, expand_paths, parse_devices

@@ -158,8 +158,9 @@ class FileCheck:
 
     @property
     def failing(self) -> tuple[Finding, ...]:
-        """What fails the gate: the findings, and with ``strict`` also what stays."""
-        return self.findings + self.stays if self.strict else self.findings
+        """What fails the gate: the findings; with ``strict`` every constant-derived per-call copy, also what stays
+        and the external constants not judged (copied per call either way; only whether they could move is open)."""
+        return self.findings + self.stays + self.unknown if self.strict else self.findings
 
     @property
     def status(self) -> str:
@@ -212,8 +213,8 @@ class CheckReport:
     @property
     def exit_code(self) -> int:
         """0 clean; 1 some file still copies an eligible constant per call (with ``strict``: any constant-derived
-        value); 2 some file could not be checked; 3 nothing else, but some external constant could not be
-        judged because its .ptd is missing."""
+        value, judged or not); 2 some file could not be checked; 3 nothing else, but some external constant could
+        not be judged because its .ptd is missing."""
         return 2 if self.errors else 1 if self.failing else EXIT_UNKNOWN if self.unknown else 0
 
     @property

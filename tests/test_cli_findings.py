@@ -135,3 +135,13 @@ def test_github_annotations_escape_what_would_start_a_command() -> None:
     line = github_annotation("error", "100% done\n::error::forged", file="a,b:c.pte", title="t: x")
     assert line == "::error file=a%2Cb%3Ac.pte,title=t%3A x::100%25 done\\x0a::error::forged"
     assert "\n" not in line
+
+
+def test_strict_fails_on_external_constants_not_judged(tmp_path: Path) -> None:
+    """Copied per call whether or not they could move: --strict fails (1), not 'unknown' (3)."""
+    lone = tmp_path / "model.pte"
+    lone.write_bytes(pte_path("v_g_external_copy").read_bytes())
+    assert invoke("check", lone).exit_code == 3
+    strict = invoke("check", lone, "--strict", "--format", "github")
+    assert strict.exit_code == 1
+    assert [line.split(" ", 1)[0] for line in strict.stdout.splitlines() if line.startswith("::")] == ["::error"] * 3

@@ -98,6 +98,7 @@ def test_a_program_elsewhere_without_data_says_which_names_it_looked_for(work_co
     moved = Path(shutil.copy(pte, folder / f"{NAME}.devconst.pte"))
     code, doc = invoke_json("check", moved)
     assert code == 3
+    assert invoke("check", moved, "--strict").exit_code == 1  # copied per call either way: strict fails
     assert f"put {NAME}.devconst.ptd or {NAME}.ptd next to it or pass --ptd FILE.ptd" in doc["files"][0]["note"]
 
 
