@@ -6,13 +6,16 @@ Before: on a rewritten file whose host-read constants were still copied on every
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from cli_runner import invoke, invoke_json
 from conftest import CORPUS, FIXTURES, pte_path
+from test_report_schema import SCHEMA_FILE, assert_valid
 
 WIDE = {"COLUMNS": "200"}
 
@@ -48,6 +51,7 @@ def test_strict_fails_on_what_stays_and_lists_each_with_its_reason(rewritten: Pa
     assert invoke("-q", "check", rewritten).stdout == ""  # not strict: nothing fails, nothing printed
     code, doc = invoke_json("check", rewritten, "--strict")
     assert code == doc["exit_code"] == 1 and doc["strict"] and not doc["passed"]
+    assert_valid(jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text())), doc, "check")
     assert doc["findings"] == 0 and doc["stays"] == 1 and doc["stays_bytes_per_call"] == 96
     (entry,) = doc["files"]
     assert entry["status"] == "findings"

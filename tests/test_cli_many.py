@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
+import jsonschema
+
 from cli_runner import invoke, invoke_json
 from conftest import EXAMPLES, pte_path
+from test_report_schema import SCHEMA_FILE, assert_valid
+
+VALIDATOR = jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text()))
 
 SHARED = "v_c_shared_host_copy"  # value 2 moves; values 0 and 1 are read by aten::mul.out and stay
 
@@ -50,6 +56,8 @@ def test_inspect_takes_several_files_and_patterns(tmp_path: Path) -> None:
     assert [h.split(":")[0] for h in headers] == [str(models / "mlp_copy.pte"), str(models / "sub" / "mlp_cpu.pte")]
     code, doc = invoke_json("inspect", models)
     assert code == 0 and [Path(r["file"]["path"]).name for r in doc["reports"]] == ["mlp_copy.pte", "mlp_cpu.pte"]
+    assert_valid(VALIDATOR, doc, "inspect")
+    assert not VALIDATOR.is_valid({**doc, "reports": [{**doc["reports"][0], "surprise": 1}]})
     assert doc["reports"][0]["file"]["eligible_constants"] == 4
 
 
@@ -68,6 +76,7 @@ def test_rewrite_takes_a_folder_and_reports_each_output(tmp_path: Path) -> None:
     models = _folder(tmp_path)
     code, doc = invoke_json("rewrite", models)
     assert code == 0
+    assert_valid(VALIDATOR, doc, "rewrite")
     outputs = [r["output"] for r in doc["results"]]
     assert outputs == [str(models / "mlp_copy.devconst.pte"), str(models / "sub" / "mlp_cpu.devconst.pte")]
     assert all(Path(o).is_file() for o in outputs) and [r["changed"] for r in doc["results"]] == [True, False]
