@@ -215,7 +215,7 @@ def check_command(
     ptd: Optional[list[str]] = typer.Option(None, "--ptd", help="The .ptd of a program's external constants "
                                             "(repeatable): DATA.ptd pairs with the program at the same path "
                                             "(or the only program); PROGRAM.pte=DATA.ptd pairs explicitly. "
-                                            "Default: NAME.ptd next to NAME.pte."),
+                                            "Default: NAME.ptd next to NAME.pte (for NAME.devconst.pte also NAME.ptd)."),
     device: Optional[list[str]] = typer.Option(None, "--device", help="Only count constants that could move "
                                                "to this device (repeatable, e.g. cuda:0)."),
     min_bytes: int = typer.Option(0, "--min-bytes", min=0, help="Ignore constants smaller than this."),

@@ -193,7 +193,8 @@ def inspect_command(
     ptd: Optional[list[str]] = typer.Option(None, "--ptd", help="The .ptd of a program's external constants "
                                             "(repeatable; paired as check pairs them: DATA.ptd with the program at "
                                             "the same path or the only program, PROGRAM.pte=DATA.ptd explicitly) "
-                                            "[default: NAME.ptd next to NAME.pte, if there]."),
+                                            "[default: NAME.ptd next to NAME.pte, if there; for NAME.devconst.pte also "
+                                            "NAME.ptd]."),
     fmt: OutputFormat = FORMAT_OPTION,
     json_flag: bool = JSON_FLAG,
 ) -> None:

@@ -179,7 +179,7 @@ def rewrite_command(
                                           "one input only."),
     ptd: Optional[list[str]] = typer.Option(None, "--ptd", help="The .ptd of a program's external constants "
                                             "(repeatable; paired as check pairs them) [default: NAME.ptd next to "
-                                            "NAME.pte, if there]."),
+                                            "NAME.pte, if there; for NAME.devconst.pte also NAME.ptd]."),
     device: Optional[list[str]] = typer.Option(None, "--device", help="Only move constants to this device "
                                                "(repeatable, e.g. cuda:0)."),
     min_bytes: int = typer.Option(0, "--min-bytes", min=0, help="Leave constants smaller than this in place."),
