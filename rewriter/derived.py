@@ -258,7 +258,7 @@ def _host_reason(origin: _Origin, sources: tuple[str, ...]) -> str:
 
 
 def _constant_status(verdict: Optional[ConstantVerdict]) -> tuple[str, str]:
-    if verdict is None:
+    if verdict is None:  # not reached: every constant has a verdict
         return STAYS, "a constant the analysis did not judge"
     if verdict.eligible:
         return MOVABLE, ""
@@ -284,9 +284,9 @@ def method_derived_copies(plan: m.ExecutionPlan, method: MethodAnalysis) -> tupl
         if origin.ops:
             sources = _names(values, origin.constants)
             status, reason, ops = STAYS, _host_reason(origin, sources), origin.ops
-        else:
+        else:  # the constant itself, or a value a MoveCall made of it (the constant's verdict says why it stays)
             sources, ops = (), ()
-            status, reason = _constant_status(verdicts.get(value))
+            status, reason = _constant_status(verdicts.get(value) or verdicts.get(origin.constants[0]))
         result.append(DerivedCopy(method.label, method.plan_index, value, name, device, copies[0].nbytes,
                                   len(copies), status, reason, sources, ops))
     return tuple(result)

@@ -153,6 +153,19 @@ def test_the_rule_follows_host_kernels_views_and_moves_but_not_inputs_or_state()
     assert _derived_values(values, instructions, inputs=(1,)) == {3, 5, 6}
 
 
+def test_a_constant_moved_into_another_value_stays_with_the_constant_verdict() -> None:
+    from pte_devconst.rewriter.analysis import analyze_program
+
+    values = [CONST, _t(1, 0), _t(1, 16)]
+    plan = m.ExecutionPlan(name="forward", values=tuple(values), inputs=(), outputs=(),
+                           chains=(m.Chain(instructions=(m.MoveCall(0, 1), m.DelegateCall(0, (1, 2)))),),
+                           operators=(), delegates=(m.BackendDelegate(id="X", compile_specs=(
+                               m.CompileSpec("target_device", b"cuda:0"),)),), non_const_buffer_sizes=(0, 64))
+    program = m.Program(execution_plan=(plan,))
+    (copy,) = derived_copies(program, analyze_program(program))
+    assert (copy.value, copy.status, copy.reason) == (1, STAYS, "used by a MoveCall")
+
+
 def test_a_device_delegate_result_is_not_constant_derived() -> None:
     values = [CONST, _t(1, 0), _t(1, 16)]
     instructions = [m.DelegateCall(0, (0, 1)), m.DelegateCall(0, (1, 2))]  # 1 comes back from the device
