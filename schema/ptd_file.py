@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import mmap
 import os
-from pathlib import Path
 from typing import Optional
 
 from .decode import decode_flat_tensor
@@ -103,10 +102,3 @@ class PtdFile(MappedFile):
 
 def open_ptd(path: str | os.PathLike[str]) -> PtdFile:
     return PtdFile.open(path)
-
-
-def sibling_ptd(pte: str | os.PathLike[str]) -> Optional[Path]:
-    """``NAME.ptd`` in the folder of ``NAME.pte`` when it is a file: the data every command pairs by default."""
-    candidate = Path(pte).with_suffix(".ptd")
-    return candidate if candidate.is_file() else None
-
