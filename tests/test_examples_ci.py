@@ -83,6 +83,14 @@ def _offline_venv(path: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(path)], check=True)
 
 
+def source_copy(folder: Path) -> Path:
+    """The package's sources, copied: building a project writes build/ and *.egg-info into its folder, and a
+    test never writes into the checkout."""
+    skip = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
+                                  ".hypothesis", "tests", "bench", "examples", "docs")
+    return Path(shutil.copytree(ROOT, folder / "pte-devconst", ignore=skip))
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """This checkout as a wheel, built once (what pip builds from a URL of the repository)."""
@@ -90,8 +98,8 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     builder = folder / "venv"
     _offline_venv(builder)
     subprocess.run([str(builder / "bin" / "python"), "-m", "pip", "wheel", "-q", "--no-deps", "--no-index",
-                    "--no-build-isolation", "-w", str(folder), str(ROOT)], check=True, capture_output=True,
-                   timeout=300)
+                    "--no-build-isolation", "-w", str(folder), str(source_copy(folder))], check=True,
+                   capture_output=True, timeout=300)
     (built,) = folder.glob("pte_devconst-*.whl")
     return built
 
@@ -207,7 +215,7 @@ def test_the_gate_installs_from_the_index_into_a_bare_environment(tmp_path: Path
     """The gate on an isolated environment: pip builds this checkout and brings every dependency itself, and
     none is torch.  (The fix job's CPU torch comes from download.pytorch.org, which only a real runner reaches.)"""
     repo = user_repo(tmp_path)
-    gate = Runner(tmp_path / "gate", repo, "pull_request", str(ROOT), isolated=True)
+    gate = Runner(tmp_path / "gate", repo, "pull_request", str(source_copy(tmp_path)), isolated=True)
     assert gate.job("gate") == CHECK_STEP
     installed = " ".join(gate.own_packages())
     assert "typer" in installed and "rich" in installed and "torch" not in installed
