@@ -108,11 +108,16 @@ def validate(original: PathLike, rewritten: PathLike, **options: Any) -> "Valida
 
     Keyword options are those of ``pte_devconst.runner.validate.validate``: ``ptd``, ``rewritten_ptd``,
     ``inputs``, ``expected``, ``calls`` (>= 2), ``rtol``, ``atol``, ``simulate_devices``, ``methods``,
-    ``profile``, ``opaque_delegates``.  ``result.passed`` is the verdict.
+    ``profile``, ``opaque_delegates``.  ``result.passed`` is the verdict.  The .ptd rule applies: ``ptd``
+    defaults to ``NAME.ptd`` next to the original, ``rewritten_ptd`` to the rewrite's own sibling, else
+    to the original's data (a rewrite keeps external bytes in the same .ptd).
     """
+    from pte_devconst.paths import data_for, rewrite_data_for
     from pte_devconst.runner.validate import validate as run_validation
 
-    return run_validation(original, rewritten, **options)
+    data = data_for(original, options.pop("ptd", None))
+    rewritten_data = rewrite_data_for(rewritten, data, options.pop("rewritten_ptd", None))
+    return run_validation(original, rewritten, ptd=data, rewritten_ptd=rewritten_data, **options)
 
 
 # --------------------------------------------------------------------------- check
@@ -120,8 +125,12 @@ def validate(original: PathLike, rewritten: PathLike, **options: Any) -> "Valida
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """A constant still copied host-to-device on every call that could move (or, in ``FileCheck.unknown``,
-    an external constant that could move if its .ptd showed matching data)."""
+    """A constant-derived value copied host-to-device on every call.
+
+    In ``FileCheck.findings`` a constant the rewrite can move; in ``FileCheck.unknown`` an external constant
+    that could move if its .ptd showed matching data; in ``FileCheck.stays`` a copy the rewrite cannot
+    remove, with ``reason`` saying why (read on the host too, transposed on the host, ...).
+    """
 
     file: str
     method: str
@@ -130,6 +139,7 @@ class Finding:
     device: str
     nbytes: int
     copies_per_call: int
+    reason: str = ""  # why it stays copied (``FileCheck.stays``); empty for a finding
 
     @property
     def bytes_per_call(self) -> int:
@@ -149,15 +159,28 @@ class FileCheck:
     unknown: tuple[Finding, ...] = ()  # external constants whose .ptd was not found or given
     foldable: int = 0  # without fold=True: tensors `rewrite --fold` would move beyond a plain rewrite
     foldable_bytes_per_call: int = 0
+    stays: tuple[Finding, ...] = ()  # constant-derived copies the rewrite cannot remove, each with its reason
+    strict: bool = False  # stays count as findings
+
+    @property
+    def failing(self) -> tuple[Finding, ...]:
+        """What fails the gate: the findings; with ``strict`` every constant-derived per-call copy, also what stays
+        and the external constants not judged (copied per call either way; only whether they could move is open)."""
+        return self.findings + self.stays + self.unknown if self.strict else self.findings
 
     @property
     def status(self) -> str:
         """``ok``, ``findings``, ``unknown`` or ``error``."""
-        return "error" if self.error else "findings" if self.findings else "unknown" if self.unknown else "ok"
+        return "error" if self.error else "findings" if self.failing else "unknown" if self.unknown else "ok"
 
     @property
     def bytes_per_call(self) -> int:
+        """Bytes per call of the findings: what a rewrite saves."""
         return sum(f.bytes_per_call for f in self.findings)
+
+    @property
+    def stays_bytes_per_call(self) -> int:
+        return sum(f.bytes_per_call for f in self.stays)
 
 
 EXIT_UNKNOWN = 3
@@ -168,6 +191,7 @@ class CheckReport:
     files: tuple[FileCheck, ...]
     min_bytes: int
     fold: bool = False  # findings include what rewrite --fold would move
+    strict: bool = False
 
     @property
     def findings(self) -> tuple[Finding, ...]:
@@ -176,6 +200,14 @@ class CheckReport:
     @property
     def unknown(self) -> tuple[Finding, ...]:
         return tuple(f for file in self.files for f in file.unknown)
+
+    @property
+    def stays(self) -> tuple[Finding, ...]:
+        return tuple(f for file in self.files for f in file.stays)
+
+    @property
+    def failing(self) -> tuple[Finding, ...]:
+        return tuple(f for file in self.files for f in file.failing)
 
     @property
     def errors(self) -> tuple[FileCheck, ...]:
@@ -187,9 +219,10 @@ class CheckReport:
 
     @property
     def exit_code(self) -> int:
-        """0 clean; 1 some file still copies an eligible constant per call; 2 some file could not be checked;
-        3 nothing else, but some external constant could not be judged because its .ptd is missing."""
-        return 2 if self.errors else 1 if self.findings else EXIT_UNKNOWN if self.unknown else 0
+        """0 clean; 1 some file still copies an eligible constant per call (with ``strict``: any constant-derived
+        value, judged or not); 2 some file could not be checked; 3 nothing else, but some external constant could
+        not be judged because its .ptd is missing."""
+        return 2 if self.errors else 1 if self.failing else EXIT_UNKNOWN if self.unknown else 0
 
     @property
     def bytes_per_call(self) -> int:
@@ -203,6 +236,10 @@ class CheckReport:
     @property
     def foldable_bytes_per_call(self) -> int:
         return sum(f.foldable_bytes_per_call for f in self.files)
+
+    @property
+    def stays_bytes_per_call(self) -> int:
+        return sum(f.bytes_per_call for f in self.stays)
 
 
 def expand_paths(patterns: Iterable[PathLike]) -> tuple[list[Path], list[str]]:
@@ -226,9 +263,10 @@ def _finding(pte: Path, verdict: "ConstantVerdict", device: Device) -> Finding:
 
 
 def _fold_findings(pte: Path, program: Any, analysis: Any, min_bytes: int, devices: Optional[frozenset[Device]]
-                   ) -> tuple[list[Finding], Any]:
+                   ) -> tuple[list[Finding], Any, frozenset[tuple[int, int]]]:
     """What ``rewrite --fold`` adds to a plain rewrite: a finding per folded chain and per constant that moves
-    once its kernels go; and the gain (tensors, bytes per call) for the hint without ``fold``."""
+    once its kernels go; the gain (tensors, bytes per call) for the hint without ``fold``; and the values whose
+    per-call copies folding removes, as (plan index, value) (they no longer stay)."""
     from pte_devconst.rewriter.plan import FoldGain, RewriteOptions, make_plan
 
     options = RewriteOptions(devices=devices, min_bytes=min_bytes)
@@ -237,14 +275,19 @@ def _fold_findings(pte: Path, program: Any, analysis: Any, min_bytes: int, devic
     found = [Finding(str(pte), f.method, f.value, f"{f.chain.kernels} of "
                      f"{f.chain.source_tensor.fqn or f'value {f.chain.source}'}", str(f.device), f.nbytes,
                      f.chain.copies_per_call) for f in plan.folds]
+    moved = [p for p in plan.placements if (p.plan_index, p.value) not in eligible]
     found += [Finding(str(pte), p.method, p.value, p.name, str(p.device), p.nbytes, p.copies_per_call)
-              for p in plan.placements if (p.plan_index, p.value) not in eligible]
+              for p in moved]
+    covered = frozenset({(f.plan_index, f.chain.result) for f in plan.folds}
+                        | {(p.plan_index, p.value) for p in moved})
     return found, FoldGain(plan.moved_tensors - plain.moved_tensors,
-                           plan.bytes_per_call_saved - plain.bytes_per_call_saved)
+                           plan.bytes_per_call_saved - plain.bytes_per_call_saved), covered
 
 
 def _check_one(pte: Path, ptd: Optional[Path], min_bytes: int, devices: Optional[frozenset[Device]],
-               fold: bool = False) -> FileCheck:
+               strict: bool, fold: bool = False) -> FileCheck:
+    from pte_devconst.paths import ptd_hint
+    from pte_devconst.rewriter.derived import STAYS, derived_copies
     from pte_devconst.rewriter.load import analyze_opened, opened
 
     with opened(pte, ptd, pair=False) as (source, data):
@@ -253,6 +296,7 @@ def _check_one(pte: Path, ptd: Optional[Path], min_bytes: int, devices: Optional
             raise PteDevconstError(refusal, file=str(pte))
         analysis = analyze_opened(source, data)
         program = source.program
+        derived = derived_copies(program, analysis)
     findings, unknown = [], []
     examined = 0
     for method in analysis.methods:
@@ -263,27 +307,37 @@ def _check_one(pte: Path, ptd: Optional[Path], min_bytes: int, devices: Optional
                 continue
             (findings if verdict.eligible else unknown).append(_finding(pte, verdict, device))
     try:
-        folded, gain = _fold_findings(pte, program, analysis, min_bytes, devices)
+        folded, gain, covered = _fold_findings(pte, program, analysis, min_bytes, devices)
     except PteDevconstError:  # the plan refuses the program (a buffer past the reader's limit): no fold figures
-        folded, gain = [], None
+        folded, gain, covered = [], None, frozenset()
     if fold:
         findings += folded
+    else:
+        covered = frozenset()
+    stays = tuple(Finding(str(pte), copy.method, copy.value, copy.name, str(copy.device), copy.nbytes,
+                          copy.copies_per_call, copy.reason)
+                  for copy in derived if copy.status == STAYS and copy.nbytes >= min_bytes
+                  and (devices is None or copy.device in devices)
+                  and (copy.plan_index, copy.value) not in covered)
     notes = list(analysis.notes)
     if analysis.refusal and findings:
         notes.append(f"rewrite would refuse this program: {analysis.refusal}")
     if unknown:
-        notes.append(f"{len(unknown)} external constant(s) not judged: their data is in a .ptd; put "
-                     f"{pte.with_suffix('.ptd').name} next to it or pass --ptd FILE.ptd")
+        notes.append(f"{len(unknown)} external constant(s) not judged: their data is in a .ptd; {ptd_hint(pte)}")
     more = gain is not None and not fold and gain.tensors > 0
     return FileCheck(str(pte), str(ptd) if ptd else None, examined, tuple(findings), None,
                      "; ".join(notes) or None, tuple(unknown), gain.tensors if more else 0,
-                     gain.bytes_per_call if more else 0)
+                     gain.bytes_per_call if more else 0, stays, strict)
 
 
 def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[PathLike]]] = None,
-          min_bytes: int = 0, devices: Optional[Iterable[DeviceLike]] = None,
+          min_bytes: int = 0, devices: Optional[Iterable[DeviceLike]] = None, strict: bool = False,
           progress: Optional[Callable[[int, int, str], None]] = None, fold: bool = False) -> CheckReport:
     """Which constants do these programs still copy to a device on every call? (what ``check`` does)
+
+    The findings are the constants a rewrite would move.  Every other constant-derived per-call copy
+    (a constant read on the host too, a weight transposed on the host, ...) is in ``FileCheck.stays``
+    with its reason; ``strict`` makes those fail the check too.
 
     ``files`` may hold paths, glob patterns and directories; each real file is checked once.  Each
     program is judged with its .ptd: a ``ptd`` entry paired with it by path (``a/m.ptd`` goes with
@@ -313,7 +367,7 @@ def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[P
             continue
         data = pairs.get(item)
         try:
-            results.append(_check_one(item, data, min_bytes, selected, fold))
+            results.append(_check_one(item, data, min_bytes, selected, strict, fold))
         except PteDevconstError as error:
             text = " ".join(str(error).split())
             results.append(FileCheck(str(item), str(data) if data else None, 0, (),
@@ -329,4 +383,4 @@ def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[P
         results.append(FileCheck(name, name, 0, (), problem))
     if not results:
         results.append(FileCheck("", None, 0, (), "no files given"))
-    return CheckReport(tuple(results), min_bytes, fold)
+    return CheckReport(tuple(results), min_bytes, fold, strict)

@@ -14,9 +14,10 @@ from typing import Optional
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.header import TENSOR_ALIGNMENT, align_up
-from pte_devconst.schema.pte_file import PteFile, Span, unchanged_segments
+from pte_devconst.schema.pte_file import PteFile
 from pte_devconst.schema.ptd_file import PtdFile
-from pte_devconst.schema.pte_writer import ComputedPiece, Piece, SegmentContent
+from pte_devconst.schema.pte_writer import SegmentContent, unchanged_segments
+from pte_devconst.schema.span import ComputedPiece, Piece, Span
 
 from .plan import FoldPlacement, InitialData, MethodEdit, Placement, RewritePlan, entry_lengths
 

@@ -22,8 +22,8 @@ import hashlib
 from typing import Optional
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.mapped import Span
 from pte_devconst.schema.pte_file import PteFile
+from pte_devconst.schema.span import Span
 from pte_devconst.schema.record import record
 
 from .analysis import H2D_COPY, analyze_program, delegate_device, method_labels

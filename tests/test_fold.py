@@ -421,6 +421,21 @@ def test_check_fold_counts_chains_and_passes_once_they_folded(tmp_path: Path) ->
     assert check([out], fold=True).passed and not check([out]).foldable
 
 
+def test_check_fold_turns_what_stays_into_findings_and_strict_agrees(tmp_path: Path) -> None:
+    """Without --fold, a transposed weight is a copy that stays (its reason says so; --strict fails on it); with
+    --fold it is a finding, and no longer also listed as staying, so a strict gate counts it once."""
+    source = FOLD / "both_copy.pte"
+    plain = check([source])
+    assert plain.passed and len(plain.stays) == 2 and not plain.findings
+    assert any("transposed on the host" in f.reason for f in plain.stays)
+    assert check([source], strict=True).exit_code == 1
+    folding = check([source], fold=True, strict=True)
+    assert folding.exit_code == 1 and len(folding.findings) == 2 and not folding.stays
+    assert folding.bytes_per_call == plain.stays_bytes_per_call
+    _, out = _folded(source, tmp_path)
+    assert check([out], fold=True, strict=True).passed  # folded: nothing left copied per call
+
+
 def test_diff_lists_each_folded_chain(tmp_path: Path) -> None:
     source = FOLD / "shared_legacy.pte"
     _, out = _folded(source, tmp_path)
