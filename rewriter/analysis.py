@@ -36,7 +36,8 @@ from pte_devconst.schema.dataflow import DelegateCallSite, delegate_call_sites
 from pte_devconst.schema.gc_pause import gc_paused
 from pte_devconst.schema.model import CPU, Device
 from pte_devconst.schema.record import record
-from pte_devconst.schema.transfers import H2D_COPY, Transfer, delegate_device, per_call_transfers
+from pte_devconst.schema.executorch import H2D_COPY, delegate_target_device, method_labels, method_name
+from pte_devconst.schema.transfers import Transfer, per_call_transfers
 from pte_devconst.schema.transfers import work as transfer_work
 
 NO_PTD = "external (data in a .ptd) but no .ptd given; pass --ptd"
@@ -516,7 +517,7 @@ def _delegate_infos(plan: m.ExecutionPlan) -> dict[int, DelegateInfo]:
                 sites[ins.delegate_index].append((c, k))
     infos = {}
     for index, delegate in enumerate(plan.delegates or ()):
-        device, error = delegate_device(delegate)
+        device, error = delegate_target_device(delegate)
         infos[index] = DelegateInfo(index, delegate.id or "", device, error, tuple(sites[index]))
     return infos
 
@@ -553,26 +554,6 @@ def _shares_mutable_buffers(program: m.Program) -> bool:
     return len(signatures) == 1
 
 
-def method_labels(program: m.Program) -> tuple[list[str], tuple[str, ...]]:
-    """(a label per plan, notes): the name, or ``name (plan i)`` where several plans share it.
-
-    ExecuTorch finds a method by name and takes the first plan with it (``get_execution_plan`` in
-    runtime/executor/program.cpp), so a later plan of the same name can never be loaded.
-    """
-    names = [plan.name or f"plan{i}" for i, plan in enumerate(program.execution_plan or ())]
-    plans_of: dict[str, list[int]] = defaultdict(list)
-    for i, name in enumerate(names):
-        plans_of[name].append(i)
-    labels = [f"{name} (plan {i})" if len(plans_of[name]) > 1 else name for i, name in enumerate(names)]
-    notes = []
-    for name, plans in plans_of.items():
-        if len(plans) > 1:
-            shown = ", ".join(map(str, plans[:8])) + (", ..." if len(plans) > 8 else "")
-            notes.append(f"{len(plans)} methods are named {name!r} (plans {shown}); ExecuTorch finds "
-                         f"methods by name and always loads plan {plans[0]}, so the others cannot be run")
-    return labels, tuple(notes)
-
-
 @gc_paused
 def analyze_program(program: m.Program, external: Optional[ExternalData] = None, *,
                     host_placement: bool = False) -> Analysis:
@@ -604,7 +585,7 @@ def analyze_program(program: m.Program, external: Optional[ExternalData] = None,
         on_device = any(not d.device.is_cpu for d in delegates.values())
         style = "copy" if has_copies else "legacy" if on_device else "cpu"
         transfers, sites = method_transfers(plan, budget)
-        methods.append(MethodAnalysis(plan.name or f"plan{plan_index}", plan_index, constants,
+        methods.append(MethodAnalysis(method_name(plan.name, plan_index), plan_index, constants,
                                       tuple(delegates.values()), sum(t.nbytes for t in transfers), style, label,
                                       transfers, sites, method_folds(ctx, constants)))
     refusal = None

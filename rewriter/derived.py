@@ -33,9 +33,10 @@ from typing import Iterable, Optional, Sequence
 from pte_devconst.schema import model as m
 from pte_devconst.schema.dataflow import DelegateCallSite, delegate_call_sites
 from pte_devconst.schema.record import record
-from pte_devconst.schema.transfers import D2H_COPY, DELEGATE_HOST_INPUT, H2D_COPY, H2D_KERNEL, Transfer
+from pte_devconst.schema.executorch import COPY_KERNELS, delegate_target_device
+from pte_devconst.schema.transfers import DELEGATE_HOST_INPUT, H2D_KERNEL, Transfer
 
-from .analysis import Analysis, ConstantVerdict, MethodAnalysis, delegate_device
+from .analysis import Analysis, ConstantVerdict, MethodAnalysis
 
 MOVABLE, UNKNOWN, STAYS = "movable", "unknown", "stays"
 NAMES_SHOWN = 3  # source constants named in a reason; the rest are counted
@@ -200,7 +201,7 @@ def _origins_at_transfers(plan: m.ExecutionPlan, transfers: Sequence[Transfer],
                           call_sites: Sequence[DelegateCallSite]) -> dict[Transfer, Optional[_Origin]]:
     """The origin of each transfer's value just before its instruction runs."""
     ops = [op.qualified_name for op in plan.operators or ()]
-    hosts = [delegate_device(d)[0].is_cpu for d in plan.delegates or ()]
+    hosts = [delegate_target_device(d)[0].is_cpu for d in plan.delegates or ()]
     sites = {(s.chain, s.instruction): s for s in call_sites or delegate_call_sites(plan)}
     flow = _Flow(plan, _written(plan, sites))
     at: dict[tuple[int, int], list[Transfer]] = defaultdict(list)
@@ -218,7 +219,7 @@ def _origins_at_transfers(plan: m.ExecutionPlan, transfers: Sequence[Transfer],
                 args = tuple(instruction.args)
                 name = ops[instruction.op_index] if 0 <= instruction.op_index < len(ops) else "?"
                 out = args[-1]
-                if name in (H2D_COPY, D2H_COPY):  # a copy between memories: the data is what it was
+                if name in COPY_KERNELS:  # a copy between memories: the data is what it was
                     flow.write(args[1:], flow.read(args[0]))
                     continue
                 produced = {out, *flow.items_of(out)}

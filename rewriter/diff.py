@@ -22,13 +22,14 @@ import hashlib
 from typing import Optional
 
 from pte_devconst.schema import model as m
+from pte_devconst.schema.executorch import H2D_COPY, delegate_target_device, method_labels, scalar_type_name
 from pte_devconst.schema.pte_file import PteFile
 from pte_devconst.schema.span import Span
 from pte_devconst.schema.record import record
 
-from .analysis import H2D_COPY, analyze_program, delegate_device, method_labels
+from .analysis import analyze_program
 from .fold import Tracer
-from .inventory import segment_roles, dtype_name
+from .inventory import segment_roles
 
 
 @record
@@ -212,7 +213,7 @@ def placement(plan: m.ExecutionPlan, value: m.EValue, digests: Optional[_Digests
         nbytes = value.nbytes
     except KeyError:
         nbytes = 0
-    common = dict(nbytes=nbytes, dtype=dtype_name(value.scalar_type), shape=tuple(value.sizes or ()),
+    common = dict(nbytes=nbytes, dtype=scalar_type_name(value.scalar_type), shape=tuple(value.sizes or ()),
                   sha256=digests.tensor(value) if digests is not None else None)
     if value.allocation_info is not None:
         alloc = value.allocation_info
@@ -392,7 +393,7 @@ def _copies_per_call(plan: m.ExecutionPlan, value: int) -> int:
                  if isinstance(i, m.KernelCall) and ops[i.op_index] == H2D_COPY and (i.args or (None,))[0] == value)
     if copies:
         return copies
-    devices = [delegate_device(d)[0] for d in plan.delegates or ()]
+    devices = [delegate_target_device(d)[0] for d in plan.delegates or ()]
     return sum(1 for chain in plan.chains or () for i in chain.instructions or ()
                if isinstance(i, m.DelegateCall) and not devices[i.delegate_index].is_cpu for arg in i.args or ()
                if arg == value)

@@ -40,10 +40,11 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.dataflow import delegate_call_sites
+from pte_devconst.schema.executorch import H2D_COPY
 from pte_devconst.schema.model import CPU, Device, dim_order_strides
 from pte_devconst.schema.record import record
 
-from .analysis import (H2D_COPY, DelegateArg, DeviceCopy, Reader, _external_problem, _follow_copy, _host_reason,
+from .analysis import (DelegateArg, DeviceCopy, Reader, _external_problem, _follow_copy, _host_reason,
                        _MethodContext, _Reasons)
 
 INT64_MAX = sys.maxsize

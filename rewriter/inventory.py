@@ -10,24 +10,12 @@ from __future__ import annotations
 from typing import Optional
 
 from pte_devconst.schema import model as m
+from pte_devconst.schema.executorch import scalar_type_name
 from pte_devconst.schema.pte_file import PteFile
 from pte_devconst.schema.record import record
 
 from .analysis import Analysis, Reader, buffer_devices
 from .derived import STAYS, DerivedCopy, derived_copies
-
-_DTYPE_NAMES = {
-    0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32", 7: "float64",
-    11: "bool", 12: "qint8", 13: "quint8", 14: "qint32", 15: "bfloat16", 16: "quint4x2", 17: "quint2x4",
-    22: "bits16", 23: "float8_e5m2", 24: "float8_e4m3fn", 25: "float8_e5m2fnuz", 26: "float8_e4m3fnuz",
-    27: "uint16", 28: "uint32", 29: "uint64",
-}
-
-
-def dtype_name(scalar_type: int) -> str:
-    """torch's name for an ExecuTorch scalar type (``float32``)."""
-    return _DTYPE_NAMES.get(scalar_type, f"scalar_type_{scalar_type}")
-
 
 @record
 class ValueSummary:
@@ -167,7 +155,7 @@ class ProgramSummary:
 def value_summary(plan: m.ExecutionPlan, index: int) -> ValueSummary:
     value = (plan.values or ())[index]
     if isinstance(value, m.Tensor):
-        return ValueSummary(index, "tensor", dtype_name(value.scalar_type), tuple(value.sizes or ()), str(value.device))
+        return ValueSummary(index, "tensor", scalar_type_name(value.scalar_type), tuple(value.sizes or ()), str(value.device))
     kind = {m.Int: "int", m.Bool: "bool", m.Double: "double", m.String: "string", m.Null: "none"}.get(type(value), "list")
     return ValueSummary(index, kind)
 
@@ -242,7 +230,7 @@ def summarize(source: PteFile, analysis: Analysis) -> ProgramSummary:
         buffers = tuple(BufferSummary(i, sizes[i], str(on.get(i, m.CPU)), counts.get(i, 0)) for i in range(1, len(sizes)))
         folds = method.folds
         constants = tuple(
-            ConstantSummary(c.value, c.name, dtype_name(c.tensor.scalar_type), tuple(c.tensor.sizes or ()), c.nbytes,
+            ConstantSummary(c.value, c.name, scalar_type_name(c.tensor.scalar_type), tuple(c.tensor.sizes or ()), c.nbytes,
                             _constant_location(c.tensor, program), str(c.tensor.device),
                             tuple(describe_reader(r) for r in c.readers), (folds and folds.verdict(c)) or c.verdict)
             for c in method.constants

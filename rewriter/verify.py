@@ -42,6 +42,7 @@ from typing import Optional
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.errors import FormatError, PteDevconstError
+from pte_devconst.schema.executorch import H2D_COPY, delegate_target_device
 from pte_devconst.schema.gc_pause import gc_paused
 from pte_devconst.schema.header import TENSOR_ALIGNMENT
 from pte_devconst.schema.limits import over_runtime_limits
@@ -49,7 +50,6 @@ from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile, open_pte
 from pte_devconst.schema.span import Span
 
-from .analysis import H2D_COPY, delegate_device
 from .fold import FOLD_KERNELS, Traced, Tracer, layout_of, recipe_of, view_reads
 from .plan import FoldPlacement, MethodEdit, Placement, RewritePlan
 from .verify_bytes import ByteChecker, ComputedBytes, SameBytes, WriteRecipe, ZeroBytes
@@ -581,7 +581,7 @@ class _MethodCheck:
         watched = resident | gone
         if not watched:
             return
-        devices = [delegate_device(d)[0] for d in self.new.delegates or ()]
+        devices = [delegate_target_device(d)[0] for d in self.new.delegates or ()]
         for value, reader, delegate in _readers(self.new, watched):
             if value in gone:
                 raise self.fail(f"value {value} is still read by {reader}, but only removed instructions wrote it")

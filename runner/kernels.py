@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 
 from pte_devconst.schema import model as m
+from pte_devconst.schema.executorch import D2H_COPY, H2D_COPY
 
 from .copies import Cause, Direction
 from .values import ListRef, RunnerError, RuntimeValues
@@ -41,7 +42,7 @@ def _check_host(rv: RuntimeValues, indices: tuple[int, ...], op: str, where: str
 
 
 def _device_copy(direction: Direction) -> Kernel:
-    name = "et_copy::_h2d_copy.out" if direction is Direction.H2D else "et_copy::_d2h_copy.out"
+    name = H2D_COPY if direction is Direction.H2D else D2H_COPY
 
     def kernel(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
         if len(args) < 2:
@@ -172,8 +173,8 @@ def _prim(name: str) -> Optional[Kernel]:
 
 
 BUILTIN_KERNELS: dict[str, Kernel] = {
-    "et_copy::_h2d_copy.out": _device_copy(Direction.H2D),
-    "et_copy::_d2h_copy.out": _device_copy(Direction.D2H),
+    H2D_COPY: _device_copy(Direction.H2D),
+    D2H_COPY: _device_copy(Direction.D2H),
     "dim_order_ops::_to_dim_order_copy.out": _dim_order_copy,
     "dim_order_ops::_clone_dim_order.out": _dim_order_copy,
     "dim_order_ops::_empty_dim_order.out": _empty_dim_order,

@@ -10,6 +10,7 @@ import torch
 from pte_devconst.schema import model as m
 from pte_devconst.schema.dataflow import DelegateCallSite, delegate_call_sites
 from pte_devconst.schema.errors import PteDevconstError
+from pte_devconst.schema.executorch import H2D_COPY, TARGET_DEVICE_KEY
 from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile
 
@@ -24,7 +25,6 @@ from .transcript import DelegateCallRecord, TranscriptRecorder
 from .values import FREED, NOT_BOUND, ListRef, RunnerError, RuntimeValues
 
 MAX_INSTRUCTIONS = 10_000_000
-H2D_COPY = "et_copy::_h2d_copy.out"
 
 
 @dataclass
@@ -133,7 +133,7 @@ class LoadedMethod:
     def _init_delegate(self, data: ProgramData, index: int, delegate: m.BackendDelegate) -> _Delegate:
         where = f"{self.where}: delegate {index} ({delegate.id})"
         specs = {spec.key or "": bytes(spec.value or b"") for spec in delegate.compile_specs or ()}
-        target = parse_target_device(specs.get("target_device"), where)
+        target = parse_target_device(specs.get(TARGET_DEVICE_KEY), where)
         self.devices.physical(target)  # fails early, with the --simulate-devices hint, when the GPU is missing
         executor, opaque = executor_for(delegate.id or "", where, self.opaque_policy)
         context = DelegateInitContext(delegate.id or "", target, self.devices, self.ledger, data.named_data, where,

@@ -33,10 +33,7 @@ from typing import Optional, Sequence
 
 from . import model as m
 from .dataflow import DelegateCallSite, delegate_call_sites
-
-H2D_COPY = "et_copy::_h2d_copy.out"
-D2H_COPY = "et_copy::_d2h_copy.out"
-TARGET_DEVICE_KEY = "target_device"
+from .executorch import H2D_COPY, delegate_target_device
 
 METHOD_INPUT = "method input"
 H2D_KERNEL = "_h2d_copy"
@@ -55,17 +52,6 @@ class Transfer:
     nbytes: int
     device: m.Device  # the device side
     arg_pos: int = -1  # the DelegateCall argument position (delegate kinds)
-
-
-def delegate_device(delegate: m.BackendDelegate) -> tuple[m.Device, Optional[str]]:
-    """The delegate's ``target_device`` (CPU when absent), plus an error text when it does not parse."""
-    raw = delegate.compile_spec(TARGET_DEVICE_KEY)
-    if raw is None:
-        return m.CPU, None
-    try:
-        return m.Device.parse(bytes(raw).decode("utf-8")), None
-    except (UnicodeDecodeError, ValueError) as error:
-        return m.CPU, f"unreadable target_device {bytes(raw)!r}: {error}"
 
 
 def work(plan: m.ExecutionPlan) -> int:
@@ -156,7 +142,7 @@ def per_call_transfers(plan: m.ExecutionPlan, sites: Optional[Sequence[DelegateC
     """
     values = plan.values or ()
     ops = [op.qualified_name for op in plan.operators or ()]
-    targets = [delegate_device(d)[0] for d in plan.delegates or ()]
+    targets = [delegate_target_device(d)[0] for d in plan.delegates or ()]
     where = _Residence(plan)
     transfers: list[Transfer] = []
     for index in plan.inputs or ():
