@@ -67,11 +67,14 @@ def stderr_console() -> "Console":
 def to_jsonable(obj: Any) -> Any:
     """Dataclasses, tuples, devices and enums -> JSON-ready values, recursively."""
     from pte_devconst.schema.model import Device
+    from pte_devconst.schema.named_enum import NamedEnum
 
     if isinstance(obj, Device):  # a dataclass too: spell it the way compile specs do (cuda:0)
         return str(obj)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, NamedEnum):  # a closed set of report names: its value is the name
+        return obj.value
     if isinstance(obj, enum.Enum):
         return obj.name.lower()
     if isinstance(obj, dict):

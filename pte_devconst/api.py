@@ -287,7 +287,7 @@ def _fold_findings(pte: Path, program: Any, analysis: Any, min_bytes: int, devic
 def _check_one(pte: Path, ptd: Optional[Path], min_bytes: int, devices: Optional[frozenset[Device]],
                strict: bool, fold: bool = False) -> FileCheck:
     from pte_devconst.paths import ptd_hint
-    from pte_devconst.rewriter.derived import STAYS, derived_copies
+    from pte_devconst.rewriter.derived import DerivedStatus, derived_copies
     from pte_devconst.rewriter.load import analyze_opened, opened
 
     with opened(pte, ptd, pair=False) as (source, data):
@@ -316,7 +316,7 @@ def _check_one(pte: Path, ptd: Optional[Path], min_bytes: int, devices: Optional
         covered = frozenset()
     stays = tuple(Finding(str(pte), copy.method, copy.value, copy.name, str(copy.device), copy.nbytes,
                           copy.copies_per_call, copy.reason)
-                  for copy in derived if copy.status == STAYS and copy.nbytes >= min_bytes
+                  for copy in derived if copy.status is DerivedStatus.STAYS and copy.nbytes >= min_bytes
                   and (devices is None or copy.device in devices)
                   and (copy.plan_index, copy.value) not in covered)
     notes = list(analysis.notes)

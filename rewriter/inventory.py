@@ -14,8 +14,8 @@ from pte_devconst.schema.executorch import scalar_type_name
 from pte_devconst.schema.pte_file import PteFile
 from pte_devconst.schema.record import record
 
-from .analysis import Analysis, Reader, buffer_devices
-from .derived import STAYS, DerivedCopy, derived_copies
+from .analysis import Analysis, MethodStyle, Reader, ReaderKind, buffer_devices
+from .derived import DerivedCopy, DerivedStatus, derived_copies
 
 @record
 class ValueSummary:
@@ -95,7 +95,7 @@ class PerCallCopySummary:
     nbytes: int
     copies_per_call: int
     bytes_per_call: int
-    status: str  # movable, unknown or stays
+    status: DerivedStatus
     reason: str  # empty when movable
 
     @classmethod
@@ -116,7 +116,7 @@ class MethodSummary:
     buffers: tuple[BufferSummary, ...]
     constants: tuple[ConstantSummary, ...]
     initial_data: tuple[InitialDataSummary, ...]
-    style: str
+    style: MethodStyle
     h2d_bytes_per_call: int
     per_call_copies: tuple[PerCallCopySummary, ...] = ()  # the constant-derived part of h2d_bytes_per_call
     folds: tuple[FoldSummary, ...] = ()
@@ -145,7 +145,7 @@ class ProgramSummary:
     @property
     def stays(self) -> tuple[PerCallCopySummary, ...]:
         """The constant-derived per-call copies the rewrite cannot remove, each with its reason."""
-        return tuple(c for method in self.methods for c in method.per_call_copies if c.status == STAYS)
+        return tuple(c for method in self.methods for c in method.per_call_copies if c.status is DerivedStatus.STAYS)
 
     @property
     def stays_bytes_per_call(self) -> int:
@@ -161,14 +161,14 @@ def value_summary(plan: m.ExecutionPlan, index: int) -> ValueSummary:
 
 
 def describe_reader(reader: Reader) -> str:
-    if reader.kind == "KernelCall":
+    if reader.kind == ReaderKind.KERNEL_CALL:
         return f"#{reader.instruction} {reader.name}"
-    if reader.kind == "DelegateCall":
+    if reader.kind == ReaderKind.DELEGATE_CALL:
         device = f"{reader.device}, unreadable target_device" if reader.device_error else str(reader.device)
         return f"#{reader.instruction} delegate {reader.delegate_index} ({reader.name}, {device})"
-    if reader.kind == "output":
+    if reader.kind == ReaderKind.OUTPUT:
         return f"output {reader.arg_pos}"
-    if reader.kind == "TensorList":
+    if reader.kind == ReaderKind.TENSOR_LIST:
         return f"in list {reader.name}"
     return f"#{reader.instruction} {reader.kind}"
 

@@ -76,7 +76,7 @@ def full_by_default() -> bool:
 
 
 @dataclass
-class _Context:
+class _VerifyContext:
     """What the per-method checks share: both files, the .ptd, the constant remap and the byte requirements."""
 
     original: PteFile
@@ -107,7 +107,7 @@ def check_rewrite(original: PteFile, written: PteFile, plan: RewritePlan, *, ptd
     if over:
         raise _fail(f"the program has {over}")
     remap = _check_program_tables(a, b, plan)
-    context = _Context(original, written, ptd, plan, remap)
+    context = _VerifyContext(original, written, ptd, plan, remap)
     edits = _edits_by_index(plan, len(a.execution_plan or ()))
     for index, (old, new) in enumerate(zip(a.execution_plan or (), b.execution_plan or ())):
         _MethodCheck(context, index, old, new, edits.get(index)).run()
@@ -225,7 +225,7 @@ def _edits_by_index(plan: RewritePlan, methods: int) -> dict[int, MethodEdit]:
 class _MethodCheck:
     """Compares method ``index`` of the input and the output, given the plan's edit of it (if any)."""
 
-    def __init__(self, context: _Context, index: int, old: m.ExecutionPlan, new: m.ExecutionPlan,
+    def __init__(self, context: _VerifyContext, index: int, old: m.ExecutionPlan, new: m.ExecutionPlan,
                  edit: Optional[MethodEdit]) -> None:
         self.context = context
         self.old, self.new = old, new
@@ -677,7 +677,7 @@ def external_entry_problem(ptd: PtdFile, tensor: m.Tensor) -> Optional[str]:
 
 # --- segments and padding -----------------------------------------------------------------------
 
-def _require_segments(context: _Context) -> None:
+def _require_segments(context: _VerifyContext) -> None:
     """Every segment the rewrite does not re-lay holds the input's bytes (the initial data's as a prefix).
 
     The constant segment, when entries are dropped, is checked entry by entry (its values above);

@@ -11,7 +11,6 @@ Nothing here imports torch: the runner derives its torch dtypes from ``SCALAR_TY
 
 from __future__ import annotations
 
-import enum
 from collections import defaultdict
 from typing import TYPE_CHECKING, Mapping, Optional
 
@@ -23,17 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = ["H2D_COPY", "D2H_COPY", "COPY_KERNELS", "TARGET_DEVICE_KEY", "Device", "CPU", "UnreadableTargetDevice",
            "parse_target_device", "delegate_target_device", "ScalarTypeInfo", "SCALAR_TYPES", "KNOWN_SCALAR_TYPES",
-           "element_size", "scalar_type_name", "method_name", "method_labels", "NamedEnum"]
-
-
-class NamedEnum(str, enum.Enum):
-    """A closed set of names that print, format and serialize (JSON) as their value, on every Python version."""
-
-    def __str__(self) -> str:
-        return str(self.value)
-
-    def __format__(self, spec: str) -> str:
-        return format(str(self.value), spec)
+           "element_size", "scalar_type_name", "method_name", "method_labels"]
 
 
 # --- the copy kernels that copy style puts between host memory and a device delegate ---------------------------

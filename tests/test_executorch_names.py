@@ -61,3 +61,16 @@ def test_nameless_and_repeated_methods_are_labelled_by_plan() -> None:
     labels, notes = et.method_labels(replace(program, execution_plan=(plan, plan, replace(plan, name=None))))
     assert labels == ["forward (plan 0)", "forward (plan 1)", "plan2"]
     assert len(notes) == 1 and "always loads plan 0" in notes[0]
+
+
+def test_closed_sets_print_and_serialize_as_their_values() -> None:
+    """Reports read as before the enums: str(), f-strings, json.dumps and the CLI's JSON give the value."""
+    import json
+
+    from pte_devconst.cli.output import to_jsonable
+    from pte_devconst.rewriter.analysis import MethodStyle, ReaderKind
+    from pte_devconst.rewriter.diff import DataComparison
+
+    for member in (ReaderKind.KERNEL_CALL, MethodStyle.LEGACY, DataComparison.NOT_COMPARED):
+        assert str(member) == f"{member}" == f"{member:>0}" == member.value == to_jsonable(member)
+        assert json.dumps({"k": member}) == json.dumps({"k": member.value})
