@@ -123,6 +123,11 @@ class Reader:
         """A DelegateCall of a delegate on a non-CPU device."""
         return self.kind == ReaderKind.DELEGATE_CALL and self.device is not None and not self.device.is_cpu
 
+    @property
+    def copies_to_device(self) -> bool:
+        """The ``self`` of an ``_h2d_copy.out`` kernel: the value is copied to a device here."""
+        return self.kind is ReaderKind.KERNEL_CALL and self.name == H2D_COPY and self.arg_pos == 0
+
 
 @record
 class DeviceCopy:
@@ -426,7 +431,7 @@ def _judge(ctx: _MethodContext, index: int, tensor: m.Tensor) -> ConstantVerdict
         if reader.on_device:
             devices.add(reader.device)  # type: ignore[arg-type]
             args.append(RewiredDelegateArg(reader.chain, reader.instruction, reader.arg_pos, index))
-        elif reader.kind == ReaderKind.KERNEL_CALL and reader.name == H2D_COPY and reader.arg_pos == 0:
+        elif reader.copies_to_device:
             _follow_copy(ctx, index, reader, reasons, devices, copies, args)
         elif ctx.host_placement and reader.kind in (ReaderKind.KERNEL_CALL, ReaderKind.DELEGATE_CALL):
             devices.add(CPU)

@@ -787,7 +787,7 @@ class _Finder:
         for reader in readers:
             if reader.step == own:
                 continue  # the kernel computing it names it as its out and return slots
-            if reader.kind == ReaderKind.KERNEL_CALL and reader.name in FOLD_KERNELS and reader.arg_pos == 0:
+            if _table_kernel(reader):
                 try:
                     if depth >= MAX_CHAIN:
                         raise Unfoldable(f"the chain would be longer than {MAX_CHAIN} kernels")
@@ -800,7 +800,7 @@ class _Finder:
                 devices.add(reader.device)  # type: ignore[arg-type]
                 args.append(RewiredDelegateArg(reader.chain, reader.instruction, reader.arg_pos, index))
                 delegates.append(reader.delegate_index)
-            elif reader.kind == ReaderKind.KERNEL_CALL and reader.name == H2D_COPY and reader.arg_pos == 0:
+            elif reader.copies_to_device:
                 found = _Reasons()
                 before = len(args)
                 _follow_copy(ctx, index, reader, found, devices, copies, args)
@@ -892,6 +892,11 @@ class _Finder:
         return tuple(dict.fromkeys(stays))
 
 
+def _table_kernel(reader: Reader) -> bool:
+    """The reader is the input of a kernel in the fold table: a chain can continue (or start) there."""
+    return reader.kind is ReaderKind.KERNEL_CALL and reader.name in FOLD_KERNELS and reader.arg_pos == 0
+
+
 def method_folds(ctx: _MethodContext, constants: Sequence[Any]) -> MethodFolds:
     """The fold trees and candidate chains of one method, given its constants' plain verdicts.
 
@@ -899,13 +904,10 @@ def method_folds(ctx: _MethodContext, constants: Sequence[Any]) -> MethodFolds:
     testing the encoding on the CPU runtime, which makes every host reader a "device" reader) also those
     that a table kernel reads, so that their chains fold rather than the constant moving.
     """
-    def table_kernel(reader: Reader) -> bool:
-        return reader.kind == ReaderKind.KERNEL_CALL and reader.name in FOLD_KERNELS and reader.arg_pos == 0
-
     def device_bound(reader: Reader) -> bool:  # a chain could start here, or its device readers be duplicated
-        return table_kernel(reader) or reader.on_device or reader.kind == ReaderKind.KERNEL_CALL and reader.name == H2D_COPY
+        return _table_kernel(reader) or reader.on_device or reader.kind == ReaderKind.KERNEL_CALL and reader.name == H2D_COPY
 
-    roots = [c.value for c in constants if (not c.eligible or ctx.host_placement and any(map(table_kernel, c.readers)))
+    roots = [c.value for c in constants if (not c.eligible or ctx.host_placement and any(map(_table_kernel, c.readers)))
              and any(map(device_bound, c.readers))]
     if not roots:  # nothing to walk: no writer map, no view reads
         return MethodFolds({}, ())
