@@ -40,7 +40,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.dataflow import delegate_call_sites
-from pte_devconst.schema.executorch import H2D_COPY
+from pte_devconst.schema.executorch import CLONE_DIM_ORDER, H2D_COPY, TO_DIM_ORDER_COPY
 from pte_devconst.schema.model import CPU, Device, dim_order_strides
 from pte_devconst.schema.record import record
 
@@ -381,9 +381,9 @@ FOLD_KERNELS: dict[str, FoldKernel] = {k.key: k for k in (
     FoldKernel("aten::select_copy.int_out", ("dim", "index"), ("int", "int"),
                lambda ops, x, a, s, o: ops.select(x, a["dim"], a["index"])),
     FoldKernel("aten::_to_copy.out", ("non_blocking", "memory_format"), ("bool", "int?"), _to_copy, casts=True),
-    FoldKernel("dim_order_ops::_to_dim_order_copy.out", ("non_blocking", "dim_order"), ("bool", "ints?"),
+    FoldKernel(TO_DIM_ORDER_COPY, ("non_blocking", "dim_order"), ("bool", "ints?"),
                _to_dim_order, logical=True, casts=True),
-    FoldKernel("dim_order_ops::_clone_dim_order.out", ("non_blocking", "dim_order"), ("bool", "ints?"),
+    FoldKernel(CLONE_DIM_ORDER, ("non_blocking", "dim_order"), ("bool", "ints?"),
                _clone_dim_order, logical=True),
 )}
 

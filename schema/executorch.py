@@ -20,7 +20,8 @@ from .record import record
 if TYPE_CHECKING:
     from .generated.program_model import BackendDelegate, Program
 
-__all__ = ["H2D_COPY", "D2H_COPY", "COPY_KERNELS", "TARGET_DEVICE_KEY", "Device", "CPU", "UnreadableTargetDevice",
+__all__ = ["H2D_COPY", "D2H_COPY", "COPY_KERNELS", "TO_DIM_ORDER_COPY", "CLONE_DIM_ORDER", "EMPTY_DIM_ORDER",
+           "PRIM_PREFIX", "ET_COPY_INDEX", "TARGET_DEVICE_KEY", "Device", "CPU", "UnreadableTargetDevice",
            "parse_target_device", "delegate_target_device", "ScalarTypeInfo", "SCALAR_TYPES", "KNOWN_SCALAR_TYPES",
            "element_size", "scalar_type_name", "method_name", "method_labels"]
 
@@ -29,6 +30,13 @@ __all__ = ["H2D_COPY", "D2H_COPY", "COPY_KERNELS", "TARGET_DEVICE_KEY", "Device"
 H2D_COPY = "et_copy::_h2d_copy.out"
 D2H_COPY = "et_copy::_d2h_copy.out"
 COPY_KERNELS = frozenset({H2D_COPY, D2H_COPY})
+
+# ExecuTorch's dim-order kernels (what the exporter writes instead of aten's memory-format ones) and prim ops.
+TO_DIM_ORDER_COPY = "dim_order_ops::_to_dim_order_copy.out"
+CLONE_DIM_ORDER = "dim_order_ops::_clone_dim_order.out"
+EMPTY_DIM_ORDER = "dim_order_ops::_empty_dim_order.out"
+PRIM_PREFIX = "executorch_prim::"
+ET_COPY_INDEX = PRIM_PREFIX + "et_copy_index.tensor"
 
 
 # --- devices and the ``target_device`` compile spec -----------------------------------------------------------

@@ -9,14 +9,16 @@ from pte_devconst.schema import executorch as et
 from pte_devconst.schema.pte_file import open_pte
 
 
-def test_copy_kernel_names_are_the_exporters() -> None:
-    """Every ``et_copy`` kernel the real ExecuTorch 1.5.1 exporter wrote into the corpus is one of ours."""
+def test_kernel_names_are_the_exporters() -> None:
+    """Every ``et_copy`` and ``dim_order_ops`` kernel the real ExecuTorch 1.5.1 exporter wrote into the corpus is
+    one of ours."""
+    ours = et.COPY_KERNELS | {et.TO_DIM_ORDER_COPY, et.CLONE_DIM_ORDER, et.EMPTY_DIM_ORDER}
     used = set()
     for name in CASES:
         with open_pte(pte_path(name)) as pte:
             used |= {op.qualified_name for plan in pte.program.execution_plan or () for op in plan.operators or ()
-                     if op.qualified_name.startswith("et_copy::")}
-    assert et.H2D_COPY in used and used <= et.COPY_KERNELS
+                     if op.qualified_name.startswith(("et_copy::", "dim_order_ops::"))}
+    assert {et.H2D_COPY, et.CLONE_DIM_ORDER} <= used <= ours
 
 
 def test_scalar_type_table_agrees_with_torch() -> None:
