@@ -11,16 +11,39 @@ from typing import Optional
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.executorch import scalar_type_name
+from pte_devconst.schema.named_enum import NamedEnum
 from pte_devconst.schema.pte_file import PteFile
 from pte_devconst.schema.record import record
 
 from .analysis import Analysis, MethodStyle, Reader, ReaderKind, buffer_devices
 from .derived import DerivedCopy, DerivedStatus, derived_copies
 
+class ValueKind(NamedEnum):
+    """What a value is, in a word (a list of any kind is ``list``)."""
+
+    TENSOR = "tensor"
+    INT = "int"
+    BOOL = "bool"
+    DOUBLE = "double"
+    STRING = "string"
+    LIST = "list"
+    NONE = "none"
+
+
+class BytesLocation(NamedEnum):
+    """Where the bytes of a constant, a delegate blob or initial data are in the files."""
+
+    CONSTANT_SEGMENT = "constant segment"
+    SEGMENT = "segment"  # a delegate blob's own segment
+    MUTABLE_SEGMENT = "mutable segment"  # initial data
+    INLINE = "inline"  # in the flatbuffer
+    EXTERNAL = "external"  # a .ptd
+
+
 @record
 class ValueSummary:
     index: int
-    kind: str  # tensor, int, bool, double, string, list, none
+    kind: ValueKind
     dtype: Optional[str] = None
     shape: Optional[tuple[int, ...]] = None
     device: Optional[str] = None
@@ -31,7 +54,7 @@ class DelegateSummary:
     index: int
     backend_id: str
     device: str
-    location: str  # inline or segment
+    location: BytesLocation  # INLINE or SEGMENT
     nbytes: int
     call_sites: tuple[int, ...]
     compile_specs: tuple[str, ...]
@@ -53,7 +76,7 @@ class ConstantSummary:
     dtype: str
     shape: tuple[int, ...]
     nbytes: int
-    location: str  # constant segment, inline, external
+    location: BytesLocation  # CONSTANT_SEGMENT, INLINE or EXTERNAL
     device_tag: str
     readers: tuple[str, ...]
     verdict: str
@@ -82,7 +105,7 @@ class InitialDataSummary:
     memory_id: int
     offset: int
     device: str
-    source: str  # mutable segment or external
+    source: BytesLocation  # MUTABLE_SEGMENT or EXTERNAL
 
 
 @record
@@ -155,8 +178,9 @@ class ProgramSummary:
 def value_summary(plan: m.ExecutionPlan, index: int) -> ValueSummary:
     value = (plan.values or ())[index]
     if isinstance(value, m.Tensor):
-        return ValueSummary(index, "tensor", scalar_type_name(value.scalar_type), tuple(value.sizes or ()), str(value.device))
-    kind = {m.Int: "int", m.Bool: "bool", m.Double: "double", m.String: "string", m.Null: "none"}.get(type(value), "list")
+        return ValueSummary(index, ValueKind.TENSOR, scalar_type_name(value.scalar_type), tuple(value.sizes or ()), str(value.device))
+    kind = {m.Int: ValueKind.INT, m.Bool: ValueKind.BOOL, m.Double: ValueKind.DOUBLE, m.String: ValueKind.STRING,
+            m.Null: ValueKind.NONE}.get(type(value), ValueKind.LIST)
     return ValueSummary(index, kind)
 
 
@@ -189,11 +213,11 @@ def segment_roles(program: m.Program) -> dict[int, str]:
     return roles
 
 
-def _constant_location(tensor: m.Tensor, program: m.Program) -> str:
+def _constant_location(tensor: m.Tensor, program: m.Program) -> BytesLocation:
     if tensor.is_external:
-        return "external"
+        return BytesLocation.EXTERNAL
     cs = program.constant_segment
-    return "constant segment" if cs is not None and len(cs.offsets or ()) > 1 else "inline"
+    return BytesLocation.CONSTANT_SEGMENT if cs is not None and len(cs.offsets or ()) > 1 else BytesLocation.INLINE
 
 
 def summarize(source: PteFile, analysis: Analysis) -> ProgramSummary:
@@ -214,7 +238,7 @@ def summarize(source: PteFile, analysis: Analysis) -> ProgramSummary:
                 if value.has_initial_data:
                     initial.append(InitialDataSummary(
                         index, value.fqn or f"value {index}", value.nbytes, mid, value.allocation_info.memory_offset,
-                        str(value.device), "external" if value.is_external else "mutable segment"))
+                        str(value.device), BytesLocation.EXTERNAL if value.is_external else BytesLocation.MUTABLE_SEGMENT))
         delegates = []
         for info in method.delegates:
             delegate = (plan.delegates or ())[info.index]
@@ -223,7 +247,7 @@ def summarize(source: PteFile, analysis: Analysis) -> ProgramSummary:
             size = span.size if span else len((inline[delegate.processed.index].data or b"")) if delegate.processed else 0
             specs = tuple(f"{s.key}={_spec_text(s.value)}" for s in delegate.compile_specs or ())
             delegates.append(DelegateSummary(info.index, info.backend_id, str(info.device),
-                                             "segment" if span else "inline", size,
+                                             BytesLocation.SEGMENT if span else BytesLocation.INLINE, size,
                                              tuple(k for _, k in info.call_sites), specs, info.device_error))
         sizes = plan.non_const_buffer_sizes or ()
         on = buffer_devices(plan)

@@ -22,7 +22,7 @@ from .dtypes import dim_order_strides, dtype_name, torch_dtype
 from .kernels import Kernel, resolve_kernel
 from .memory import MethodMemory, ProgramData, typed_view
 from .transcript import DelegateCallRecord, TranscriptRecorder
-from .values import FREED, NOT_BOUND, ListRef, RunnerError, RuntimeValues
+from .values import FREED, NOT_BOUND, ListKind, ListRef, RunnerError, RuntimeValues
 
 MAX_INSTRUCTIONS = 10_000_000
 
@@ -122,11 +122,11 @@ class LoadedMethod:
         elif isinstance(value, (m.DoubleList, m.BoolList)):
             rv.set(index, list(value.items or ()))
         elif isinstance(value, m.IntList):
-            rv.set(index, ListRef("int", tuple(value.items or ())))
+            rv.set(index, ListRef(ListKind.INT, tuple(value.items or ())))
         elif isinstance(value, m.TensorList):
-            rv.set(index, ListRef("tensor", tuple(value.items or ())))
+            rv.set(index, ListRef(ListKind.TENSOR, tuple(value.items or ())))
         elif isinstance(value, m.OptionalTensorList):
-            rv.set(index, ListRef("optional_tensor", tuple(value.items or ())))
+            rv.set(index, ListRef(ListKind.OPTIONAL_TENSOR, tuple(value.items or ())))
         else:  # pragma: no cover - the decoder knows no other kinds
             raise RunnerError(f"unsupported value kind {type(value).__name__}", where=where)
 
