@@ -196,8 +196,8 @@ def test_gate_fails_on_the_copying_model(tmp_path: Path, wheel: Path) -> None:
 
 @pytest.mark.slow
 def test_the_fix_job_fixes_the_copying_model_and_the_gate_then_passes(tmp_path: Path, wheel: Path) -> None:
-    """The fix job (rewrite and validate every program, with torch) and the next push's gate: slow-only (about
-    19 s on two shared cores); the gate's failure is the test above, a rewrite in place the pre-commit hook's
+    """The fix job (rewrite and validate every program, with torch) and the next push's gate: slow-only (10 s on
+    two cores, 19 s on shared ones); the gate's failure is the test above, a rewrite in place the pre-commit hook's
     test below."""
     repo = user_repo(tmp_path)
     fix = Runner(tmp_path / "fix", repo, "pull_request", str(wheel))  # needs: gate; if: failure()

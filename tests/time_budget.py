@@ -5,9 +5,9 @@ The default suite is what every change runs, so a test that quietly grows to ten
 under ``PTE_DEVCONST_TEST_BUDGET_S`` seconds (``DEFAULT_BUDGET_S``; 0 turns the guard off); past it
 the test fails with its time and the way out: make it cheaper, or mark it ``slow``.
 
-The budget is generous on purpose: the slowest default test (the README walk-through) took 6.8 s on the
-two-core machine while three other test suites shared it (load average 4), and the guard must not fail a
-test because other processes share the cores.
+The budget is generous on purpose: the slowest default test (the README walk-through) takes 3.6 s on the
+two-core machine, 6.8 s while three other test suites share it (load average 4), and the guard must not
+fail a test because other processes share the cores.
 """
 
 from __future__ import annotations
