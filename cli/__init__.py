@@ -8,8 +8,8 @@ Imports kept inside functions for start-up speed, in this package (``bench --onl
 
 * ``pte_devconst.api`` (and through it the rewriter, the runner and torch) inside each command function:
   ``--help``, ``--version`` and a usage error load none of it; a command loads only what it runs.
-* ``pte_devconst.rewriter.derived``/``plan`` and ``runner.copies``/``run`` in the renderers that need their
-  helpers (``reasons_in_brief``, ``FoldGain``, ``CopyTotals``, ``OutputSummary``).
+* ``pte_devconst.rewriter.derived`` and ``runner.copies``/``run`` in the renderers that need their
+  helpers (``reasons_in_brief``, ``CopyTotals``, ``OutputSummary``).
 * ``rich`` (consoles, tables, markup, progress bars) when something is printed: an error line or a JSON
   document never loads it.
 * ``cli.output`` inside ``app.fail`` and ``app.main``: only an error needs ``printable``.

@@ -115,15 +115,9 @@ def render_text(report: CheckReport, quiet: bool = False, verbose: bool = False)
         if f.note:
             console.print(printable(f"note: {f.file}: {f.note}"), markup=False, soft_wrap=True)
     console.print(printable(_summary(report)), markup=False, style="green" if report.passed else "red")
-    hint = _fold_hint(report)
+    hint = fold_hint(report.fold_gain)
     if hint:
         console.print(hint, markup=False)
-
-
-def _fold_hint(report: CheckReport) -> Optional[str]:
-    from pte_devconst.rewriter.plan import FoldGain
-
-    return fold_hint(FoldGain(report.foldable, report.foldable_bytes_per_call))
 
 
 def _markdown_finding_rows(findings: Sequence[Finding]) -> list[list[Any]]:
@@ -151,7 +145,7 @@ def render_markdown(report: CheckReport) -> None:
     notes = [f"- {md_code(f.file)}: {md_text(f.note)}" for f in report.files if f.note]
     if notes:
         lines += ["**Notes:**", ""] + notes + [""]
-    hint = _fold_hint(report)
+    hint = fold_hint(report.fold_gain)
     if hint:
         lines += [hint, ""]
     checked = [f for f in report.files if not f.error]
@@ -189,7 +183,7 @@ def render_github(report: CheckReport) -> None:
             lines.append(github_annotation("error", file.error, file=file.file or None,
                                            title="pte-devconst: cannot check"))
     lines.append(printable(_summary(report)))
-    hint = _fold_hint(report)
+    hint = fold_hint(report.fold_gain)
     if hint:
         lines.append(hint)
     typer.echo("\n".join(lines))

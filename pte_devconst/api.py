@@ -357,6 +357,13 @@ class CheckReport:
     def stays_bytes_per_call(self) -> int:
         return sum(f.bytes_per_call for f in self.stays)
 
+    @property
+    def fold_gain(self) -> Optional["FoldGain"]:
+        """Without ``fold=True``: what ``rewrite --fold`` would move beyond a plain rewrite (None: nothing more)."""
+        from pte_devconst.rewriter.plan import FoldGain
+
+        return FoldGain(self.foldable, self.foldable_bytes_per_call) if self.foldable else None
+
     def to_json(self) -> dict[str, Any]:
         """``check``'s JSON document (cli/report.schema.json)."""
         return {
