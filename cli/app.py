@@ -3,8 +3,9 @@
 Exit codes follow ruff's convention: 0 clean, 1 findings (check/validate
 failed), 2 abnormal end (bad input, unreadable file, write error).  Every
 ``PteDevconstError`` becomes one line on stderr; ``--debug`` shows the
-traceback instead.  Commands register themselves from their own modules and
-import heavy dependencies (torch) only inside the commands that execute a model.
+traceback instead.  Commands register themselves from their own modules, call
+``pte_devconst.api`` and render what it returns; the global options travel in
+typer's context object (``GlobalOptions``), never in module state.
 """
 
 from __future__ import annotations
@@ -12,15 +13,11 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence, TypeVar, Union
+from typing import Annotated, Any, Callable, Optional, Sequence, TypeVar, Union
 
 import typer
-
-try:  # typer >= 0.22 vendors its own click; the exceptions it raises are that copy's
-    from typer._click import exceptions as click_errors
-except ImportError:  # pragma: no cover - older typer on stock click
-    from click import exceptions as click_errors  # type: ignore[no-redef]
 
 from pte_devconst import __version__
 from pte_devconst.schema.errors import PteDevconstError
@@ -39,13 +36,34 @@ app = typer.Typer(
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 
+def _click_exception(name: str) -> type[Exception]:
+    """One of the exceptions of the click that typer vendors, without importing typer's private modules.
+
+    typer exports one of them, ``typer.BadParameter``; ``UsageError`` (bad usage, exit 2) and
+    ``ClickException`` (any error click reports) are its bases, found here by name.
+    """
+    for base in typer.BadParameter.__mro__:
+        if base.__name__ == name:
+            return base
+    raise ImportError(f"typer.BadParameter no longer derives from click's {name}")  # pragma: no cover
+
+
+UsageError, ClickException = _click_exception("UsageError"), _click_exception("ClickException")
+
+
+@dataclass(frozen=True)
 class GlobalOptions:
+    """``--debug``, ``--quiet`` and ``--verbose``: set once by the root callback, carried in typer's context."""
+
     debug: bool = False
     quiet: bool = False
     verbose: bool = False
 
 
-OPTIONS = GlobalOptions()
+def global_options(ctx: Optional[typer.Context]) -> GlobalOptions:
+    """The options the root callback put in the context (defaults when a command runs without it)."""
+    found = ctx.obj if ctx is not None else None
+    return found if isinstance(found, GlobalOptions) else GlobalOptions(debug=bool(os.environ.get("PTE_DEVCONST_DEBUG")))
 
 
 def _version(value: bool) -> None:
@@ -56,20 +74,20 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks instead of one-line errors."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors and the machine-readable result."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Print more detail."),
-    version: Optional[bool] = typer.Option(None, "--version", callback=_version, is_eager=True,
-                                           help="Print the version and exit."),
+    ctx: typer.Context,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q",
+                                        help="Print only errors and the machine-readable result.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print more detail.")] = False,
+    version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True,
+                                                    help="Print the version and exit.")] = None,
 ) -> None:
-    OPTIONS.debug = debug or bool(os.environ.get("PTE_DEVCONST_DEBUG"))
-    OPTIONS.quiet = quiet
-    OPTIONS.verbose = verbose
+    ctx.obj = GlobalOptions(debug or bool(os.environ.get("PTE_DEVCONST_DEBUG")), quiet, verbose)
 
 
-def fail(error: BaseException) -> "typer.Exit":
-    """Print one line for an error and return the exit to raise (``--debug`` re-raises instead)."""
-    if OPTIONS.debug:
+def fail(error: BaseException, debug: bool = False) -> "typer.Exit":
+    """Print one line for an error and return the exit to raise (``debug`` re-raises instead)."""
+    if debug:
         raise error
     if isinstance(error, PteDevconstError):
         message = str(error)
@@ -87,7 +105,7 @@ T = TypeVar("T")
 
 
 def for_each_program(items: Sequence[Union[Path, str]], work: Callable[[Path], T],
-                     show: Callable[[T], None]) -> tuple[list[T], bool]:
+                     show: Callable[[T], None], debug: bool = False) -> tuple[list[T], bool]:
     """``work`` on each program in turn, then ``show`` its result; a problem (``str``, e.g. a pattern that
     matched nothing) or a program that fails is one line on stderr, and the others still run.
 
@@ -101,7 +119,7 @@ def for_each_program(items: Sequence[Union[Path, str]], work: Callable[[Path], T
                 raise PteDevconstError(item)
             result = work(item)
         except (PteDevconstError, OSError) as error:
-            fail(error)
+            fail(error, debug)
             failed = True
             continue
         results.append(result)
@@ -115,21 +133,22 @@ def command(*args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callabl
     def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(function)
         def guarded(*a: Any, **k: Any) -> Any:
+            debug = global_options(k.get("ctx")).debug  # every command takes the context as ``ctx``
             try:
                 return function(*a, **k)
-            except (typer.Exit, typer.Abort, click_errors.ClickException):
+            except (typer.Exit, typer.Abort, ClickException):
                 raise
             except KeyboardInterrupt:
                 typer.echo("pte-devconst: interrupted", err=True)
                 raise typer.Exit(130)
             except ModuleNotFoundError as error:
                 if error.name != "torch":
-                    raise fail(error) from None
+                    raise fail(error, debug) from None
                 raise fail(PteDevconstError(
                     f"'{function.__name__.removesuffix('_command')}' runs programs with torch, which is not "
-                    "installed: pip install 'pte-devconst[runner]'")) from None
+                    "installed: pip install 'pte-devconst[runner]'"), debug) from None
             except Exception as error:  # noqa: BLE001 - the one place errors become exit codes
-                raise fail(error) from None
+                raise fail(error, debug) from None
 
         return app.command(*args, **kwargs)(guarded)
 
@@ -160,20 +179,21 @@ def main(argv: Optional[list[str]] = None, prog_name: str = "pte-devconst") -> N
     argv = hoist_global_flags(list(sys.argv[1:] if argv is None else argv))
     try:
         code = app(args=argv, prog_name=prog_name, standalone_mode=False)
-    except click_errors.NoArgsIsHelpError as error:
-        typer.echo(error.format_message())
-        raise SystemExit(EXIT_ERROR) from None
-    except click_errors.UsageError as error:
-        hint = f" (see '{error.ctx.command_path} --help')" if error.ctx is not None else ""
+    except UsageError as error:
+        if not argv:  # no arguments at all (click's NoArgsIsHelpError): the usage, as --help prints it; exit 2
+            typer.echo(error.format_message())  # type: ignore[attr-defined]
+            raise SystemExit(EXIT_ERROR) from None
+        context = getattr(error, "ctx", None)
+        hint = f" (see '{context.command_path} --help')" if context is not None else ""
         from pte_devconst.cli.output import printable
 
-        typer.echo(f"pte-devconst: error: {printable(error.format_message())}{hint}", err=True)
+        typer.echo(f"pte-devconst: error: {printable(error.format_message())}{hint}", err=True)  # type: ignore[attr-defined]
         raise SystemExit(EXIT_ERROR) from None
-    except click_errors.ClickException as error:
+    except ClickException as error:
         from pte_devconst.cli.output import printable
 
-        typer.echo(f"pte-devconst: error: {printable(error.format_message())}", err=True)
-        raise SystemExit(error.exit_code) from None
+        typer.echo(f"pte-devconst: error: {printable(error.format_message())}", err=True)  # type: ignore[attr-defined]
+        raise SystemExit(error.exit_code) from None  # type: ignore[attr-defined]
     except typer.Abort:
         typer.echo("pte-devconst: aborted", err=True)
         raise SystemExit(130) from None

@@ -14,49 +14,18 @@ through unexpanded.  The decisions are ``pte_devconst.api.check``'s; this module
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Optional, Sequence
 
 import typer
 
-from pte_devconst.cli.app import EXIT_OK, OPTIONS, command
-from pte_devconst.cli.output import (GATE_FORMAT_OPTION, JSON_FLAG, GateFormat, echo_lines, emit_json, fold_hint,
+from pte_devconst.cli.app import EXIT_OK, command, global_options
+from pte_devconst.cli.output import (DataOption, ProgramsArgument, GateFormat, GateFormatOption, JsonFlag, echo_lines, emit_json, fold_hint,
                                      github_annotation, human_bytes, markdown_table, md_code, md_text, printable,
                                      stdout_console, table)
 from pte_devconst.cli.progress import files_progress
 
 if TYPE_CHECKING:  # the analysis is imported when the command runs, not at start-up
     from pte_devconst.api import CheckReport, Finding
-
-
-def _finding_payload(findings: tuple[Finding, ...], reasons: bool = False) -> list[dict[str, Any]]:
-    return [{"method": x.method, "value": x.value, "name": x.name, "device": x.device, "nbytes": x.nbytes,
-             "copies_per_call": x.copies_per_call, "bytes_per_call": x.bytes_per_call,
-             **({"reason": x.reason} if reasons else {})} for x in findings]
-
-
-def check_payload(report: CheckReport) -> dict[str, Any]:
-    """The JSON document of a check (see cli/report.schema.json)."""
-    return {
-        "fold_hint": ({"tensors": report.foldable, "bytes_per_call": report.foldable_bytes_per_call}
-                      if report.foldable else None),
-        "passed": report.passed,
-        "exit_code": report.exit_code,
-        "fold": report.fold,
-        "strict": report.strict,
-        "min_bytes": report.min_bytes,
-        "findings": len(report.findings),
-        "bytes_per_call": report.bytes_per_call,
-        "errors": len(report.errors),
-        "unknown": len(report.unknown),
-        "stays": len(report.stays),
-        "stays_bytes_per_call": report.stays_bytes_per_call,
-        "files": [{
-            "file": f.file, "ptd": f.ptd, "status": f.status, "constants": f.constants,
-            "bytes_per_call": f.bytes_per_call, "error": f.error, "note": f.note,
-            "findings": _finding_payload(f.findings), "unknown": _finding_payload(f.unknown),
-            "stays": _finding_payload(f.stays, reasons=True), "stays_bytes_per_call": f.stays_bytes_per_call,
-        } for f in report.files],
-    }
 
 
 def constant_label(name: str, value: int) -> str:
@@ -108,9 +77,9 @@ def _quiet_line(f: Finding, what: str) -> str:
     return printable(f"{f.file}: {f.method}: {constant_label(f.name, f.value)} -> {what}")
 
 
-def render_text(report: CheckReport) -> None:
+def render_text(report: CheckReport, quiet: bool = False, verbose: bool = False) -> None:
     console = stdout_console()
-    if OPTIONS.quiet:  # one unwrapped line per failing or unjudged constant, for grep and editors
+    if quiet:  # one unwrapped line per failing or unjudged constant, for grep and editors
         for f in report.findings:
             typer.echo(_quiet_line(f, f"{f.device}: {f.bytes_per_call} B per call"))
         for f in report.stays if report.strict else ():
@@ -129,7 +98,7 @@ def render_text(report: CheckReport) -> None:
                                     "they would move if their data matched"), markup=False, soft_wrap=True)
             console.print(table(None, ["method", "constant", "device", "bytes/call"], _finding_rows(f.unknown),
                                 right=["bytes/call"]))
-        if f.stays and (report.strict or OPTIONS.verbose):
+        if f.stays and (report.strict or verbose):
             console.print(printable(f"{f.file}: {len(f.stays)} constant-derived value(s) copied on every call that "
                                     "the rewrite cannot move"), markup=False, soft_wrap=True)
             console.print(table(None, ["method", "value", "device", "bytes/call", "why"], _stays_rows(f.stays),
@@ -137,7 +106,7 @@ def render_text(report: CheckReport) -> None:
         elif f.stays:
             console.print(printable(f"{f.file}: {stays_line(f.stays, False, hint=False)}"), markup=False,
                           soft_wrap=True)
-    if OPTIONS.verbose:
+    if verbose:
         for f in report.files:
             if f.status == "ok":
                 console.print(printable(f"ok  {f.file} ({f.constants} constant(s) examined"
@@ -146,15 +115,9 @@ def render_text(report: CheckReport) -> None:
         if f.note:
             console.print(printable(f"note: {f.file}: {f.note}"), markup=False, soft_wrap=True)
     console.print(printable(_summary(report)), markup=False, style="green" if report.passed else "red")
-    hint = _fold_hint(report)
+    hint = fold_hint(report.fold_gain)
     if hint:
         console.print(hint, markup=False)
-
-
-def _fold_hint(report: CheckReport) -> Optional[str]:
-    from pte_devconst.rewriter.plan import FoldGain
-
-    return fold_hint(FoldGain(report.foldable, report.foldable_bytes_per_call))
 
 
 def _markdown_finding_rows(findings: Sequence[Finding]) -> list[list[Any]]:
@@ -182,7 +145,7 @@ def render_markdown(report: CheckReport) -> None:
     notes = [f"- {md_code(f.file)}: {md_text(f.note)}" for f in report.files if f.note]
     if notes:
         lines += ["**Notes:**", ""] + notes + [""]
-    hint = _fold_hint(report)
+    hint = fold_hint(report.fold_gain)
     if hint:
         lines += [hint, ""]
     checked = [f for f in report.files if not f.error]
@@ -220,7 +183,7 @@ def render_github(report: CheckReport) -> None:
             lines.append(github_annotation("error", file.error, file=file.file or None,
                                            title="pte-devconst: cannot check"))
     lines.append(printable(_summary(report)))
-    hint = _fold_hint(report)
+    hint = fold_hint(report.fold_gain)
     if hint:
         lines.append(hint)
     typer.echo("\n".join(lines))
@@ -228,46 +191,46 @@ def render_github(report: CheckReport) -> None:
 
 @command("check")
 def check_command(
-    files: list[str] = typer.Argument(..., help="Programs to check: .pte files, glob patterns ('**/*.pte') "
-                                      "or directories.", show_default=False),
-    ptd: Optional[list[str]] = typer.Option(None, "--ptd", help="The .ptd of a program's external constants "
-                                            "(repeatable): DATA.ptd pairs with the program at the same path "
-                                            "(or the only program); PROGRAM.pte=DATA.ptd pairs explicitly. "
-                                            "Default: NAME.ptd next to NAME.pte (for NAME.devconst.pte also NAME.ptd)."),
-    device: Optional[list[str]] = typer.Option(None, "--device", help="Only count constants that could move "
-                                               "to this device (repeatable, e.g. cuda:0)."),
-    min_bytes: int = typer.Option(0, "--min-bytes", min=0, help="Ignore constants smaller than this."),
-    fold: bool = typer.Option(False, "--fold", help="Also count what rewrite --fold would move: each chain of "
-                              "host kernels that only move or cast a constant for device delegates."),
-    strict: bool = typer.Option(False, "--strict", help="Also fail on constant-derived values copied on every "
-                                "call that the rewrite cannot move (read on the host too, transposed on the "
-                                "host, ...) and on external constants not judged for want of their .ptd."),
-    fmt: GateFormat = GATE_FORMAT_OPTION,
-    json_flag: bool = JSON_FLAG,
+    ctx: typer.Context,
+    files: ProgramsArgument,
+    ptd: DataOption = None,
+    device: Annotated[Optional[list[str]], typer.Option(
+        "--device", help="Only count constants that could move to this device (repeatable, e.g. cuda:0).")] = None,
+    min_bytes: Annotated[int, typer.Option("--min-bytes", min=0, help="Ignore constants smaller than this.")] = 0,
+    fold: Annotated[bool, typer.Option(
+        "--fold", help="Also count what rewrite --fold would move: each chain of host kernels that only move or "
+        "cast a constant for device delegates.")] = False,
+    strict: Annotated[bool, typer.Option(
+        "--strict", help="Also fail on constant-derived values copied on every call that the rewrite cannot move "
+        "(read on the host too, transposed on the host, ...) and on external constants not judged for want of "
+        "their .ptd.")] = False,
+    fmt: GateFormatOption = GateFormat.text,
+    json_flag: JsonFlag = False,
 ) -> None:
     """Exit 1 when a program still copies a constant to a device on every call (for CI and pre-commit).
 
     Exit codes: 0 clean; 1 findings (with --strict any constant-derived copy, also one the rewrite cannot move);
     2 a file could not be checked; 3 only external constants whose .ptd is missing.
     """
-    from pte_devconst.api import check, expand_paths, parse_devices
+    from pte_devconst import api
 
-    devices = parse_devices(device or None, "--device")
-    paths, _ = expand_paths(files)
-    with files_progress("checking", [str(p) for p in paths], OPTIONS.quiet) as advance:
-        report = check(files, ptd=ptd or None, min_bytes=min_bytes, devices=devices, strict=strict,
-                       progress=(lambda done, total, name: advance(done, Path(name).name)) if advance else None,
-                       fold=fold)
+    options = global_options(ctx)
+    devices = api.parse_devices(device or None, "--device")
+    paths, _ = api.expand_paths(files)
+    with files_progress("checking", [str(p) for p in paths], options.quiet) as advance:
+        report = api.check(files, ptd=ptd or None, min_bytes=min_bytes, devices=devices, strict=strict,
+                           progress=(lambda done, total, name: advance(done, Path(name).name)) if advance else None,
+                           fold=fold)
     for failed in report.errors:
         typer.echo(printable(f"pte-devconst: error: {failed.error}"), err=True)
     chosen = GateFormat.json if json_flag else fmt
     if chosen is GateFormat.json:
-        emit_json("check", check_payload(report))
+        emit_json("check", report.to_json())
     elif chosen is GateFormat.markdown:
         render_markdown(report)
     elif chosen is GateFormat.github:
         render_github(report)
     else:
-        render_text(report)
+        render_text(report, options.quiet, options.verbose)
     if report.exit_code != EXIT_OK:
         raise typer.Exit(report.exit_code)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from pte_devconst.cli.app import OPTIONS, command
-from pte_devconst.cli.output import (echo_lines, FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
-                                     markup_safe, resolve_format, stdout_console, table, md_code)
+from pte_devconst.cli.app import command, global_options
+from pte_devconst.cli.output import (FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json, human_bytes,
+                                     markdown_table, markup_safe, md_code, resolve_format, stdout_console, table)
 
 if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
     from pte_devconst.rewriter.diff import MethodDiff, ProgramDiff
@@ -94,7 +94,7 @@ def _limited(rows: list, verbose: bool) -> tuple[list, str]:
     return rows[:ROW_LIMIT], f"... and {len(rows) - ROW_LIMIT} more (--verbose or --format json for all)"
 
 
-def render_text(d: ProgramDiff) -> None:
+def render_text(d: ProgramDiff, verbose: bool = False) -> None:
     console = stdout_console()
     console.print(f"[bold]{markup_safe(d.a)}[/] -> [bold]{markup_safe(d.b)}[/]" + (": identical programs" if d.identical else ""), soft_wrap=True)
     console.print(table(None, ["", "before", "after", "change"], _summary_rows(d), right=["before", "after"]))
@@ -105,7 +105,7 @@ def render_text(d: ProgramDiff) -> None:
             continue
         console.print(f"\nmethod [bold]{markup_safe(method.name)}[/]: {method.status}")
         if method.tensors:
-            rows, more = _limited(_tensor_rows(method), OPTIONS.verbose)
+            rows, more = _limited(_tensor_rows(method), verbose)
             console.print(table("tensors", TENSOR_COLUMNS, rows, right=["v", "bytes"]))
             if more:
                 console.print(more)
@@ -121,7 +121,7 @@ def render_text(d: ProgramDiff) -> None:
                                   "-" if b.size_after is None else human_bytes(b.size_after)] for b in method.buffers],
                                 right=["id", "before", "after"]))
         if method.instructions:
-            rows, more = _limited(_instruction_rows(method), OPTIONS.verbose)
+            rows, more = _limited(_instruction_rows(method), verbose)
             console.print(table("instructions", ["", "old #", "new #", "before", "after"], rows,
                                 right=["old #", "new #"]))
             if more:
@@ -159,22 +159,21 @@ def render_markdown(d: ProgramDiff) -> None:
 
 @command("diff")
 def diff_command(
-    before: Path = typer.Argument(..., help="The original .pte.", show_default=False),
-    after: Path = typer.Argument(..., help="The changed .pte (any .pte, not only a rewrite).", show_default=False),
-    fmt: OutputFormat = FORMAT_OPTION,
-    json_flag: bool = JSON_FLAG,
+    ctx: typer.Context,
+    before: Annotated[Path, typer.Argument(help="The original .pte.", show_default=False)],
+    after: Annotated[Path, typer.Argument(help="The changed .pte (any .pte, not only a rewrite).",
+                                          show_default=False)],
+    fmt: FormatOption = OutputFormat.text,
+    json_flag: JsonFlag = False,
 ) -> None:
     """Report placement, device, initial data, instruction and segment changes, and per-call copies."""
-    from pte_devconst.rewriter.diff import diff_files
-    from pte_devconst.schema.pte_file import open_pte
+    from pte_devconst import api
 
-    with open_pte(before) as a, open_pte(after) as b:
-        d = diff_files(a, b)
+    d = api.diff(before, after)
     fmt = resolve_format(fmt, json_flag)
     if fmt is OutputFormat.json:
-        emit_json("diff", {"diff": d, "identical": d.identical, "moved_constants": d.moved_constants,
-                           "folded_values": d.folded_values, "data_changes": d.data_changes})
+        emit_json("diff", d.to_json())
     elif fmt is OutputFormat.markdown:
         render_markdown(d)
     else:
-        render_text(d)
+        render_text(d, global_options(ctx).verbose)

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
-from pte_devconst.cli.app import EXIT_ERROR, command, for_each_program
-from pte_devconst.cli.output import (echo_lines, FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, fold_hint, human_bytes,
-                                     markdown_table, markup_safe, md_code, md_text, printable, resolve_format, shape_text,
-                                     stdout_console, table)
-from pte_devconst.schema.record import record
+from pte_devconst.cli.app import EXIT_ERROR, command, for_each_program, global_options
+from pte_devconst.cli.output import (DataOption, ProgramsArgument, FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json, fold_hint,
+                                     human_bytes, markdown_table, markup_safe, md_code, md_text, printable,
+                                     resolve_format, shape_text, stdout_console, table)
 
 if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
-    from pte_devconst.rewriter.inventory import MethodSummary, ProgramSummary
-    from pte_devconst.rewriter.plan import FoldGain
+    from pte_devconst.api import InspectReport
+    from pte_devconst.rewriter.inventory import MethodSummary
 
 
 def _io(values) -> str:
@@ -89,28 +88,14 @@ def fold_rows(method: MethodSummary) -> list[list[object]]:
              human_bytes(f.nbytes), human_bytes(f.bytes_per_call), f.status] for f in method.folds]
 
 
-@record
-class InspectReport:
-    """What ``inspect`` shows beyond the summary: the data used, and what the runtime would make of the file."""
-
-    summary: ProgramSummary
-    ptd: Optional[str]
-    unknown_constants: int
-    load_refusal: Optional[str]
-    notes: tuple[str, ...]
-    fold_gain: Optional[FoldGain] = None  # what rewrite --fold would move beyond a plain rewrite
-
-
 def _warnings(report: InspectReport) -> list[str]:
     lines = [f"warning: {report.load_refusal}"] if report.load_refusal else []
     return lines + [f"note: {note}" for note in report.notes]
 
 
 def _unknown_hint(report: InspectReport) -> str:
-    from pte_devconst.paths import ptd_hint
-
     return (f"{report.unknown_constants} external constant(s) not judged: their data is in a .ptd that was not "
-            f"found; {ptd_hint(report.summary.path)}.")
+            f"found; {report.ptd_hint}.")
 
 
 def closing_lines(report: InspectReport) -> list[str]:
@@ -189,37 +174,13 @@ def render_markdown(report: InspectReport) -> None:
     echo_lines(out)
 
 
-def inspect_file(path: Path, ptd: Optional[Path]) -> InspectReport:
-    """Open, analyse and summarize one program (``ptd``: its paired data, or None)."""
-    from pte_devconst.rewriter.inventory import summarize
-    from pte_devconst.rewriter.load import analyze_opened, opened
-    from pte_devconst.rewriter.plan import safe_fold_gain
-
-    with opened(path, ptd, pair=False) as (source, data):
-        analysis = analyze_opened(source, data)
-        return InspectReport(summarize(source, analysis), data.path if data else None, len(analysis.unknown),
-                             source.load_refusal, analysis.notes, safe_fold_gain(source.program, analysis))
-
-
-def report_payload(report: InspectReport) -> dict[str, Any]:
-    """One program's JSON (see cli/report.schema.json)."""
-    return {"file": report.summary, "ptd": report.ptd, "unknown_constants": report.unknown_constants,
-            "load_refusal": report.load_refusal, "notes": list(report.notes),
-            "fold_hint": None if report.fold_gain is None else {"tensors": report.fold_gain.tensors,
-                                                                "bytes_per_call": report.fold_gain.bytes_per_call}}
-
-
 @command("inspect")
 def inspect_command(
-    files: list[str] = typer.Argument(..., help="Programs: .pte files, glob patterns ('**/*.pte') or directories.",
-                                      show_default=False),
-    ptd: Optional[list[str]] = typer.Option(None, "--ptd", help="The .ptd of a program's external constants "
-                                            "(repeatable; paired as check pairs them: DATA.ptd with the program at "
-                                            "the same path or the only program, PROGRAM.pte=DATA.ptd explicitly) "
-                                            "[default: NAME.ptd next to NAME.pte, if there; for NAME.devconst.pte also "
-                                            "NAME.ptd]."),
-    fmt: OutputFormat = FORMAT_OPTION,
-    json_flag: bool = JSON_FLAG,
+    ctx: typer.Context,
+    files: ProgramsArgument,
+    ptd: DataOption = None,
+    fmt: FormatOption = OutputFormat.text,
+    json_flag: JsonFlag = False,
 ) -> None:
     """Show methods, delegates, planned buffers, constants (and who reads them) and segments.
 
@@ -227,19 +188,18 @@ def inspect_command(
     they are shown as unknown. Several programs are shown one after another; a file that cannot be read
     is reported on stderr and the others are still shown (exit 2).
     """
-    from pte_devconst.paths import expand, names_one_file, paired_or_refused
+    from pte_devconst import api
 
     fmt = resolve_format(fmt, json_flag)
-    if len(files) == 1 and names_one_file(files[0]):  # one program: its report alone, its errors as they are
-        file = Path(files[0])
-        report = inspect_file(file, paired_or_refused([file], ptd or ()).get(file))
+    chosen = api.programs(files, ptd or ())
+    if chosen.single:  # one program: its report alone, its errors as they are
+        (file,) = chosen.paths
+        report = api.inspect(file, chosen.data.get(file))
         if fmt is OutputFormat.json:
-            emit_json("inspect", report_payload(report))
+            emit_json("inspect", report.to_json())
         else:
             (render_markdown if fmt is OutputFormat.markdown else render_text)(report)
         return
-    items = expand(files)
-    pairs = paired_or_refused([i for i in items if isinstance(i, Path)], ptd or ())
 
     def show(report: InspectReport) -> None:
         if fmt is OutputFormat.markdown:
@@ -249,8 +209,9 @@ def inspect_command(
             render_text(report)
             stdout_console().print()
 
-    reports, failed = for_each_program(items, lambda item: inspect_file(item, pairs.get(item)), show)
+    reports, failed = for_each_program(chosen.items, lambda item: api.inspect(item, chosen.data.get(item)), show,
+                                       global_options(ctx).debug)
     if fmt is OutputFormat.json:
-        emit_json("inspect", {"reports": [report_payload(r) for r in reports]})
+        emit_json("inspect", {"reports": [r.to_json() for r in reports]})
     if failed:
         raise typer.Exit(EXIT_ERROR)

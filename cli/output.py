@@ -9,12 +9,11 @@ plain GitHub-flavoured tables, fit for a pull-request comment or
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import json
 import re
 import sys
-from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Iterable, Optional, Sequence
 
 import typer
 
@@ -40,12 +39,20 @@ class GateFormat(str, enum.Enum):
     github = "github"
 
 
-FORMAT_OPTION = typer.Option(OutputFormat.text, "--format", "-f", case_sensitive=False,
-                             help="text (rich tables), markdown (for pull requests) or json (for CI).")
-GATE_FORMAT_OPTION = typer.Option(GateFormat.text, "--format", "-f", case_sensitive=False,
-                                  help="text (rich tables), markdown (for pull requests), json (for CI) or github "
-                                  "(GitHub Actions annotations, one ::error line per finding).")
-JSON_FLAG = typer.Option(False, "--json", help="Shorthand for --format json.")
+FormatOption = Annotated[OutputFormat, typer.Option(
+    "--format", "-f", case_sensitive=False, help="text (rich tables), markdown (for pull requests) or json (for CI).")]
+GateFormatOption = Annotated[GateFormat, typer.Option(
+    "--format", "-f", case_sensitive=False, help="text (rich tables), markdown (for pull requests), json (for CI) or "
+    "github (GitHub Actions annotations, one ::error line per finding).")]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Shorthand for --format json.")]
+
+
+ProgramsArgument = Annotated[list[str], typer.Argument(
+    help="Programs: .pte files, glob patterns ('**/*.pte') or directories.", show_default=False)]
+DataOption = Annotated[Optional[list[str]], typer.Option(
+    "--ptd", help="The .ptd of a program's external constants (repeatable): DATA.ptd pairs with the program at the "
+    "same path (or the only program); PROGRAM.pte=DATA.ptd pairs explicitly [default: NAME.ptd next to NAME.pte, if "
+    "there; for NAME.devconst.pte also NAME.ptd].")]
 
 
 def resolve_format(fmt: OutputFormat, json_flag: bool) -> OutputFormat:
@@ -64,30 +71,9 @@ def stderr_console() -> "Console":
     return Console(stderr=True, highlight=False)
 
 
-def to_jsonable(obj: Any) -> Any:
-    """Dataclasses, tuples, devices and enums -> JSON-ready values, recursively."""
-    from pte_devconst.schema.model import Device
-    from pte_devconst.schema.named_enum import NamedEnum
-
-    if isinstance(obj, Device):  # a dataclass too: spell it the way compile specs do (cuda:0)
-        return str(obj)
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, NamedEnum):  # a closed set of report names: its value is the name
-        return obj.value
-    if isinstance(obj, enum.Enum):
-        return obj.name.lower()
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, set, frozenset)):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, bytes):
-        return obj.hex()
-    return obj
-
-
 def emit_json(command: str, payload: dict[str, Any]) -> None:
-    document = {"format_version": JSON_FORMAT_VERSION, "command": command, **to_jsonable(payload)}
+    """Print one JSON document: the envelope, then a result's ``to_json()`` (the renderers format, never build)."""
+    document = {"format_version": JSON_FORMAT_VERSION, "command": command, **payload}
     sys.stdout.write(json.dumps(document, indent=2) + "\n")
 
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from pte_devconst.cli.app import EXIT_ERROR, EXIT_FINDINGS, OPTIONS, command, for_each_program
-from pte_devconst.cli.output import (echo_lines, FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, fold_hint, human_bytes,
-                                     markdown_table, markup_safe, resolve_format, stdout_console, table, md_code, md_text)
+from pte_devconst.cli.app import EXIT_ERROR, EXIT_FINDINGS, command, for_each_program, global_options
+from pte_devconst.cli.output import (DataOption, FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json, fold_hint,
+                                     human_bytes, markdown_table, markup_safe, md_code, md_text, resolve_format,
+                                     stdout_console, table)
 from pte_devconst.cli.progress import write_progress
 from pte_devconst.schema.errors import PteDevconstError
 
@@ -25,90 +26,6 @@ class VerifyMode(str, enum.Enum):
 
 if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
     from pte_devconst.rewriter.rewrite import RewriteResult
-    from pte_devconst.schema.model import Device
-
-
-def parse_devices(values: Optional[list[str]]) -> "Optional[frozenset[Device]]":
-    """``--device`` values (repeatable, comma-separated) -> devices; None when not given."""
-    from pte_devconst.api import parse_devices as api_parse_devices
-
-    return api_parse_devices(values or None, "--device")
-
-
-def fold_payload(fold: Any) -> dict[str, Any]:
-    """One folded chain (or device copy of a shared constant) in a rewrite's JSON."""
-    chain = fold.chain
-    return {"value": fold.value, "new_value": fold.appended, "result": chain.result, "source": chain.source,
-            "source_name": chain.source_tensor.fqn or f"value {chain.source}", "duplicate": chain.duplicate,
-            "kernels": [{"kernel": s.kernel, "chain": s.chain, "instruction": s.instruction, "output": s.output}
-                        for s in chain.steps],
-            "device": chain.device, "delegates": list(chain.delegates), "nbytes": fold.nbytes,
-            "memory_id": fold.memory_id, "offset": fold.offset, "initial_data_index": fold.initial_data_index,
-            "external_key": fold.external_key, "copies_per_call_removed": chain.copies_per_call,
-            "bytes_per_call_saved": fold.bytes_per_call,
-            "instructions_removed": [{"chain": c, "instruction": k} for c, k in fold.removed],
-            "host_keeps": list(chain.stays)}
-
-
-def _left_in_place(plan: Any, method: Any) -> list[Any]:
-    """The constants a rewrite leaves on the host: not eligible, and (with --fold) not a source of a folded
-    chain or moved once its kernels went."""
-    handled = {f.chain.source for f in plan.folds if f.plan_index == method.plan_index}
-    handled |= {p.value for p in plan.placements if p.plan_index == method.plan_index}
-    return [c for c in method.constants if not c.eligible and c.value not in handled]
-
-
-def result_payload(result: RewriteResult) -> dict[str, Any]:
-    """The JSON document of a rewrite (also used by ``check`` and the Python API's callers)."""
-    plan = result.plan
-    methods = []
-    for edit in plan.methods:
-        method = plan.analysis.method(edit.name)
-        methods.append({
-            "name": edit.name,
-            "style": method.style,
-            "moved": [{"value": p.value, "name": p.name, "device": p.device, "nbytes": p.nbytes,
-                       "memory_id": p.memory_id, "offset": p.offset, "initial_data_index": p.initial_data_index,
-                       "external_key": p.external_key, "copies_per_call_removed": p.copies_per_call,
-                       "bytes_per_call_saved": p.bytes_per_call} for p in edit.placements],
-            "buffers": edit.buffers,
-            "instructions_removed": [{"chain": c, "instruction": k} for c, k in edit.removed],
-            "instruction_map": [{"chain": c, "map": list(mapping)} for c, mapping in enumerate(edit.instruction_maps)
-                                if any(new != old for old, new in enumerate(mapping))],
-            "folded": [fold_payload(f) for f in edit.folds],
-            "released": list(edit.released),
-            "not_moved": [{"value": v.value, "name": v.name, "nbytes": v.nbytes, "verdict": v.verdict,
-                           "details": list(v.details)} for v in _left_in_place(plan, method)],
-            "h2d_bytes_per_call_before": method.h2d_bytes_per_call,
-            "h2d_bytes_per_call_after": method.h2d_bytes_per_call - edit.bytes_per_call_saved,
-        })
-    return {
-        "input": result.input, "output": result.output, "dry_run": result.output is None, "changed": result.changed,
-        "verified": result.verified,
-        "input_size": result.input_size, "output_size": result.output_size,
-        "constants_moved": len(plan.placements), "values_folded": len(plan.folds),
-        "bytes_per_call_saved": plan.bytes_per_call_saved,
-        "fold": plan.options.fold, "duplicate_shared": plan.options.duplicate_shared,
-        "device_bytes_added": plan.device_bytes_added, "initial_data_bytes_added": plan.initial_data_bytes,
-        "constant_bytes_dropped": plan.dropped_bytes,
-        "fold_cost": {kind: dict(zip(("values", "device_bytes", "file_bytes"), plan.fold_cost(duplicates)))
-                      for kind, duplicates in (("folded", False), ("duplicated", True))},
-        "instructions_removed": result.instructions_removed,
-        "constant_entries_dropped": list(plan.dropped_constants),
-        "initial_data_entries_added": len(plan.initial_data),
-        "skipped": [{"method": s.verdict.method, "value": s.verdict.value, "name": s.verdict.name, "reason": s.reason}
-                    for s in plan.skipped],
-        "fold_skipped": [{"method": s.chain.method, "value": s.chain.result, "source": s.chain.source,
-                          "kernels": [step.kernel for step in s.chain.steps], "reason": s.reason}
-                         for s in plan.fold_skipped],
-        "fold_hint": _hint_payload(result),
-        "methods": methods,
-    }
-
-
-def _hint_payload(result: RewriteResult) -> Optional[dict[str, int]]:
-    gain = result.fold_gain
-    return None if gain is None else {"tensors": gain.tensors, "bytes_per_call": gain.bytes_per_call}
 
 
 def fold_rows(result: RewriteResult) -> list[list[Any]]:
@@ -155,29 +72,24 @@ def _moved_rows(result: RewriteResult) -> list[list[Any]]:
     return rows
 
 
-def _in_place(result: RewriteResult) -> bool:
-    return result.output is not None and Path(result.output) == Path(result.input)
-
-
 def _not_moved_rows(result: RewriteResult) -> list[list[Any]]:
     """The "left in place" rows: every constant not moved, and why (its verdict, or the option that skipped it),
     and every chain that could fold but did not."""
     plan = result.plan
-    rows = [[c.method, c.value, c.name, c.nbytes, "; ".join(c.reasons)]
-            for method in plan.analysis.methods for c in _left_in_place(plan, method)]
+    rows = [[c.method, c.value, c.name, c.nbytes, "; ".join(c.reasons)] for c in result.left_in_place()]
     rows += [[s.verdict.method, s.verdict.value, s.verdict.name, s.verdict.nbytes, s.reason] for s in plan.skipped]
     return rows + [[s.chain.method, s.chain.result, f"{s.chain.kernels or 'copy'} of "
                     f"{s.chain.source_tensor.fqn or f'value {s.chain.source}'}", s.chain.nbytes, s.reason]
                    for s in plan.fold_skipped]
 
 
-def render_text(result: RewriteResult) -> None:
+def render_text(result: RewriteResult, quiet: bool = False) -> None:
     console = stdout_console()
     plan = result.plan
     verb = "would move" if result.output is None else "moved"
     if plan.is_empty:
         console.print(f"{markup_safe(result.input)}: nothing to move; " +
-                      ("no file written (dry run)." if result.output is None else "left as it is." if _in_place(result)
+                      ("no file written (dry run)." if result.output is None else "left as it is." if result.in_place
                        else f"{markup_safe(result.output)} is an identical copy."), soft_wrap=True)
     else:
         if plan.placements:
@@ -199,11 +111,11 @@ def render_text(result: RewriteResult) -> None:
         if plan.folds:
             console.print(cost_line(plan))
     not_moved = [[m, v, name, human_bytes(nbytes), why] for m, v, name, nbytes, why in _not_moved_rows(result)]
-    if not_moved and not OPTIONS.quiet:
+    if not_moved and not quiet:
         console.print(table("left in place", ["method", "v", "name", "bytes", "why"], not_moved,
                             right=["v", "bytes"]))
     hint = fold_hint(result.fold_gain)
-    if hint and not OPTIONS.quiet:
+    if hint and not quiet:
         console.print(hint, markup=False)
     if result.output is not None and not plan.is_empty:
         checked = "re-read and checked (every byte)" if result.verified == "full" else "re-read and checked"
@@ -216,7 +128,7 @@ def render_markdown(result: RewriteResult) -> None:
     dry = result.output is None
     lines = [f"### pte-devconst rewrite: {md_code(Path(result.input).name)}{' (dry run)' if dry else ''}", ""]
     if plan.is_empty:
-        lines.append("Nothing to move." + (" No file written (dry run)." if dry else " Left as it is." if _in_place(result)
+        lines.append("Nothing to move." + (" No file written (dry run)." if dry else " Left as it is." if result.in_place
                                            else f" {md_code(result.output)} is an identical copy."))
     else:
         if plan.placements:
@@ -243,60 +155,42 @@ def render_markdown(result: RewriteResult) -> None:
     echo_lines(lines)
 
 
-def rewrite_inputs(files: list[str], in_place: bool) -> tuple[list[Any], list[str]]:
-    """The programs to rewrite (``Path``) and problems (``str``) in argument order, and what was left out.
-
-    Several inputs without ``--in-place`` never include another input's default output: ``models/*.pte``
-    after a first run matches ``net.devconst.pte`` too, which is ``net.pte``'s rewrite, not a program to
-    rewrite again.
-    """
-    from pte_devconst.paths import default_output, expand, identity
-
-    items = expand(files)
-    if in_place or len(items) < 2:
-        return items, []
-    outputs = {identity(default_output(i)) for i in items if isinstance(i, Path)}
-    kept = [i for i in items if not isinstance(i, Path) or identity(i) not in outputs]
-    left_out = [f"{i}: skipped, it is the rewrite of another input" for i in items if i not in kept]
-    return kept, left_out
-
-
 @command("rewrite")
 def rewrite_command(
-    files: list[str] = typer.Argument(..., help="The .pte program(s) to rewrite: files, glob patterns "
-                                      "('**/*.pte') or directories (never modified unless --in-place).",
-                                      show_default=False),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output file [default: NAME.devconst.pte]; "
-                                          "one input only."),
-    ptd: Optional[list[str]] = typer.Option(None, "--ptd", help="The .ptd of a program's external constants "
-                                            "(repeatable; paired as check pairs them) [default: NAME.ptd next to "
-                                            "NAME.pte, if there; for NAME.devconst.pte also NAME.ptd]."),
-    device: Optional[list[str]] = typer.Option(None, "--device", help="Only move constants to this device "
-                                               "(repeatable, e.g. cuda:0)."),
-    min_bytes: int = typer.Option(0, "--min-bytes", min=0, help="Leave constants smaller than this in place."),
-    fold: bool = typer.Option(False, "--fold", help="Also fold chains of host kernels that only move or cast a "
-                              "constant (permute_copy, view_copy, _to_copy, ...) before device delegates read it: "
-                              "compute the result once, offline, and store it as device-resident initial data."),
-    duplicate_shared: bool = typer.Option(False, "--duplicate-shared", help="Give device delegates that read a "
-                                          "constant the host also reads their own device-resident copy (the file "
-                                          "and the device each hold one more copy of it)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; write nothing."),
-    in_place: bool = typer.Option(False, "--in-place", help="Replace the input file(s) (atomically)."),
-    fsync: bool = typer.Option(True, "--fsync/--no-fsync", help="Wait until the output is on disk before "
-                               "replacing the destination. --no-fsync is faster on large files and still "
-                               "atomic, but a power failure soon after may lose the output (not with "
-                               "--in-place)."),
-    verify: Optional[VerifyMode] = typer.Option(None, "--verify", case_sensitive=False, show_default=False,
-                                                help="How the written file is checked before it replaces the "
-                                                "destination: sampled (structure and every byte the tool "
-                                                "writes itself in full; bulk data copied by the kernel from a "
-                                                "proven source range in sampled windows) or full (every byte). "
-                                                "[default: sampled; full when PTE_DEVCONST_FULL_CHECK=1]"),
-    exit_on_change: bool = typer.Option(False, "--exit-non-zero-on-change", help="Exit 1 when a program was "
-                                        "rewritten (with --dry-run: would be), as a fixing pre-commit hook does "
-                                        "so that the user re-stages the file."),
-    fmt: OutputFormat = FORMAT_OPTION,
-    json_flag: bool = JSON_FLAG,
+    ctx: typer.Context,
+    files: Annotated[list[str], typer.Argument(
+        help="The .pte program(s) to rewrite: files, glob patterns ('**/*.pte') or directories (never modified "
+        "unless --in-place).", show_default=False)],
+    output: Annotated[Optional[Path], typer.Option(
+        "-o", "--output", help="Output file [default: NAME.devconst.pte]; one input only.")] = None,
+    ptd: DataOption = None,
+    device: Annotated[Optional[list[str]], typer.Option(
+        "--device", help="Only move constants to this device (repeatable, e.g. cuda:0).")] = None,
+    min_bytes: Annotated[int, typer.Option("--min-bytes", min=0,
+                                           help="Leave constants smaller than this in place.")] = 0,
+    fold: Annotated[bool, typer.Option(
+        "--fold", help="Also fold chains of host kernels that only move or cast a constant (permute_copy, "
+        "view_copy, _to_copy, ...) before device delegates read it: compute the result once, offline, and store "
+        "it as device-resident initial data.")] = False,
+    duplicate_shared: Annotated[bool, typer.Option(
+        "--duplicate-shared", help="Give device delegates that read a constant the host also reads their own "
+        "device-resident copy (the file and the device each hold one more copy of it).")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; write nothing.")] = False,
+    in_place: Annotated[bool, typer.Option("--in-place", help="Replace the input file(s) (atomically).")] = False,
+    fsync: Annotated[bool, typer.Option(
+        "--fsync/--no-fsync", help="Wait until the output is on disk before replacing the destination. "
+        "--no-fsync is faster on large files and still atomic, but a power failure soon after may lose the "
+        "output (not with --in-place).")] = True,
+    verify: Annotated[Optional[VerifyMode], typer.Option(
+        "--verify", case_sensitive=False, show_default=False,
+        help="How the written file is checked before it replaces the destination: sampled (structure and every "
+        "byte the tool writes itself in full; bulk data copied by the kernel from a proven source range in "
+        "sampled windows) or full (every byte). [default: sampled; full when PTE_DEVCONST_FULL_CHECK=1]")] = None,
+    exit_on_change: Annotated[bool, typer.Option(
+        "--exit-non-zero-on-change", help="Exit 1 when a program was rewritten (with --dry-run: would be), as a "
+        "fixing pre-commit hook does so that the user re-stages the file.")] = False,
+    fmt: FormatOption = OutputFormat.text,
+    json_flag: JsonFlag = False,
 ) -> None:
     """Find constants read only by delegates on one device and move them into device memory with initial data.
 
@@ -305,64 +199,59 @@ def rewrite_command(
     each to its NAME.devconst.pte (or in place); a program that fails is reported on stderr, the others are
     still rewritten, and the exit code is 2.
     """
-    if in_place and output is not None:
-        raise PteDevconstError("--in-place and --output exclude each other")
-    from pte_devconst.paths import names_one_file, paired_or_refused
-    from pte_devconst.rewriter.plan import RewriteOptions
+    from pte_devconst import api
 
-    options = RewriteOptions(devices=parse_devices(device), min_bytes=min_bytes, fold=fold,
-                             duplicate_shared=duplicate_shared)
+    options = global_options(ctx)
+    devices = api.parse_devices(device or None, "--device")
     fmt = resolve_format(fmt, json_flag)
-    if len(files) == 1 and names_one_file(files[0]):  # one program: its result alone, its errors as they are
-        file = Path(files[0])
-        result = _rewrite_one(file, output, paired_or_refused([file], ptd or ()).get(file), options, dry_run,
-                              in_place, fsync, verify)
+
+    def rewrite_one(file: Path, destination: Optional[Path], data: Optional[Path]) -> RewriteResult:
+        with write_progress(f"writing {file.name}", _size(file), options.quiet) as progress:
+            return api.rewrite(file, destination, ptd=data, devices=devices, min_bytes=min_bytes, dry_run=dry_run,
+                               in_place=in_place, fsync=fsync, verify=verify.value if verify else None, fold=fold,
+                               duplicate_shared=duplicate_shared, progress=progress)
+
+    chosen = api.programs(files, ptd or (), skip_rewrites=not in_place)
+    if chosen.single:  # one program: its result alone, its errors as they are
+        (file,) = chosen.paths
+        result = rewrite_one(file, output, chosen.data.get(file))
         if fmt is OutputFormat.json:
-            emit_json("rewrite", result_payload(result))
+            emit_json("rewrite", result.to_json())
         elif fmt is OutputFormat.markdown:
             render_markdown(result)
-        elif not OPTIONS.quiet:
-            render_text(result)
+        elif not options.quiet:
+            render_text(result, options.quiet)
         if exit_on_change and result.changed:
             raise typer.Exit(EXIT_FINDINGS)
         return
-    items, left_out = rewrite_inputs(files, in_place)
-    programs = [i for i in items if isinstance(i, Path)]
     if output is not None:
-        raise PteDevconstError(f"--output names one output, but {len(programs)} program(s) were given; rewrite "
+        raise PteDevconstError(f"--output names one output, but {len(chosen.paths)} program(s) were given; rewrite "
                                "several to their default names (NAME.devconst.pte) or with --in-place")
-    pairs = paired_or_refused(programs, ptd or ())
 
     def show(result: RewriteResult) -> None:
         if fmt is OutputFormat.markdown:
             render_markdown(result)
             typer.echo("")
-        elif fmt is OutputFormat.text and not OPTIONS.quiet:  # which input each result is about, then it
+        elif fmt is OutputFormat.text and not options.quiet:  # which input each result is about, then it
             stdout_console().print(f"[bold]{markup_safe(result.input)}[/]"
                                    + (" (dry run)" if result.output is None else ""), soft_wrap=True)
-            render_text(result)
+            render_text(result, options.quiet)
 
-    results, failed = for_each_program(
-        items, lambda item: _rewrite_one(item, None, pairs.get(item), options, dry_run, in_place, fsync, verify),
-        show)
+    results, failed = for_each_program(chosen.items, lambda item: rewrite_one(item, None, chosen.data.get(item)),
+                                       show, options.debug)
     if fmt is OutputFormat.json:
-        emit_json("rewrite", {"results": [result_payload(r) for r in results], "skipped_inputs": left_out})
-    elif left_out and not OPTIONS.quiet:
-        echo_lines(left_out)
+        emit_json("rewrite", {"results": [r.to_json() for r in results], "skipped_inputs": list(chosen.left_out)})
+    elif chosen.left_out and not options.quiet:
+        echo_lines(chosen.left_out)
     if failed:
         raise typer.Exit(EXIT_ERROR)
     if exit_on_change and any(r.changed for r in results):
         raise typer.Exit(EXIT_FINDINGS)
 
 
-def _rewrite_one(file: Path, output: Optional[Path], ptd: Optional[Path], options: Any, dry_run: bool,
-                 in_place: bool, fsync: bool, verify: Optional[VerifyMode]) -> RewriteResult:
-    from pte_devconst.rewriter.rewrite import rewrite_file
-
+def _size(file: Path) -> int:
+    """The input's size, for the progress bar (0 when missing: the rewrite reports that in one line)."""
     try:
-        size = file.stat().st_size
-    except OSError:  # missing, or a name the OS refuses: rewrite_file reports it in one line
-        size = 0
-    with write_progress(f"writing {file.name}", size, OPTIONS.quiet) as progress:
-        return rewrite_file(file, output, ptd=ptd, options=options, dry_run=dry_run, in_place=in_place,
-                            progress=progress, durable=fsync, verify=verify.value if verify else None)
+        return file.stat().st_size
+    except OSError:
+        return 0

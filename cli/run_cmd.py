@@ -3,29 +3,30 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Annotated, Any, Optional, Sequence
 
 import typer
 
-from pte_devconst.cli.app import OPTIONS, command
-from pte_devconst.cli.output import (FORMAT_OPTION, JSON_FLAG, OutputFormat, echo_lines, emit_json, human_bytes,
+from pte_devconst.cli.app import command, global_options
+from pte_devconst.cli.output import (FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json, human_bytes,
                                      markdown_table, markup_safe, md_code, md_text, printable, resolve_format, stdout_console,
                                      table)
 
 MAX_CALL_COLUMNS = 6
 
-PTD_OPTION = typer.Option(None, "--ptd", help="The .ptd data file holding the program's external constants "
-                          "[default: NAME.ptd next to NAME.pte, if there; for NAME.devconst.pte also NAME.ptd].")
-INPUTS_OPTION = typer.Option(None, "--inputs", "-i",
-                             help="torch.save file of inputs: {method: [call, ...]}, a list of calls, or one "
-                                  "tuple of tensors (default: deterministic random inputs of the right shapes).")
-SIMULATE_OPTION = typer.Option(False, "--simulate-devices",
-                               help="Keep device memory on the host (no GPU needed); every count stays the same.")
-PROFILE_OPTION = typer.Option(False, "--profile",
-                              help="On a real GPU, cross-check copy bytes with torch.profiler memcpy events.")
-OPAQUE_OPTION = typer.Option(False, "--opaque-delegates",
-                             help="Run every delegate as an opaque stand-in: outputs seeded from the inputs' bytes, "
-                                  "not the model's; copies are counted as for a device delegate.")
+PtdOption = Annotated[Optional[Path], typer.Option(
+    "--ptd", help="The .ptd data file holding the program's external constants [default: NAME.ptd next to "
+    "NAME.pte, if there; for NAME.devconst.pte also NAME.ptd].")]
+InputsOption = Annotated[Optional[Path], typer.Option(
+    "--inputs", "-i", help="torch.save file of inputs: {method: [call, ...]}, a list of calls, or one tuple of "
+    "tensors (default: deterministic random inputs of the right shapes).")]
+SimulateOption = Annotated[bool, typer.Option(
+    "--simulate-devices", help="Keep device memory on the host (no GPU needed); every count stays the same.")]
+ProfileOption = Annotated[bool, typer.Option(
+    "--profile", help="On a real GPU, cross-check copy bytes with torch.profiler memcpy events.")]
+OpaqueOption = Annotated[bool, typer.Option(
+    "--opaque-delegates", help="Run every delegate as an opaque stand-in: outputs seeded from the inputs' bytes, "
+    "not the model's; copies are counted as for a device delegate.")]
 
 
 def exact_bytes(count: int) -> str:
@@ -126,31 +127,31 @@ def render(result: Any, fmt: OutputFormat) -> None:
 
 @command("run")
 def run_command(
-    file: Path = typer.Argument(..., help="The .pte program to run.", show_default=False),
-    ptd: Optional[Path] = PTD_OPTION,
-    method: Optional[str] = typer.Option(None, "--method", "-m", help="Method to run (default: forward or the first)."),
-    inputs: Optional[Path] = INPUTS_OPTION,
-    calls: int = typer.Option(1, "--calls", "-n", min=1, help="How many calls (inputs cycle through the given ones)."),
-    simulate_devices: bool = SIMULATE_OPTION,
-    opaque_delegates: bool = OPAQUE_OPTION,
-    profile: bool = PROFILE_OPTION,
-    fmt: OutputFormat = FORMAT_OPTION,
-    json_flag: bool = JSON_FLAG,
+    ctx: typer.Context,
+    file: Annotated[Path, typer.Argument(help="The .pte program to run.", show_default=False)],
+    ptd: PtdOption = None,
+    method: Annotated[Optional[str], typer.Option("--method", "-m",
+                                                  help="Method to run (default: forward or the first).")] = None,
+    inputs: InputsOption = None,
+    calls: Annotated[int, typer.Option("--calls", "-n", min=1,
+                                       help="How many calls (inputs cycle through the given ones).")] = 1,
+    simulate_devices: SimulateOption = False,
+    opaque_delegates: OpaqueOption = False,
+    profile: ProfileOption = False,
+    fmt: FormatOption = OutputFormat.text,
+    json_flag: JsonFlag = False,
 ) -> None:
     """Run a program the way the ExecuTorch runtime does and count every host/device copy.
 
     Without a GPU a program that uses device memory or device delegates needs --simulate-devices. A
     delegate whose backend has no executor needs --opaque-delegates (its outputs are then stand-ins).
     """
-    from pte_devconst.paths import data_for
-    from pte_devconst.runner.delegates import OpaquePolicy
-    from pte_devconst.runner.run import run_program
+    from pte_devconst import api
 
-    result = run_program(file, ptd_path=data_for(file, ptd), method=method, inputs=inputs, calls=calls,
-                         simulate_devices=simulate_devices, profile=profile,
-                         opaque=OpaquePolicy.ALWAYS if opaque_delegates else OpaquePolicy.NEVER)
+    result = api.run(file, ptd=ptd, method=method, inputs=inputs, calls=calls, simulate_devices=simulate_devices,
+                     opaque_delegates=opaque_delegates, profile=profile)
     fmt = resolve_format(fmt, json_flag)
     if fmt is OutputFormat.json:
         emit_json("run", result.to_json())
-    elif not OPTIONS.quiet:
+    elif not global_options(ctx).quiet:
         render(result, fmt)

@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
-from pte_devconst.cli.app import EXIT_FINDINGS, OPTIONS, command
-from pte_devconst.cli.output import (FORMAT_OPTION, JSON_FLAG, OutputFormat, echo_lines, emit_json, markdown_table,
+from pte_devconst.cli.app import EXIT_FINDINGS, command, global_options
+from pte_devconst.cli.output import (FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json, markdown_table,
                                      markup_safe, md_code, md_text, printable, resolve_format, stdout_console, table)
-from pte_devconst.cli.run_cmd import (INPUTS_OPTION, PROFILE_OPTION, PTD_OPTION, SIMULATE_OPTION, exact_bytes,
+from pte_devconst.cli.run_cmd import (InputsOption, ProfileOption, PtdOption, SimulateOption, exact_bytes,
                                       opaque_note)
-from pte_devconst.schema.errors import PteDevconstError
 
 SUMMARY_COLUMNS = ["", "original", "rewritten"]
 CHECK_COLUMNS = ["check", "result", "detail"]
 MAX_DIFFERENCE_LINES = 10
-OPAQUE_OPTION = typer.Option(False, "--opaque-delegates",
-                             help="Run every delegate as an opaque stand-in (seeded outputs from its inputs' bytes), "
-                                  "not only those whose backend has no executor: fast, and enough for a CI gate.")
 
 
 def _ms(values: list[float]) -> str:
@@ -116,25 +112,29 @@ def warn(result: Any) -> None:
 
 @command("validate")
 def validate_command(
-    original: Path = typer.Argument(..., help="The original .pte.", show_default=False),
-    rewritten: Path = typer.Argument(..., help="Its rewrite.", show_default=False),
-    ptd: Optional[Path] = PTD_OPTION,
-    rewritten_ptd: Optional[Path] = typer.Option(None, "--rewritten-ptd", help="The rewrite's .ptd [default: its "
-                                                 "NAME.ptd if there, else the original's data]."),
-    inputs: Optional[Path] = INPUTS_OPTION,
-    expected: Optional[Path] = typer.Option(None, "--expected", "-e",
-                                            help="torch.save file of expected outputs ({method: [outputs, ...]})."),
-    method: Optional[list[str]] = typer.Option(None, "--method", "-m",
-                                               help="Method(s) to validate (default: every method with inputs)."),
-    calls: int = typer.Option(2, "--calls", "-n", help="Calls per program (at least 2)."),
-    rtol: float = typer.Option(1e-4, "--rtol", help="Relative tolerance against --expected (and between the "
-                                                    "programs when they run different kernels)."),
-    atol: float = typer.Option(1e-5, "--atol", help="Absolute tolerance, as --rtol."),
-    simulate_devices: bool = SIMULATE_OPTION,
-    opaque_delegates: bool = OPAQUE_OPTION,
-    profile: bool = PROFILE_OPTION,
-    fmt: OutputFormat = FORMAT_OPTION,
-    json_flag: bool = JSON_FLAG,
+    ctx: typer.Context,
+    original: Annotated[Path, typer.Argument(help="The original .pte.", show_default=False)],
+    rewritten: Annotated[Path, typer.Argument(help="Its rewrite.", show_default=False)],
+    ptd: PtdOption = None,
+    rewritten_ptd: Annotated[Optional[Path], typer.Option(
+        "--rewritten-ptd", help="The rewrite's .ptd [default: its NAME.ptd if there, else the original's "
+        "data].")] = None,
+    inputs: InputsOption = None,
+    expected: Annotated[Optional[Path], typer.Option(
+        "--expected", "-e", help="torch.save file of expected outputs ({method: [outputs, ...]}).")] = None,
+    method: Annotated[Optional[list[str]], typer.Option(
+        "--method", "-m", help="Method(s) to validate (default: every method with inputs).")] = None,
+    calls: Annotated[int, typer.Option("--calls", "-n", help="Calls per program (at least 2).")] = 2,
+    rtol: Annotated[float, typer.Option("--rtol", help="Relative tolerance against --expected (and between the "
+                                                       "programs when they run different kernels).")] = 1e-4,
+    atol: Annotated[float, typer.Option("--atol", help="Absolute tolerance, as --rtol.")] = 1e-5,
+    simulate_devices: SimulateOption = False,
+    opaque_delegates: Annotated[bool, typer.Option(
+        "--opaque-delegates", help="Run every delegate as an opaque stand-in (seeded outputs from its inputs' "
+        "bytes), not only those whose backend has no executor: fast, and enough for a CI gate.")] = False,
+    profile: ProfileOption = False,
+    fmt: FormatOption = OutputFormat.text,
+    json_flag: JsonFlag = False,
 ) -> None:
     """Check that a rewrite computes the same outputs, gives every delegate call the same bytes, and copies
     each moved constant once, at load only.
@@ -142,23 +142,20 @@ def validate_command(
     Delegates whose backend has no executor run as opaque stand-ins. Exit 0 when every check passes, 1 when
     one fails, 2 on bad input.
     """
-    if calls < 2:
-        raise PteDevconstError(f"--calls must be at least 2 (got {calls}): one call cannot show per-call copies")
-    if rtol < 0 or atol < 0:
-        raise PteDevconstError("--rtol and --atol must not be negative")
-    from pte_devconst.api import validate
+    from pte_devconst import api
 
-    result = validate(original, rewritten, ptd=ptd, rewritten_ptd=rewritten_ptd, inputs=inputs, expected=expected,
-                      calls=calls, rtol=rtol, atol=atol, simulate_devices=simulate_devices, methods=method or None,
-                      profile=profile, opaque_delegates=opaque_delegates)
+    result = api.validate(original, rewritten, ptd=ptd, rewritten_ptd=rewritten_ptd, inputs=inputs,
+                          expected=expected, calls=calls, rtol=rtol, atol=atol, simulate_devices=simulate_devices,
+                          methods=method or None, profile=profile, opaque_delegates=opaque_delegates)
     fmt = resolve_format(fmt, json_flag)
-    if not OPTIONS.quiet:
+    quiet = global_options(ctx).quiet
+    if not quiet:
         warn(result)
     if fmt is OutputFormat.json:
         emit_json("validate", result.to_json())
     elif fmt is OutputFormat.markdown:
         render_markdown(result)
-    elif OPTIONS.quiet:
+    elif quiet:
         typer.echo("PASS" if result.passed else "FAIL")
     else:
         render_text(result)

@@ -1,8 +1,20 @@
 """pte-devconst: move constants that only device delegates read into device memory, in existing .pte files.
 
-The Python API (``analyze``, ``rewrite``, ``diff``, ``check``, ``validate``) lives in
+The Python API (``analyze``, ``inspect``, ``rewrite``, ``diff``, ``check``, ``run``, ``validate``) lives in
 ``pte_devconst.api`` and is imported on first use, so ``import pte_devconst`` stays
-light and never imports torch (only ``validate`` does, when called).
+light and never imports torch (only ``run`` and ``validate`` do, when called).
+
+Layers (tests/test_layers.py): ``schema`` <- ``rewriter``, ``runner`` <- this package (``api``, ``paths``)
+<- ``cli``.  ``paths`` decides which files a command names and which .ptd goes with each program; the API
+passes the resolved paths down, so no lower layer guesses a file.
+
+Imports kept inside functions for start-up speed, in this package:
+
+* ``api``: every function imports the rewriter (``rewriter.*``), the runner (``runner.*``, torch) and
+  ``paths`` when called, so the CLI's ``--help``, argument parsing and the light commands load only what
+  they run: ``inspect``/``check`` never load the writer, and only ``run``/``validate`` (and ``rewrite
+  --fold``) load torch (tests/test_no_torch.py, tests/test_read_only.py).
+* ``paths.paired_or_refused`` imports ``schema.errors`` only to raise.
 """
 
 from __future__ import annotations
@@ -13,10 +25,12 @@ from ._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "analyze", "rewrite", "diff", "check", "validate", "CheckReport", "FileCheck", "Finding"]
+__all__ = ["__version__", "analyze", "inspect", "rewrite", "diff", "check", "run", "validate", "CheckReport",
+           "FileCheck", "Finding", "InspectReport"]
 
 if TYPE_CHECKING:
-    from .api import CheckReport, FileCheck, Finding, analyze, check, diff, rewrite, validate
+    from .api import (CheckReport, FileCheck, Finding, InspectReport, analyze, check, diff, inspect, rewrite, run,
+                      validate)
 
 
 __getattr__ = lazy_exports(__name__, {name: "api" for name in __all__ if name != "__version__"})

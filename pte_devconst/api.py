@@ -7,32 +7,35 @@ An export script can call it right after ``to_executorch()``::
     result = rewrite("model.pte")            # writes model.devconst.pte
     assert check([result.output]).passed     # nothing is copied per call any more
 
-Nothing here imports torch except ``validate``, which runs both programs.
+Nothing here imports torch except ``run`` and ``validate``, which execute programs (and ``rewrite`` with
+``fold=True``, to compute folded values).  The command line calls these functions and renders their results;
+the file rules (``paths``) are applied here and the lower layers get explicit paths.
 Errors are ``pte_devconst.schema.errors.PteDevconstError`` (one readable line).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from pte_devconst.schema.errors import PteDevconstError
 from pte_devconst.schema.model import Device
 
 if TYPE_CHECKING:  # only for annotations: keep `import pte_devconst.api` light
-    from pte_devconst.rewriter.analysis import ConstantVerdict
     from pte_devconst.rewriter.diff import ProgramDiff
     from pte_devconst.rewriter.inventory import ProgramSummary
+    from pte_devconst.rewriter.plan import FoldGain, RewriteOptions
     from pte_devconst.rewriter.rewrite import RewriteResult
+    from pte_devconst.runner.run import RunResult
     from pte_devconst.runner.validate import ValidationResult
 
 PathLike = Union[str, "os.PathLike[str]"]
 DeviceLike = Union[str, Device]
 
-__all__ = ["analyze", "rewrite", "diff", "check", "validate", "expand_paths", "parse_devices", "CheckReport",
-           "FileCheck", "Finding"]
+__all__ = ["analyze", "inspect", "rewrite", "diff", "check", "run", "validate", "programs", "expand_paths",
+           "parse_devices", "CheckReport", "FileCheck", "Finding", "InspectReport", "Programs"]
 
 def parse_devices(devices: Optional[Iterable[DeviceLike]], option: str = "devices") -> Optional[frozenset[Device]]:
     """``["cuda:0,cuda:1", Device(1, 1)]`` -> a frozenset of non-CPU devices; None stays None (every device)."""
@@ -57,17 +60,102 @@ def analyze(pte: PathLike, ptd: Optional[PathLike] = None) -> "ProgramSummary":
     External constants are judged with ``ptd``, else ``NAME.ptd`` next to ``NAME.pte``; without data
     a constant its readers would move has the verdict ``unknown: ...``.
     """
+    from pte_devconst.paths import data_for
     from pte_devconst.rewriter.inventory import summarize
     from pte_devconst.rewriter.load import analyze_opened, opened
 
-    with opened(pte, ptd) as (source, data):
+    with opened(pte, data_for(pte, ptd)) as (source, data):
         return summarize(source, analyze_opened(source, data))
+
+
+@dataclass(frozen=True)
+class InspectReport:
+    """What ``inspect`` shows of one program: its summary, the data used, and what the runtime would make of it."""
+
+    summary: "ProgramSummary"
+    ptd: Optional[str]
+    unknown_constants: int
+    load_refusal: Optional[str]
+    notes: tuple[str, ...]
+    fold_gain: Optional["FoldGain"] = None  # what rewrite --fold would move beyond a plain rewrite
+
+    @property
+    def ptd_hint(self) -> str:
+        """How to give this program its data (``put model.ptd next to it or pass --ptd FILE.ptd``)."""
+        from pte_devconst.paths import ptd_hint
+
+        return ptd_hint(self.summary.path)
+
+    def to_json(self) -> dict[str, Any]:
+        """``inspect``'s JSON document for this program (cli/report.schema.json)."""
+        from pte_devconst.schema.jsonable import to_jsonable
+
+        gain = self.fold_gain
+        return {"file": to_jsonable(self.summary), "ptd": self.ptd, "unknown_constants": self.unknown_constants,
+                "load_refusal": self.load_refusal, "notes": list(self.notes),
+                "fold_hint": None if gain is None else {"tensors": gain.tensors, "bytes_per_call": gain.bytes_per_call}}
+
+
+def inspect(pte: PathLike, ptd: Optional[PathLike] = None) -> InspectReport:
+    """What ``inspect`` shows: ``analyze``'s summary, with the data used, the runtime's refusal and notes.
+
+    ``ptd`` is the program's data, else ``NAME.ptd`` next to ``NAME.pte`` (the .ptd rule).
+    """
+    from pte_devconst.paths import data_for
+    from pte_devconst.rewriter.inventory import summarize
+    from pte_devconst.rewriter.load import analyze_opened, opened
+    from pte_devconst.rewriter.plan import safe_fold_gain
+
+    with opened(pte, data_for(pte, ptd)) as (source, data):
+        analysis = analyze_opened(source, data)
+        return InspectReport(summarize(source, analysis), data.path if data else None, len(analysis.unknown),
+                             source.load_refusal, analysis.notes, safe_fold_gain(source.program, analysis))
+
+
+@dataclass(frozen=True)
+class Programs:
+    """The programs a command line names, in argument order, each with its .ptd (``programs``)."""
+
+    items: tuple[Union[Path, str], ...]  # a program (Path) or a problem (str: a pattern that matched nothing)
+    data: Mapping[Path, Path]  # each program's .ptd, where it has one
+    single: bool  # one argument that names one file: its result alone, its errors as they are
+    left_out: tuple[str, ...] = ()  # inputs not taken, and why
+
+    @property
+    def paths(self) -> list[Path]:
+        return [item for item in self.items if isinstance(item, Path)]
+
+
+def programs(files: Iterable[PathLike], ptd: Iterable[PathLike] = (), *, skip_rewrites: bool = False) -> Programs:
+    """Expand files, glob patterns and folders into programs and pair each with its .ptd.
+
+    A ``ptd`` entry pairs by path (``a/m.ptd`` with ``a/m.pte``; ``PROGRAM.pte=DATA.ptd`` explicitly; a single
+    one with a single program); one that pairs with nothing is refused (PteDevconstError).  ``skip_rewrites``
+    leaves out an input that is another input's default output (``models/*.pte`` after a first rewrite also
+    matches ``net.devconst.pte``, which is ``net.pte``'s rewrite, not a program to rewrite again).
+    """
+    from pte_devconst.paths import default_output, expand, identity, names_one_file, paired_or_refused
+
+    arguments, given = list(files), list(ptd)
+    if len(arguments) == 1 and names_one_file(arguments[0]):
+        file = Path(arguments[0])
+        return Programs((file,), paired_or_refused([file], given), True)
+    items = expand(arguments)
+    left_out: list[str] = []
+    if skip_rewrites and len(items) > 1:
+        outputs = {identity(default_output(i)) for i in items if isinstance(i, Path)}
+        kept = [i for i in items if not isinstance(i, Path) or identity(i) not in outputs]
+        left_out = [f"{i}: skipped, it is the rewrite of another input" for i in items if i not in kept]
+        items = kept
+    return Programs(tuple(items), paired_or_refused([i for i in items if isinstance(i, Path)], given), False,
+                    tuple(left_out))
 
 
 def rewrite(pte: PathLike, output: Optional[PathLike] = None, *, ptd: Optional[PathLike] = None,
             devices: Optional[Iterable[DeviceLike]] = None, min_bytes: int = 0, dry_run: bool = False,
             in_place: bool = False, fsync: bool = True, verify: Optional[str] = None, fold: bool = False,
-            duplicate_shared: bool = False) -> "RewriteResult":
+            duplicate_shared: bool = False, progress: Optional[Callable[[int, int], None]] = None
+            ) -> "RewriteResult":
     """Move every eligible constant into device memory with initial data (what ``rewrite`` does).
 
     Writes ``output`` (default ``<stem>.devconst.pte`` next to ``pte``) atomically and re-reads it
@@ -80,18 +168,21 @@ def rewrite(pte: PathLike, output: Optional[PathLike] = None, *, ptd: Optional[P
     when PTE_DEVCONST_FULL_CHECK is set).  ``fold=True`` also folds chains of host kernels that only move
     or cast constants for device delegates (``rewrite --fold``; computing them imports torch);
     ``duplicate_shared=True`` gives device readers of a constant the host also reads their own copy.
+    ``progress(done, total)`` is called as the output is written.
     """
+    from pte_devconst.paths import data_for, default_output
     from pte_devconst.rewriter.plan import RewriteOptions
     from pte_devconst.rewriter.rewrite import rewrite_file
 
     if min_bytes < 0:
         raise PteDevconstError(f"min_bytes must be >= 0, got {min_bytes}")
     if in_place and output is not None:
-        raise PteDevconstError("in_place and output exclude each other")
+        raise PteDevconstError("--in-place and --output exclude each other")
     options = RewriteOptions(devices=parse_devices(devices), min_bytes=min_bytes, fold=fold,
                              duplicate_shared=duplicate_shared)
-    return rewrite_file(pte, output, ptd=ptd, options=options, dry_run=dry_run, in_place=in_place, durable=fsync,
-                        verify=verify)
+    destination = None if in_place or dry_run else Path(output) if output is not None else default_output(pte)
+    return rewrite_file(pte, destination, ptd=data_for(pte, ptd), options=options, dry_run=dry_run,
+                        in_place=in_place, durable=fsync, verify=verify, progress=progress)
 
 
 def diff(before: PathLike, after: PathLike) -> "ProgramDiff":
@@ -103,21 +194,46 @@ def diff(before: PathLike, after: PathLike) -> "ProgramDiff":
         return diff_files(a, b)
 
 
-def validate(original: PathLike, rewritten: PathLike, **options: Any) -> "ValidationResult":
+def run(pte: PathLike, *, ptd: Optional[PathLike] = None, method: Optional[str] = None,
+        inputs: Optional[PathLike] = None, calls: int = 1, simulate_devices: bool = False,
+        opaque_delegates: bool = False, profile: bool = False) -> "RunResult":
+    """Run one method ``calls`` times the way the runtime does and count every copy (imports torch).
+
+    ``ptd`` defaults to ``NAME.ptd`` next to ``NAME.pte``; ``inputs`` is a torch.save file (default:
+    deterministic random inputs); ``opaque_delegates`` runs every delegate as a seeded stand-in.
+    """
+    from pte_devconst.paths import data_for
+    from pte_devconst.runner.delegates import OpaquePolicy
+    from pte_devconst.runner.run import run_program
+
+    return run_program(pte, ptd_path=data_for(pte, ptd), method=method, inputs=inputs, calls=calls,
+                       simulate_devices=simulate_devices, profile=profile,
+                       opaque=OpaquePolicy.ALWAYS if opaque_delegates else OpaquePolicy.NEVER)
+
+
+def validate(original: PathLike, rewritten: PathLike, *, ptd: Optional[PathLike] = None,
+             rewritten_ptd: Optional[PathLike] = None, inputs: Any = None, expected: Any = None, calls: int = 2,
+             rtol: float = 1e-4, atol: float = 1e-5, simulate_devices: bool = False,
+             methods: Optional[Sequence[str]] = None, profile: bool = False,
+             opaque_delegates: bool = False) -> "ValidationResult":
     """Run both programs on the same inputs and check the rewrite's promises (imports torch).
 
-    Keyword options are those of ``pte_devconst.runner.validate.validate``: ``ptd``, ``rewritten_ptd``,
-    ``inputs``, ``expected``, ``calls`` (>= 2), ``rtol``, ``atol``, ``simulate_devices``, ``methods``,
-    ``profile``, ``opaque_delegates``.  ``result.passed`` is the verdict.  The .ptd rule applies: ``ptd``
-    defaults to ``NAME.ptd`` next to the original, ``rewritten_ptd`` to the rewrite's own sibling, else
-    to the original's data (a rewrite keeps external bytes in the same .ptd).
+    ``inputs``/``expected`` are torch.save files (or loaded objects); ``calls`` (>= 2) per program;
+    ``rtol``/``atol`` compare outputs that need not be bit-identical; ``methods`` (default: every method
+    with inputs).  ``result.passed`` is the verdict.  The .ptd rule applies: ``ptd`` defaults to
+    ``NAME.ptd`` next to the original, ``rewritten_ptd`` to the rewrite's own sibling, else to the
+    original's data (a rewrite keeps external bytes in the same .ptd).
     """
+    if rtol < 0 or atol < 0:
+        raise PteDevconstError("--rtol and --atol must not be negative")
     from pte_devconst.paths import data_for, rewrite_data_for
     from pte_devconst.runner.validate import validate as run_validation
 
-    data = data_for(original, options.pop("ptd", None))
-    rewritten_data = rewrite_data_for(rewritten, data, options.pop("rewritten_ptd", None))
-    return run_validation(original, rewritten, ptd=data, rewritten_ptd=rewritten_data, **options)
+    data = data_for(original, ptd)
+    return run_validation(original, rewritten, ptd=data, rewritten_ptd=rewrite_data_for(rewritten, data, rewritten_ptd),
+                          inputs=inputs, expected=expected, calls=calls, rtol=rtol, atol=atol,
+                          simulate_devices=simulate_devices, methods=methods, profile=profile,
+                          opaque_delegates=opaque_delegates)
 
 
 # --------------------------------------------------------------------------- check
@@ -241,6 +357,43 @@ class CheckReport:
     def stays_bytes_per_call(self) -> int:
         return sum(f.bytes_per_call for f in self.stays)
 
+    @property
+    def fold_gain(self) -> Optional["FoldGain"]:
+        """Without ``fold=True``: what ``rewrite --fold`` would move beyond a plain rewrite (None: nothing more)."""
+        from pte_devconst.rewriter.plan import FoldGain
+
+        return FoldGain(self.foldable, self.foldable_bytes_per_call) if self.foldable else None
+
+    def to_json(self) -> dict[str, Any]:
+        """``check``'s JSON document (cli/report.schema.json)."""
+        return {
+            "fold_hint": ({"tensors": self.foldable, "bytes_per_call": self.foldable_bytes_per_call}
+                          if self.foldable else None),
+            "passed": self.passed,
+            "exit_code": self.exit_code,
+            "fold": self.fold,
+            "strict": self.strict,
+            "min_bytes": self.min_bytes,
+            "findings": len(self.findings),
+            "bytes_per_call": self.bytes_per_call,
+            "errors": len(self.errors),
+            "unknown": len(self.unknown),
+            "stays": len(self.stays),
+            "stays_bytes_per_call": self.stays_bytes_per_call,
+            "files": [{
+                "file": f.file, "ptd": f.ptd, "status": f.status, "constants": f.constants,
+                "bytes_per_call": f.bytes_per_call, "error": f.error, "note": f.note,
+                "findings": _findings_json(f.findings), "unknown": _findings_json(f.unknown),
+                "stays": _findings_json(f.stays, reasons=True), "stays_bytes_per_call": f.stays_bytes_per_call,
+            } for f in self.files],
+        }
+
+
+def _findings_json(findings: tuple[Finding, ...], reasons: bool = False) -> list[dict[str, Any]]:
+    return [{"method": x.method, "value": x.value, "name": x.name, "device": x.device, "nbytes": x.nbytes,
+             "copies_per_call": x.copies_per_call, "bytes_per_call": x.bytes_per_call,
+             **({"reason": x.reason} if reasons else {})} for x in findings]
+
 
 def expand_paths(patterns: Iterable[PathLike]) -> tuple[list[Path], list[str]]:
     """Expand glob patterns (``**`` too) and directories (every ``*.pte`` below) into files.
@@ -257,77 +410,53 @@ def expand_paths(patterns: Iterable[PathLike]) -> tuple[list[Path], list[str]]:
     return [i for i in items if isinstance(i, Path)], [i for i in items if isinstance(i, str)]
 
 
-def _finding(pte: Path, verdict: "ConstantVerdict", device: Device) -> Finding:
-    return Finding(str(pte), verdict.method, verdict.value, verdict.name, str(device), verdict.nbytes,
-                   verdict.copies_per_call)
-
-
-def _fold_findings(pte: Path, program: Any, analysis: Any, min_bytes: int, devices: Optional[frozenset[Device]]
-                   ) -> tuple[list[Finding], Any, frozenset[tuple[int, int]]]:
-    """What ``rewrite --fold`` adds to a plain rewrite: a finding per folded chain and per constant that moves
-    once its kernels go; the gain (tensors, bytes per call) for the hint without ``fold``; and the values whose
-    per-call copies folding removes, as (plan index, value) (they no longer stay)."""
-    from pte_devconst.rewriter.plan import FoldGain, RewriteOptions, make_plan
-
-    options = RewriteOptions(devices=devices, min_bytes=min_bytes)
-    plain, plan = make_plan(program, analysis, options), make_plan(program, analysis, replace(options, fold=True))
-    eligible = {(c.plan_index, c.value) for c in analysis.eligible}
-    found = [Finding(str(pte), f.method, f.value, f"{f.chain.kernels} of "
-                     f"{f.chain.source_tensor.fqn or f'value {f.chain.source}'}", str(f.device), f.nbytes,
-                     f.chain.copies_per_call) for f in plan.folds]
-    moved = [p for p in plan.placements if (p.plan_index, p.value) not in eligible]
-    found += [Finding(str(pte), p.method, p.value, p.name, str(p.device), p.nbytes, p.copies_per_call)
-              for p in moved]
-    covered = frozenset({(f.plan_index, f.chain.result) for f in plan.folds}
-                        | {(p.plan_index, p.value) for p in moved})
-    return found, FoldGain(plan.moved_tensors - plain.moved_tensors,
-                           plan.bytes_per_call_saved - plain.bytes_per_call_saved), covered
-
-
-def _check_one(pte: Path, ptd: Optional[Path], min_bytes: int, devices: Optional[frozenset[Device]],
-               strict: bool, fold: bool = False) -> FileCheck:
+def _check_one(pte: Path, ptd: Optional[Path], options: "RewriteOptions", strict: bool) -> FileCheck:
+    """One program's findings: the placements (and, with fold, folds) of the very plan ``rewrite`` would make."""
     from pte_devconst.paths import ptd_hint
     from pte_devconst.rewriter.derived import DerivedStatus, derived_copies
+    from pte_devconst.rewriter.fold_refusals import fold_refusals, torch_found
     from pte_devconst.rewriter.load import analyze_opened, opened
+    from pte_devconst.rewriter.plan import make_plan, safe_fold_gain, skip_reason
 
-    with opened(pte, ptd, pair=False) as (source, data):
+    with opened(pte, ptd) as (source, data):
         refusal = source.load_refusal
         if refusal:
             raise PteDevconstError(refusal, file=str(pte))
         analysis = analyze_opened(source, data)
         program = source.program
         derived = derived_copies(program, analysis)
-    findings, unknown = [], []
-    examined = 0
-    for method in analysis.methods:
-        examined += len(method.constants)
-        for verdict in method.constants:
-            device = verdict.device or verdict.pending_device
-            if device is None or verdict.nbytes < min_bytes or (devices is not None and device not in devices):
-                continue
-            (findings if verdict.eligible else unknown).append(_finding(pte, verdict, device))
-    try:
-        folded, gain, covered = _fold_findings(pte, program, analysis, min_bytes, devices)
-    except PteDevconstError:  # the plan refuses the program (a buffer past the reader's limit): no fold figures
-        folded, gain, covered = [], None, frozenset()
-    if fold:
-        findings += folded
-    else:
-        covered = frozenset()
+        # As rewrite --fold plans: chains whose data it refuses (a NaN cast to int) do not fold.  Without torch
+        # no fold computes at all, so the gate counts every chain (rewrite --fold asks for torch first).
+        refusals = fold_refusals(source, data, analysis) if options.fold and torch_found() else {}
+    # The very plan rewrite makes; its refusal (a buffer past the reader's limit) is this file's error.
+    plan = make_plan(program, analysis, options, refusals)
+    eligible = {(c.plan_index, c.value) for c in analysis.eligible}
+    found = [(p, Finding(str(pte), p.method, p.value, p.name, str(p.device), p.nbytes, p.copies_per_call))
+             for p in plan.placements]
+    findings = [f for p, f in found if (p.plan_index, p.value) in eligible]
+    findings += [Finding(str(pte), f.method, f.value, f"{f.chain.kernels} of "
+                         f"{f.chain.source_tensor.fqn or f'value {f.chain.source}'}", str(f.device), f.nbytes,
+                         f.chain.copies_per_call) for f in plan.folds]
+    findings += [f for p, f in found if (p.plan_index, p.value) not in eligible]  # moved once their kernels fold
+    covered = {(f.plan_index, f.chain.result) for f in plan.folds} | {(p.plan_index, p.value) for p, _ in found
+                                                                      if (p.plan_index, p.value) not in eligible}
+    unknown = [Finding(str(pte), v.method, v.value, v.name, str(v.pending_device), v.nbytes, v.copies_per_call)
+               for method in analysis.methods for v in method.constants
+               if v.unknown and skip_reason(v.pending_device, v.nbytes, options) is None]
     stays = tuple(Finding(str(pte), copy.method, copy.value, copy.name, str(copy.device), copy.nbytes,
                           copy.copies_per_call, copy.reason)
-                  for copy in derived if copy.status is DerivedStatus.STAYS and copy.nbytes >= min_bytes
-                  and (devices is None or copy.device in devices)
+                  for copy in derived
+                  if copy.status is DerivedStatus.STAYS and skip_reason(copy.device, copy.nbytes, options) is None
                   and (copy.plan_index, copy.value) not in covered)
+    gain = None if options.fold else safe_fold_gain(program, analysis, options)
     notes = list(analysis.notes)
     if analysis.refusal and findings:
         notes.append(f"rewrite would refuse this program: {analysis.refusal}")
     if unknown:
         notes.append(f"{len(unknown)} external constant(s) not judged: their data is in a .ptd; {ptd_hint(pte)}")
-    more = gain is not None and not fold and gain.tensors > 0
-    return FileCheck(str(pte), str(ptd) if ptd else None, examined, tuple(findings), None,
-                     "; ".join(notes) or None, tuple(unknown), gain.tensors if more else 0,
-                     gain.bytes_per_call if more else 0, stays, strict)
+    return FileCheck(str(pte), str(ptd) if ptd else None, sum(len(m.constants) for m in analysis.methods),
+                     tuple(findings), None, "; ".join(notes) or None, tuple(unknown),
+                     gain.tensors if gain else 0, gain.bytes_per_call if gain else 0, stays, strict)
 
 
 def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[PathLike]]] = None,
@@ -352,8 +481,10 @@ def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[P
     """
     if min_bytes < 0:
         raise PteDevconstError(f"min_bytes must be >= 0, got {min_bytes}")
-    selected = parse_devices(devices)
     from pte_devconst.paths import DataArgument, expand, pair_data
+    from pte_devconst.rewriter.plan import RewriteOptions
+
+    options = RewriteOptions(devices=parse_devices(devices), min_bytes=min_bytes, fold=fold)
 
     given = [] if ptd is None else [ptd] if isinstance(ptd, (str, os.PathLike)) else list(ptd)
     items = expand(files)
@@ -367,7 +498,7 @@ def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[P
             continue
         data = pairs.get(item)
         try:
-            results.append(_check_one(item, data, min_bytes, selected, strict, fold))
+            results.append(_check_one(item, data, options, strict))
         except PteDevconstError as error:
             text = " ".join(str(error).split())
             results.append(FileCheck(str(item), str(data) if data else None, 0, (),

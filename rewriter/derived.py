@@ -284,7 +284,8 @@ def method_derived_copies(plan: m.ExecutionPlan, method: MethodAnalysis) -> tupl
     values = plan.values or ()
     grouped: dict[tuple[int, m.Device], list[Transfer]] = {}
     for t in method.transfers:
-        if origins.get(t) is not None:
+        origin = origins.get(t)
+        if origin is not None and (origin.constants or origin.ops):  # a bare literal (an Int) carries no data
             grouped.setdefault((t.value, t.device), []).append(t)
     result = []
     for (value, device), copies in grouped.items():

@@ -23,8 +23,9 @@ from typing import Optional
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.executorch import H2D_COPY, delegate_target_device, method_labels, scalar_type_name
-from pte_devconst.schema.pte_file import PteFile
+from pte_devconst.schema.jsonable import fields_to_json
 from pte_devconst.schema.named_enum import NamedEnum
+from pte_devconst.schema.pte_file import PteFile
 from pte_devconst.schema.span import Span
 from pte_devconst.schema.record import record
 
@@ -206,6 +207,11 @@ class ProgramDiff:
     @property
     def folded_values(self) -> int:
         return sum(len(method.folds) for method in self.methods)
+
+    def to_json(self) -> dict:
+        """``diff``'s JSON document (cli/report.schema.json): every field, and the totals."""
+        return {"diff": fields_to_json(self), "identical": self.identical, "moved_constants": self.moved_constants,
+                "folded_values": self.folded_values, "data_changes": self.data_changes}
 
 
 class _Digests:

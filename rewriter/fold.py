@@ -44,7 +44,7 @@ from pte_devconst.schema.executorch import CLONE_DIM_ORDER, H2D_COPY, TO_DIM_ORD
 from pte_devconst.schema.model import CPU, Device, dim_order_strides
 from pte_devconst.schema.record import record
 
-from .analysis import (RewiredDelegateArg, DeviceCopy, Reader, ReaderKind, _external_problem, _follow_copy, _host_reason,
+from .analysis import (DeviceCopy, Reader, ReaderKind, RewiredDelegateArg, _external_problem, _follow_copy, _host_reason,
                        _MethodContext, _Reasons)
 
 INT64_MAX = sys.maxsize

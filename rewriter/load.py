@@ -3,9 +3,8 @@
 Kept apart from ``rewrite.py`` so that commands which only analyse never load
 the writer, the apply step or the self-check.
 
-The .ptd rule, one for every command: the .ptd given (``--ptd``), else ``NAME.ptd``
-in the folder of ``NAME.pte`` when it exists (``pte_devconst.paths.sibling_ptd``, which also
-pairs the rewrite's default output ``NAME.devconst.pte`` with the original's data).
+Paths arrive resolved: which .ptd goes with a program (the .ptd rule, ``pte_devconst.paths``) is decided
+by the API layer above, which passes it down explicitly; this layer never guesses a file.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import contextlib
 import os
 from typing import Iterator, Optional
 
-from pte_devconst.paths import data_for
 from pte_devconst.schema.ptd_file import PtdFile, open_ptd
 from pte_devconst.schema.pte_file import PteFile, open_pte
 
@@ -41,16 +39,15 @@ def analyze_opened(source: PteFile, data: Optional[PtdFile], *, host_placement: 
 
 def analyze_file(path: str | os.PathLike[str], ptd: Optional[str | os.PathLike[str]] = None, *,
                  host_placement: bool = False) -> Analysis:
-    """Verdicts for every constant of a .pte (and its .ptd, for external constants: ``ptd`` or its sibling)."""
+    """Verdicts for every constant of a .pte (and of ``ptd``, its external constants' data, when given)."""
     with opened(path, ptd) as (source, data):
         return analyze_opened(source, data, host_placement=host_placement)
 
 
 @contextlib.contextmanager
-def opened(path: str | os.PathLike[str], ptd: Optional[str | os.PathLike[str]] = None, *, pair: bool = True
+def opened(path: str | os.PathLike[str], ptd: Optional[str | os.PathLike[str]] = None
            ) -> Iterator[tuple[PteFile, Optional[PtdFile]]]:
-    """Open a .pte and its .ptd (``ptd``, else with ``pair`` its ``NAME.ptd`` sibling); both are closed on exit."""
-    ptd = data_for(path, ptd) if pair else ptd
+    """Open a .pte and, when given, its .ptd; both are closed on exit."""
     with open_pte(path) as source:
         if ptd is None:
             yield source, None

@@ -21,7 +21,7 @@ from pte_devconst.schema.model import CPU, Device
 from pte_devconst.schema.record import record
 from pte_devconst.schema.validate import MAX_TENSOR_BYTES
 
-from .analysis import Analysis, ConstantVerdict, RewiredDelegateArg, DeviceCopy, MethodAnalysis, buffer_devices
+from .analysis import Analysis, ConstantVerdict, DeviceCopy, MethodAnalysis, RewiredDelegateArg, buffer_devices
 from .fold import FoldChain, FoldRecipe, MethodFolds, removed_steps
 
 
@@ -252,12 +252,21 @@ def safe_fold_gain(program: m.Program, analysis: Analysis, options: RewriteOptio
     return gain if gain.tensors > 0 else None
 
 
-def _skip_reason(verdict: ConstantVerdict, options: RewriteOptions) -> Optional[str]:
-    if options.devices is not None and verdict.device not in options.devices:
-        return f"device {verdict.device} not selected (--device)"
-    if verdict.nbytes < options.min_bytes:
-        return f"{verdict.nbytes} bytes is below --min-bytes {options.min_bytes}"
+def skip_reason(device: Optional[Device], nbytes: int, options: RewriteOptions) -> Optional[str]:
+    """Why the options leave a value of ``nbytes`` bound for ``device`` where it is (None: they select it).
+
+    The one selection rule (``--device``, ``--min-bytes``): the plan applies it to constants and chains,
+    and ``check`` to what it reports, so the two cannot disagree.
+    """
+    if options.devices is not None and device not in options.devices:
+        return f"device {device} not selected (--device)"
+    if nbytes < options.min_bytes:
+        return f"{nbytes} bytes is below --min-bytes {options.min_bytes}"
     return None
+
+
+def _skip_reason(verdict: ConstantVerdict, options: RewriteOptions) -> Optional[str]:
+    return skip_reason(verdict.device, verdict.nbytes, options)
 
 
 class _Buffers:
@@ -364,11 +373,7 @@ def _fold_skip_reason(chain: FoldChain, options: RewriteOptions, refusals: Mappi
     refused = refusals.get((chain.plan_index, chain.result))
     if refused:
         return refused
-    if options.devices is not None and chain.device not in options.devices:
-        return f"device {chain.device} not selected (--device)"
-    if chain.nbytes < options.min_bytes:
-        return f"{chain.nbytes} bytes is below --min-bytes {options.min_bytes}"
-    return None
+    return skip_reason(chain.device, chain.nbytes, options)
 
 
 def _choose_folds(method: MethodAnalysis, options: RewriteOptions, refusals: Mapping[tuple[int, int], str],

@@ -15,7 +15,6 @@ import os
 from pathlib import Path
 from typing import Callable, Optional
 
-from pte_devconst.paths import default_output
 from pte_devconst.schema.atomic import atomic_output, check_destination
 from pte_devconst.schema.errors import FormatError, PteDevconstError, UnsupportedProgramError
 from pte_devconst.schema.limits import over_runtime_limits
@@ -26,11 +25,13 @@ from pte_devconst.schema.span import Span
 from pte_devconst.schema.record import record
 
 from .apply import apply_plan
-from .analysis import Analysis
+from .analysis import ConstantVerdict
 from .load import analyze_opened, opened
+from .fold_refusals import fold_refusals, need_torch
 from .plan import FoldGain, RewriteOptions, RewritePlan, make_plan, safe_fold_gain
 from .verify import VERIFY_MODES, check_copy, check_rewrite, full_by_default, read_back
 from .verify_bytes import WriteRecipe
+from .rewrite_json import left_in_place, rewrite_json
 
 Progress = Callable[[int, int], None]
 
@@ -50,6 +51,19 @@ class RewriteResult:
     def changed(self) -> bool:
         return not self.plan.is_empty
 
+    @property
+    def in_place(self) -> bool:
+        """Whether the output replaced the input."""
+        return self.output is not None and Path(self.output) == Path(self.input)
+
+    def left_in_place(self) -> list[ConstantVerdict]:
+        """Every constant the rewrite leaves on the host (not eligible, not a folded chain's source)."""
+        return [c for method in self.plan.analysis.methods for c in left_in_place(self.plan, method)]
+
+    def to_json(self) -> dict:
+        """``rewrite``'s JSON document for this program (cli/report.schema.json)."""
+        return rewrite_json(self)
+
 
 def plan_file(source: PteFile, ptd: Optional[PtdFile], options: RewriteOptions) -> RewritePlan:
     analysis = analyze_opened(source, ptd, host_placement=options.host_placement)
@@ -59,36 +73,6 @@ def plan_file(source: PteFile, ptd: Optional[PtdFile], options: RewriteOptions) 
     if analysis.refusal and not plan.is_empty:
         raise UnsupportedProgramError(f"cannot rewrite: {analysis.refusal}", file=source.path)
     return plan
-
-
-def need_torch() -> None:
-    """Folded values are computed with torch (fold_compute.py): refuse clearly, before writing, without it."""
-    import importlib.util  # find it without importing it: a dry run computes nothing
-
-    try:
-        found = importlib.util.find_spec("torch") is not None
-    except (ImportError, ValueError):  # torch set to None in sys.modules, or a broken installation
-        found = False
-    if not found:
-        raise PteDevconstError("rewrite --fold computes folded values with torch, which is not installed: "
-                               "pip install 'pte-devconst[runner]'")
-
-
-def fold_refusals(source: PteFile, ptd: Optional[PtdFile], analysis: Analysis) -> dict[tuple[int, int], str]:
-    """Chains whose data the fold cannot compute as C++ defines it (a float cast to an integer type of NaN,
-    inf or an out-of-range value), by (plan index, result value).  Reads data (and imports torch) only for
-    chains that cast floats to integers."""
-    refusals: dict[tuple[int, int], str] = {}
-    for method in analysis.methods:
-        for chain in method.folds.chains if method.folds else ():
-            if chain.problem is None and chain.casts_float_to_int:
-                need_torch()
-                from .fold_compute import SourceBytes, cast_problem  # torch, only for such a chain
-
-                problem = cast_problem(chain.recipe, SourceBytes(source, ptd))
-                if problem:
-                    refusals[(chain.plan_index, chain.result)] = problem
-    return refusals
 
 
 def full_check(verify: Optional[str]) -> bool:
@@ -104,7 +88,10 @@ def rewrite_file(input_path: str | os.PathLike[str], output_path: Optional[str |
                  ptd: Optional[str | os.PathLike[str]] = None, options: RewriteOptions = RewriteOptions(),
                  dry_run: bool = False, in_place: bool = False, progress: Optional[Progress] = None,
                  durable: bool = True, verify: Optional[str] = None) -> RewriteResult:
-    """Rewrite ``input_path``; write ``output_path`` (default ``<stem>.devconst.pte``) unless ``dry_run``.
+    """Rewrite ``input_path``; write ``output_path`` (required unless ``dry_run`` or ``in_place``).
+
+    Paths arrive resolved (``ptd`` is the data itself, not a guess): the API layer applies the .ptd rule and
+    the default output name (``pte_devconst.paths``).
 
     ``durable=False`` skips the fsyncs (``atomic_output``): still atomic, not power-failure safe;
     refused with ``in_place``, where the file replaced is the only copy of the model.
@@ -115,7 +102,9 @@ def rewrite_file(input_path: str | os.PathLike[str], output_path: Optional[str |
     if in_place and not durable and not dry_run:
         raise PteDevconstError("an in-place rewrite always fsyncs (--no-fsync refused): a power failure must not "
                                "lose the only copy of the model", file=str(input_path))
-    output = input_path if in_place else Path(output_path) if output_path is not None else default_output(input_path)
+    if output_path is None and not (in_place or dry_run):
+        raise PteDevconstError("no output given (pass an output path, in_place or dry_run)", file=str(input_path))
+    output = input_path if in_place or output_path is None else Path(output_path)
     if not dry_run:
         _readable(input_path)
         inputs = [("the .ptd input", Path(ptd), "")] if ptd is not None else []

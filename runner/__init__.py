@@ -3,6 +3,10 @@
 ``run_program`` runs one method and reports outputs and copies; ``validate``
 compares an original program with its rewrite.  This package imports torch;
 it never imports the rewriter (both stand on ``pte_devconst.schema``).
+
+Imports kept inside functions for start-up speed, in this package: ``torch.profiler`` in
+``profiling.profile_call`` (only with ``--profile``); the built-in executors (``demo_backend``,
+``reference_backend``) and ``opaque`` in ``delegates``, loaded when a delegate first needs one.
 """
 
 from .copies import Cause, CopyEvent, CopyLedger, CopyTotals, Direction, PhaseCopies

@@ -8,7 +8,8 @@ model's records, the decoder, the encoder and the table counter from it. Reading
 (``pte_file``, ``ptd_file``) never loads writing (``pte_writer``, ``ptd_writer``,
 ``encode``, ``atomic``); the byte ranges both use are in ``span``.
 Names are imported on first use,
-so ``import pte_devconst.schema.errors`` (which every command does) stays cheap.
+so ``import pte_devconst.schema.errors`` (which every command does) stays cheap.  This package imports no
+module inside a function: its modules are split so that what a command does not use is never imported.
 """
 
 from __future__ import annotations

@@ -12,16 +12,15 @@ import pytest
 
 import pte_devconst
 from cli_runner import invoke_json
-from conftest import pte_path
+from conftest import CASES, pte_path, ptd_path
 from pte_devconst import CheckReport, analyze, check, diff, rewrite, validate
-from pte_devconst.cli.output import to_jsonable
-from pte_devconst.cli.rewrite_cmd import result_payload
+from pte_devconst.schema.jsonable import to_jsonable
 from pte_devconst.rewriter.diff import ProgramDiff
 from pte_devconst.rewriter.inventory import ProgramSummary
 from pte_devconst.rewriter.rewrite import RewriteResult
 from pte_devconst.schema.errors import PteDevconstError
 
-API = ("analyze", "rewrite", "diff", "check", "validate")
+API = ("analyze", "inspect", "rewrite", "diff", "check", "run", "validate")
 
 
 def test_import_is_light_and_never_imports_torch() -> None:
@@ -69,7 +68,7 @@ def test_rewrite_diff_check_from_an_export_script(work_copy, tmp_path: Path) -> 
     result = rewrite(pte, tmp_path / "out.pte")
     assert result.output == str(tmp_path / "out.pte") and result.plan.bytes_per_call_saved > 0
     _, document = invoke_json("rewrite", pte, "-o", tmp_path / "cli.pte")
-    payload = json.loads(json.dumps(to_jsonable(result_payload(result))))
+    payload = json.loads(json.dumps(result.to_json()))
     assert {k: v for k, v in payload.items() if k != "output"} == \
         {k: v for k, v in document.items() if k not in ("output", "format_version", "command")}
 
@@ -110,3 +109,50 @@ def test_validate_delegates_to_the_runner(work_copy) -> None:
 
     assert isinstance(result, ValidationResult) and result.passed
     assert sum(len(m.moved) for m in result.methods) == 2
+
+
+FOLD_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "fold"
+
+
+def _moves(result: RewriteResult) -> list[tuple[str, int]]:
+    plan = result.plan
+    return sorted([(p.method, p.value) for p in plan.placements] + [(f.method, f.value) for f in plan.folds])
+
+
+@pytest.mark.parametrize("path", [pte_path(name) for name in CASES] + sorted(FOLD_FIXTURES.glob("*.pte")),
+                         ids=lambda p: p.stem)
+def test_check_reports_exactly_what_rewrite_would_move(path: Path) -> None:
+    """One rule decides what can move: check's findings are the rewrite plan's placements (and folds), with
+    every selection option, so a program check passes is one rewrite leaves as it is, and the reverse."""
+    data = ptd_path(path.stem) if path.parent == pte_path(path.stem).parent else None
+    first = rewrite(path, ptd=data, dry_run=True)
+    smallest = min((p.nbytes for p in first.plan.placements), default=0)
+    for options in ({}, {"fold": True}, {"min_bytes": smallest + 1}, {"devices": ["cuda:1"]},
+                    {"devices": ["cuda:0"], "fold": True}):
+        try:
+            planned = rewrite(path, ptd=data, dry_run=True, **options)
+        except PteDevconstError:  # e.g. a fold that needs data it refuses: check reports the same file as an error
+            assert check([path], ptd=data, **options).exit_code == 2
+            continue
+        report = check([path], ptd=data, **options)
+        (file,) = report.files
+        assert file.error is None, file.error
+        assert sorted((f.method, f.value) for f in file.findings) == _moves(planned), options
+        assert file.bytes_per_call == planned.plan.bytes_per_call_saved, options
+
+
+def test_every_command_prints_its_results_own_json(tmp_path: Path) -> None:
+    """The CLI renders the API: each command's JSON is its result's ``to_json()`` inside the envelope."""
+    from pte_devconst import inspect
+
+    pte = pte_path("v_g_external_copy")
+    data = ptd_path("v_g_external_copy")
+    envelope = ("format_version", "command")
+    _, document = invoke_json("inspect", pte)
+    assert {k: v for k, v in document.items() if k not in envelope} == json.loads(json.dumps(inspect(pte).to_json()))
+    assert inspect(pte).ptd == str(data)  # the .ptd rule: NAME.ptd next to NAME.pte
+    _, document = invoke_json("check", pte)
+    assert {k: v for k, v in document.items() if k not in envelope} == check([pte]).to_json()
+    out = rewrite(pte, tmp_path / "out.pte").output
+    _, document = invoke_json("diff", pte, out)
+    assert {k: v for k, v in document.items() if k not in envelope} == json.loads(json.dumps(diff(pte, out).to_json()))

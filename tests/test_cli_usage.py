@@ -46,3 +46,44 @@ def test_global_flags_work_after_the_command(tmp_path) -> None:
     bad.write_bytes(b"not a program")
     debug = _run("inspect", str(bad), "--debug")
     assert debug.returncode != 0 and "Traceback" in debug.stderr and "FormatError" in debug.stderr
+
+
+def test_no_arguments_print_the_usage_and_exit_2() -> None:
+    done = _run()
+    assert done.returncode == 2 and done.stdout.startswith("Usage: ") and "Commands" in done.stdout, done.stderr
+    assert done.stderr == ""
+
+
+def test_an_error_a_command_raises_through_click_is_one_line() -> None:
+    """ClickException (not a UsageError) keeps its own exit code: here typer's bad --format choice (a UsageError
+    subclass, exit 2) and a missing file for a Path that must exist are both reported in one line."""
+    done = _run("inspect", "x.pte", "--format", "yaml")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "yaml" in done.stderr
+
+
+def test_the_cli_uses_only_typers_public_api_and_keeps_no_option_state() -> None:
+    """No import of typer's vendored click (``typer._click``) or of click itself, and no module-level ``OPTIONS``:
+    the global options travel in typer's context (cli/app.py)."""
+    import re
+    from pathlib import Path
+
+    import pte_devconst.cli.app as app
+
+    private = re.compile(r"^\s*(from|import)\s+(typer\._click|typer\.core|typer\.main|click)\b", re.M)
+    sources = {path.name: path.read_text() for path in (Path(app.__file__).parent).glob("*.py")}
+    assert len(sources) > 5 and not [name for name, text in sources.items() if private.search(text)]
+    assert private.search("from typer._click import exceptions") and private.search("    import click")
+    assert not hasattr(app, "OPTIONS")
+    assert app.UsageError.__module__.endswith("exceptions") and issubclass(app.UsageError, app.ClickException)
+
+
+def test_global_options_do_not_leak_from_one_invocation_to_the_next(tmp_path) -> None:
+    """Two runs in one process: the first one's --quiet must not silence the second (no module state)."""
+    from cli_runner import invoke
+    from conftest import pte_path
+
+    pte = pte_path("v_a_dtypes_copy")
+    quiet = invoke("-q", "rewrite", pte, "--dry-run")
+    loud = invoke("rewrite", pte, "--dry-run")
+    assert quiet.exit_code == loud.exit_code == 0
+    assert quiet.stdout == "" and "would move to device memory" in loud.stdout

@@ -184,6 +184,38 @@ def test_a_jump_keeps_a_value_that_was_not_constant_derived_so() -> None:
     assert _derived_values(values, straight, inputs=(1, 2)) == {3}
 
 
+def test_a_copy_of_a_literal_that_is_not_a_tensor_is_no_constant_derived_copy(tmp_path: Path) -> None:
+    """A forged _h2d_copy whose source is an Int (found by tests/test_fold_fuzz.py's long run): no constant data
+    crosses, so it is no finding, and inspect, check and rewrite judge the program instead of crashing."""
+    try:
+        from fuzz.mutate import assemble_pte
+    except ImportError:
+        from tests.fuzz.mutate import assemble_pte
+    from cli_runner import invoke
+    from pte_devconst.rewriter.analysis import analyze_program
+    from pte_devconst.schema.pte_file import PteFile
+
+    source = FIXTURES / "fold" / "channels_last_copy.pte"
+    data = source.read_bytes()
+    with PteFile.from_bytes(data) as pte:
+        program = pte.program
+    plan = program.execution_plan[0]
+    (copy_index,) = [i for i, ins in enumerate(plan.chains[0].instructions)
+                     if isinstance(ins, m.KernelCall) and ins.args == (1, 9, 9)]
+    literal = next(i for i, v in enumerate(plan.values) if isinstance(v, m.Int))
+    instructions = list(plan.chains[0].instructions)
+    instructions[copy_index] = m.replace(instructions[copy_index], args=(literal, 9, 9))
+    forged = m.replace(program, execution_plan=(m.replace(plan, chains=(m.replace(
+        plan.chains[0], instructions=tuple(instructions)),)),))
+    assert literal in {t.value for t in per_call_transfers(forged.execution_plan[0])}  # the copy is still a transfer
+    assert literal not in {c.value for c in derived_copies(forged, analyze_program(forged))}
+    path = tmp_path / "literal_copy.pte"
+    path.write_bytes(assemble_pte(forged, data))
+    for args in (("inspect", path), ("check", "--fold", path), ("rewrite", path, "--fold", "-o", tmp_path / "o.pte")):
+        result = invoke(*args)
+        assert result.exit_code in (0, 1) and "Traceback" not in result.stderr, (args, result.stderr)
+
+
 def test_reasons_in_brief_counts_each_kind() -> None:
     reasons = ["read by host kernel aten::mul.out", "transposed on the host from w (aten::permute_copy.out)",
                "transposed on the host from v (aten::permute_copy.out)"]

@@ -69,7 +69,7 @@ def test_closed_sets_print_and_serialize_as_their_values() -> None:
     """Reports read as before the enums: str(), f-strings, json.dumps and the CLI's JSON give the value."""
     import json
 
-    from pte_devconst.cli.output import to_jsonable
+    from pte_devconst.schema.jsonable import to_jsonable
     from pte_devconst.rewriter.analysis import MethodStyle, ReaderKind
     from pte_devconst.rewriter.diff import DataComparison
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from forge import edit_program
+from pte_devconst.paths import sibling_ptd
 from pte_devconst.rewriter.load import opened
 from pte_devconst.rewriter.plan import RewriteOptions, RewritePlan, _instruction_maps
 from pte_devconst.rewriter.rewrite import plan_file, rewrite_file
@@ -27,7 +28,7 @@ FOLDING = RewriteOptions(fold=True)
 
 
 def _plan(path: Path, options: RewriteOptions = FOLDING) -> RewritePlan:
-    with opened(path) as (source, data):
+    with opened(path, sibling_ptd(path)) as (source, data):
         return plan_file(source, data, options)
 
 
@@ -52,7 +53,8 @@ def _instruction(path: Path, key: str) -> tuple[int, int]:
 def test_every_fold_fixture_and_real_model_passes_the_self_check_in_full(tmp_path: Path) -> None:
     for path in sorted(FOLD.glob("*_copy.pte")) + sorted(FOLD.glob("*_legacy.pte")) + \
             [REAL / "gpt2_mm_copy.pte", REAL / "t5_mm_legacy.pte"]:
-        result = rewrite_file(path, tmp_path / f"{path.stem}.pte", options=FOLDING, verify="full", durable=False)
+        result = rewrite_file(path, tmp_path / f"{path.stem}.pte", ptd=sibling_ptd(path), options=FOLDING,
+                              verify="full", durable=False)
         assert result.plan.folds or path.stem == "nan_copy", path  # nan: refused before anything is written
 
 

@@ -1,0 +1,50 @@
+"""Which chains the data refuses to fold, read before planning: shared by ``rewrite --fold`` and ``check --fold``.
+
+Kept apart from ``rewrite.py`` so that ``check`` (which must never load the writer) plans exactly as the
+rewrite does.  Torch is looked for without being imported, and imported only for a chain that casts floats
+to integers (``fold_compute``).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pte_devconst.schema.errors import PteDevconstError
+from pte_devconst.schema.ptd_file import PtdFile
+from pte_devconst.schema.pte_file import PteFile
+
+from .analysis import Analysis
+
+
+def torch_found() -> bool:
+    """Whether torch is installed, found without importing it (a dry run computes nothing)."""
+    import importlib.util  # only here: nothing else in the rewriter needs it
+
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):  # torch set to None in sys.modules, or a broken installation
+        return False
+
+
+def need_torch() -> None:
+    """Folded values are computed with torch (fold_compute.py): refuse clearly, before writing, without it."""
+    if not torch_found():
+        raise PteDevconstError("rewrite --fold computes folded values with torch, which is not installed: "
+                               "pip install 'pte-devconst[runner]'")
+
+
+def fold_refusals(source: PteFile, ptd: Optional[PtdFile], analysis: Analysis) -> dict[tuple[int, int], str]:
+    """Chains whose data the fold cannot compute as C++ defines it (a float cast to an integer type of NaN,
+    inf or an out-of-range value), by (plan index, result value).  Reads data (and imports torch) only for
+    chains that cast floats to integers."""
+    refusals: dict[tuple[int, int], str] = {}
+    for method in analysis.methods:
+        for chain in method.folds.chains if method.folds else ():
+            if chain.problem is None and chain.casts_float_to_int:
+                need_torch()
+                from .fold_compute import SourceBytes, cast_problem  # torch, only for such a chain
+
+                problem = cast_problem(chain.recipe, SourceBytes(source, ptd))
+                if problem:
+                    refusals[(chain.plan_index, chain.result)] = problem
+    return refusals
