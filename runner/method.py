@@ -10,7 +10,7 @@ import torch
 from pte_devconst.schema import model as m
 from pte_devconst.schema.dataflow import DelegateCallSite, delegate_call_sites
 from pte_devconst.schema.errors import PteDevconstError
-from pte_devconst.schema.executorch import H2D_COPY, TARGET_DEVICE_KEY
+from pte_devconst.schema.executorch import H2D_COPY, TARGET_DEVICE_KEY, scalar_type_name
 from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile
 
@@ -37,11 +37,7 @@ class _Delegate:
 
 
 def describe(tensor: m.Tensor) -> str:
-    try:
-        name = dtype_name(torch_dtype(tensor.scalar_type))
-    except Exception:  # noqa: BLE001 - only a label
-        name = f"scalar_type {tensor.scalar_type}"
-    return f"{name}{list(tensor.sizes or ())}"
+    return f"{scalar_type_name(tensor.scalar_type)}{list(tensor.sizes or ())}"
 
 
 class LoadedMethod:
