@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Se
 
 from pte_devconst.schema.errors import PteDevconstError
 from pte_devconst.schema.model import Device
+from pte_devconst.schema.named_enum import NamedEnum
 
 if TYPE_CHECKING:  # only for annotations: keep `import pte_devconst.api` light
     from pte_devconst.rewriter.diff import ProgramDiff
@@ -35,7 +36,7 @@ PathLike = Union[str, "os.PathLike[str]"]
 DeviceLike = Union[str, Device]
 
 __all__ = ["analyze", "inspect", "rewrite", "diff", "check", "run", "validate", "programs", "expand_paths",
-           "parse_devices", "CheckReport", "FileCheck", "Finding", "InspectReport", "Programs"]
+           "parse_devices", "CheckReport", "CheckStatus", "FileCheck", "Finding", "InspectReport", "Programs"]
 
 def parse_devices(devices: Optional[Iterable[DeviceLike]], option: str = "devices") -> Optional[frozenset[Device]]:
     """``["cuda:0,cuda:1", Device(1, 1)]`` -> a frozenset of non-CPU devices; None stays None (every device)."""
@@ -262,6 +263,15 @@ class Finding:
         return self.nbytes * self.copies_per_call
 
 
+class CheckStatus(NamedEnum):
+    """One file's result in ``check``, in a word (the JSON's ``status``)."""
+
+    OK = "ok"
+    FINDINGS = "findings"  # what fails the gate
+    UNKNOWN = "unknown"  # only external constants that could not be judged
+    ERROR = "error"  # the file could not be read
+
+
 @dataclass(frozen=True, slots=True)
 class FileCheck:
     """One file's result: its findings, the constants it could not judge, or the error that kept it from being read."""
@@ -285,9 +295,9 @@ class FileCheck:
         return self.findings + self.stays + self.unknown if self.strict else self.findings
 
     @property
-    def status(self) -> str:
-        """``ok``, ``findings``, ``unknown`` or ``error``."""
-        return "error" if self.error else "findings" if self.failing else "unknown" if self.unknown else "ok"
+    def status(self) -> CheckStatus:
+        return (CheckStatus.ERROR if self.error else CheckStatus.FINDINGS if self.failing
+                else CheckStatus.UNKNOWN if self.unknown else CheckStatus.OK)
 
     @property
     def bytes_per_call(self) -> int:
@@ -413,7 +423,7 @@ def expand_paths(patterns: Iterable[PathLike]) -> tuple[list[Path], list[str]]:
 def _check_one(pte: Path, ptd: Optional[Path], options: "RewriteOptions", strict: bool) -> FileCheck:
     """One program's findings: the placements (and, with fold, folds) of the very plan ``rewrite`` would make."""
     from pte_devconst.paths import ptd_hint
-    from pte_devconst.rewriter.derived import STAYS, derived_copies
+    from pte_devconst.rewriter.derived import DerivedStatus, derived_copies
     from pte_devconst.rewriter.fold_refusals import fold_refusals, torch_found
     from pte_devconst.rewriter.load import analyze_opened, opened
     from pte_devconst.rewriter.plan import make_plan, safe_fold_gain, skip_reason
@@ -445,7 +455,8 @@ def _check_one(pte: Path, ptd: Optional[Path], options: "RewriteOptions", strict
                if v.unknown and skip_reason(v.pending_device, v.nbytes, options) is None]
     stays = tuple(Finding(str(pte), copy.method, copy.value, copy.name, str(copy.device), copy.nbytes,
                           copy.copies_per_call, copy.reason)
-                  for copy in derived if copy.status == STAYS and skip_reason(copy.device, copy.nbytes, options) is None
+                  for copy in derived
+                  if copy.status is DerivedStatus.STAYS and skip_reason(copy.device, copy.nbytes, options) is None
                   and (copy.plan_index, copy.value) not in covered)
     gain = None if options.fold else safe_fold_gain(program, analysis, options)
     notes = list(analysis.notes)

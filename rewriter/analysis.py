@@ -35,8 +35,10 @@ from pte_devconst.schema.errors import UnsupportedProgramError
 from pte_devconst.schema.dataflow import DelegateCallSite, delegate_call_sites
 from pte_devconst.schema.gc_pause import gc_paused
 from pte_devconst.schema.model import CPU, Device
+from pte_devconst.schema.named_enum import NamedEnum
 from pte_devconst.schema.record import record
-from pte_devconst.schema.transfers import H2D_COPY, Transfer, delegate_device, per_call_transfers
+from pte_devconst.schema.executorch import H2D_COPY, delegate_target_device, method_labels, method_name
+from pte_devconst.schema.transfers import Transfer, per_call_transfers
 from pte_devconst.schema.transfers import work as transfer_work
 
 NO_PTD = "external (data in a .ptd) but no .ptd given; pass --ptd"
@@ -71,11 +73,39 @@ def _printable(name: str) -> str:
     return name if name.isprintable() else repr(name)
 
 
+class ReaderKind(NamedEnum):
+    """What reads a value: an instruction (by its type's name in the format), a tensor list, or the method's outputs."""
+
+    KERNEL_CALL = "KernelCall"
+    DELEGATE_CALL = "DelegateCall"
+    MOVE_CALL = "MoveCall"
+    JUMP_FALSE_CALL = "JumpFalseCall"
+    FREE_CALL = "FreeCall"
+    TENSOR_LIST = "TensorList"
+    OUTPUT = "output"
+
+
+class VerdictStatus(NamedEnum):
+    """A constant's verdict, in a word."""
+
+    ELIGIBLE = "eligible"
+    UNKNOWN = "unknown"
+    NOT_ELIGIBLE = "not eligible"
+
+
+class MethodStyle(NamedEnum):
+    """How a method gets constants to its device delegates."""
+
+    COPY = "copy"  # et_copy::_h2d_copy.out kernels copy them
+    LEGACY = "legacy"  # device delegates read host tensors and copy them themselves
+    CPU = "cpu"  # no delegate on a device
+
+
 @record
 class Reader:
     """One use of a value: an instruction argument, or the method's output list."""
 
-    kind: str  # KernelCall, DelegateCall, MoveCall, JumpFalseCall, FreeCall, TensorList, output
+    kind: ReaderKind
     chain: int
     instruction: int  # index in the chain; -1 for a method output or a list item
     arg_pos: int
@@ -91,7 +121,12 @@ class Reader:
     @property
     def on_device(self) -> bool:
         """A DelegateCall of a delegate on a non-CPU device."""
-        return self.kind == "DelegateCall" and self.device is not None and not self.device.is_cpu
+        return self.kind == ReaderKind.DELEGATE_CALL and self.device is not None and not self.device.is_cpu
+
+    @property
+    def copies_to_device(self) -> bool:
+        """The ``self`` of an ``_h2d_copy.out`` kernel: the value is copied to a device here."""
+        return self.kind is ReaderKind.KERNEL_CALL and self.name == H2D_COPY and self.arg_pos == 0
 
 
 @record
@@ -106,7 +141,7 @@ class DeviceCopy:
 
 
 @record
-class DelegateArg:
+class RewiredDelegateArg:
     """A delegate argument that must point at the constant once its copy is gone."""
 
     chain: int
@@ -125,7 +160,7 @@ class ConstantVerdict:
     reasons: tuple[str, ...]  # why not (empty when eligible)
     details: tuple[str, ...]  # the same with instruction numbers, for --verbose and JSON
     copies: tuple[DeviceCopy, ...] = ()
-    delegate_args: tuple[DelegateArg, ...] = ()
+    delegate_args: tuple[RewiredDelegateArg, ...] = ()
     plan_index: int = 0
     pending_device: Optional[Device] = None  # unknown: the device it would move to once its .ptd is given
 
@@ -139,9 +174,9 @@ class ConstantVerdict:
         return self.pending_device is not None
 
     @property
-    def status(self) -> str:
-        """``eligible``, ``unknown`` or ``not eligible``."""
-        return "eligible" if self.eligible else "unknown" if self.unknown else "not eligible"
+    def status(self) -> VerdictStatus:
+        return (VerdictStatus.ELIGIBLE if self.eligible else VerdictStatus.UNKNOWN if self.unknown
+                else VerdictStatus.NOT_ELIGIBLE)
 
     @property
     def verdict(self) -> str:
@@ -184,7 +219,7 @@ class MethodAnalysis:
     constants: tuple[ConstantVerdict, ...]
     delegates: tuple[DelegateInfo, ...]
     h2d_bytes_per_call: int  # the sum of ``transfers``: what one call copies host-to-device
-    style: str  # "copy" (h2d copy kernels), "legacy" (device delegates, no copies) or "cpu" (no device delegate)
+    style: MethodStyle
     label: str = ""  # the name, with the plan index when another plan has the same name
     transfers: tuple[Transfer, ...] = ()  # every host-to-device copy of one call (schema/transfers.py)
     call_sites: tuple[DelegateCallSite, ...] = ()  # each DelegateCall's inputs/outputs (schema/dataflow.py)
@@ -258,42 +293,42 @@ def collect_readers(plan: m.ExecutionPlan, delegates: Mapping[int, DelegateInfo]
             if isinstance(ins, m.KernelCall):
                 name = ops[ins.op_index]
                 for pos, arg in enumerate(ins.args or ()):
-                    readers[arg].append(Reader("KernelCall", c, k, pos, name))
+                    readers[arg].append(Reader(ReaderKind.KERNEL_CALL, c, k, pos, name))
             elif isinstance(ins, m.DelegateCall):
                 info = delegates[ins.delegate_index]
                 for pos, arg in enumerate(ins.args or ()):
-                    readers[arg].append(Reader("DelegateCall", c, k, pos, info.backend_id, ins.delegate_index,
+                    readers[arg].append(Reader(ReaderKind.DELEGATE_CALL, c, k, pos, info.backend_id, ins.delegate_index,
                                                info.device, info.device_error))
             elif isinstance(ins, m.MoveCall):
-                readers[ins.move_from].append(Reader("MoveCall", c, k, 0))
-                readers[ins.move_to].append(Reader("MoveCall", c, k, 1))
+                readers[ins.move_from].append(Reader(ReaderKind.MOVE_CALL, c, k, 0))
+                readers[ins.move_to].append(Reader(ReaderKind.MOVE_CALL, c, k, 1))
             elif isinstance(ins, m.JumpFalseCall):
-                readers[ins.cond_value_index].append(Reader("JumpFalseCall", c, k, 0))
+                readers[ins.cond_value_index].append(Reader(ReaderKind.JUMP_FALSE_CALL, c, k, 0))
             elif isinstance(ins, m.FreeCall):
-                readers[ins.value_index].append(Reader("FreeCall", c, k, 0))
+                readers[ins.value_index].append(Reader(ReaderKind.FREE_CALL, c, k, 0))
     for pos, out in enumerate(plan.outputs or ()):
-        readers[out].append(Reader("output", -1, -1, pos))
+        readers[out].append(Reader(ReaderKind.OUTPUT, -1, -1, pos))
     for index, value in enumerate(values):
         if isinstance(value, (m.TensorList, m.OptionalTensorList)):
             for pos, item in enumerate(value.items or ()):
                 if item >= 0:
-                    readers[item].append(Reader("TensorList", -1, -1, pos, f"value {index}"))
+                    readers[item].append(Reader(ReaderKind.TENSOR_LIST, -1, -1, pos, f"value {index}"))
     return readers
 
 
 def _host_reason(reader: Reader) -> tuple[str, str]:
     """(short reason, detailed reason) for a reader that keeps a constant on the host."""
-    if reader.kind == "KernelCall":
+    if reader.kind == ReaderKind.KERNEL_CALL:
         return f"read by host kernel {reader.name}", f"read by host kernel {reader.name} at instruction {reader.instruction}"
-    if reader.kind == "DelegateCall":
+    if reader.kind == ReaderKind.DELEGATE_CALL:
         if reader.device_error:
             short = f"read by delegate {reader.name} with an unreadable target_device (host)"
             return short, f"{short} at instruction {reader.instruction}: {reader.device_error}"
         short = f"read by delegate {reader.name} without target_device (host)"
         return short, f"{short} at instruction {reader.instruction}"
-    if reader.kind == "output":
+    if reader.kind == ReaderKind.OUTPUT:
         return "is a method output", f"is method output {reader.arg_pos}"
-    if reader.kind == "TensorList":
+    if reader.kind == ReaderKind.TENSOR_LIST:
         return "is part of a tensor list", f"is item {reader.arg_pos} of tensor list {reader.name}"
     return f"used by a {reader.kind}", f"used by a {reader.kind} at instruction {reader.instruction}"
 
@@ -385,7 +420,7 @@ def _judge(ctx: _MethodContext, index: int, tensor: m.Tensor) -> ConstantVerdict
     reasons = _Reasons()
     devices: set[Device] = set()
     copies: list[DeviceCopy] = []
-    args: list[DelegateArg] = []
+    args: list[RewiredDelegateArg] = []
 
     data_missing = tensor.is_external and ctx.external is None
     if tensor.is_external and not data_missing:
@@ -395,10 +430,10 @@ def _judge(ctx: _MethodContext, index: int, tensor: m.Tensor) -> ConstantVerdict
     for reader in readers:
         if reader.on_device:
             devices.add(reader.device)  # type: ignore[arg-type]
-            args.append(DelegateArg(reader.chain, reader.instruction, reader.arg_pos, index))
-        elif reader.kind == "KernelCall" and reader.name == H2D_COPY and reader.arg_pos == 0:
+            args.append(RewiredDelegateArg(reader.chain, reader.instruction, reader.arg_pos, index))
+        elif reader.copies_to_device:
             _follow_copy(ctx, index, reader, reasons, devices, copies, args)
-        elif ctx.host_placement and reader.kind in ("KernelCall", "DelegateCall"):
+        elif ctx.host_placement and reader.kind in (ReaderKind.KERNEL_CALL, ReaderKind.DELEGATE_CALL):
             devices.add(CPU)
         else:
             reasons.add(*_host_reason(reader))
@@ -419,7 +454,7 @@ def _judge(ctx: _MethodContext, index: int, tensor: m.Tensor) -> ConstantVerdict
 
 
 def _follow_copy(ctx: _MethodContext, index: int, copy: Reader, reasons: _Reasons, devices: set[Device],
-                 copies: list[DeviceCopy], args: list[DelegateArg]) -> None:
+                 copies: list[DeviceCopy], args: list[RewiredDelegateArg]) -> None:
     """One h2d copy of the constant: it may go only if delegates on one device are all that read what it writes.
 
     The kernel writes its ``out`` argument; codegen'd out variants never write the return slot (the
@@ -456,7 +491,7 @@ def _follow_copy(ctx: _MethodContext, index: int, copy: Reader, reasons: _Reason
         return
     ctx.budget.spend(len(uses.on_device))
     devices.update(use.device for use in uses.on_device)  # type: ignore[misc]
-    args.extend(DelegateArg(use.chain, use.instruction, use.arg_pos, dst) for use in uses.on_device)
+    args.extend(RewiredDelegateArg(use.chain, use.instruction, use.arg_pos, dst) for use in uses.on_device)
     value = (ctx.plan.values or ())[dst]
     dst_device = value.device if isinstance(value, m.Tensor) else CPU
     copies.append(DeviceCopy(copy.chain, copy.instruction, index, dst,
@@ -516,7 +551,7 @@ def _delegate_infos(plan: m.ExecutionPlan) -> dict[int, DelegateInfo]:
                 sites[ins.delegate_index].append((c, k))
     infos = {}
     for index, delegate in enumerate(plan.delegates or ()):
-        device, error = delegate_device(delegate)
+        device, error = delegate_target_device(delegate)
         infos[index] = DelegateInfo(index, delegate.id or "", device, error, tuple(sites[index]))
     return infos
 
@@ -553,26 +588,6 @@ def _shares_mutable_buffers(program: m.Program) -> bool:
     return len(signatures) == 1
 
 
-def method_labels(program: m.Program) -> tuple[list[str], tuple[str, ...]]:
-    """(a label per plan, notes): the name, or ``name (plan i)`` where several plans share it.
-
-    ExecuTorch finds a method by name and takes the first plan with it (``get_execution_plan`` in
-    runtime/executor/program.cpp), so a later plan of the same name can never be loaded.
-    """
-    names = [plan.name or f"plan{i}" for i, plan in enumerate(program.execution_plan or ())]
-    plans_of: dict[str, list[int]] = defaultdict(list)
-    for i, name in enumerate(names):
-        plans_of[name].append(i)
-    labels = [f"{name} (plan {i})" if len(plans_of[name]) > 1 else name for i, name in enumerate(names)]
-    notes = []
-    for name, plans in plans_of.items():
-        if len(plans) > 1:
-            shown = ", ".join(map(str, plans[:8])) + (", ..." if len(plans) > 8 else "")
-            notes.append(f"{len(plans)} methods are named {name!r} (plans {shown}); ExecuTorch finds "
-                         f"methods by name and always loads plan {plans[0]}, so the others cannot be run")
-    return labels, tuple(notes)
-
-
 @gc_paused
 def analyze_program(program: m.Program, external: Optional[ExternalData] = None, *,
                     host_placement: bool = False) -> Analysis:
@@ -602,9 +617,9 @@ def analyze_program(program: m.Program, external: Optional[ExternalData] = None,
         has_copies = any(isinstance(ins, m.KernelCall) and ops[ins.op_index] == H2D_COPY
                          for chain in plan.chains or () for ins in chain.instructions or ())
         on_device = any(not d.device.is_cpu for d in delegates.values())
-        style = "copy" if has_copies else "legacy" if on_device else "cpu"
+        style = MethodStyle.COPY if has_copies else MethodStyle.LEGACY if on_device else MethodStyle.CPU
         transfers, sites = method_transfers(plan, budget)
-        methods.append(MethodAnalysis(plan.name or f"plan{plan_index}", plan_index, constants,
+        methods.append(MethodAnalysis(method_name(plan.name, plan_index), plan_index, constants,
                                       tuple(delegates.values()), sum(t.nbytes for t in transfers), style, label,
                                       transfers, sites, method_folds(ctx, constants)))
     refusal = None

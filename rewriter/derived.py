@@ -33,11 +33,21 @@ from typing import Iterable, Optional, Sequence
 from pte_devconst.schema import model as m
 from pte_devconst.schema.dataflow import DelegateCallSite, delegate_call_sites
 from pte_devconst.schema.record import record
-from pte_devconst.schema.transfers import D2H_COPY, DELEGATE_HOST_INPUT, H2D_COPY, H2D_KERNEL, Transfer
+from pte_devconst.schema.executorch import COPY_KERNELS, delegate_target_device
+from pte_devconst.schema.named_enum import NamedEnum
+from pte_devconst.schema.transfers import Transfer, TransferKind
 
-from .analysis import Analysis, ConstantVerdict, MethodAnalysis, delegate_device
+from .analysis import Analysis, ConstantVerdict, MethodAnalysis
 
-MOVABLE, UNKNOWN, STAYS = "movable", "unknown", "stays"
+
+class DerivedStatus(NamedEnum):
+    """What a rewrite can do about a constant-derived per-call copy."""
+
+    MOVABLE = "movable"  # the rewrite removes it
+    UNKNOWN = "unknown"  # it would, given the .ptd
+    STAYS = "stays"  # it cannot (the reason says why)
+
+
 NAMES_SHOWN = 3  # source constants named in a reason; the rest are counted
 OPS_KEPT = 4  # distinct host operators remembered per value (for the reason)
 
@@ -64,7 +74,7 @@ class DerivedCopy:
     device: m.Device
     nbytes: int  # bytes of one copy (upper bound for a dynamic shape)
     copies_per_call: int
-    status: str  # MOVABLE, UNKNOWN or STAYS
+    status: DerivedStatus
     reason: str  # why it stays (or, when unknown, what is missing); empty when movable
     sources: tuple[str, ...] = ()  # the constants it is computed from (empty for a constant itself)
     host_ops: tuple[str, ...] = ()  # the host operators that computed it (empty for a constant itself)
@@ -123,7 +133,7 @@ def _items(value: m.EValue) -> tuple[int, ...]:
     return ()
 
 
-class _Flow:
+class _OriginFlow:
     """The origin of every value as the instructions of one method run, in program order."""
 
     def __init__(self, plan: m.ExecutionPlan, written: frozenset[int]) -> None:
@@ -200,12 +210,12 @@ def _origins_at_transfers(plan: m.ExecutionPlan, transfers: Sequence[Transfer],
                           call_sites: Sequence[DelegateCallSite]) -> dict[Transfer, Optional[_Origin]]:
     """The origin of each transfer's value just before its instruction runs."""
     ops = [op.qualified_name for op in plan.operators or ()]
-    hosts = [delegate_device(d)[0].is_cpu for d in plan.delegates or ()]
+    hosts = [delegate_target_device(d)[0].is_cpu for d in plan.delegates or ()]
     sites = {(s.chain, s.instruction): s for s in call_sites or delegate_call_sites(plan)}
-    flow = _Flow(plan, _written(plan, sites))
+    flow = _OriginFlow(plan, _written(plan, sites))
     at: dict[tuple[int, int], list[Transfer]] = defaultdict(list)
     for t in transfers:
-        if t.kind in (H2D_KERNEL, DELEGATE_HOST_INPUT):
+        if t.kind in (TransferKind.H2D_KERNEL, TransferKind.DELEGATE_HOST_INPUT):
             at[(t.chain, t.instruction)].append(t)
     found: dict[Transfer, Optional[_Origin]] = {}
     for c, chain in enumerate(plan.chains or ()):
@@ -218,7 +228,7 @@ def _origins_at_transfers(plan: m.ExecutionPlan, transfers: Sequence[Transfer],
                 args = tuple(instruction.args)
                 name = ops[instruction.op_index] if 0 <= instruction.op_index < len(ops) else "?"
                 out = args[-1]
-                if name in (H2D_COPY, D2H_COPY):  # a copy between memories: the data is what it was
+                if name in COPY_KERNELS:  # a copy between memories: the data is what it was
                     flow.write(args[1:], flow.read(args[0]))
                     continue
                 produced = {out, *flow.items_of(out)}
@@ -259,12 +269,12 @@ def _host_reason(origin: _Origin, sources: tuple[str, ...]) -> str:
 
 def _constant_status(verdict: Optional[ConstantVerdict]) -> tuple[str, str]:
     if verdict is None:  # not reached: every constant has a verdict
-        return STAYS, "a constant the analysis did not judge"
+        return DerivedStatus.STAYS, "a constant the analysis did not judge"
     if verdict.eligible:
-        return MOVABLE, ""
+        return DerivedStatus.MOVABLE, ""
     if verdict.unknown:
-        return UNKNOWN, verdict.verdict
-    return STAYS, "; ".join(verdict.reasons)
+        return DerivedStatus.UNKNOWN, verdict.verdict
+    return DerivedStatus.STAYS, "; ".join(verdict.reasons)
 
 
 def method_derived_copies(plan: m.ExecutionPlan, method: MethodAnalysis) -> tuple[DerivedCopy, ...]:
@@ -284,7 +294,7 @@ def method_derived_copies(plan: m.ExecutionPlan, method: MethodAnalysis) -> tupl
         name = _names(values, (value,))[0]
         if origin.ops:
             sources = _names(values, origin.constants)
-            status, reason, ops = STAYS, _host_reason(origin, sources), origin.ops
+            status, reason, ops = DerivedStatus.STAYS, _host_reason(origin, sources), origin.ops
         else:  # the constant itself, or a value a MoveCall made of it (the constant's verdict says why it stays)
             sources, ops = (), ()
             status, reason = _constant_status(verdicts.get(value) or verdicts.get(origin.constants[0]))

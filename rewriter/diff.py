@@ -22,21 +22,51 @@ import hashlib
 from typing import Optional
 
 from pte_devconst.schema import model as m
+from pte_devconst.schema.executorch import H2D_COPY, delegate_target_device, method_labels, scalar_type_name
 from pte_devconst.schema.jsonable import fields_to_json
+from pte_devconst.schema.named_enum import NamedEnum
 from pte_devconst.schema.pte_file import PteFile
 from pte_devconst.schema.span import Span
 from pte_devconst.schema.record import record
 
-from .analysis import H2D_COPY, analyze_program, delegate_device, method_labels
+from .analysis import analyze_program
 from .fold import Tracer
-from .inventory import segment_roles, dtype_name
+from .inventory import segment_roles
+
+
+class MemoryKind(NamedEnum):
+    """Where a tensor's memory comes from, in a word."""
+
+    CONSTANT = "constant"  # the constant segment
+    EXTERNAL_CONSTANT = "external constant"  # a .ptd
+    PLANNED = "planned"  # a planned buffer (with or without initial data)
+    INPUT = "input"  # the caller's (unplanned, no data)
+    OTHER = "other"
+
+
+class Change(NamedEnum):
+    """How an item of one file compares with the same item of the other."""
+
+    SAME = "same"
+    CHANGED = "changed"
+    ADDED = "added"
+    REMOVED = "removed"
+
+
+class DataComparison(NamedEnum):
+    """How a tensor's bytes compare across the two files."""
+
+    SAME = "same"
+    CHANGED = "changed"
+    FOLDED = "folded"  # computed by a fold: nothing in the original to compare with
+    NOT_COMPARED = "-"  # a side ships no bytes for it (planned memory, a .ptd)
 
 
 @record
-class Placement:
+class TensorPlacement:
     """Where a tensor's memory comes from."""
 
-    kind: str  # constant, planned, input, external constant, other
+    kind: MemoryKind
     device: str
     memory_id: Optional[int]
     offset: Optional[int]
@@ -47,7 +77,7 @@ class Placement:
     sha256: Optional[str] = None  # of the bytes the tensor ships in this file; None: none (or in a .ptd)
 
     def describe(self) -> str:
-        if self.kind == "planned":
+        if self.kind is MemoryKind.PLANNED:
             text = f"planned {self.device} buffer {self.memory_id} @{self.offset}"
             return text + (", initial data" if self.initial_data else "")
         return f"{self.kind} ({self.device})" if self.device != "cpu" else self.kind
@@ -57,17 +87,17 @@ class Placement:
 class TensorChange:
     value: int
     name: str
-    before: Optional[Placement]
-    after: Optional[Placement]
-    data: str  # same or changed when both sides ship bytes for the tensor (see data_status), else "-"
+    before: Optional[TensorPlacement]
+    after: Optional[TensorPlacement]
+    data: DataComparison
 
 
-def data_status(before: Optional[Placement], after: Optional[Placement]) -> str:
+def data_status(before: Optional[TensorPlacement], after: Optional[TensorPlacement]) -> DataComparison:
     a = before.sha256 if before else None
     b = after.sha256 if after else None
     if a is None or b is None:
-        return "-"
-    return "same" if a == b else "changed"
+        return DataComparison.NOT_COMPARED
+    return DataComparison.SAME if a == b else DataComparison.CHANGED
 
 
 @record
@@ -81,7 +111,7 @@ class DelegateChange:
 @record
 class NamedDataChange:
     key: str
-    change: str  # added, removed, changed
+    change: Change  # added, removed or changed
     size_before: Optional[int]
     size_after: Optional[int]
 
@@ -98,7 +128,7 @@ class BufferChange:
 @record
 class InstructionChange:
     chain: int
-    change: str  # removed, added, changed
+    change: Change  # removed, added or changed
     before_index: Optional[int]
     after_index: Optional[int]
     before: Optional[str]
@@ -123,7 +153,7 @@ class FoldedChange:
 @record
 class MethodDiff:
     name: str
-    status: str  # same, changed, added, removed
+    status: Change
     tensors: tuple[TensorChange, ...]
     buffers: tuple[BufferChange, ...]
     delegates: tuple[DelegateChange, ...]
@@ -159,20 +189,20 @@ class ProgramDiff:
 
     @property
     def identical(self) -> bool:
-        return (all(method.status == "same" for method in self.methods) and not self.segments
+        return (all(method.status is Change.SAME for method in self.methods) and not self.segments
                 and not self.named_data and self.file_size_before == self.file_size_after
                 and self.program_size_before == self.program_size_after)
 
     @property
     def data_changes(self) -> int:
         """Tensors whose bytes differ (a correct rewrite has none)."""
-        return sum(1 for method in self.methods for t in method.tensors if t.data == "changed")
+        return sum(1 for method in self.methods for t in method.tensors if t.data is DataComparison.CHANGED)
 
     @property
     def moved_constants(self) -> int:
         return sum(1 for method in self.methods for t in method.tensors
-                   if t.before and t.after and t.before.kind in ("constant", "external constant")
-                   and t.after.kind == "planned" and t.after.initial_data)
+                   if t.before and t.after and t.before.kind in (MemoryKind.CONSTANT, MemoryKind.EXTERNAL_CONSTANT)
+                   and t.after.kind is MemoryKind.PLANNED and t.after.initial_data)
 
     @property
     def folded_values(self) -> int:
@@ -211,23 +241,24 @@ class _Digests:
         return self.span(span) if span is not None else hashlib.sha256(self.source.delegate_blob(delegate)).hexdigest()
 
 
-def placement(plan: m.ExecutionPlan, value: m.EValue, digests: Optional[_Digests] = None) -> Optional[Placement]:
+def placement(plan: m.ExecutionPlan, value: m.EValue, digests: Optional[_Digests] = None) -> Optional[TensorPlacement]:
     if not isinstance(value, m.Tensor):
         return None
     try:
         nbytes = value.nbytes
     except KeyError:
         nbytes = 0
-    common = dict(nbytes=nbytes, dtype=dtype_name(value.scalar_type), shape=tuple(value.sizes or ()),
+    common = dict(nbytes=nbytes, dtype=scalar_type_name(value.scalar_type), shape=tuple(value.sizes or ()),
                   sha256=digests.tensor(value) if digests is not None else None)
     if value.allocation_info is not None:
         alloc = value.allocation_info
-        return Placement("planned", str(plan.buffer_device(alloc.memory_id)), alloc.memory_id, alloc.memory_offset,
+        return TensorPlacement(MemoryKind.PLANNED, str(plan.buffer_device(alloc.memory_id)), alloc.memory_id, alloc.memory_offset,
                          value.has_initial_data, **common)
     if value.is_constant:
-        return Placement("external constant" if value.is_external else "constant", str(value.device), None, None,
-                         False, **common)
-    return Placement("input" if value.data_buffer_idx == 0 else "other", str(value.device), None, None, False, **common)
+        kind = MemoryKind.EXTERNAL_CONSTANT if value.is_external else MemoryKind.CONSTANT
+        return TensorPlacement(kind, str(value.device), None, None, False, **common)
+    kind = MemoryKind.INPUT if value.data_buffer_idx == 0 else MemoryKind.OTHER
+    return TensorPlacement(kind, str(value.device), None, None, False, **common)
 
 
 def instruction_text(plan: m.ExecutionPlan, ins: m.Instruction) -> str:
@@ -274,16 +305,16 @@ def _diff_instructions(a: m.ExecutionPlan, b: m.ExecutionPlan
             for itag, x1, x2, y1, y2 in inner.get_opcodes():
                 if itag == "equal":
                     for i, j in zip(range(i1 + x1, i1 + x2), range(j1 + y1, j1 + y2)):
-                        changes.append(InstructionChange(c, "changed", i, j, texts_a[i], texts_b[j]))
+                        changes.append(InstructionChange(c, Change.CHANGED, i, j, texts_a[i], texts_b[j]))
                         if c == 0 and i != j:
                             mapping.append((i, j))
                     continue
                 for i in range(i1 + x1, i1 + x2):
-                    changes.append(InstructionChange(c, "removed", i, None, texts_a[i], None))
+                    changes.append(InstructionChange(c, Change.REMOVED, i, None, texts_a[i], None))
                     if c == 0:
                         mapping.append((i, None))
                 for j in range(j1 + y1, j1 + y2):
-                    changes.append(InstructionChange(c, "added", None, j, None, texts_b[j]))
+                    changes.append(InstructionChange(c, Change.ADDED, None, j, None, texts_b[j]))
         changes.sort(key=lambda ch: (ch.chain, ch.before_index if ch.before_index is not None else ch.after_index))
         mapping.sort()
     return changes, mapping
@@ -297,7 +328,7 @@ def _diff_delegates(a: m.ExecutionPlan, b: m.ExecutionPlan, digests: tuple[_Dige
         da = delegates_a[index] if index < len(delegates_a) else None
         db = delegates_b[index] if index < len(delegates_b) else None
         if da is None or db is None:
-            kinds = ["added" if da is None else "removed"]
+            kinds = [Change.ADDED if da is None else Change.REMOVED]
         else:
             kinds = [kind for kind, differs in (
                 ("backend", da.id != db.id),
@@ -313,7 +344,7 @@ def _diff_method(name: str, a: Optional[m.ExecutionPlan], b: Optional[m.Executio
     if a is None or b is None:
         present = a or b
         count = sum(len(ch.instructions or ()) for ch in present.chains or ())
-        return MethodDiff(name, "added" if a is None else "removed", (), (), (), (), (),
+        return MethodDiff(name, Change.ADDED if a is None else Change.REMOVED, (), (), (), (), (),
                           0 if a is None else count, count if a is None else 0, *h2d)
     tensors = []
     values_a, values_b = a.values or (), b.values or ()
@@ -341,15 +372,15 @@ def _diff_method(name: str, a: Optional[m.ExecutionPlan], b: Optional[m.Executio
     folds = _folds(a, b, tensors)
     status = {f.value: _fold_data(a, f, next(t for t in tensors if t.value == f.value), digests[0]) for f in folds}
     tensors = [m.replace(t, data=status[t.value]) if t.value in status else t for t in tensors]
-    return MethodDiff(name, "changed" if changed else "same", tuple(tensors), tuple(buffers), tuple(delegates),
+    return MethodDiff(name, Change.CHANGED if changed else Change.SAME, tuple(tensors), tuple(buffers), tuple(delegates),
                       tuple(instructions), tuple(mapping), count_a, count_b, *h2d, tuple(folds))
 
 
 def _folds(a: m.ExecutionPlan, b: m.ExecutionPlan, tensors: list[TensorChange]) -> list[FoldedChange]:
     """Tensors device-resident with initial data in ``b`` that ``a`` computed from a constant (or had not):
     traced in ``a`` through its foldable kernels; a new value through the delegate arguments now reading it."""
-    candidates = [t for t in tensors if t.after and t.after.kind == "planned" and t.after.initial_data
-                  and t.after.device != "cpu" and (t.before is None or t.before.kind == "planned"
+    candidates = [t for t in tensors if t.after and t.after.kind is MemoryKind.PLANNED and t.after.initial_data
+                  and t.after.device != "cpu" and (t.before is None or t.before.kind is MemoryKind.PLANNED
                                                    and not t.before.initial_data)]
     if not candidates:
         return []
@@ -370,11 +401,11 @@ def _folds(a: m.ExecutionPlan, b: m.ExecutionPlan, tensors: list[TensorChange]) 
     return found
 
 
-def _fold_data(a: m.ExecutionPlan, fold: FoldedChange, change: TensorChange, digests: _Digests) -> str:
+def _fold_data(a: m.ExecutionPlan, fold: FoldedChange, change: TensorChange, digests: _Digests) -> DataComparison:
     """``folded`` (computed bytes: nothing in the original to compare with), or for a device copy of a shared
     constant whether it holds the constant's bytes."""
     if fold.kernels:
-        return "folded"
+        return DataComparison.FOLDED
     source = placement(a, (a.values or ())[fold.source], digests)
     return data_status(source, change.after)
 
@@ -398,7 +429,7 @@ def _copies_per_call(plan: m.ExecutionPlan, value: int) -> int:
                  if isinstance(i, m.KernelCall) and ops[i.op_index] == H2D_COPY and (i.args or (None,))[0] == value)
     if copies:
         return copies
-    devices = [delegate_device(d)[0] for d in plan.delegates or ()]
+    devices = [delegate_target_device(d)[0] for d in plan.delegates or ()]
     return sum(1 for chain in plan.chains or () for i in chain.instructions or ()
                if isinstance(i, m.DelegateCall) and not devices[i.delegate_index].is_cpu for arg in i.args or ()
                if arg == value)
@@ -420,7 +451,7 @@ def _diff_named_data(a: PteFile, b: PteFile, digests: tuple[_Digests, _Digests])
     for key in list(named_a) + [k for k in named_b if k not in named_a]:
         before, after = named_a.get(key), named_b.get(key)
         if before != after:
-            change = "added" if before is None else "removed" if after is None else "changed"
+            change = Change.ADDED if before is None else Change.REMOVED if after is None else Change.CHANGED
             changes.append(NamedDataChange(key, change, before[0] if before else None, after[0] if after else None))
     return changes
 

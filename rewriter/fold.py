@@ -40,10 +40,11 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.dataflow import delegate_call_sites
+from pte_devconst.schema.executorch import CLONE_DIM_ORDER, H2D_COPY, TO_DIM_ORDER_COPY
 from pte_devconst.schema.model import CPU, Device, dim_order_strides
 from pte_devconst.schema.record import record
 
-from .analysis import (H2D_COPY, DelegateArg, DeviceCopy, Reader, _external_problem, _follow_copy, _host_reason,
+from .analysis import (DeviceCopy, Reader, ReaderKind, RewiredDelegateArg, _external_problem, _follow_copy, _host_reason,
                        _MethodContext, _Reasons)
 
 INT64_MAX = sys.maxsize
@@ -380,9 +381,9 @@ FOLD_KERNELS: dict[str, FoldKernel] = {k.key: k for k in (
     FoldKernel("aten::select_copy.int_out", ("dim", "index"), ("int", "int"),
                lambda ops, x, a, s, o: ops.select(x, a["dim"], a["index"])),
     FoldKernel("aten::_to_copy.out", ("non_blocking", "memory_format"), ("bool", "int?"), _to_copy, casts=True),
-    FoldKernel("dim_order_ops::_to_dim_order_copy.out", ("non_blocking", "dim_order"), ("bool", "ints?"),
+    FoldKernel(TO_DIM_ORDER_COPY, ("non_blocking", "dim_order"), ("bool", "ints?"),
                _to_dim_order, logical=True, casts=True),
-    FoldKernel("dim_order_ops::_clone_dim_order.out", ("non_blocking", "dim_order"), ("bool", "ints?"),
+    FoldKernel(CLONE_DIM_ORDER, ("non_blocking", "dim_order"), ("bool", "ints?"),
                _clone_dim_order, logical=True),
 )}
 
@@ -483,7 +484,7 @@ class FoldNode:
     host: tuple[str, ...]  # its readers that stay on the host, e.g. "read by host kernel aten::embedding.out at #12"
     device: Optional[Device]  # the one device its device readers are on
     copies: tuple[DeviceCopy, ...]  # its _h2d_copy kernels whose copies only delegates on `device` read
-    delegate_args: tuple[DelegateArg, ...]  # every delegate argument that reads it or its copies
+    delegate_args: tuple[RewiredDelegateArg, ...]  # every delegate argument that reads it or its copies
     device_reads: int  # per call: its copies, or device delegate reads (legacy style)
     delegates: tuple[int, ...] = ()  # the delegates reading it (by index)
 
@@ -501,7 +502,7 @@ class FoldChain:
     result_tensor: m.Tensor
     device: Device
     copies: tuple[DeviceCopy, ...]
-    delegate_args: tuple[DelegateArg, ...]
+    delegate_args: tuple[RewiredDelegateArg, ...]
     copies_per_call: int
     delegates: tuple[int, ...]
     stays: tuple[str, ...] = ()  # what keeps the constant (or a step) on the host: "aten::embedding.out at #12"
@@ -779,14 +780,14 @@ class _Finder:
         host = _Reasons()
         devices: set[Device] = set()
         copies: list[DeviceCopy] = []
-        args: list[DelegateArg] = []
+        args: list[RewiredDelegateArg] = []
         delegates: list[int] = []
         children: list[tuple[FoldStep, Strided]] = []
         own = (step.chain, step.instruction) if step is not None else None
         for reader in readers:
             if reader.step == own:
                 continue  # the kernel computing it names it as its out and return slots
-            if reader.kind == "KernelCall" and reader.name in FOLD_KERNELS and reader.arg_pos == 0:
+            if _table_kernel(reader):
                 try:
                     if depth >= MAX_CHAIN:
                         raise Unfoldable(f"the chain would be longer than {MAX_CHAIN} kernels")
@@ -797,9 +798,9 @@ class _Finder:
                              f"read by host kernel {reader.name} at #{reader.instruction} (not foldable: {why})")
             elif reader.on_device and (reader.chain, reader.instruction, reader.arg_pos) not in self.writes.delegate_outputs:
                 devices.add(reader.device)  # type: ignore[arg-type]
-                args.append(DelegateArg(reader.chain, reader.instruction, reader.arg_pos, index))
+                args.append(RewiredDelegateArg(reader.chain, reader.instruction, reader.arg_pos, index))
                 delegates.append(reader.delegate_index)
-            elif reader.kind == "KernelCall" and reader.name == H2D_COPY and reader.arg_pos == 0:
+            elif reader.copies_to_device:
                 found = _Reasons()
                 before = len(args)
                 _follow_copy(ctx, index, reader, found, devices, copies, args)
@@ -808,7 +809,7 @@ class _Finder:
                         host.add(short, detail)
                 else:
                     delegates += [self._delegate(a) for a in args[before:]]
-            elif ctx.host_placement and reader.kind in ("KernelCall", "DelegateCall"):
+            elif ctx.host_placement and reader.kind in (ReaderKind.KERNEL_CALL, ReaderKind.DELEGATE_CALL):
                 devices.add(CPU)
                 delegates.append(reader.delegate_index)
             else:
@@ -830,7 +831,7 @@ class _Finder:
                                      tuple(dict.fromkeys(d for d in delegates if d >= 0)))
         return children
 
-    def _delegate(self, arg: DelegateArg) -> int:
+    def _delegate(self, arg: RewiredDelegateArg) -> int:
         ins = (self.plan.chains or ())[arg.chain].instructions[arg.instruction]
         return ins.delegate_index if isinstance(ins, m.DelegateCall) else -1
 
@@ -891,6 +892,11 @@ class _Finder:
         return tuple(dict.fromkeys(stays))
 
 
+def _table_kernel(reader: Reader) -> bool:
+    """The reader is the input of a kernel in the fold table: a chain can continue (or start) there."""
+    return reader.kind is ReaderKind.KERNEL_CALL and reader.name in FOLD_KERNELS and reader.arg_pos == 0
+
+
 def method_folds(ctx: _MethodContext, constants: Sequence[Any]) -> MethodFolds:
     """The fold trees and candidate chains of one method, given its constants' plain verdicts.
 
@@ -898,13 +904,10 @@ def method_folds(ctx: _MethodContext, constants: Sequence[Any]) -> MethodFolds:
     testing the encoding on the CPU runtime, which makes every host reader a "device" reader) also those
     that a table kernel reads, so that their chains fold rather than the constant moving.
     """
-    def table_kernel(reader: Reader) -> bool:
-        return reader.kind == "KernelCall" and reader.name in FOLD_KERNELS and reader.arg_pos == 0
-
     def device_bound(reader: Reader) -> bool:  # a chain could start here, or its device readers be duplicated
-        return table_kernel(reader) or reader.on_device or reader.kind == "KernelCall" and reader.name == H2D_COPY
+        return _table_kernel(reader) or reader.on_device or reader.kind == ReaderKind.KERNEL_CALL and reader.name == H2D_COPY
 
-    roots = [c.value for c in constants if (not c.eligible or ctx.host_placement and any(map(table_kernel, c.readers)))
+    roots = [c.value for c in constants if (not c.eligible or ctx.host_placement and any(map(_table_kernel, c.readers)))
              and any(map(device_bound, c.readers))]
     if not roots:  # nothing to walk: no writer map, no view reads
         return MethodFolds({}, ())

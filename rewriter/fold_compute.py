@@ -34,11 +34,11 @@ import torch
 from pte_devconst.runner.dtypes import torch_dtype
 from pte_devconst.schema import model as m
 from pte_devconst.schema.errors import PteDevconstError
+from pte_devconst.schema.executorch import scalar_type_name
 from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile
 
 from .fold import FLOATING, FOLD_KERNELS, INTEGRAL, FoldRecipe, Strided, apply_step
-from .inventory import dtype_name
 
 BLOCK_BYTES = 4 << 20
 _RAW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}  # element movers, by element size
@@ -242,7 +242,7 @@ def cast_problem(recipe: FoldRecipe, source: SourceBytes) -> Optional[str]:
         low, high = _INT_RANGE[target]
         wide = before.double()
         if not bool(torch.isfinite(wide).all()) or bool((wide <= low).any()) or bool((wide >= high).any()):
-            name = dtype_name(target)
+            name = scalar_type_name(target)
             return (f"{FOLD_KERNELS[recipe.kernels[position][0]].short} casts NaN, infinite or out-of-range values to "
                     f"{name}, which C++ leaves undefined")
     return None

@@ -10,29 +10,40 @@ from __future__ import annotations
 from typing import Optional
 
 from pte_devconst.schema import model as m
+from pte_devconst.schema.executorch import scalar_type_name
+from pte_devconst.schema.named_enum import NamedEnum
 from pte_devconst.schema.pte_file import PteFile
 from pte_devconst.schema.record import record
 
-from .analysis import Analysis, Reader, buffer_devices
-from .derived import STAYS, DerivedCopy, derived_copies
+from .analysis import Analysis, MethodStyle, Reader, ReaderKind, buffer_devices
+from .derived import DerivedCopy, DerivedStatus, derived_copies
 
-_DTYPE_NAMES = {
-    0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32", 7: "float64",
-    11: "bool", 12: "qint8", 13: "quint8", 14: "qint32", 15: "bfloat16", 16: "quint4x2", 17: "quint2x4",
-    22: "bits16", 23: "float8_e5m2", 24: "float8_e4m3fn", 25: "float8_e5m2fnuz", 26: "float8_e4m3fnuz",
-    27: "uint16", 28: "uint32", 29: "uint64",
-}
+class ValueKind(NamedEnum):
+    """What a value is, in a word (a list of any kind is ``list``)."""
+
+    TENSOR = "tensor"
+    INT = "int"
+    BOOL = "bool"
+    DOUBLE = "double"
+    STRING = "string"
+    LIST = "list"
+    NONE = "none"
 
 
-def dtype_name(scalar_type: int) -> str:
-    """torch's name for an ExecuTorch scalar type (``float32``)."""
-    return _DTYPE_NAMES.get(scalar_type, f"scalar_type_{scalar_type}")
+class BytesLocation(NamedEnum):
+    """Where the bytes of a constant, a delegate blob or initial data are in the files."""
+
+    CONSTANT_SEGMENT = "constant segment"
+    SEGMENT = "segment"  # a delegate blob's own segment
+    MUTABLE_SEGMENT = "mutable segment"  # initial data
+    INLINE = "inline"  # in the flatbuffer
+    EXTERNAL = "external"  # a .ptd
 
 
 @record
 class ValueSummary:
     index: int
-    kind: str  # tensor, int, bool, double, string, list, none
+    kind: ValueKind
     dtype: Optional[str] = None
     shape: Optional[tuple[int, ...]] = None
     device: Optional[str] = None
@@ -43,7 +54,7 @@ class DelegateSummary:
     index: int
     backend_id: str
     device: str
-    location: str  # inline or segment
+    location: BytesLocation  # INLINE or SEGMENT
     nbytes: int
     call_sites: tuple[int, ...]
     compile_specs: tuple[str, ...]
@@ -65,7 +76,7 @@ class ConstantSummary:
     dtype: str
     shape: tuple[int, ...]
     nbytes: int
-    location: str  # constant segment, inline, external
+    location: BytesLocation  # CONSTANT_SEGMENT, INLINE or EXTERNAL
     device_tag: str
     readers: tuple[str, ...]
     verdict: str
@@ -94,7 +105,7 @@ class InitialDataSummary:
     memory_id: int
     offset: int
     device: str
-    source: str  # mutable segment or external
+    source: BytesLocation  # MUTABLE_SEGMENT or EXTERNAL
 
 
 @record
@@ -107,7 +118,7 @@ class PerCallCopySummary:
     nbytes: int
     copies_per_call: int
     bytes_per_call: int
-    status: str  # movable, unknown or stays
+    status: DerivedStatus
     reason: str  # empty when movable
 
     @classmethod
@@ -128,7 +139,7 @@ class MethodSummary:
     buffers: tuple[BufferSummary, ...]
     constants: tuple[ConstantSummary, ...]
     initial_data: tuple[InitialDataSummary, ...]
-    style: str
+    style: MethodStyle
     h2d_bytes_per_call: int
     per_call_copies: tuple[PerCallCopySummary, ...] = ()  # the constant-derived part of h2d_bytes_per_call
     folds: tuple[FoldSummary, ...] = ()
@@ -157,7 +168,7 @@ class ProgramSummary:
     @property
     def stays(self) -> tuple[PerCallCopySummary, ...]:
         """The constant-derived per-call copies the rewrite cannot remove, each with its reason."""
-        return tuple(c for method in self.methods for c in method.per_call_copies if c.status == STAYS)
+        return tuple(c for method in self.methods for c in method.per_call_copies if c.status is DerivedStatus.STAYS)
 
     @property
     def stays_bytes_per_call(self) -> int:
@@ -167,20 +178,21 @@ class ProgramSummary:
 def value_summary(plan: m.ExecutionPlan, index: int) -> ValueSummary:
     value = (plan.values or ())[index]
     if isinstance(value, m.Tensor):
-        return ValueSummary(index, "tensor", dtype_name(value.scalar_type), tuple(value.sizes or ()), str(value.device))
-    kind = {m.Int: "int", m.Bool: "bool", m.Double: "double", m.String: "string", m.Null: "none"}.get(type(value), "list")
+        return ValueSummary(index, ValueKind.TENSOR, scalar_type_name(value.scalar_type), tuple(value.sizes or ()), str(value.device))
+    kind = {m.Int: ValueKind.INT, m.Bool: ValueKind.BOOL, m.Double: ValueKind.DOUBLE, m.String: ValueKind.STRING,
+            m.Null: ValueKind.NONE}.get(type(value), ValueKind.LIST)
     return ValueSummary(index, kind)
 
 
 def describe_reader(reader: Reader) -> str:
-    if reader.kind == "KernelCall":
+    if reader.kind == ReaderKind.KERNEL_CALL:
         return f"#{reader.instruction} {reader.name}"
-    if reader.kind == "DelegateCall":
+    if reader.kind == ReaderKind.DELEGATE_CALL:
         device = f"{reader.device}, unreadable target_device" if reader.device_error else str(reader.device)
         return f"#{reader.instruction} delegate {reader.delegate_index} ({reader.name}, {device})"
-    if reader.kind == "output":
+    if reader.kind == ReaderKind.OUTPUT:
         return f"output {reader.arg_pos}"
-    if reader.kind == "TensorList":
+    if reader.kind == ReaderKind.TENSOR_LIST:
         return f"in list {reader.name}"
     return f"#{reader.instruction} {reader.kind}"
 
@@ -201,11 +213,11 @@ def segment_roles(program: m.Program) -> dict[int, str]:
     return roles
 
 
-def _constant_location(tensor: m.Tensor, program: m.Program) -> str:
+def _constant_location(tensor: m.Tensor, program: m.Program) -> BytesLocation:
     if tensor.is_external:
-        return "external"
+        return BytesLocation.EXTERNAL
     cs = program.constant_segment
-    return "constant segment" if cs is not None and len(cs.offsets or ()) > 1 else "inline"
+    return BytesLocation.CONSTANT_SEGMENT if cs is not None and len(cs.offsets or ()) > 1 else BytesLocation.INLINE
 
 
 def summarize(source: PteFile, analysis: Analysis) -> ProgramSummary:
@@ -226,7 +238,7 @@ def summarize(source: PteFile, analysis: Analysis) -> ProgramSummary:
                 if value.has_initial_data:
                     initial.append(InitialDataSummary(
                         index, value.fqn or f"value {index}", value.nbytes, mid, value.allocation_info.memory_offset,
-                        str(value.device), "external" if value.is_external else "mutable segment"))
+                        str(value.device), BytesLocation.EXTERNAL if value.is_external else BytesLocation.MUTABLE_SEGMENT))
         delegates = []
         for info in method.delegates:
             delegate = (plan.delegates or ())[info.index]
@@ -235,14 +247,14 @@ def summarize(source: PteFile, analysis: Analysis) -> ProgramSummary:
             size = span.size if span else len((inline[delegate.processed.index].data or b"")) if delegate.processed else 0
             specs = tuple(f"{s.key}={_spec_text(s.value)}" for s in delegate.compile_specs or ())
             delegates.append(DelegateSummary(info.index, info.backend_id, str(info.device),
-                                             "segment" if span else "inline", size,
+                                             BytesLocation.SEGMENT if span else BytesLocation.INLINE, size,
                                              tuple(k for _, k in info.call_sites), specs, info.device_error))
         sizes = plan.non_const_buffer_sizes or ()
         on = buffer_devices(plan)
         buffers = tuple(BufferSummary(i, sizes[i], str(on.get(i, m.CPU)), counts.get(i, 0)) for i in range(1, len(sizes)))
         folds = method.folds
         constants = tuple(
-            ConstantSummary(c.value, c.name, dtype_name(c.tensor.scalar_type), tuple(c.tensor.sizes or ()), c.nbytes,
+            ConstantSummary(c.value, c.name, scalar_type_name(c.tensor.scalar_type), tuple(c.tensor.sizes or ()), c.nbytes,
                             _constant_location(c.tensor, program), str(c.tensor.device),
                             tuple(describe_reader(r) for r in c.readers), (folds and folds.verdict(c)) or c.verdict)
             for c in method.constants

@@ -21,7 +21,7 @@ from pte_devconst.schema.model import CPU, Device
 from pte_devconst.schema.record import record
 from pte_devconst.schema.validate import MAX_TENSOR_BYTES
 
-from .analysis import Analysis, ConstantVerdict, DelegateArg, DeviceCopy, MethodAnalysis, buffer_devices
+from .analysis import Analysis, ConstantVerdict, DeviceCopy, MethodAnalysis, RewiredDelegateArg, buffer_devices
 from .fold import FoldChain, FoldRecipe, MethodFolds, removed_steps
 
 
@@ -49,7 +49,7 @@ class Placement:
     source_index: int  # the constant's data_buffer_idx before the rewrite (external: its .ptd index)
     external_key: Optional[str]
     copies: tuple[DeviceCopy, ...]
-    delegate_args: tuple[DelegateArg, ...]
+    delegate_args: tuple[RewiredDelegateArg, ...]
     copies_per_call: int
     plan_index: int = 0
 

@@ -42,6 +42,7 @@ from typing import Optional
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.errors import FormatError, PteDevconstError
+from pte_devconst.schema.executorch import H2D_COPY, delegate_target_device
 from pte_devconst.schema.gc_pause import gc_paused
 from pte_devconst.schema.header import TENSOR_ALIGNMENT
 from pte_devconst.schema.limits import over_runtime_limits
@@ -49,7 +50,6 @@ from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile, open_pte
 from pte_devconst.schema.span import Span
 
-from .analysis import H2D_COPY, delegate_device
 from .fold import FOLD_KERNELS, Traced, Tracer, layout_of, recipe_of, view_reads
 from .plan import FoldPlacement, MethodEdit, Placement, RewritePlan
 from .verify_bytes import ByteChecker, ComputedBytes, SameBytes, WriteRecipe, ZeroBytes
@@ -76,7 +76,7 @@ def full_by_default() -> bool:
 
 
 @dataclass
-class _Context:
+class _VerifyContext:
     """What the per-method checks share: both files, the .ptd, the constant remap and the byte requirements."""
 
     original: PteFile
@@ -107,7 +107,7 @@ def check_rewrite(original: PteFile, written: PteFile, plan: RewritePlan, *, ptd
     if over:
         raise _fail(f"the program has {over}")
     remap = _check_program_tables(a, b, plan)
-    context = _Context(original, written, ptd, plan, remap)
+    context = _VerifyContext(original, written, ptd, plan, remap)
     edits = _edits_by_index(plan, len(a.execution_plan or ()))
     for index, (old, new) in enumerate(zip(a.execution_plan or (), b.execution_plan or ())):
         _MethodCheck(context, index, old, new, edits.get(index)).run()
@@ -225,7 +225,7 @@ def _edits_by_index(plan: RewritePlan, methods: int) -> dict[int, MethodEdit]:
 class _MethodCheck:
     """Compares method ``index`` of the input and the output, given the plan's edit of it (if any)."""
 
-    def __init__(self, context: _Context, index: int, old: m.ExecutionPlan, new: m.ExecutionPlan,
+    def __init__(self, context: _VerifyContext, index: int, old: m.ExecutionPlan, new: m.ExecutionPlan,
                  edit: Optional[MethodEdit]) -> None:
         self.context = context
         self.old, self.new = old, new
@@ -581,7 +581,7 @@ class _MethodCheck:
         watched = resident | gone
         if not watched:
             return
-        devices = [delegate_device(d)[0] for d in self.new.delegates or ()]
+        devices = [delegate_target_device(d)[0] for d in self.new.delegates or ()]
         for value, reader, delegate in _readers(self.new, watched):
             if value in gone:
                 raise self.fail(f"value {value} is still read by {reader}, but only removed instructions wrote it")
@@ -677,7 +677,7 @@ def external_entry_problem(ptd: PtdFile, tensor: m.Tensor) -> Optional[str]:
 
 # --- segments and padding -----------------------------------------------------------------------
 
-def _require_segments(context: _Context) -> None:
+def _require_segments(context: _VerifyContext) -> None:
     """Every segment the rewrite does not re-lay holds the input's bytes (the initial data's as a prefix).
 
     The constant segment, when entries are dropped, is checked entry by entry (its values above);

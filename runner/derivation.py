@@ -27,18 +27,19 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from pte_devconst.schema import model as m
+from pte_devconst.schema.executorch import CLONE_DIM_ORDER, D2H_COPY, EMPTY_DIM_ORDER, ET_COPY_INDEX, H2D_COPY, TO_DIM_ORDER_COPY
 
 from .kernels import TorchKernel
 from .values import ListRef, RuntimeValues
 
 # The runner's own kernels (kernels.BUILTIN_KERNELS), by the argument positions they write.
 _BUILTIN_WRITES: dict[str, slice | tuple[int, ...]] = {
-    "et_copy::_h2d_copy.out": slice(1, None),
-    "et_copy::_d2h_copy.out": slice(1, None),
-    "dim_order_ops::_to_dim_order_copy.out": slice(3, None),
-    "dim_order_ops::_clone_dim_order.out": slice(3, None),
-    "dim_order_ops::_empty_dim_order.out": slice(2, None),
-    "executorch_prim::et_copy_index.tensor": (0,),
+    H2D_COPY: slice(1, None),
+    D2H_COPY: slice(1, None),
+    TO_DIM_ORDER_COPY: slice(3, None),
+    CLONE_DIM_ORDER: slice(3, None),
+    EMPTY_DIM_ORDER: slice(2, None),
+    ET_COPY_INDEX: (0,),
 }
 _COPY_ = ("aten::copy_", "aten::copy_.default")
 

@@ -15,6 +15,7 @@ import torch
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.errors import UnsupportedProgramError
+from pte_devconst.schema.executorch import UnreadableTargetDevice, parse_target_device as parse_spec
 
 
 @dataclass(frozen=True)
@@ -63,10 +64,12 @@ def exact_float_math() -> Iterator[None]:
 
 
 def parse_target_device(value: bytes | None, where: str) -> m.Device:
-    """A ``target_device`` compile spec (``b"cuda:1"``) as a Device; CPU when absent."""
-    if value is None:
-        return m.CPU
+    """A ``target_device`` compile spec (``b"cuda:1"``) as a Device; CPU when absent.
+
+    A spec that does not parse names no device the runner could run the delegate on: refused
+    (schema/executorch.py has the one rule; analysis keeps such a delegate's constants on the host).
+    """
     try:
-        return m.Device.parse(bytes(value).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as error:
-        raise UnsupportedProgramError(f"bad target_device compile spec {bytes(value)!r}: {error}", where=where) from None
+        return parse_spec(value)
+    except UnreadableTargetDevice as error:
+        raise UnsupportedProgramError(str(error), where=where) from None

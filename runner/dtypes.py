@@ -6,27 +6,15 @@ import torch
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.errors import UnsupportedProgramError
+from pte_devconst.schema.executorch import SCALAR_TYPES, scalar_type_name
 from pte_devconst.schema.model import dim_order_strides  # noqa: F401 - re-exported: the runner's geometry
 
-_TORCH_DTYPES: dict[int, torch.dtype] = {
-    m.ScalarType.BYTE: torch.uint8,
-    m.ScalarType.CHAR: torch.int8,
-    m.ScalarType.SHORT: torch.int16,
-    m.ScalarType.INT: torch.int32,
-    m.ScalarType.LONG: torch.int64,
-    m.ScalarType.HALF: torch.float16,
-    m.ScalarType.FLOAT: torch.float32,
-    m.ScalarType.DOUBLE: torch.float64,
-    m.ScalarType.BOOL: torch.bool,
-    m.ScalarType.BFLOAT16: torch.bfloat16,
-    m.ScalarType.FLOAT8E5M2: torch.float8_e5m2,
-    m.ScalarType.FLOAT8E4M3FN: torch.float8_e4m3fn,
-    m.ScalarType.FLOAT8E5M2FNUZ: torch.float8_e5m2fnuz,
-    m.ScalarType.FLOAT8E4M3FNUZ: torch.float8_e4m3fnuz,
-    m.ScalarType.UINT16: torch.uint16,
-    m.ScalarType.UINT32: torch.uint32,
-    m.ScalarType.UINT64: torch.uint64,
-}
+# Quantized and bit types have torch dtypes but no arithmetic the runner could run; they are refused by name.
+_NOT_COMPUTED = frozenset({m.ScalarType.QINT8, m.ScalarType.QUINT8, m.ScalarType.QINT32, m.ScalarType.QUINT4X2,
+                           m.ScalarType.QUINT2X4, m.ScalarType.BITS16})
+# torch names its dtypes as ExecuTorch's table does (``float32`` -> ``torch.float32``).
+_TORCH_DTYPES: dict[int, torch.dtype] = {scalar: getattr(torch, info.name) for scalar, info in SCALAR_TYPES.items()
+                                         if scalar not in _NOT_COMPUTED}
 _SCALAR_TYPES = {dtype: scalar for scalar, dtype in _TORCH_DTYPES.items()}
 
 
@@ -35,11 +23,7 @@ def torch_dtype(scalar_type: int, where: str = "") -> torch.dtype:
     try:
         return _TORCH_DTYPES[scalar_type]
     except KeyError:
-        try:
-            name = m.ScalarType(scalar_type).name
-        except ValueError:
-            name = str(scalar_type)
-        raise UnsupportedProgramError(f"the runner cannot execute tensors of scalar type {name}",
+        raise UnsupportedProgramError(f"the runner cannot execute tensors of scalar type {scalar_type_name(scalar_type)}",
                                       where=where or None) from None
 
 

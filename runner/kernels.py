@@ -22,6 +22,8 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 
 from pte_devconst.schema import model as m
+from pte_devconst.schema.executorch import (CLONE_DIM_ORDER, D2H_COPY, EMPTY_DIM_ORDER, ET_COPY_INDEX, H2D_COPY,
+                                            PRIM_PREFIX, TO_DIM_ORDER_COPY)
 
 from .copies import Cause, Direction
 from .values import ListRef, RunnerError, RuntimeValues
@@ -41,7 +43,7 @@ def _check_host(rv: RuntimeValues, indices: tuple[int, ...], op: str, where: str
 
 
 def _device_copy(direction: Direction) -> Kernel:
-    name = "et_copy::_h2d_copy.out" if direction is Direction.H2D else "et_copy::_d2h_copy.out"
+    name = H2D_COPY if direction is Direction.H2D else D2H_COPY
 
     def kernel(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
         if len(args) < 2:
@@ -142,14 +144,14 @@ def _et_view(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
 
 def _et_copy_index(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
     # (Tensor(a!) copy_to, Tensor copy_from, int index): copy_to grows to index + 1 rows, row index = copy_from
-    _check_host(rv, args[:2], "executorch_prim::et_copy_index.tensor", where)
+    _check_host(rv, args[:2], ET_COPY_INDEX, where)
     source, index = rv.tensor(args[1], where), rv.get(args[2], where)
     target = rv.resize(args[0], (index + 1, *source.shape), where)
     target[index].copy_(source)
 
 
 def _prim(name: str) -> Optional[Kernel]:
-    short = name.removeprefix("executorch_prim::")
+    short = name.removeprefix(PRIM_PREFIX)
     special = {"sym_size.int": _sym_size, "sym_numel.default": _sym_numel, "sym_numel": _sym_numel,
                "et_view.default": _et_view, "et_copy_index.tensor": _et_copy_index}.get(short)
     if special is not None:
@@ -172,11 +174,11 @@ def _prim(name: str) -> Optional[Kernel]:
 
 
 BUILTIN_KERNELS: dict[str, Kernel] = {
-    "et_copy::_h2d_copy.out": _device_copy(Direction.H2D),
-    "et_copy::_d2h_copy.out": _device_copy(Direction.D2H),
-    "dim_order_ops::_to_dim_order_copy.out": _dim_order_copy,
-    "dim_order_ops::_clone_dim_order.out": _dim_order_copy,
-    "dim_order_ops::_empty_dim_order.out": _empty_dim_order,
+    H2D_COPY: _device_copy(Direction.H2D),
+    D2H_COPY: _device_copy(Direction.D2H),
+    TO_DIM_ORDER_COPY: _dim_order_copy,
+    CLONE_DIM_ORDER: _dim_order_copy,
+    EMPTY_DIM_ORDER: _empty_dim_order,
     "aten::copy_": _aten_copy_,
     "aten::copy_.default": _aten_copy_,
 }
@@ -315,7 +317,7 @@ def resolve_kernel(operator_: m.Operator, where: str) -> Kernel:
     builtin = BUILTIN_KERNELS.get(name)
     if builtin is not None:
         return _guarded(name, builtin)
-    if name.startswith("executorch_prim::"):
+    if name.startswith(PRIM_PREFIX):
         prim = _prim(name)
         if prim is None:
             raise RunnerError(f"unknown operator {name}: the runner does not implement this prim op", where=where)

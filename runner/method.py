@@ -10,6 +10,7 @@ import torch
 from pte_devconst.schema import model as m
 from pte_devconst.schema.dataflow import DelegateCallSite, delegate_call_sites
 from pte_devconst.schema.errors import PteDevconstError
+from pte_devconst.schema.executorch import H2D_COPY, TARGET_DEVICE_KEY, scalar_type_name
 from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile
 
@@ -21,10 +22,9 @@ from .dtypes import dim_order_strides, dtype_name, torch_dtype
 from .kernels import Kernel, resolve_kernel
 from .memory import MethodMemory, ProgramData, typed_view
 from .transcript import DelegateCallRecord, TranscriptRecorder
-from .values import FREED, NOT_BOUND, ListRef, RunnerError, RuntimeValues
+from .values import FREED, NOT_BOUND, ListKind, ListRef, RunnerError, RuntimeValues
 
 MAX_INSTRUCTIONS = 10_000_000
-H2D_COPY = "et_copy::_h2d_copy.out"
 
 
 @dataclass
@@ -37,11 +37,7 @@ class _Delegate:
 
 
 def describe(tensor: m.Tensor) -> str:
-    try:
-        name = dtype_name(torch_dtype(tensor.scalar_type))
-    except Exception:  # noqa: BLE001 - only a label
-        name = f"scalar_type {tensor.scalar_type}"
-    return f"{name}{list(tensor.sizes or ())}"
+    return f"{scalar_type_name(tensor.scalar_type)}{list(tensor.sizes or ())}"
 
 
 class LoadedMethod:
@@ -122,18 +118,18 @@ class LoadedMethod:
         elif isinstance(value, (m.DoubleList, m.BoolList)):
             rv.set(index, list(value.items or ()))
         elif isinstance(value, m.IntList):
-            rv.set(index, ListRef("int", tuple(value.items or ())))
+            rv.set(index, ListRef(ListKind.INT, tuple(value.items or ())))
         elif isinstance(value, m.TensorList):
-            rv.set(index, ListRef("tensor", tuple(value.items or ())))
+            rv.set(index, ListRef(ListKind.TENSOR, tuple(value.items or ())))
         elif isinstance(value, m.OptionalTensorList):
-            rv.set(index, ListRef("optional_tensor", tuple(value.items or ())))
+            rv.set(index, ListRef(ListKind.OPTIONAL_TENSOR, tuple(value.items or ())))
         else:  # pragma: no cover - the decoder knows no other kinds
             raise RunnerError(f"unsupported value kind {type(value).__name__}", where=where)
 
     def _init_delegate(self, data: ProgramData, index: int, delegate: m.BackendDelegate) -> _Delegate:
         where = f"{self.where}: delegate {index} ({delegate.id})"
         specs = {spec.key or "": bytes(spec.value or b"") for spec in delegate.compile_specs or ()}
-        target = parse_target_device(specs.get("target_device"), where)
+        target = parse_target_device(specs.get(TARGET_DEVICE_KEY), where)
         self.devices.physical(target)  # fails early, with the --simulate-devices hint, when the GPU is missing
         executor, opaque = executor_for(delegate.id or "", where, self.opaque_policy)
         context = DelegateInitContext(delegate.id or "", target, self.devices, self.ledger, data.named_data, where,

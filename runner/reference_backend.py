@@ -21,6 +21,7 @@ import torch
 from pte_devconst.schema import model as m
 
 from .delegates import DelegateArg, DelegateContext, DelegateExecutor, DelegateInitContext
+from .dtypes import dtype_name
 from .memory import host_bytes
 from .values import RunnerError
 
@@ -28,7 +29,7 @@ BACKEND_ID = "PteDevconstReference"
 BLOB_FORMAT = "pte-devconst-reference"
 BLOB_VERSION = 1
 
-_DTYPES = {str(d).removeprefix("torch."): d for d in (
+_DTYPES = {dtype_name(d): d for d in (
     torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.uint8, torch.int16,
     torch.int32, torch.int64, torch.bool)}
 _MEMORY_FORMATS = {"contiguous_format": torch.contiguous_format, "preserve_format": torch.preserve_format,

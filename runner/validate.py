@@ -42,6 +42,7 @@ import torch
 from pte_devconst.schema import model as m
 from pte_devconst.schema.dataflow import outputs_depending_on
 from pte_devconst.schema.errors import PteDevconstError
+from pte_devconst.schema.executorch import COPY_KERNELS
 from pte_devconst.schema.pte_file import PteFile
 
 from .copies import LOAD, Cause, CopyEvent, Direction
@@ -51,7 +52,6 @@ from .profiling import ProfiledCopies
 from .run import RunResult, calls_from, load_torch_file, run_program, synthetic_inputs
 from .transcript import BoundaryDifference, Resident, compare_transcripts, replaced_origins, summarize
 
-COPY_KERNELS = frozenset({"et_copy::_h2d_copy.out", "et_copy::_d2h_copy.out"})
 MAX_DIFFERENCES_IN_JSON = 100
 BOUNDARY_CHECK = "delegate boundaries match"
 

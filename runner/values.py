@@ -18,6 +18,7 @@ import torch
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.errors import PteDevconstError
+from pte_devconst.schema.named_enum import NamedEnum
 
 from .copies import CopyLedger
 from .devices import DeviceMap
@@ -28,11 +29,19 @@ class RunnerError(PteDevconstError):
     """The program cannot run as given: wrong inputs, an unknown operator or backend, a host/device mix-up."""
 
 
+class ListKind(NamedEnum):
+    """Which list of value indices a ``ListRef`` is (a member equals its string: ``kind == "tensor"``)."""
+
+    INT = "int"  # IntList: indices of Int values
+    TENSOR = "tensor"  # TensorList
+    OPTIONAL_TENSOR = "optional_tensor"  # OptionalTensorList: -1 for None
+
+
 @dataclass(frozen=True, slots=True)
 class ListRef:
     """An IntList / TensorList / OptionalTensorList: value indices resolved when an instruction runs."""
 
-    kind: str  # "int", "tensor", "optional_tensor"
+    kind: ListKind
     items: tuple[int, ...]
 
 
@@ -75,7 +84,7 @@ class RuntimeValues:
         if isinstance(value, Unset):
             raise RunnerError(f"value {index} is used but has no data ({value.why})", where=where)
         if isinstance(value, ListRef):
-            if value.kind == "optional_tensor":
+            if value.kind is ListKind.OPTIONAL_TENSOR:
                 return [None if i == -1 else self.get(i, where) for i in value.items]
             return [self.get(i, where) for i in value.items]
         return value
@@ -97,7 +106,7 @@ class RuntimeValues:
         """The tensor value indices behind ``index`` (itself, or a tensor list's items)."""
         value = self.values[index]
         if isinstance(value, ListRef):
-            return [i for i in value.items if i >= 0] if value.kind != "int" else []
+            return [i for i in value.items if i >= 0] if value.kind is not ListKind.INT else []
         return [index] if isinstance(value, torch.Tensor) else []
 
     def is_dynamic(self, index: int) -> bool:

@@ -84,7 +84,7 @@ def _list_items(value: m.EValue) -> tuple[int, ...]:
     return ()
 
 
-class _Flow:
+class _PendingFlow:
     """What the instructions executed so far have mentioned, and which regions hold pending data."""
 
     def __init__(self, plan: m.ExecutionPlan) -> None:
@@ -157,7 +157,7 @@ class _Flow:
             self.read((instruction.value_index,))
 
 
-def _split(flow: _Flow, args: tuple[int, ...]) -> int:
+def _split(flow: _PendingFlow, args: tuple[int, ...]) -> int:
     """The number of inputs: everything before the longest run of defined-here arguments at the end."""
     n_inputs = len(args)
     while n_inputs > 0 and flow.defined_here(args[n_inputs - 1]):
@@ -169,7 +169,7 @@ def _split(flow: _Flow, args: tuple[int, ...]) -> int:
 
 def delegate_call_sites(plan: m.ExecutionPlan) -> list[DelegateCallSite]:
     """Every DelegateCall of ``plan`` in program order, with its inputs/outputs split by the module's rule."""
-    flow = _Flow(plan)
+    flow = _PendingFlow(plan)
     sites = []
     for chain_index, chain in enumerate(plan.chains or ()):
         for pc, instruction in enumerate(chain.instructions or ()):

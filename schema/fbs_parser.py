@@ -71,7 +71,7 @@ class _Named:
 
 
 @record
-class Table(_Named):
+class TableDef(_Named):
     name: str
     fields: tuple[Field, ...]
     doc: str = ""
@@ -106,12 +106,12 @@ class Root:
 class Schema:
     """Every declaration reachable from the root files, in declaration order."""
 
-    tables: tuple[Table, ...]
+    tables: tuple[TableDef, ...]
     enums: tuple[Enum, ...]
     unions: tuple[UnionType, ...]
     roots: tuple[Root, ...]
 
-    def table(self, name: str) -> Table:
+    def table(self, name: str) -> TableDef:
         return next(t for t in self.tables if t.name == name)
 
     def enum(self, name: str) -> Enum:
@@ -440,7 +440,7 @@ def _default(raw: _RawField, ref: TypeRef, enums: dict[str, Enum], where: str) -
 
 
 def _table(name: str, declaration: _Declaration, declarations: dict[str, _Declaration],
-           enums: dict[str, Enum]) -> Table:
+           enums: dict[str, Enum]) -> TableDef:
     fields: list[Field] = []
     slot = 0
     for raw in declaration.body:
@@ -453,7 +453,7 @@ def _table(name: str, declaration: _Declaration, declarations: dict[str, _Declar
             raise FbsError(f"{where}: force_align applies to vectors of scalars only")
         fields.append(Field(raw.name, ref, slot, _default(raw, ref, enums, where), raw.force_align, raw.doc))
         slot += 1
-    return Table(name, tuple(fields), declaration.doc)
+    return TableDef(name, tuple(fields), declaration.doc)
 
 
 def parse_schemas(fbs_dir: Path, root_files: tuple[str, ...]) -> Schema:

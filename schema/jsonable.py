@@ -2,7 +2,8 @@
 
 A result type's ``to_json()`` either builds its document by hand (when the JSON names differ from the
 fields) or returns ``to_jsonable(self)``: every field, recursively, with devices spelled as compile specs
-spell them (``cuda:0``), enums as their lower-case names, tuples and sets as lists and bytes as hex.
+spell them (``cuda:0``), ``NamedEnum`` members as their values, other enums as their lower-case names,
+tuples and sets as lists and bytes as hex.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import enum
 from typing import Any
 
 from pte_devconst.schema.model import Device
+from pte_devconst.schema.named_enum import NamedEnum
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -23,6 +25,8 @@ def to_jsonable(obj: Any) -> Any:
         return to_json()
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return fields_to_json(obj)
+    if isinstance(obj, NamedEnum):  # a closed set of report names (a method's style, ...): its value is the name
+        return obj.value
     if isinstance(obj, enum.Enum):
         return obj.name.lower()
     if isinstance(obj, dict):

@@ -1,4 +1,5 @@
-"""What the model offers beyond the fields the .fbs declares: devices, element sizes, and per-record helpers.
+"""What the model offers beyond the fields the .fbs declares: per-record helpers (devices and element sizes
+are ExecuTorch's names, from ``executorch.py``, re-exported here for ``model``).
 
 The records themselves are generated from ``fbs/*.fbs`` (``generated/*_model.py``,
 see ``regenerate.py``). A record named ``X`` inherits ``XMethods`` from here when
@@ -13,28 +14,14 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Optional
 
-from .generated.enums import DeviceType, TensorDataLocation
-from .record import record
+from .executorch import CPU, KNOWN_SCALAR_TYPES, Device, element_size
+from .generated.enums import TensorDataLocation
 
 if TYPE_CHECKING:
     from .generated.flat_tensor_model import TensorLayout
     from .generated.program_model import BackendDelegate, ExecutionPlan, Operator, Program, Tensor
 
 __all__ = ["Device", "CPU", "element_size", "dim_order_strides", "KNOWN_SCALAR_TYPES"]
-
-# Bytes per element of each ScalarType (the format numbers the types; their sizes are ExecuTorch's).
-_ELEMENT_SIZE = {
-    **dict.fromkeys((0, 1, 11, 12, 13, 16, 17, 23, 24, 25, 26), 1),
-    **dict.fromkeys((2, 5, 15, 22, 27), 2),
-    **dict.fromkeys((3, 6, 14, 28), 4),
-    **dict.fromkeys((4, 7, 29), 8),
-}
-KNOWN_SCALAR_TYPES = frozenset(_ELEMENT_SIZE)
-
-
-def element_size(scalar_type: int) -> int:
-    """Bytes per element; raises KeyError for a type the format does not define."""
-    return _ELEMENT_SIZE[scalar_type]
 
 
 def dim_order_strides(sizes: "tuple[int, ...] | list[int]", dim_order: "tuple[int, ...] | list[int]") -> tuple[int, ...]:
@@ -47,41 +34,6 @@ def dim_order_strides(sizes: "tuple[int, ...] | list[int]", dim_order: "tuple[in
     return tuple(strides)
 
 
-@record(order=True)
-class Device:
-    """A (type, index) pair, printed the way compile specs spell it: ``cuda:0``."""
-
-    type: int = DeviceType.CPU
-    index: int = 0
-
-    @property
-    def is_cpu(self) -> bool:
-        return self.type == DeviceType.CPU
-
-    def __str__(self) -> str:
-        try:
-            name = DeviceType(self.type).name.lower()
-        except ValueError:
-            name = f"device{self.type}"
-        return name if self.is_cpu else f"{name}:{self.index}"
-
-    @classmethod
-    def parse(cls, text: str) -> "Device":
-        """Parse ``cuda:1`` / ``CUDA`` / ``cpu``, case-insensitively (index defaults to 0)."""
-        name, _, index = text.strip().partition(":")
-        try:
-            kind = DeviceType[name.upper()]
-        except KeyError:
-            raise ValueError(f"unknown device type {name!r} in {text!r}") from None
-        if index and not index.isdigit():
-            raise ValueError(f"bad device index in {text!r}")
-        number = int(index) if index else 0
-        if number > 127:
-            raise ValueError(f"device index {number} does not fit the format (max 127)")
-        return cls(kind, number)
-
-
-CPU = Device()
 
 
 class TensorMethods:

@@ -33,39 +33,30 @@ from typing import Optional, Sequence
 
 from . import model as m
 from .dataflow import DelegateCallSite, delegate_call_sites
+from .executorch import H2D_COPY, delegate_target_device
+from .named_enum import NamedEnum
 
-H2D_COPY = "et_copy::_h2d_copy.out"
-D2H_COPY = "et_copy::_d2h_copy.out"
-TARGET_DEVICE_KEY = "target_device"
 
-METHOD_INPUT = "method input"
-H2D_KERNEL = "_h2d_copy"
-DELEGATE_HOST_INPUT = "delegate host input"
-HOST_DELEGATE_OUTPUT = "host delegate output"
+class TransferKind(NamedEnum):
+    """The four places where bytes cross from host memory to a device every call (see above)."""
+
+    METHOD_INPUT = "method input"
+    H2D_KERNEL = "_h2d_copy"
+    DELEGATE_HOST_INPUT = "delegate host input"
+    HOST_DELEGATE_OUTPUT = "host delegate output"
 
 
 @dataclass(frozen=True, slots=True)
 class Transfer:
     """One host-to-device copy that every call makes (on the path it lies on)."""
 
-    kind: str  # METHOD_INPUT, H2D_KERNEL, DELEGATE_HOST_INPUT or HOST_DELEGATE_OUTPUT
+    kind: TransferKind
     chain: int  # -1 for a method input
     instruction: int  # -1 for a method input
     value: int  # the host value whose bytes cross
     nbytes: int
     device: m.Device  # the device side
     arg_pos: int = -1  # the DelegateCall argument position (delegate kinds)
-
-
-def delegate_device(delegate: m.BackendDelegate) -> tuple[m.Device, Optional[str]]:
-    """The delegate's ``target_device`` (CPU when absent), plus an error text when it does not parse."""
-    raw = delegate.compile_spec(TARGET_DEVICE_KEY)
-    if raw is None:
-        return m.CPU, None
-    try:
-        return m.Device.parse(bytes(raw).decode("utf-8")), None
-    except (UnicodeDecodeError, ValueError) as error:
-        return m.CPU, f"unreadable target_device {bytes(raw)!r}: {error}"
 
 
 def work(plan: m.ExecutionPlan) -> int:
@@ -156,13 +147,13 @@ def per_call_transfers(plan: m.ExecutionPlan, sites: Optional[Sequence[DelegateC
     """
     values = plan.values or ()
     ops = [op.qualified_name for op in plan.operators or ()]
-    targets = [delegate_device(d)[0] for d in plan.delegates or ()]
+    targets = [delegate_target_device(d)[0] for d in plan.delegates or ()]
     where = _Residence(plan)
     transfers: list[Transfer] = []
     for index in plan.inputs or ():
         device = where.static(index)
         if not device.is_cpu and isinstance(values[index] if 0 <= index < len(values) else None, m.Tensor):
-            transfers.append(Transfer(METHOD_INPUT, -1, -1, index, _nbytes(values[index]), device))
+            transfers.append(Transfer(TransferKind.METHOD_INPUT, -1, -1, index, _nbytes(values[index]), device))
     by_step = {(s.chain, s.instruction): s for s in (delegate_call_sites(plan) if sites is None else sites)}
     for c, chain in enumerate(plan.chains or ()):
         instructions = chain.instructions or ()
@@ -171,7 +162,7 @@ def per_call_transfers(plan: m.ExecutionPlan, sites: Optional[Sequence[DelegateC
             if isinstance(instruction, m.KernelCall):
                 args = tuple(instruction.args or ())
                 if 0 <= instruction.op_index < len(ops) and ops[instruction.op_index] == H2D_COPY and len(args) >= 2:
-                    found.append(Transfer(H2D_KERNEL, c, k, args[0], _nbytes(values[args[0]]), where.of(args[1])))
+                    found.append(Transfer(TransferKind.H2D_KERNEL, c, k, args[0], _nbytes(values[args[0]]), where.of(args[1])))
                     for ret in args[2:]:
                         if ret != args[1]:
                             where.moved[ret] = where.of(args[1])
@@ -183,9 +174,9 @@ def per_call_transfers(plan: m.ExecutionPlan, sites: Optional[Sequence[DelegateC
                         continue
                     here = where.of(arg)
                     if pos < site.n_inputs and here.is_cpu and not target.is_cpu:
-                        found.append(Transfer(DELEGATE_HOST_INPUT, c, k, arg, _nbytes(values[arg]), target, pos))
+                        found.append(Transfer(TransferKind.DELEGATE_HOST_INPUT, c, k, arg, _nbytes(values[arg]), target, pos))
                     elif pos >= site.n_inputs and not here.is_cpu and target.is_cpu:
-                        found.append(Transfer(HOST_DELEGATE_OUTPUT, c, k, arg, _nbytes(values[arg]), here, pos))
+                        found.append(Transfer(TransferKind.HOST_DELEGATE_OUTPUT, c, k, arg, _nbytes(values[arg]), here, pos))
             elif isinstance(instruction, m.MoveCall):
                 where.moved[instruction.move_to] = where.of(instruction.move_from)
         if any(isinstance(i, m.JumpFalseCall) for i in instructions):

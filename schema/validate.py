@@ -77,7 +77,7 @@ def _tensor_nbytes(t: m.Tensor, where: str) -> int:
     return nbytes
 
 
-class _Context:
+class _TensorCheckContext:
     """Per-program facts every tensor check needs.
 
     As in the runtime, a constant or initial-data entry is checked when a tensor uses it
@@ -119,7 +119,7 @@ def _extent(offset: int, size: int, what: str, idx: int, where: str) -> int:
     return size - offset
 
 
-def _check_tensor(ctx: _Context, plan: m.ExecutionPlan, t: m.Tensor, where: str) -> None:
+def _check_tensor(ctx: _TensorCheckContext, plan: m.ExecutionPlan, t: m.Tensor, where: str) -> None:
     nbytes = _tensor_nbytes(t, where)
     info = t.extra_tensor_info
     if info is not None:
@@ -158,7 +158,7 @@ def _check_index(index: int, count: int, where: str, what: str, allow_none: bool
         raise _fail(where, f"{what} {index} is out of range (0..{count - 1})")
 
 
-def _check_plan(ctx: _Context, plan: m.ExecutionPlan, where: str) -> None:
+def _check_plan(ctx: _TensorCheckContext, plan: m.ExecutionPlan, where: str) -> None:
     values = plan.values or ()
     n = len(values)
     # The runtime's MethodMeta needs these; later layers may rely on them being present.
@@ -254,7 +254,7 @@ def check_program(program: m.Program, segment_bytes: int) -> None:
         if nd.key is None:
             raise _fail(f"named_data[{i}]", "entry has no key")
         _segment_size(program, nd.segment_index, f"named_data[{i}]")
-    ctx = _Context(program)
+    ctx = _TensorCheckContext(program)
     for i, plan in enumerate(program.execution_plan):
         name = plan.name
         # The method name goes into every message below: control characters from the file are shown escaped.

@@ -30,7 +30,7 @@ from typing import Any, Optional
 import flatbuffers
 
 from pte_devconst.schema.codegen import RULES, Model
-from pte_devconst.schema.fbs_parser import SCALAR_FORMATS, Field, Schema, Table, parse_schemas
+from pte_devconst.schema.fbs_parser import SCALAR_FORMATS, Field, Schema, TableDef, parse_schemas
 from pte_devconst.schema.regenerate import FBS_DIR, METHODS_FILE, ROOT_SCHEMAS, methods_classes
 
 
@@ -77,7 +77,7 @@ class FlatcReference:
         builder.Finish(self._table(builder, meta.table, record), file_identifier=meta.identifier)
         return bytes(builder.Output())
 
-    def _wire(self, table: Table, field: Field, record: Any) -> Any:
+    def _wire(self, table: TableDef, field: Field, record: Any) -> Any:
         """The value of wire field ``field`` in ``record``, undoing the model's departures."""
         if table.name in RULES.flattened_union_wrappers:
             return record  # the record *is* the union member
@@ -160,7 +160,7 @@ class FlatcReference:
             values[split[0]] = values.pop(split[1]) | values.pop(split[2]) << 32
         return self.record_class(name)(**values)
 
-    def _read_field(self, table: Table, field: Field, obj: Any) -> Any:
+    def _read_field(self, table: TableDef, field: Field, obj: Any) -> Any:
         ref, accessor = field.type, camel(field.name)
         get = getattr(obj, accessor)
         if ref.kind == "union":

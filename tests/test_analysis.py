@@ -117,6 +117,21 @@ def test_inspect_shows_an_unreadable_target_device(tmp_path) -> None:
     jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text())).validate(json.loads(as_json.stdout))
 
 
+def test_an_unreadable_target_device_is_one_rule_for_analysis_and_the_runner(tmp_path) -> None:
+    """One parser (schema/executorch.py): analysis keeps the constants on the host, the runner refuses, and both
+    say the same thing about the spec."""
+    from cli_runner import invoke
+    from fuzz.mutate import assemble_pte
+
+    program = _with_target_device(b"cuda:x")
+    why = analyze_program(program).methods[0].delegates[0].device_error
+    assert why == "unreadable target_device compile spec b'cuda:x': bad device index in 'cuda:x'"
+    broken = tmp_path / "broken.pte"
+    broken.write_bytes(assemble_pte(program, pte_path("v_b_dtypes_legacy").read_bytes()))
+    refused = invoke("run", broken, "--simulate-devices")
+    assert refused.exit_code == 2 and why in refused.stderr and "Traceback" not in refused.stderr
+
+
 def test_host_placement_makes_host_read_constants_eligible_for_cpu() -> None:
     analysis = analyze_file(pte_path("v_h_cpu_only"), host_placement=True)
     assert {str(c.device) for c in analysis.eligible} == {"cpu"}

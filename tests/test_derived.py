@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CASES, FIXTURES, ptd_path, pte_path, shipped
-from pte_devconst.rewriter.derived import MOVABLE, STAYS, UNKNOWN, derived_copies, reason_kind, reasons_in_brief
+from pte_devconst.rewriter.derived import DerivedStatus, derived_copies, reason_kind, reasons_in_brief
 from pte_devconst.rewriter.load import analyze_opened, opened
 from pte_devconst.schema import model as m
 from pte_devconst.schema.transfers import per_call_transfers
@@ -30,12 +30,12 @@ def _by_value(copies) -> dict[tuple[int, str], object]:
 
 
 @pytest.mark.parametrize("name, value, device, status, reason", [
-    ("v_c_shared_host_copy", 0, "cuda:0", STAYS, "read by host kernel aten::mul.out"),
-    ("v_c_shared_host_legacy", 0, "cuda:0", STAYS, "read by host kernel aten::mul.out"),
-    ("v_c_shared_host_copy", 2, "cuda:0", MOVABLE, ""),
-    ("v_e_two_devices_copy", 0, "cuda:1", STAYS, "read by delegates on different devices (cuda:0, cuda:1)"),
-    ("v_d_host_view_legacy", 5, "cuda:0", STAYS, "transposed on the host from value 0 (aten::permute_copy.out)"),
-    ("v_g_external_copy", 1, "cuda:0", STAYS, "read by host kernel aten::mul.out"),
+    ("v_c_shared_host_copy", 0, "cuda:0", DerivedStatus.STAYS, "read by host kernel aten::mul.out"),
+    ("v_c_shared_host_legacy", 0, "cuda:0", DerivedStatus.STAYS, "read by host kernel aten::mul.out"),
+    ("v_c_shared_host_copy", 2, "cuda:0", DerivedStatus.MOVABLE, ""),
+    ("v_e_two_devices_copy", 0, "cuda:1", DerivedStatus.STAYS, "read by delegates on different devices (cuda:0, cuda:1)"),
+    ("v_d_host_view_legacy", 5, "cuda:0", DerivedStatus.STAYS, "transposed on the host from value 0 (aten::permute_copy.out)"),
+    ("v_g_external_copy", 1, "cuda:0", DerivedStatus.STAYS, "read by host kernel aten::mul.out"),
 ])
 def test_each_copy_gets_its_status_and_reason(name: str, value: int, device: str, status: str, reason: str) -> None:
     _, copies = _copies(pte_path(name), ptd_path(name))
@@ -49,8 +49,8 @@ def test_an_external_constant_without_its_data_is_unknown_with_the_way_to_pass_i
     lone.write_bytes(pte_path("v_g_external_copy").read_bytes())
     _, copies = _copies(lone)
     statuses = {c.name: (c.status, c.reason) for c in copies}
-    assert statuses["w"][0] == UNKNOWN and "pass --ptd" in statuses["w"][1]
-    assert statuses["b"] == (STAYS, "read by host kernel aten::mul.out")
+    assert statuses["w"][0] == DerivedStatus.UNKNOWN and "pass --ptd" in statuses["w"][1]
+    assert statuses["b"] == (DerivedStatus.STAYS, "read by host kernel aten::mul.out")
 
 
 def test_a_weight_transposed_on_the_host_stays_before_and_after_the_rewrite(tmp_path: Path) -> None:
@@ -58,13 +58,13 @@ def test_a_weight_transposed_on_the_host_stays_before_and_after_the_rewrite(tmp_
 
     source = REAL / "gpt2_mm_copy.pte"
     analysis, before = _copies(source)
-    transposed = [c for c in before if c.status == STAYS]
+    transposed = [c for c in before if c.status == DerivedStatus.STAYS]
     assert transposed and all(reason_kind(c.reason) == "transposed on the host" for c in transposed)
     assert all(c.sources and c.host_ops == ("aten::permute_copy.out",) for c in transposed)
     out = tmp_path / "out.pte"
     rewrite_file(source, out)
     _, after = _copies(out)
-    assert [c for c in after if c.status == MOVABLE] == []
+    assert [c for c in after if c.status == DerivedStatus.MOVABLE] == []
     assert {(c.value, c.reason) for c in after} == {(c.value, c.reason) for c in transposed}
 
 
@@ -75,7 +75,7 @@ PROGRAMS = ([pytest.param(pte_path(n), ptd_path(n), id=n) for n in CASES]
 @pytest.mark.parametrize("pte, ptd", PROGRAMS)
 def test_the_movable_copies_are_what_the_rewrite_saves_and_all_are_per_call_copies(pte: Path, ptd) -> None:
     analysis, copies = _copies(pte, ptd)
-    movable = sum(c.bytes_per_call for c in copies if c.status == MOVABLE)
+    movable = sum(c.bytes_per_call for c in copies if c.status == DerivedStatus.MOVABLE)
     assert movable == sum(c.nbytes * c.copies_per_call for c in analysis.eligible)
     for method in analysis.methods:
         mine = [c for c in copies if c.plan_index == method.plan_index]
@@ -163,7 +163,7 @@ def test_a_constant_moved_into_another_value_stays_with_the_constant_verdict() -
                                m.CompileSpec("target_device", b"cuda:0"),)),), non_const_buffer_sizes=(0, 64))
     program = m.Program(execution_plan=(plan,))
     (copy,) = derived_copies(program, analyze_program(program))
-    assert (copy.value, copy.status, copy.reason) == (1, STAYS, "used by a MoveCall")
+    assert (copy.value, copy.status, copy.reason) == (1, DerivedStatus.STAYS, "used by a MoveCall")
 
 
 def test_a_device_delegate_result_is_not_constant_derived() -> None:

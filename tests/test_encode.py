@@ -64,7 +64,8 @@ def test_rewritten_programs_encode_identically(path: Any) -> None:
 
 
 def _encode_both(encode: Any, encode_reference: Any, root: Any) -> tuple[str, Any]:
-    """('ok', bytes) or ('refused', None): a value the format cannot hold must be refused by both."""
+    """('ok', bytes) when both encode it to the same bytes, ('refused', error name) when both refuse it: a value
+    the format cannot hold must be refused by both."""
     results = []
     for fn in (encode, encode_reference):
         try:
@@ -72,18 +73,20 @@ def _encode_both(encode: Any, encode_reference: Any, root: Any) -> tuple[str, An
         except (BuilderError, struct.error, TypeError, ValueError, OverflowError, AttributeError) as error:
             results.append(("refused", type(error).__name__))
     assert results[0][0] == results[1][0], results
+    if results[0][0] == "ok":
+        assert results[0][1] == results[1][1]
     return results[0]
 
 
-def test_randomly_changed_programs_encode_identically() -> None:
-    """Structured mutations from the fuzzer (edge values, None versus empty, holes, odd strings), 1,500 of them."""
+@pytest.mark.parametrize("count", [400, pytest.param(4000, marks=pytest.mark.slow)])
+def test_randomly_changed_programs_encode_identically(count: int) -> None:
+    """Structured mutations from the fuzzer (edge values, None versus empty, holes, odd strings): 400 by default
+    (about 3 s on two cores), 4,000 with ``-m slow``."""
     compared = 0
-    for root in changed_programs([_program(pte_path(name)) for name in CASES], 20261129, 1500):
-        status, data = _encode_both(encode_program, reference.encode_program, root)
-        if status == "ok":
-            assert data == reference.encode_program(root)
+    for root in changed_programs([_program(pte_path(name)) for name in CASES], 20261129, count):
+        if _encode_both(encode_program, reference.encode_program, root)[0] == "ok":
             compared += 1
-    assert compared > 1000
+    assert compared > count * 2 // 3
 
 
 def test_edge_values_and_empty_containers() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CASES, CORPUS, CPU_CASES, facts, ptd_path, pte_path
-from pte_devconst.rewriter.analysis import H2D_COPY
+from pte_devconst.schema.executorch import H2D_COPY
 from pte_devconst.rewriter.plan import RewriteOptions
 from pte_devconst.rewriter.rewrite import rewrite_file
 from pte_devconst.schema import model as m

@@ -18,7 +18,7 @@ from pte_devconst.runner.copies import CopyLedger
 from pte_devconst.runner.devices import DeviceMap
 from pte_devconst.runner.kernels import resolve_kernel, return_slots
 from pte_devconst.runner.reference_backend import InputSpec
-from pte_devconst.runner.values import ListRef, RunnerError, RuntimeValues
+from pte_devconst.runner.values import ListKind, ListRef, RunnerError, RuntimeValues
 from pte_devconst.schema import model as m
 
 STATIC, BOUND = m.TensorShapeDynamism.STATIC, m.TensorShapeDynamism.DYNAMIC_BOUND
@@ -51,7 +51,7 @@ class Values:
         return len(self.items) - 1
 
     def tensor_list(self, items: Sequence[int]) -> int:
-        self.items.append((ListRef("tensor", tuple(items)), m.TensorList(tuple(items))))
+        self.items.append((ListRef(ListKind.TENSOR, tuple(items)), m.TensorList(tuple(items))))
         return len(self.items) - 1
 
     def build(self) -> RuntimeValues:

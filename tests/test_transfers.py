@@ -14,8 +14,7 @@ import pytest
 from conftest import EXAMPLES
 from forge import edit_plans, edit_program
 from pte_devconst.schema import model as m
-from pte_devconst.schema.transfers import (DELEGATE_HOST_INPUT, HOST_DELEGATE_OUTPUT, METHOD_INPUT, h2d_bytes_per_call,
-                                           per_call_transfers)
+from pte_devconst.schema.transfers import TransferKind, h2d_bytes_per_call, per_call_transfers
 
 CUDA0 = m.Device(m.DeviceType.CUDA, 0)
 MLP_COPY = EXAMPLES / "mlp_copy.pte"  # five _h2d_copy kernels (2048, 128, 256, 1024, 32 B), then the delegate
@@ -93,13 +92,13 @@ def test_a_move_gives_its_destination_the_source_memory() -> None:
     values = [_t(2, 0), _t(1, 0), _t(1, 16), _t(1, 32), _t(2, 16)]
     instructions = [m.MoveCall(0, 2), m.MoveCall(1, 3), m.DelegateCall(0, (2, 3, 4))]
     transfers = per_call_transfers(_plan(values, instructions, (_delegate("cuda:0"),), inputs=(0, 1)))
-    assert [(t.kind, t.value) for t in transfers] == [(METHOD_INPUT, 0), (DELEGATE_HOST_INPUT, 3)]
+    assert [(t.kind, t.value) for t in transfers] == [(TransferKind.METHOD_INPUT, 0), (TransferKind.DELEGATE_HOST_INPUT, 3)]
 
 
 def test_a_host_delegate_writing_device_memory_is_a_copy() -> None:
     values = [_t(1, 0), _t(2, 0)]
     transfers = per_call_transfers(_plan(values, [m.DelegateCall(0, (0, 1))], (_delegate(None),), inputs=(0,)))
-    assert [(t.kind, t.value, t.device) for t in transfers] == [(HOST_DELEGATE_OUTPUT, 1, CUDA0)]
+    assert [(t.kind, t.value, t.device) for t in transfers] == [(TransferKind.HOST_DELEGATE_OUTPUT, 1, CUDA0)]
 
 
 def test_a_long_list_read_by_many_instructions_is_refused_before_the_data_flow_runs() -> None:
