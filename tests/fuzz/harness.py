@@ -29,6 +29,14 @@ from .mutate import Case
 from .seeds import REPO
 
 TIME_BOUND_S = 2.0
+# Reading is linear in the file: a file of a million tables (10 MB, the runtime verifier's limit) takes
+# seconds, so the bound grows with the size.  Anything slower than linear still trips it.
+SECONDS_PER_MB = 1.0
+
+
+def bound_for(case: "Case", base: float = TIME_BOUND_S) -> float:
+    """The time bound of one case: ``base``, plus ``SECONDS_PER_MB`` for each megabyte of the case's files."""
+    return base + SECONDS_PER_MB * (len(case.data) + len(case.ptd or b"")) / 1e6
 
 
 class CaseTimeout(BaseException):
@@ -61,6 +69,7 @@ class Outcome:
     status: str
     detail: str = ""
     seconds: float = 0.0
+    stages: tuple[str, ...] = ()  # how far a differential check got (differential.STAGES)
 
 
 def _exercise_pte(pte: PteFile) -> None:
@@ -107,12 +116,14 @@ def _exercise_ptd(ptd: PtdFile) -> None:
                 raise AssertionError("tensor_bytes is shorter than the tensor layout")
 
 
-def check_library(case: Case, bound: float = TIME_BOUND_S, folder: Optional[Path] = None) -> Outcome:
+def check_library(case: Case, bound: Optional[float] = None, folder: Optional[Path] = None) -> Outcome:
     """Open ``case`` with ``PteFile``/``PtdFile`` and judge the result.
 
     With ``folder``, every fourth case is written there and opened from disk (the
-    memory-mapped path the commands use); the others go through ``from_bytes``.
+    memory-mapped path the commands use); the others go through ``from_bytes``.  ``bound``: seconds
+    allowed (default: ``bound_for(case)``).
     """
+    bound = bound_for(case) if bound is None else bound
     start = time.perf_counter()
     reader = PteFile if case.kind == "pte" else PtdFile
     exercise = _exercise_pte if case.kind == "pte" else _exercise_ptd
@@ -251,7 +262,7 @@ class CliHarness:
         label = " ".join(template.args)
         start = time.perf_counter()
         try:
-            with time_bound(TIME_BOUND_S * 5):
+            with time_bound(bound_for(case, TIME_BOUND_S * 5)):
                 result = CliRunner().invoke(app, args)
         except CaseTimeout:
             return Outcome("failure", f"{label}: timeout", time.perf_counter() - start)

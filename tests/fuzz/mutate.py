@@ -37,10 +37,13 @@ class Case:
     seed_name: str
     mutation: str
     data: bytes
+    ptd: Optional[bytes] = None  # the .ptd that goes with a .pte case (its seed's, or a mutated copy)
+    suite: str = "classic"  # "classic" (this module), "structure" or "real" (structure.py)
 
     @property
     def label(self) -> str:
-        return f"case {self.index} ({self.kind}, {self.seed_name}, {self.mutation}, {len(self.data)} B)"
+        suite = "" if self.suite == "classic" else f"{self.suite} "
+        return f"{suite}case {self.index} ({self.kind}, {self.seed_name}, {self.mutation:.400}, {len(self.data)} B)"
 
 
 U32_SPECIAL = (0, 1, 2, 3, 4, 7, 8, 0x7F, 0x80, 0xFF, 0xFFFF, 0x10000, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFE, 0xFFFFFFFF)
