@@ -233,9 +233,8 @@ class LoadedMethod:
             kernel = self.kernels[instruction.op_index]
             args = tuple(instruction.args or ())
             kernel(rv, args, f"{where} ({self.plan.operators[instruction.op_index].qualified_name})")
-            if instruction.op_index in self.h2d_ops and len(args) >= 2:
-                for out in args[1:]:
-                    self.h2d_source[out] = args[0]
+            if instruction.op_index in self.h2d_ops:
+                self.h2d_source[args[1]] = args[0]  # the out argument only: the return slot is never written
         elif isinstance(instruction, m.DelegateCall):
             self._delegate_call(instruction, chain, pc, where)
         elif isinstance(instruction, m.MoveCall):
