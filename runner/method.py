@@ -24,6 +24,9 @@ from .values import FREED, NOT_BOUND, ListRef, RunnerError, RuntimeValues
 
 MAX_INSTRUCTIONS = 10_000_000
 H2D_COPY = "et_copy::_h2d_copy.out"
+# What a method may return: MethodMeta::output_tag knows no other kinds, so ExecuTorch's Python runtime
+# fails to return a list (runtime/executor/method_meta.cpp).
+OUTPUT_KINDS = (m.Tensor, m.Int, m.Double, m.Bool, m.String, m.Null)
 
 
 @dataclass
@@ -58,6 +61,12 @@ class LoadedMethod:
         self.ledger = ledger
         ledger.phase, ledger.method = LOAD, self.name
         self.where = f"method {self.name!r}"
+        for position, index in enumerate(plan.outputs or ()):
+            kind = (plan.values or ())[index]
+            if not isinstance(kind, OUTPUT_KINDS):
+                raise RunnerError(f"output {position} (value {index}) is a {type(kind).__name__}: ExecuTorch returns "
+                                  "only tensors, ints, doubles, bools, strings and None from a method",
+                                  where=self.where)
         self.memory = MethodMemory(plan, devices, self.name)
         self.rv = RuntimeValues(self.name, len(plan.values or ()), devices, ledger, plan.values or ())
         for index, value in enumerate(plan.values or ()):

@@ -70,3 +70,30 @@ def test_the_runner_never_writes_an_out_variants_return_slot(tmp_path: Path) -> 
         got = run_program(forged, inputs=[call]).calls[0].outputs
         for a, b in zip(got, want):
             torch.testing.assert_close(a, b, rtol=RTOL, atol=ATOL)
+
+
+def test_a_list_as_a_method_output_is_refused_as_the_runtime_refuses_it(tmp_path: Path) -> None:
+    """Was: ``run`` returned the list, ``run --json`` failed with "internal error: Object of type Tensor is not
+    JSON serializable", and ``validate`` with "Boolean value of Tensor ... is ambiguous".  The runtime's
+    MethodMeta knows no list outputs, so ExecuTorch's Python runtime fails on them (fuzz: structure case 21,
+    a constant in a TensorList that is an output)."""
+    from cli_runner import invoke
+    from pte_devconst.runner.validate import validate
+    from pte_devconst.schema.errors import PteDevconstError
+
+    def edit(program: m.Program) -> m.Program:
+        plan = _plan(program)
+        constant = next(i for i, v in enumerate(plan.values) if isinstance(v, m.Tensor) and v.is_constant)
+        values = plan.values + (m.TensorList((constant, constant)),)
+        return _with_plan(program, m.replace(plan, values=values, outputs=plan.outputs + (len(values) - 1,)))
+
+    cpu = edit_program(pte_path("v_h_cpu_only"), tmp_path / "cpu.pte", edit)
+    with pytest.raises(Exception, match="output"):
+        run_with_executorch(cpu, "forward", _inputs("v_h_cpu_only")[0])
+    for args in (("run", cpu), ("run", "--json", cpu)):
+        result = invoke(*args)
+        assert result.exit_code == 2 and "output 2 (value 14) is a TensorList" in result.stderr
+        assert len(result.stderr.splitlines()) == 1 and "internal error" not in result.stderr
+    device = edit_program(pte_path("v_a_dtypes_copy"), tmp_path / "device.pte", edit)
+    with pytest.raises(PteDevconstError, match="is a TensorList: ExecuTorch returns only tensors"):
+        validate(device, device, simulate_devices=True)
