@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import torch
 
@@ -144,7 +145,8 @@ class LoadedMethod:
         executor, opaque = executor_for(delegate.id or "", where, self.opaque_policy)
         context = DelegateInitContext(delegate.id or "", target, self.devices, self.ledger, data.named_data, where,
                                       index)
-        handle = executor.init(bytes(data.pte.delegate_blob(delegate)), specs, context)
+        with _executor_errors(delegate.id or "", "init", where):
+            handle = executor.init(bytes(data.pte.delegate_blob(delegate)), specs, context)
         return _Delegate(executor, handle, delegate.id or "", target, opaque)
 
     # --- inputs and outputs -------------------------------------------------
@@ -274,10 +276,22 @@ class LoadedMethod:
         site = self.call_sites.get((chain, pc))
         context = DelegateContext(delegate.backend_id, delegate.target_device, self.devices, self.ledger, where,
                                   site.n_inputs if site is not None else None, call.delegate_index, values=self.rv)
-        delegate.executor.execute(delegate.handle, args, context)
+        with _executor_errors(delegate.backend_id, "execute", where):
+            delegate.executor.execute(delegate.handle, args, context)
         if self.transcript is not None:
             self.transcript.record(chain, pc, call.delegate_index, delegate.backend_id, delegate.opaque, args,
                                    self.h2d_source, context.input_digests)
+
+
+@contextlib.contextmanager
+def _executor_errors(backend_id: str, step: str, where: str) -> Iterator[None]:
+    """An executor failing on what a program gives it (torch refusing mismatched shapes, a blob it cannot
+    read) is one error naming the delegate, as a backend fails its ``execute`` in ExecuTorch."""
+    try:
+        yield
+    except (IndexError, KeyError, RuntimeError, TypeError, ValueError) as error:
+        raise RunnerError(f"{backend_id} {step} failed: {' '.join(str(error).split())[:300] or type(error).__name__}",
+                          where=where) from None
 
 
 class LoadedProgram:

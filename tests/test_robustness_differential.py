@@ -97,3 +97,28 @@ def test_a_list_as_a_method_output_is_refused_as_the_runtime_refuses_it(tmp_path
     device = edit_program(pte_path("v_a_dtypes_copy"), tmp_path / "device.pte", edit)
     with pytest.raises(PteDevconstError, match="is a TensorList: ExecuTorch returns only tensors"):
         validate(device, device, simulate_devices=True)
+
+
+def test_a_delegate_executor_failing_on_its_arguments_is_one_error_naming_the_delegate(tmp_path: Path) -> None:
+    """Was: "internal error: RuntimeError: mat1 and mat2 shapes cannot be multiplied" from ``run`` and a
+    traceback out of ``validate``: torch's error escaped the demo backend's executor (fuzz: structure case 87,
+    a delegate call whose arguments no longer fit its blob).  Here the two operands of the cuda:1
+    delegate's mm are swapped."""
+    from cli_runner import invoke
+    from pte_devconst.runner import RunnerError
+
+    def edit(program: m.Program) -> m.Program:
+        plan = _plan(program)
+        chain = plan.chains[0]
+        instructions = list(chain.instructions)
+        k = next(i for i, ins in enumerate(instructions) if isinstance(ins, m.DelegateCall) and ins.delegate_index == 1)
+        a = instructions[k].args
+        instructions[k] = m.replace(instructions[k], args=(a[1], a[0]) + a[2:])
+        return _with_plan(program, m.replace(plan, chains=(m.replace(chain, instructions=tuple(instructions)),)))
+
+    swapped = edit_program(pte_path("v_k_cuda1_legacy"), tmp_path / "swapped.pte", edit)
+    with pytest.raises(RunnerError, match=r"delegate 1, BackendWithCompilerDemo\): BackendWithCompilerDemo execute "
+                                          r"failed: mat1 and mat2 shapes cannot be multiplied"):
+        run_program(swapped, simulate_devices=True)
+    result = invoke("run", "--simulate-devices", swapped)
+    assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1 and "internal error" not in result.stderr
