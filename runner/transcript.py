@@ -84,8 +84,8 @@ class TranscriptRecorder:
                 known = known_digests.get(arg.index)
                 digests.append(known if known is not None else tensor_digest(value))
             else:
-                records.append(ArgRecord(position, arg.index, type(value).__name__, literal=repr(value)))
-                digests.append(None)
+                records.append(ArgRecord(position, arg.index, type(value).__name__, literal=literal(value)))
+                digests.append(list_digest(value))
         call = DelegateCallRecord(len(self._calls), chain, instruction, delegate_index, backend_id, opaque,
                                   tuple(records))
         self._calls.append((call, digests))
@@ -101,6 +101,32 @@ class TranscriptRecorder:
                                              call.backend_id, call.opaque, args))
         self._calls = []
         return tuple(result)
+
+
+def literal(value: Any) -> str:
+    """A non-tensor argument as text; a list's tensors by dtype and shape only (their bytes: ``list_digest``).
+
+    Runs of equal items are counted (``float32[4, 4] x 20000``): a list may hold many, and printing
+    tensors' values would cost seconds for what the digest says exactly.
+    """
+    if not isinstance(value, (list, tuple)):
+        return repr(value)
+    runs: list[list[Any]] = []
+    for item in value:
+        text = f"{dtype_name(item.dtype)}{list(item.shape)}" if isinstance(item, torch.Tensor) else repr(item)
+        if runs and runs[-1][0] == text:
+            runs[-1][1] += 1
+        else:
+            runs.append([text, 1])
+    return "[" + ", ".join(text if n == 1 else f"{text} x {n}" for text, n in runs) + "]"
+
+
+def list_digest(value: Any) -> Optional[torch.Tensor]:
+    """The digest of the bytes of a list's tensors, in order (None for anything else, or a list without any)."""
+    if not isinstance(value, (list, tuple)):
+        return None
+    items = [tensor_digest(item).cpu() for item in value if isinstance(item, torch.Tensor)]
+    return tensor_digest(torch.stack(items)) if items else None
 
 
 def _with_digest(arg: ArgRecord, digest: tuple[int, int]) -> ArgRecord:
@@ -170,7 +196,10 @@ def _compare_args(a: ArgRecord, b: ArgRecord, moved: Mapping[int, str]) -> list[
         problems.append(("kind", f"a {a.kind} before, a {b.kind} after"))
     elif a.kind != "tensor":
         if a.literal != b.literal:
-            problems.append(("value", f"{a.literal} before, {b.literal} after"))
+            problems.append(("value", f"{a.literal[:200]} before, {b.literal[:200]} after"))
+        elif a.digest != b.digest:
+            problems.append(("bytes", f"the list's tensors differ (digest {_digest_text(a.digest)} before, "
+                                      f"{_digest_text(b.digest)} after)"))
     else:
         if a.dtype != b.dtype:
             problems.append(("dtype", f"dtype {a.dtype} before, {b.dtype} after"))

@@ -122,3 +122,34 @@ def test_a_delegate_executor_failing_on_its_arguments_is_one_error_naming_the_de
         run_program(swapped, simulate_devices=True)
     result = invoke("run", "--simulate-devices", swapped)
     assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1 and "internal error" not in result.stderr
+
+
+def test_a_tensor_list_given_to_a_delegate_is_recorded_by_shape_and_compared_by_bytes(tmp_path: Path) -> None:
+    """Was: the transcript and the opaque stand-in printed every tensor of a list argument with ``repr``:
+    a list of 20,000 tensors took about a minute per call (fuzz: structure case 674; 2,000 here took 5 s),
+    and the list's bytes were never compared.  Now the list is named by dtype and shape, and its tensors'
+    bytes are digested."""
+    from pte_devconst.runner.delegates import OpaquePolicy
+    from pte_devconst.runner.transcript import compare_transcripts
+
+    def with_list(item: int):  # noqa: ANN202
+        def edit(program: m.Program) -> m.Program:
+            plan = _plan(program)
+            values = plan.values + (m.TensorList((item,) * 2000),)
+            chain = plan.chains[0]
+            instructions = list(chain.instructions)
+            instructions[0] = m.replace(instructions[0], args=(len(values) - 1,) + instructions[0].args)
+            return _with_plan(program, m.replace(plan, values=values,
+                                                 chains=(m.replace(chain, instructions=tuple(instructions)),)))
+        return edit
+
+    name = "v_e_two_devices_legacy"
+    runs = []
+    for item in (0, 1):  # two [4, 4] constants with different bytes
+        forged = edit_program(pte_path(name), tmp_path / f"list{item}.pte", with_list(item))
+        runs.append(run_program(forged, simulate_devices=True, opaque=OpaquePolicy.ALWAYS, transcript=True))
+    first = runs[0].calls[0].delegate_calls[0].args[0]
+    assert first.kind == "list" and first.literal == "[float32[4, 4] x 2000]" and first.digest is not None
+    differences = compare_transcripts([runs[0].calls[0].delegate_calls], [runs[1].calls[0].delegate_calls], {})
+    assert [d.detail.split(" (")[0] for d in differences if d.ordinal == 0 and d.argument == 0] == [
+        "the list's tensors differ"]
