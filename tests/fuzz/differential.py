@@ -53,9 +53,11 @@ STAGES = (
     "host: refused by rewrite",
     "host: nothing to move",
     "host: rewritten",
+    "runtime: not comparable (an output the Python runtime binds its own buffer to)",
     "runtime: original does not load or run",
     "runtime: original ran",
     "host: bit-identical in the runtime",
+    "runner: not compared (a kernel reads and writes overlapping memory)",
     "runner: refused a program the runtime runs",
     "runner: agrees with the runtime",
 )
@@ -107,6 +109,9 @@ def _check(case: Case, folder: Path, opaque: bool, runtime: bool, stages: list[s
     if not runtime:
         return
     host_out = _rewrite(pte, ptd, folder / "host.pte", True, stages, "host")
+    if _unplanned_output(program):
+        stages.append("runtime: not comparable (an output the Python runtime binds its own buffer to)")
+        return
     calls = _calls(program)
     if calls is None:
         stages.append("runtime: original does not load or run")
@@ -125,7 +130,53 @@ def _check(case: Case, folder: Path, opaque: bool, runtime: bool, stages: list[s
                           f"({rewritten.status}: {rewritten.detail})")
         _compare(original.outputs, rewritten.outputs, exact=True, what="host placement: runtime outputs")
         stages.append("host: bit-identical in the runtime")
+    if _overlapping_kernel_arguments(program):
+        stages.append("runner: not compared (a kernel reads and writes overlapping memory)")
+        return
     _runner_against_runtime(pte, ptd, calls, original.outputs, stages)
+
+
+def _unplanned_output(program: m.Program) -> bool:
+    """Whether a method returns a tensor that MethodMeta calls not memory-planned (no allocation, no data index).
+
+    ExecuTorch's Python runtime binds a buffer of its own to such an output before each call
+    (``set_output_data_ptr``), so an external constant returned as an output reads as zeros there and so
+    does everything computed from it: the runtime then runs another program than the file's.
+    """
+    for plan in program.execution_plan or ():
+        for index in plan.outputs or ():
+            value = (plan.values or ())[index]
+            if isinstance(value, m.Tensor) and value.allocation_info is None and value.data_buffer_idx == 0:
+                return True
+    return False
+
+
+def _overlapping_kernel_arguments(program: m.Program) -> bool:
+    """Whether a kernel gets two different values whose planned memory overlaps (view prim ops aside).
+
+    Its result then depends on the order in which the kernel reads and writes (a portable ``mm`` and
+    torch's differ), which no runner can match; the values a rewrite moves get memory of their own.
+    """
+    for plan in program.execution_plan or ():
+        values = plan.values or ()
+        operators = plan.operators or ()
+        for chain in plan.chains or ():
+            for ins in chain.instructions or ():
+                if not isinstance(ins, m.KernelCall) or operators[ins.op_index].qualified_name.startswith(
+                        "executorch_prim::"):
+                    continue
+                indices = set()
+                for arg in ins.args or ():
+                    value = values[arg]
+                    items = value.items or () if isinstance(value, (m.TensorList, m.OptionalTensorList)) else (arg,)
+                    indices.update(i for i in items if i >= 0)
+                spans = sorted((v.allocation_info.memory_id, v.allocation_info.memory_offset,
+                                v.allocation_info.memory_offset + v.nbytes)
+                               for i in indices if isinstance(v := values[i], m.Tensor)
+                               and v.allocation_info is not None and v.nbytes)
+                if any(a[0] == b[0] and b[1] < a[2] for a, b in zip(spans, spans[1:])):
+                    return True
+    return False
 
 
 def _rewrite(pte: Path, ptd: Optional[Path], out: Path, host: bool, stages: list[str], mode: str) -> Optional[Path]:
