@@ -8,7 +8,9 @@ A constant is *eligible for device D* when every reader of it is either a
 DelegateCall of a delegate whose ``target_device`` is D, or an
 ``et_copy::_h2d_copy.out`` kernel whose output is read only by DelegateCalls
 of delegates on D (nothing else: no other kernel, method output, MoveCall,
-FreeCall or JumpFalseCall).  D is never the CPU, and delegates without a
+FreeCall or JumpFalseCall), and that every path runs before those readers,
+its output's memory seen by no other value meanwhile (``copy_memory.py``).
+D is never the CPU, and delegates without a
 ``target_device`` compile spec run on the CPU.  An external constant whose
 .ptd was not given gets no verdict either way: it is *unknown* (it would be
 eligible for D if its data matched).
@@ -35,6 +37,8 @@ from pte_devconst.schema.errors import UnsupportedProgramError
 from pte_devconst.schema.gc_pause import gc_paused
 from pte_devconst.schema.model import CPU, Device
 from pte_devconst.schema.record import record
+
+from .copy_memory import CopyMemory
 
 H2D_COPY = "et_copy::_h2d_copy.out"
 D2H_COPY = "et_copy::_d2h_copy.out"
@@ -356,6 +360,13 @@ class _MethodContext:
         self.host_placement = host_placement
         self.budget = budget
         self._uses: dict[int, _Uses] = {}
+        self._memory: Optional[CopyMemory] = None
+
+    def memory(self) -> CopyMemory:
+        """The method's regions, uses and jumps, for the copy rules (built on the first copy that needs them)."""
+        if self._memory is None:
+            self._memory = CopyMemory(self.plan, self.budget.spend)
+        return self._memory
 
     def uses(self, value: int) -> _Uses:
         found = self._uses.get(value)
@@ -449,6 +460,10 @@ def _follow_copy(ctx: _MethodContext, index: int, copy: Reader, reasons: _Reason
         reasons.add("its device copy has no readers", f"its device copy (value {dst}) has no readers")
         return
     ctx.budget.spend(len(uses.on_device))
+    problem = ctx.memory().problem(copy.step, dst, [use.step for use in uses.on_device])
+    if problem is not None:
+        reasons.add(*problem)
+        return
     devices.update(use.device for use in uses.on_device)  # type: ignore[misc]
     args.extend(DelegateArg(use.chain, use.instruction, use.arg_pos, dst) for use in uses.on_device)
     value = (ctx.plan.values or ())[dst]

@@ -153,3 +153,109 @@ def test_a_tensor_list_given_to_a_delegate_is_recorded_by_shape_and_compared_by_
     differences = compare_transcripts([runs[0].calls[0].delegate_calls], [runs[1].calls[0].delegate_calls], {})
     assert [d.detail.split(" (")[0] for d in differences if d.ordinal == 0 and d.argument == 0] == [
         "the list's tensors differ"]
+
+
+# --- the copy rules: a removed _h2d_copy must not have mattered to anything but its readers ----------------
+
+
+def _insert(plan: m.ExecutionPlan, at: int, ins: m.Instruction) -> m.ExecutionPlan:
+    """``ins`` inserted before instruction ``at`` of chain 0 (later jump targets shift with it)."""
+    chain = plan.chains[0]
+    shifted = [m.replace(i, destination_instruction=i.destination_instruction + 1)
+               if isinstance(i, m.JumpFalseCall) and i.destination_instruction > at else i for i in chain.instructions]
+    return m.replace(plan, chains=(m.replace(chain, instructions=tuple(shifted[:at] + [ins] + shifted[at:])),))
+
+
+def _verdict(path: Path, value: int, ptd: Path | None = None):  # noqa: ANN202
+    from pte_devconst.rewriter.load import analyze_file
+
+    return next(c for c in analyze_file(path, ptd).methods[0].constants if c.value == value)
+
+
+def _rewrite_validates(tmp_path: Path, forged: Path, ptd: Path | None = None) -> int:
+    """Rewrite ``forged``, check validate --simulate-devices passes on the pair, and return how many constants moved."""
+    from pte_devconst.rewriter.rewrite import rewrite_file
+    from pte_devconst.runner.validate import validate
+
+    out = tmp_path / "out.pte"
+    result = rewrite_file(forged, out, ptd=ptd)
+    report = validate(forged, out, ptd=ptd, simulate_devices=True)
+    assert report.passed, [c for mv in report.methods for c in mv.checks if not c.passed]
+    return len(result.plan.placements)
+
+
+def test_a_copy_whose_output_is_also_read_through_a_static_view_stays(tmp_path: Path) -> None:
+    """Was: the copy went, and a second value on its output's memory (as the emitter makes for a static
+    view) read bytes nothing wrote any more; validate saw the delegate boundary differ (fuzz: structure
+    cases 2, 870, 918).  Here delegate 1 of cuda:1 runs again, given a view of constant 0's device copy."""
+    name = "v_k_cuda1_copy"
+
+    def edit(program: m.Program) -> m.Program:
+        plan = _plan(program)
+        k = next(i for i, ins in enumerate(plan.chains[0].instructions)
+                 if isinstance(ins, m.KernelCall) and ins.args[0] == 0)
+        dst = plan.chains[0].instructions[k].args[1]
+        values = plan.values + (plan.values[dst],)  # the same tensor on the same memory: a view
+        call = next(i for i in plan.chains[0].instructions if isinstance(i, m.DelegateCall) and dst in i.args)
+        again = m.replace(call, args=tuple(len(values) - 1 if a == dst else a for a in call.args))
+        plan = m.replace(plan, values=values)
+        return _with_plan(program, _insert(plan, len(plan.chains[0].instructions), again))
+
+    forged = edit_program(pte_path(name), tmp_path / "view.pte", edit)
+    assert "its device copy's memory is also another value's, read after it" in _verdict(forged, 0).reasons
+    assert _rewrite_validates(tmp_path, forged) == 1  # constant 1 still moves
+
+
+def test_a_copy_whose_output_memory_another_copy_overwrites_stays(tmp_path: Path) -> None:
+    """Was: two copies whose outputs overlap: the delegate read the second copy's bytes over the first's,
+    and after removing the second it read the first's (fuzz: structure cases 44, 624)."""
+    name = "v_i_kvcache_copy"
+
+    def edit(program: m.Program) -> m.Program:
+        plan = _plan(program)
+        first = plan.chains[0].instructions[1].args[1]  # the copy of the cache, then of constant 0
+        second = plan.chains[0].instructions[2].args[1]
+        alloc = plan.values[second].allocation_info
+        shifted = m.AllocationDetails(alloc.memory_id, alloc.memory_offset + 16)
+        return _with_plan(program, with_value(plan, first, m.replace(plan.values[first], allocation_info=shifted)))
+
+    forged = edit_program(pte_path(name), tmp_path / "overlap.pte", edit)
+    verdict = _verdict(forged, 0)
+    assert verdict.reasons == ("its device copy's memory is also another value's, used while it holds the copy",)
+    assert _rewrite_validates(tmp_path, forged) == 0
+
+
+def test_a_copy_a_jump_can_skip_stays(tmp_path: Path) -> None:
+    """Was: a copy that a jump skips was removed, so its readers got the constant where the original gave
+    them what the memory held (fuzz: structure cases 97, 172, 599).  Here an always-taken jump skips the
+    copy of external constant w; only_dev still moves (b is read on the host too)."""
+    name = "v_g_external_copy"
+
+    def edit(program: m.Program) -> m.Program:
+        plan = _plan(program)
+        k = next(i for i, ins in enumerate(plan.chains[0].instructions)
+                 if isinstance(ins, m.KernelCall) and ins.args[0] == 0)
+        plan = m.replace(plan, values=plan.values + (m.Bool(False),))
+        return _with_plan(program, _insert(plan, k, m.JumpFalseCall(len(plan.values) - 1, k + 2)))
+
+    forged = edit_program(pte_path(name), tmp_path / "jump.pte", edit)
+    assert _verdict(forged, 0, ptd_path(name)).reasons == ("a jump can skip its _h2d_copy",)
+    assert _rewrite_validates(tmp_path, forged, ptd_path(name)) == 1
+
+
+def test_a_copy_read_before_it_runs_stays(tmp_path: Path) -> None:
+    """A delegate that reads a copy's output before the copy fills it reads the previous call's bytes (zeros
+    at first), not the constant: the copy stays.  Here delegate 1 runs once more between the copies of
+    constants 0 and 1: constant 0 still moves."""
+    name = "v_k_cuda1_copy"
+
+    def edit(program: m.Program) -> m.Program:
+        plan = _plan(program)
+        k = next(i for i, ins in enumerate(plan.chains[0].instructions)
+                 if isinstance(ins, m.KernelCall) and ins.args[0] == 1)
+        call = next(i for i in plan.chains[0].instructions if isinstance(i, m.DelegateCall) and i.delegate_index == 1)
+        return _with_plan(program, _insert(plan, k, call))
+
+    forged = edit_program(pte_path(name), tmp_path / "early.pte", edit)
+    assert _verdict(forged, 1).reasons == ("its device copy is read before the _h2d_copy runs",)
+    assert _rewrite_validates(tmp_path, forged) == 1
