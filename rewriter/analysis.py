@@ -250,14 +250,8 @@ def _operator_names(plan: m.ExecutionPlan) -> list[str]:
 
 
 def buffer_devices(plan: m.ExecutionPlan) -> dict[int, Device]:
-    """Planned buffer (memory_id) -> its device, for the buffers ``non_const_buffer_device`` lists (first wins).
-
-    One dictionary instead of ``ExecutionPlan.buffer_device`` per lookup, which scans the list.
-    """
-    devices: dict[int, Device] = {}
-    for entry in plan.non_const_buffer_device or ():
-        devices.setdefault(entry.buffer_idx, Device(entry.device_type, entry.device_index))
-    return devices
+    """Planned buffer (memory_id) -> its device, for the buffers ``non_const_buffer_device`` lists (first wins)."""
+    return plan.buffer_devices()
 
 
 def collect_readers(plan: m.ExecutionPlan, delegates: Mapping[int, DelegateInfo]) -> dict[int, list[Reader]]:
