@@ -78,6 +78,7 @@ class OpaqueExecutor(DelegateExecutor):
                     context.input_digests[arg.index] = digest
             elif (digest := list_digest(value)) is not None:
                 digests.append(digest.to(device))
+                context.input_digests[arg.index] = digest
         state = mix(host_seed(str(handle.seed).encode(), *descriptions), digests, device)
         for position, arg in enumerate(outputs):
             if isinstance(arg.value, torch.Tensor):

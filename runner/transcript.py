@@ -85,7 +85,8 @@ class TranscriptRecorder:
                 digests.append(known if known is not None else tensor_digest(value))
             else:
                 records.append(ArgRecord(position, arg.index, type(value).__name__, literal=literal(value)))
-                digests.append(list_digest(value))
+                known = known_digests.get(arg.index)
+                digests.append(known if known is not None else list_digest(value))
         call = DelegateCallRecord(len(self._calls), chain, instruction, delegate_index, backend_id, opaque,
                                   tuple(records))
         self._calls.append((call, digests))
@@ -112,8 +113,12 @@ def literal(value: Any) -> str:
     if not isinstance(value, (list, tuple)):
         return repr(value)
     runs: list[list[Any]] = []
+    texts: dict[int, str] = {}  # a list may name one value many times: describe each once
     for item in value:
-        text = f"{dtype_name(item.dtype)}{list(item.shape)}" if isinstance(item, torch.Tensor) else repr(item)
+        text = texts.get(id(item))
+        if text is None:
+            text = f"{dtype_name(item.dtype)}{list(item.shape)}" if isinstance(item, torch.Tensor) else repr(item)
+            texts[id(item)] = text
         if runs and runs[-1][0] == text:
             runs[-1][1] += 1
         else:
@@ -122,11 +127,22 @@ def literal(value: Any) -> str:
 
 
 def list_digest(value: Any) -> Optional[torch.Tensor]:
-    """The digest of the bytes of a list's tensors, in order (None for anything else, or a list without any)."""
+    """The digest of the bytes of a list's tensors, in order (None for anything else, or a list without any).
+
+    Each distinct tensor is digested once: a list may name one value a hundred thousand times.
+    """
     if not isinstance(value, (list, tuple)):
         return None
-    items = [tensor_digest(item).cpu() for item in value if isinstance(item, torch.Tensor)]
-    return tensor_digest(torch.stack(items)) if items else None
+    position: dict[int, int] = {}
+    digests: list[torch.Tensor] = []
+    order: list[int] = []
+    for item in value:
+        if isinstance(item, torch.Tensor):
+            if id(item) not in position:
+                position[id(item)] = len(digests)
+                digests.append(tensor_digest(item).cpu())
+            order.append(position[id(item)])
+    return tensor_digest(torch.stack(digests)[torch.tensor(order)]) if digests else None
 
 
 def _with_digest(arg: ArgRecord, digest: tuple[int, int]) -> ArgRecord:
