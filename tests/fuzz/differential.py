@@ -53,6 +53,7 @@ STAGES = (
     "host: refused by rewrite",
     "host: nothing to move",
     "host: rewritten",
+    "host: not comparable (a delegate's target_device put constants on a device)",
     "runtime: not comparable (an output the Python runtime binds its own buffer to)",
     "runtime: original does not load or run",
     "runtime: original ran",
@@ -193,6 +194,10 @@ def _rewrite(pte: Path, ptd: Optional[Path], out: Path, host: bool, stages: list
         stages.append(f"{mode}: nothing to move")
         return None
     stages.append(f"{mode}: rewritten")
+    if host and any(not p.device.is_cpu for p in result.plan.placements):
+        # The CPU runtime ignores target_device, the rewrite follows it: the result needs that device.
+        stages.append("host: not comparable (a delegate's target_device put constants on a device)")
+        return None
     return out
 
 
