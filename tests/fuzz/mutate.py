@@ -351,6 +351,15 @@ def structured(rng: random.Random, seed: Seed) -> tuple[str, bytes]:
     return "struct " + "; ".join(notes), data
 
 
+def structured_or_truncated(rng: random.Random, seed: Seed) -> tuple[str, bytes]:
+    """``structured``, or a truncation when the encoder refuses the forged model (said in the label)."""
+    try:
+        return structured(rng, seed)
+    except (struct.error, ValueError, TypeError, AttributeError, OverflowError) as error:
+        mutation, data = truncate(rng, seed.data)
+        return f"encoder refused ({type(error).__name__}); {mutation}", data
+
+
 HUGE = (1 << 31, 1 << 40, 1 << 46, 1 << 50, (1 << 62) - 16, (1 << 63) - 1)
 
 
@@ -432,12 +441,7 @@ def make_case(seed: int, index: int, seeds: Optional[tuple[Seed, ...]] = None) -
     source = seeds[index % len(seeds)]
     roll = rng.random()
     if roll < 0.25:
-        try:
-            mutation, data = structured(rng, source)
-        except (struct.error, ValueError, TypeError, AttributeError, OverflowError) as error:
-            # The encoder refused the forged model; fall back to a byte mutation (counted in the label).
-            mutation, data = truncate(rng, source.data)
-            mutation = f"encoder refused ({type(error).__name__}); {mutation}"
+        mutation, data = structured_or_truncated(rng, source)
     elif roll < 0.28:
         mutation, data = huge_sizes(rng, source)
     elif roll < 0.33:

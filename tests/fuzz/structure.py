@@ -28,7 +28,7 @@ from pte_devconst.schema.limits import MAX_TABLES, count_tables
 from pte_devconst.schema.ptd_model import FlatTensor
 
 from . import plan_edit as e
-from .mutate import Case, _header_info, assemble_ptd, assemble_pte, structured
+from .mutate import Case, _header_info, assemble_ptd, assemble_pte, structured_or_truncated
 from .seeds import Seed, program_seeds, real_model_seeds
 
 
@@ -644,7 +644,7 @@ def make_structure_case(seed: int, index: int, suite: str = "structure") -> Case
     seeds = program_seeds() if suite == "structure" else real_model_seeds()
     source = seeds[index % len(seeds)]
     if suite == "real" and rng.random() < 0.25:
-        note, data = structured(rng, source)
+        note, data = structured_or_truncated(rng, source)
         return Case(index, "pte", source.name, note, data, ptd=source.ptd, suite=suite)
     fb_end = _header_info(source.data)[0]
     w = Work(rng, decode_program(source.data[:fb_end]),
