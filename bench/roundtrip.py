@@ -11,8 +11,8 @@ import time
 
 
 def main() -> None:
-    from pte_devconst.schema.pte_file import open_pte, unchanged_segments
-    from pte_devconst.schema.pte_writer import write_pte
+    from pte_devconst.schema.pte_file import open_pte
+    from pte_devconst.schema.pte_writer import unchanged_segments, write_pte
 
     t0 = time.perf_counter()
     with open_pte(sys.argv[1]) as source:

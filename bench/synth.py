@@ -21,8 +21,9 @@ from fractions import Fraction
 from typing import Optional
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.pte_file import Span, open_pte
-from pte_devconst.schema.pte_writer import FileRange, SegmentContent, write_pte
+from pte_devconst.schema.pte_file import open_pte
+from pte_devconst.schema.pte_writer import SegmentContent, write_pte
+from pte_devconst.schema.span import FileRange, Span
 
 
 def _scale_tensor(value: m.EValue, rows: int, factor: Fraction) -> m.EValue:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from typing import Any, Callable, Optional
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence, TypeVar, Union
 
 import typer
 
@@ -80,6 +81,32 @@ def fail(error: BaseException) -> "typer.Exit":
 
     typer.echo(f"pte-devconst: error: {printable(' '.join(message.split()))}", err=True)
     return typer.Exit(EXIT_ERROR)
+
+
+T = TypeVar("T")
+
+
+def for_each_program(items: Sequence[Union[Path, str]], work: Callable[[Path], T],
+                     show: Callable[[T], None]) -> tuple[list[T], bool]:
+    """``work`` on each program in turn, then ``show`` its result; a problem (``str``, e.g. a pattern that
+    matched nothing) or a program that fails is one line on stderr, and the others still run.
+
+    Returns the results and whether anything failed (the command then exits 2).
+    """
+    results: list[T] = []
+    failed = False
+    for item in items:
+        try:
+            if isinstance(item, str):
+                raise PteDevconstError(item)
+            result = work(item)
+        except (PteDevconstError, OSError) as error:
+            fail(error)
+            failed = True
+            continue
+        results.append(result)
+        show(result)
+    return results, failed
 
 
 def command(*args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

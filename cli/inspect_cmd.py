@@ -1,13 +1,13 @@
-"""``pte-devconst inspect``: what is in a .pte, at a glance."""
+"""``pte-devconst inspect``: what is in a .pte, at a glance (one or several programs: files, patterns, folders)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from pte_devconst.cli.app import command
+from pte_devconst.cli.app import EXIT_ERROR, command, for_each_program
 from pte_devconst.cli.output import (echo_lines, FORMAT_OPTION, JSON_FLAG, OutputFormat, emit_json, human_bytes, markdown_table,
                                      markup_safe, md_code, md_text, printable, resolve_format, shape_text, stdout_console,
                                      table)
@@ -64,6 +64,16 @@ def _method_tables(method: MethodSummary):
         yield table("planned with initial data", ["v", "name", "bytes", "buffer", "offset", "device", "from"],
                     [[i.value, i.name, human_bytes(i.nbytes), i.memory_id, i.offset, i.device, i.source]
                      for i in method.initial_data], right=["v", "bytes", "buffer", "offset"])
+    stays = _stays(method)
+    if stays:
+        yield table("constant-derived copies on every call that the rewrite cannot move",
+                    ["v", "name", "device", "bytes/call", "why"],
+                    [[c.value, c.name, c.device, human_bytes(c.bytes_per_call), c.reason] for c in stays],
+                    right=["v", "bytes/call"])
+
+
+def _stays(method: MethodSummary) -> list:
+    return [c for c in method.per_call_copies if c.status == "stays"]
 
 
 @record
@@ -83,8 +93,32 @@ def _warnings(report: InspectReport) -> list[str]:
 
 
 def _unknown_hint(report: InspectReport) -> str:
+    from pte_devconst.paths import ptd_hint
+
     return (f"{report.unknown_constants} external constant(s) not judged: their data is in a .ptd that was not "
-            f"found; put {Path(report.summary.path).with_suffix('.ptd').name} next to it or pass --ptd FILE.ptd.")
+            f"found; {ptd_hint(report.summary.path)}.")
+
+
+def closing_lines(report: InspectReport) -> list[str]:
+    """The verdict at the end: what the rewrite can move, what stays copied per call and why, what was not judged.
+
+    "No constant is copied" only when that is true.  One line each, so another hint can join them.
+    """
+    from pte_devconst.rewriter.derived import reasons_in_brief
+
+    summary = report.summary
+    lines = []
+    if summary.eligible_constants:
+        lines.append(f"{summary.eligible_constants} constant(s) could move to device memory, saving "
+                     f"{human_bytes(summary.eligible_bytes_per_call)} of host-to-device copies per call: "
+                     "run pte-devconst rewrite.")
+    if summary.stays:
+        lines.append(f"{len(summary.stays)} constant-derived value(s) stay copied to a device on every call "
+                     f"({human_bytes(summary.stays_bytes_per_call)} per call); the rewrite cannot move them: "
+                     f"{reasons_in_brief(c.reason for c in summary.stays)}.")
+    if report.unknown_constants:
+        lines.append(_unknown_hint(report))
+    return lines or ["No constant is copied to a device on every call."]
 
 
 def render_text(report: InspectReport) -> None:
@@ -106,14 +140,8 @@ def render_text(report: InspectReport) -> None:
         for t in _method_tables(method):
             console.print(t)
     console.print()
-    if summary.eligible_constants:
-        console.print(f"{summary.eligible_constants} constant(s) could move to device memory, saving "
-                      f"{human_bytes(summary.eligible_bytes_per_call)} of host-to-device copies per call: "
-                      "run [bold]pte-devconst rewrite[/].")
-    elif not report.unknown_constants:
-        console.print("No constant is copied to a device on every call.")
-    if report.unknown_constants:
-        console.print(printable(_unknown_hint(report)), markup=False)
+    for line in closing_lines(report):
+        console.print(printable(line), markup=False)
 
 
 def render_markdown(report: InspectReport) -> None:
@@ -123,44 +151,83 @@ def render_markdown(report: InspectReport) -> None:
            f"{summary.eligible_constants} constant(s) eligible for device memory "
            f"({human_bytes(summary.eligible_bytes_per_call)} per call)"
            + (f", data {md_code(report.ptd)}." if report.ptd else "."), ""]
-    out += [f"> {line}" for line in _warnings(report) + ([_unknown_hint(report)] if report.unknown_constants else [])]
-    if out[-1].startswith(">"):
-        out.append("")
+    out += [f"> {md_text(line)}" for line in _warnings(report) + closing_lines(report)]
+    out.append("")
     for method in summary.methods:
-        out += [f"#### method {md_code(method.name)} ({method.style} style, ~{human_bytes(method.h2d_bytes_per_call)} "
+        out += [f"#### method {md_code(method.name)} ({method.style} style, {human_bytes(method.h2d_bytes_per_call)} "
                 "host-to-device per call)", ""]
         if method.constants:
             out += [markdown_table(["value", "name", "dtype", "shape", "bytes", "read by", "verdict"],
                                    [[c.value, md_code(c.name), c.dtype, shape_text(c.shape), c.nbytes,
                                      _readers_cell(c.readers, False), c.verdict] for c in method.constants]), ""]
+        stays = _stays(method)
+        if stays:
+            out += ["Copied on every call; the rewrite cannot move them:", "",
+                    markdown_table(["value", "name", "device", "bytes/call", "why"],
+                                   [[c.value, md_code(c.name), c.device, f"{c.bytes_per_call:,}", c.reason]
+                                    for c in stays]), ""]
     echo_lines(out)
+
+
+def inspect_file(path: Path, ptd: Optional[Path]) -> InspectReport:
+    """Open, analyse and summarize one program (``ptd``: its paired data, or None)."""
+    from pte_devconst.rewriter.inventory import summarize
+    from pte_devconst.rewriter.load import analyze_opened, opened
+
+    with opened(path, ptd, pair=False) as (source, data):
+        analysis = analyze_opened(source, data)
+        return InspectReport(summarize(source, analysis), data.path if data else None, len(analysis.unknown),
+                             source.load_refusal, analysis.notes)
+
+
+def report_payload(report: InspectReport) -> dict[str, Any]:
+    """One program's JSON (see cli/report.schema.json)."""
+    return {"file": report.summary, "ptd": report.ptd, "unknown_constants": report.unknown_constants,
+            "load_refusal": report.load_refusal, "notes": list(report.notes)}
 
 
 @command("inspect")
 def inspect_command(
-    file: Path = typer.Argument(..., help="The .pte file.", show_default=False),
-    ptd: Optional[Path] = typer.Option(None, "--ptd", help="The .ptd data file of its external constants "
-                                       "[default: NAME.ptd next to NAME.pte, if there]."),
+    files: list[str] = typer.Argument(..., help="Programs: .pte files, glob patterns ('**/*.pte') or directories.",
+                                      show_default=False),
+    ptd: Optional[list[str]] = typer.Option(None, "--ptd", help="The .ptd of a program's external constants "
+                                            "(repeatable; paired as check pairs them: DATA.ptd with the program at "
+                                            "the same path or the only program, PROGRAM.pte=DATA.ptd explicitly) "
+                                            "[default: NAME.ptd next to NAME.pte, if there; for NAME.devconst.pte also "
+                                            "NAME.ptd]."),
     fmt: OutputFormat = FORMAT_OPTION,
     json_flag: bool = JSON_FLAG,
 ) -> None:
     """Show methods, delegates, planned buffers, constants (and who reads them) and segments.
 
     External constants are judged with the .ptd given, else NAME.ptd next to NAME.pte; without either
-    they are shown as unknown.
+    they are shown as unknown. Several programs are shown one after another; a file that cannot be read
+    is reported on stderr and the others are still shown (exit 2).
     """
-    from pte_devconst.rewriter.inventory import summarize
-    from pte_devconst.rewriter.load import analyze_opened, opened
+    from pte_devconst.paths import expand, names_one_file, paired_or_refused
 
-    with opened(file, ptd) as (source, data):
-        analysis = analyze_opened(source, data)
-        report = InspectReport(summarize(source, analysis), data.path if data else None, len(analysis.unknown),
-                               source.load_refusal, analysis.notes)
     fmt = resolve_format(fmt, json_flag)
+    if len(files) == 1 and names_one_file(files[0]):  # one program: its report alone, its errors as they are
+        file = Path(files[0])
+        report = inspect_file(file, paired_or_refused([file], ptd or ()).get(file))
+        if fmt is OutputFormat.json:
+            emit_json("inspect", report_payload(report))
+        else:
+            (render_markdown if fmt is OutputFormat.markdown else render_text)(report)
+        return
+    items = expand(files)
+    pairs = paired_or_refused([i for i in items if isinstance(i, Path)], ptd or ())
+
+    def show(report: InspectReport) -> None:
+        if fmt is OutputFormat.markdown:
+            render_markdown(report)
+            typer.echo("")
+        elif fmt is OutputFormat.text:
+            render_text(report)
+            stdout_console().print()
+
+    reports, failed = for_each_program(items, lambda item: inspect_file(item, pairs.get(item)), show)
     if fmt is OutputFormat.json:
-        emit_json("inspect", {"file": report.summary, "ptd": report.ptd, "unknown_constants": report.unknown_constants,
-                              "load_refusal": report.load_refusal, "notes": list(report.notes)})
-    elif fmt is OutputFormat.markdown:
-        render_markdown(report)
-    else:
-        render_text(report)
+        emit_json("inspect", {"reports": [report_payload(r) for r in reports]})
+    if failed:
+        raise typer.Exit(EXIT_ERROR)

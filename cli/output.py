@@ -31,8 +31,20 @@ class OutputFormat(str, enum.Enum):
     json = "json"
 
 
+class GateFormat(str, enum.Enum):
+    """``check``'s formats: the common three, and GitHub workflow commands (inline annotations)."""
+
+    text = "text"
+    markdown = "markdown"
+    json = "json"
+    github = "github"
+
+
 FORMAT_OPTION = typer.Option(OutputFormat.text, "--format", "-f", case_sensitive=False,
                              help="text (rich tables), markdown (for pull requests) or json (for CI).")
+GATE_FORMAT_OPTION = typer.Option(GateFormat.text, "--format", "-f", case_sensitive=False,
+                                  help="text (rich tables), markdown (for pull requests), json (for CI) or github "
+                                  "(GitHub Actions annotations, one ::error line per finding).")
 JSON_FLAG = typer.Option(False, "--json", help="Shorthand for --format json.")
 
 
@@ -181,3 +193,27 @@ def markdown_table(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> str
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+# GitHub workflow commands (docs.github.com, "Workflow commands for GitHub Actions"): a line
+# ``::error file=PATH,title=TITLE::MESSAGE``.  In the message %, CR and LF are escaped; in a property
+# also ':' and ',', which would end it.
+_GITHUB_MESSAGE = {"%": "%25", "\r": "%0D", "\n": "%0A"}
+_GITHUB_PROPERTY = {**_GITHUB_MESSAGE, ":": "%3A", ",": "%2C"}
+
+
+def _github_escape(text: Any, table: dict[str, str]) -> str:
+    return "".join(table.get(ch, ch) for ch in printable(text))
+
+
+def github_annotation(level: str, message: Any, *, file: Optional[str] = None, title: Optional[str] = None) -> str:
+    """One GitHub Actions annotation (``level``: error, warning or notice), escaped as GitHub documents.
+
+    The text is made printable first, so no file-derived name can start a line (a workflow command of its own).
+    """
+    props = []
+    if file:
+        props.append(f"file={_github_escape(file, _GITHUB_PROPERTY)}")
+    if title:
+        props.append(f"title={_github_escape(title, _GITHUB_PROPERTY)}")
+    return f"::{level}{' ' + ','.join(props) if props else ''}::{_github_escape(message, _GITHUB_MESSAGE)}"

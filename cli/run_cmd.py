@@ -14,7 +14,8 @@ from pte_devconst.cli.output import (FORMAT_OPTION, JSON_FLAG, OutputFormat, ech
 
 MAX_CALL_COLUMNS = 6
 
-PTD_OPTION = typer.Option(None, "--ptd", help="The .ptd data file holding the program's external constants.")
+PTD_OPTION = typer.Option(None, "--ptd", help="The .ptd data file holding the program's external constants "
+                          "[default: NAME.ptd next to NAME.pte, if there; for NAME.devconst.pte also NAME.ptd].")
 INPUTS_OPTION = typer.Option(None, "--inputs", "-i",
                              help="torch.save file of inputs: {method: [call, ...]}, a list of calls, or one "
                                   "tuple of tensors (default: deterministic random inputs of the right shapes).")
@@ -140,10 +141,11 @@ def run_command(
     Without a GPU a program that uses device memory or device delegates needs --simulate-devices. A
     delegate whose backend has no executor needs --opaque-delegates (its outputs are then stand-ins).
     """
+    from pte_devconst.paths import data_for
     from pte_devconst.runner.delegates import OpaquePolicy
     from pte_devconst.runner.run import run_program
 
-    result = run_program(file, ptd_path=ptd, method=method, inputs=inputs, calls=calls,
+    result = run_program(file, ptd_path=data_for(file, ptd), method=method, inputs=inputs, calls=calls,
                          simulate_devices=simulate_devices, profile=profile,
                          opaque=OpaquePolicy.ALWAYS if opaque_delegates else OpaquePolicy.NEVER)
     fmt = resolve_format(fmt, json_flag)

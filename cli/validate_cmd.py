@@ -115,7 +115,8 @@ def validate_command(
     original: Path = typer.Argument(..., help="The original .pte.", show_default=False),
     rewritten: Path = typer.Argument(..., help="Its rewrite.", show_default=False),
     ptd: Optional[Path] = PTD_OPTION,
-    rewritten_ptd: Optional[Path] = typer.Option(None, "--rewritten-ptd", help="The rewrite's .ptd (default: --ptd)."),
+    rewritten_ptd: Optional[Path] = typer.Option(None, "--rewritten-ptd", help="The rewrite's .ptd [default: its "
+                                                 "NAME.ptd if there, else the original's data]."),
     inputs: Optional[Path] = INPUTS_OPTION,
     expected: Optional[Path] = typer.Option(None, "--expected", "-e",
                                             help="torch.save file of expected outputs ({method: [outputs, ...]})."),
@@ -141,7 +142,7 @@ def validate_command(
         raise PteDevconstError(f"--calls must be at least 2 (got {calls}): one call cannot show per-call copies")
     if rtol < 0 or atol < 0:
         raise PteDevconstError("--rtol and --atol must not be negative")
-    from pte_devconst.runner.validate import validate
+    from pte_devconst.api import validate
 
     result = validate(original, rewritten, ptd=ptd, rewritten_ptd=rewritten_ptd, inputs=inputs, expected=expected,
                       calls=calls, rtol=rtol, atol=atol, simulate_devices=simulate_devices, methods=method or None,

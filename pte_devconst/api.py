@@ -104,11 +104,16 @@ def validate(original: PathLike, rewritten: PathLike, **options: Any) -> "Valida
 
     Keyword options are those of ``pte_devconst.runner.validate.validate``: ``ptd``, ``rewritten_ptd``,
     ``inputs``, ``expected``, ``calls`` (>= 2), ``rtol``, ``atol``, ``simulate_devices``, ``methods``,
-    ``profile``, ``opaque_delegates``.  ``result.passed`` is the verdict.
+    ``profile``, ``opaque_delegates``.  ``result.passed`` is the verdict.  The .ptd rule applies: ``ptd``
+    defaults to ``NAME.ptd`` next to the original, ``rewritten_ptd`` to the rewrite's own sibling, else
+    to the original's data (a rewrite keeps external bytes in the same .ptd).
     """
+    from pte_devconst.paths import data_for, rewrite_data_for
     from pte_devconst.runner.validate import validate as run_validation
 
-    return run_validation(original, rewritten, **options)
+    data = data_for(original, options.pop("ptd", None))
+    rewritten_data = rewrite_data_for(rewritten, data, options.pop("rewritten_ptd", None))
+    return run_validation(original, rewritten, ptd=data, rewritten_ptd=rewritten_data, **options)
 
 
 # --------------------------------------------------------------------------- check
@@ -116,8 +121,12 @@ def validate(original: PathLike, rewritten: PathLike, **options: Any) -> "Valida
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """A constant still copied host-to-device on every call that could move (or, in ``FileCheck.unknown``,
-    an external constant that could move if its .ptd showed matching data)."""
+    """A constant-derived value copied host-to-device on every call.
+
+    In ``FileCheck.findings`` a constant the rewrite can move; in ``FileCheck.unknown`` an external constant
+    that could move if its .ptd showed matching data; in ``FileCheck.stays`` a copy the rewrite cannot
+    remove, with ``reason`` saying why (read on the host too, transposed on the host, ...).
+    """
 
     file: str
     method: str
@@ -126,6 +135,7 @@ class Finding:
     device: str
     nbytes: int
     copies_per_call: int
+    reason: str = ""  # why it stays copied (``FileCheck.stays``); empty for a finding
 
     @property
     def bytes_per_call(self) -> int:
@@ -143,15 +153,28 @@ class FileCheck:
     error: Optional[str] = None
     note: Optional[str] = None  # e.g. why `rewrite` would refuse this program
     unknown: tuple[Finding, ...] = ()  # external constants whose .ptd was not found or given
+    stays: tuple[Finding, ...] = ()  # constant-derived copies the rewrite cannot remove, each with its reason
+    strict: bool = False  # stays count as findings
+
+    @property
+    def failing(self) -> tuple[Finding, ...]:
+        """What fails the gate: the findings; with ``strict`` every constant-derived per-call copy, also what stays
+        and the external constants not judged (copied per call either way; only whether they could move is open)."""
+        return self.findings + self.stays + self.unknown if self.strict else self.findings
 
     @property
     def status(self) -> str:
         """``ok``, ``findings``, ``unknown`` or ``error``."""
-        return "error" if self.error else "findings" if self.findings else "unknown" if self.unknown else "ok"
+        return "error" if self.error else "findings" if self.failing else "unknown" if self.unknown else "ok"
 
     @property
     def bytes_per_call(self) -> int:
+        """Bytes per call of the findings: what a rewrite saves."""
         return sum(f.bytes_per_call for f in self.findings)
+
+    @property
+    def stays_bytes_per_call(self) -> int:
+        return sum(f.bytes_per_call for f in self.stays)
 
 
 EXIT_UNKNOWN = 3
@@ -161,6 +184,7 @@ EXIT_UNKNOWN = 3
 class CheckReport:
     files: tuple[FileCheck, ...]
     min_bytes: int
+    strict: bool = False
 
     @property
     def findings(self) -> tuple[Finding, ...]:
@@ -169,6 +193,14 @@ class CheckReport:
     @property
     def unknown(self) -> tuple[Finding, ...]:
         return tuple(f for file in self.files for f in file.unknown)
+
+    @property
+    def stays(self) -> tuple[Finding, ...]:
+        return tuple(f for file in self.files for f in file.stays)
+
+    @property
+    def failing(self) -> tuple[Finding, ...]:
+        return tuple(f for file in self.files for f in file.failing)
 
     @property
     def errors(self) -> tuple[FileCheck, ...]:
@@ -180,13 +212,18 @@ class CheckReport:
 
     @property
     def exit_code(self) -> int:
-        """0 clean; 1 some file still copies an eligible constant per call; 2 some file could not be checked;
-        3 nothing else, but some external constant could not be judged because its .ptd is missing."""
-        return 2 if self.errors else 1 if self.findings else EXIT_UNKNOWN if self.unknown else 0
+        """0 clean; 1 some file still copies an eligible constant per call (with ``strict``: any constant-derived
+        value, judged or not); 2 some file could not be checked; 3 nothing else, but some external constant could
+        not be judged because its .ptd is missing."""
+        return 2 if self.errors else 1 if self.failing else EXIT_UNKNOWN if self.unknown else 0
 
     @property
     def bytes_per_call(self) -> int:
         return sum(f.bytes_per_call for f in self.findings)
+
+    @property
+    def stays_bytes_per_call(self) -> int:
+        return sum(f.bytes_per_call for f in self.stays)
 
 
 def expand_paths(patterns: Iterable[PathLike]) -> tuple[list[Path], list[str]]:
@@ -209,7 +246,10 @@ def _finding(pte: Path, verdict: "ConstantVerdict", device: Device) -> Finding:
                    verdict.copies_per_call)
 
 
-def _check_one(pte: Path, ptd: Optional[Path], min_bytes: int, devices: Optional[frozenset[Device]]) -> FileCheck:
+def _check_one(pte: Path, ptd: Optional[Path], min_bytes: int, devices: Optional[frozenset[Device]],
+               strict: bool) -> FileCheck:
+    from pte_devconst.paths import ptd_hint
+    from pte_devconst.rewriter.derived import STAYS, derived_copies
     from pte_devconst.rewriter.load import analyze_opened, opened
 
     with opened(pte, ptd, pair=False) as (source, data):
@@ -217,6 +257,7 @@ def _check_one(pte: Path, ptd: Optional[Path], min_bytes: int, devices: Optional
         if refusal:
             raise PteDevconstError(refusal, file=str(pte))
         analysis = analyze_opened(source, data)
+        derived = derived_copies(source.program, analysis)
     findings, unknown = [], []
     examined = 0
     for method in analysis.methods:
@@ -226,20 +267,27 @@ def _check_one(pte: Path, ptd: Optional[Path], min_bytes: int, devices: Optional
             if device is None or verdict.nbytes < min_bytes or (devices is not None and device not in devices):
                 continue
             (findings if verdict.eligible else unknown).append(_finding(pte, verdict, device))
+    stays = tuple(Finding(str(pte), copy.method, copy.value, copy.name, str(copy.device), copy.nbytes,
+                          copy.copies_per_call, copy.reason)
+                  for copy in derived if copy.status == STAYS and copy.nbytes >= min_bytes
+                  and (devices is None or copy.device in devices))
     notes = list(analysis.notes)
     if analysis.refusal and findings:
         notes.append(f"rewrite would refuse this program: {analysis.refusal}")
     if unknown:
-        notes.append(f"{len(unknown)} external constant(s) not judged: their data is in a .ptd; put "
-                     f"{pte.with_suffix('.ptd').name} next to it or pass --ptd FILE.ptd")
+        notes.append(f"{len(unknown)} external constant(s) not judged: their data is in a .ptd; {ptd_hint(pte)}")
     return FileCheck(str(pte), str(ptd) if ptd else None, examined, tuple(findings), None,
-                     "; ".join(notes) or None, tuple(unknown))
+                     "; ".join(notes) or None, tuple(unknown), stays, strict)
 
 
 def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[PathLike]]] = None,
-          min_bytes: int = 0, devices: Optional[Iterable[DeviceLike]] = None,
+          min_bytes: int = 0, devices: Optional[Iterable[DeviceLike]] = None, strict: bool = False,
           progress: Optional[Callable[[int, int, str], None]] = None) -> CheckReport:
     """Which constants do these programs still copy to a device on every call? (what ``check`` does)
+
+    The findings are the constants a rewrite would move.  Every other constant-derived per-call copy
+    (a constant read on the host too, a weight transposed on the host, ...) is in ``FileCheck.stays``
+    with its reason; ``strict`` makes those fail the check too.
 
     ``files`` may hold paths, glob patterns and directories; each real file is checked once.  Each
     program is judged with its .ptd: a ``ptd`` entry paired with it by path (``a/m.ptd`` goes with
@@ -267,7 +315,7 @@ def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[P
             continue
         data = pairs.get(item)
         try:
-            results.append(_check_one(item, data, min_bytes, selected))
+            results.append(_check_one(item, data, min_bytes, selected, strict))
         except PteDevconstError as error:
             text = " ".join(str(error).split())
             results.append(FileCheck(str(item), str(data) if data else None, 0, (),
@@ -283,4 +331,4 @@ def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[P
         results.append(FileCheck(name, name, 0, (), problem))
     if not results:
         results.append(FileCheck("", None, 0, (), "no files given"))
-    return CheckReport(tuple(results), min_bytes)
+    return CheckReport(tuple(results), min_bytes, strict)

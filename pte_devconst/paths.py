@@ -3,7 +3,12 @@
 ``expand`` turns files, glob patterns (``**`` too) and folders into programs; it walks folders
 itself, following links to folders but entering each real folder once, so a symlink loop ends, and
 it lists each real file once.  ``pair_data`` gives each program its .ptd: a ``--ptd`` paired with it
-by path (never by stem alone), else ``NAME.ptd`` next to ``NAME.pte``.
+by path (never by stem alone), else its sibling (``sibling_ptd``).
+
+**The .ptd rule**, one for every command and the Python API: the .ptd given, else ``NAME.ptd`` in
+the folder of ``NAME.pte``; for the rewrite's default output ``NAME.devconst.pte`` (which keeps
+its external constants' bytes in the original's .ptd), ``NAME.devconst.ptd`` if there, else the
+original's ``NAME.ptd``.
 """
 
 from __future__ import annotations
@@ -14,11 +19,54 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Optional, Sequence, Union
 
-from pte_devconst.schema.ptd_file import sibling_ptd
-
 PathLike = Union[str, "os.PathLike[str]"]
 GLOB_CHARS = frozenset("*?[")
 Identity = Union[tuple[int, int], Path]
+REWRITTEN = ".devconst"  # the rewrite's default output: NAME.pte -> NAME.devconst.pte
+
+
+def default_output(path: PathLike) -> Path:
+    """``model.pte`` -> ``model.devconst.pte`` next to it: where ``rewrite`` writes without ``-o``."""
+    p = Path(path)
+    return p.with_name(p.stem + REWRITTEN + (p.suffix or ".pte"))
+
+
+def ptd_candidates(pte: PathLike) -> list[Path]:
+    """The .ptd files a program pairs with when none is given, in order (see the module docstring)."""
+    path = Path(pte)
+    candidates = [path.with_suffix(".ptd")]
+    if path.stem.endswith(REWRITTEN) and len(path.stem) > len(REWRITTEN):
+        candidates.append(path.with_name(path.stem[: -len(REWRITTEN)] + ".ptd"))
+    return candidates
+
+
+def sibling_ptd(pte: PathLike) -> Optional[Path]:
+    """The first of ``ptd_candidates`` that is a file: the data every command pairs by default."""
+    for candidate in ptd_candidates(pte):
+        try:
+            if candidate.is_file():
+                return candidate
+        except OSError:  # a name the OS refuses: no data there (the program's own name is reported)
+            continue
+    return None
+
+
+def data_for(pte: PathLike, ptd: Optional[PathLike] = None) -> Optional[Path]:
+    """The .ptd a program goes with: ``ptd`` when given, else its sibling (None when there is none)."""
+    return Path(ptd) if ptd is not None else sibling_ptd(pte)
+
+
+def rewrite_data_for(rewritten: PathLike, original_data: Optional[Path],
+                     ptd: Optional[PathLike] = None) -> Optional[Path]:
+    """A rewrite's .ptd: ``ptd`` when given, else its own sibling, else the original's data (a rewrite keeps
+    external bytes in the original's .ptd, so ``validate a.pte out/b.pte`` needs no second ``--ptd``)."""
+    return data_for(rewritten, ptd) or original_data
+
+
+def ptd_hint(pte: PathLike) -> str:
+    """How to give a program its data: ``put model.ptd next to it or pass --ptd FILE.ptd``."""
+    names = " or ".join(c.name for c in ptd_candidates(pte))
+    return f"put {names} next to it or pass --ptd FILE.ptd"
 
 
 def identity(path: Path) -> Identity:
@@ -105,6 +153,22 @@ def glob_files(pattern: str) -> list[Path]:
             if _match_parts(path.relative_to(root).parts if literal else path.parts, rest)]
 
 
+def names_one_file(argument: PathLike) -> bool:
+    """Whether a command-line argument names one file: not a folder, and existing or free of glob characters.
+
+    A command given just that prints that program's report alone (the JSON of one program), and reports a
+    name the OS refuses in its own words.
+    """
+    text = os.fspath(argument)
+    try:
+        if Path(text).is_dir():
+            return False
+        exists = Path(text).exists()
+    except OSError:  # a name too long, a loop: not a folder, and a problem the command reports
+        return True
+    return exists or not (GLOB_CHARS & set(text))
+
+
 def expand(patterns: Iterable[PathLike]) -> list[Union[Path, str]]:
     """Files (``Path``) and problems (``str``) in argument order; each real file once (links and repeats dropped).
 
@@ -156,6 +220,17 @@ class DataArgument:
         if sep and program and data and not Path(text).exists():
             return cls(Path(data), Path(program), text)
         return cls(Path(text), None, text)
+
+
+def paired_or_refused(programs: Sequence[Path], ptd: Sequence[PathLike]) -> dict[Path, Path]:
+    """Each program's .ptd (``pair_data``), raising the first problem: a command that writes or shows programs
+    refuses a ``--ptd`` it cannot place rather than guess."""
+    from pte_devconst.schema.errors import PteDevconstError
+
+    pairs, problems = pair_data(programs, [DataArgument.parse(p) for p in ptd])
+    if problems:
+        raise PteDevconstError(problems[0])
+    return pairs
 
 
 def pair_data(programs: Sequence[Path], given: Sequence[DataArgument]) -> tuple[dict[Path, Path], list[str]]:

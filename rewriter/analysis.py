@@ -34,15 +34,15 @@ from typing import Iterable, Mapping, Optional
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.errors import UnsupportedProgramError
+from pte_devconst.schema.dataflow import DelegateCallSite, delegate_call_sites
 from pte_devconst.schema.gc_pause import gc_paused
 from pte_devconst.schema.model import CPU, Device
 from pte_devconst.schema.record import record
+from pte_devconst.schema.transfers import H2D_COPY, Transfer, delegate_device, per_call_transfers
+from pte_devconst.schema.transfers import work as transfer_work
 
 from .copy_memory import CopyMemory
 
-H2D_COPY = "et_copy::_h2d_copy.out"
-D2H_COPY = "et_copy::_d2h_copy.out"
-TARGET_DEVICE_KEY = "target_device"
 NO_PTD = "external (data in a .ptd) but no .ptd given; pass --ptd"
 # The codegen'd kernel of an out variant takes exactly its schema arguments plus one return slot
 # (executorch/codegen/gen.py: "Expected %zu args"): self, out, return.
@@ -187,9 +187,11 @@ class MethodAnalysis:
     plan_index: int
     constants: tuple[ConstantVerdict, ...]
     delegates: tuple[DelegateInfo, ...]
-    h2d_bytes_per_call: int  # estimate: copy kernels plus host tensors handed to device delegates
+    h2d_bytes_per_call: int  # the sum of ``transfers``: what one call copies host-to-device
     style: str  # "copy" (h2d copy kernels), "legacy" (device delegates, no copies) or "cpu" (no device delegate)
     label: str = ""  # the name, with the plan index when another plan has the same name
+    transfers: tuple[Transfer, ...] = ()  # every host-to-device copy of one call (schema/transfers.py)
+    call_sites: tuple[DelegateCallSite, ...] = ()  # each DelegateCall's inputs/outputs (schema/dataflow.py)
 
     @property
     def eligible(self) -> tuple[ConstantVerdict, ...]:
@@ -232,17 +234,6 @@ class Analysis:
             if method.name == key:
                 return method
         raise KeyError(key)
-
-
-def delegate_device(delegate: m.BackendDelegate) -> tuple[Device, Optional[str]]:
-    """The delegate's ``target_device`` (CPU when absent), plus an error text when it does not parse."""
-    raw = delegate.compile_spec(TARGET_DEVICE_KEY)
-    if raw is None:
-        return CPU, None
-    try:
-        return Device.parse(bytes(raw).decode("utf-8")), None
-    except (UnicodeDecodeError, ValueError) as error:
-        return CPU, f"unreadable target_device {bytes(raw)!r}: {error}"
 
 
 def _operator_names(plan: m.ExecutionPlan) -> list[str]:
@@ -524,72 +515,18 @@ def _delegate_infos(plan: m.ExecutionPlan) -> dict[int, DelegateInfo]:
     return infos
 
 
-NEVER = (1 << 62, 1 << 62)  # a step after every instruction
-Span = tuple[tuple[int, int], tuple[int, int], bool]  # first use, last use, read outside instructions too
+def method_transfers(plan: m.ExecutionPlan, budget: Optional[WorkBudget] = None
+                     ) -> tuple[tuple[Transfer, ...], tuple[DelegateCallSite, ...]]:
+    """Every host-to-device copy one call makes (``schema/transfers.py``: the rule the runner's counts follow),
+    and the delegate calls' input/output split it rests on (``schema/dataflow.py``).
 
-
-def _spans(readers: Mapping[int, list[Reader]], budget: WorkBudget) -> dict[int, Span]:
-    """Per value: the first and last instruction that use it, and whether a method output or a list does."""
-    spans = {}
-    for index, uses in readers.items():
-        budget.spend(len(uses))
-        steps = [(r.chain, r.instruction) for r in uses if r.instruction >= 0]
-        spans[index] = (min(steps), max(steps), len(steps) < len(uses)) if steps else (NEVER, (-1, -1), True)
-    return spans
-
-
-def estimate_h2d_bytes_per_call(plan: m.ExecutionPlan, delegates: Mapping[int, DelegateInfo],
-                                readers: Mapping[int, list[Reader]], budget: Optional[WorkBudget] = None) -> int:
-    """Host-to-device bytes one call moves: ``_h2d_copy`` sources plus host tensors given to device delegates.
-
-    A delegate's arguments are its inputs followed by its outputs, and the
-    split is not stored; an argument counts as an input when something defined
-    it before the call: a method input, a constant, initial data, an earlier
-    instruction, or, for a value nothing reads afterwards, an earlier-used value
-    with exactly the same planned region (the second value the emitter makes
-    for a static view; an output shares a slot only with dead values and is
-    read afterwards).  Sizes of dynamic
-    shapes are their upper bounds.  ``tests/test_estimate_vs_runner.py`` holds
-    this equal to the runner's measured copies.
+    Their bytes are the per-call estimate that ``inspect`` and ``diff`` show; ``tests/test_estimate_vs_runner.py``
+    holds it equal to the runner's measured copies.  The data flow's work is charged to ``budget`` first.
     """
-    budget = budget or WorkBudget(plan.name or "", sum(map(len, readers.values())) + len(plan.values or ()))
-    values = plan.values or ()
-    inputs = set(plan.inputs or ())
-    ops = _operator_names(plan)
-    on_device = buffer_devices(plan)
-    spans = _spans(readers, budget)
-    first_region_use: dict[tuple[int, int, int], tuple[int, int]] = {}
-    for index, (first, _, _) in spans.items():
-        value = values[index] if 0 <= index < len(values) else None
-        if isinstance(value, m.Tensor) and value.allocation_info is not None and first != NEVER:
-            key = (value.allocation_info.memory_id, value.allocation_info.memory_offset, value.nbytes)
-            first_region_use[key] = min(first, first_region_use.get(key, first))
-    total = 0
-    for c, chain in enumerate(plan.chains or ()):
-        for k, ins in enumerate(chain.instructions or ()):
-            budget.spend()
-            if isinstance(ins, m.KernelCall) and ops[ins.op_index] == H2D_COPY and ins.args:
-                src = values[ins.args[0]]
-                total += src.nbytes if isinstance(src, m.Tensor) else 0
-            elif isinstance(ins, m.DelegateCall) and not delegates[ins.delegate_index].device.is_cpu:
-                here = (c, k)
-                for arg in dict.fromkeys(ins.args or ()):
-                    budget.spend()
-                    value = values[arg]
-                    if not isinstance(value, m.Tensor):
-                        continue
-                    alloc = value.allocation_info
-                    if alloc is not None and not on_device.get(alloc.memory_id, CPU).is_cpu:
-                        continue  # already in device memory
-                    first, last, outside = spans[arg]
-                    region = None if alloc is None else (alloc.memory_id, alloc.memory_offset, value.nbytes)
-                    later = outside or last > here
-                    defined = (arg in inputs or value.data_buffer_idx > 0 or value.is_external
-                               or first < here
-                               or (region is not None and not later and first_region_use.get(region, here) < here))
-                    if defined:
-                        total += value.nbytes
-    return total
+    if budget is not None:
+        budget.spend(transfer_work(plan))
+    sites = tuple(delegate_call_sites(plan))
+    return tuple(per_call_transfers(plan, sites)), sites
 
 
 def _shares_mutable_buffers(program: m.Program) -> bool:
@@ -658,9 +595,10 @@ def analyze_program(program: m.Program, external: Optional[ExternalData] = None,
                          for chain in plan.chains or () for ins in chain.instructions or ())
         on_device = any(not d.device.is_cpu for d in delegates.values())
         style = "copy" if has_copies else "legacy" if on_device else "cpu"
+        transfers, sites = method_transfers(plan, budget)
         methods.append(MethodAnalysis(plan.name or f"plan{plan_index}", plan_index, constants,
-                                      tuple(delegates.values()),
-                                      estimate_h2d_bytes_per_call(plan, delegates, readers, budget), style, label))
+                                      tuple(delegates.values()), sum(t.nbytes for t in transfers), style, label,
+                                      transfers, sites))
     refusal = None
     if _shares_mutable_buffers(program):
         refusal = ("the methods share one mutable buffer arena (share_mutable_buffers); the runtime cannot give "

@@ -14,8 +14,9 @@ from typing import Optional
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.header import TENSOR_ALIGNMENT, align_up
-from pte_devconst.schema.pte_file import PteFile, Span, unchanged_segments
-from pte_devconst.schema.pte_writer import SegmentContent
+from pte_devconst.schema.pte_file import PteFile
+from pte_devconst.schema.pte_writer import SegmentContent, unchanged_segments
+from pte_devconst.schema.span import Span
 
 from .plan import MethodEdit, Placement, RewritePlan
 

@@ -22,9 +22,9 @@ import hashlib
 from typing import Mapping, Optional
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.mapped import Span
 from pte_devconst.schema.model import CPU, Device
 from pte_devconst.schema.pte_file import PteFile
+from pte_devconst.schema.span import Span
 from pte_devconst.schema.record import record
 
 from .analysis import analyze_program, method_labels

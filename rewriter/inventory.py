@@ -14,6 +14,7 @@ from pte_devconst.schema.pte_file import PteFile
 from pte_devconst.schema.record import record
 
 from .analysis import Analysis, Reader, buffer_devices
+from .derived import STAYS, DerivedCopy, derived_copies
 
 _DTYPE_NAMES = {
     0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32", 7: "float64",
@@ -82,6 +83,25 @@ class InitialDataSummary:
 
 
 @record
+class PerCallCopySummary:
+    """A constant-derived value copied host-to-device on every call: whether the rewrite moves it, and if not why."""
+
+    value: int
+    name: str
+    device: str
+    nbytes: int
+    copies_per_call: int
+    bytes_per_call: int
+    status: str  # movable, unknown or stays
+    reason: str  # empty when movable
+
+    @classmethod
+    def of(cls, copy: DerivedCopy) -> "PerCallCopySummary":
+        return cls(copy.value, copy.name, str(copy.device), copy.nbytes, copy.copies_per_call, copy.bytes_per_call,
+                   copy.status, copy.reason)
+
+
+@record
 class MethodSummary:
     name: str
     inputs: tuple[ValueSummary, ...]
@@ -95,6 +115,7 @@ class MethodSummary:
     initial_data: tuple[InitialDataSummary, ...]
     style: str
     h2d_bytes_per_call: int
+    per_call_copies: tuple[PerCallCopySummary, ...] = ()  # the constant-derived part of h2d_bytes_per_call
 
 
 @record
@@ -116,6 +137,15 @@ class ProgramSummary:
     named_data: tuple[str, ...]
     eligible_constants: int
     eligible_bytes_per_call: int
+
+    @property
+    def stays(self) -> tuple[PerCallCopySummary, ...]:
+        """The constant-derived per-call copies the rewrite cannot remove, each with its reason."""
+        return tuple(c for method in self.methods for c in method.per_call_copies if c.status == STAYS)
+
+    @property
+    def stays_bytes_per_call(self) -> int:
+        return sum(c.bytes_per_call for c in self.stays)
 
 
 def value_summary(plan: m.ExecutionPlan, index: int) -> ValueSummary:
@@ -165,6 +195,9 @@ def _constant_location(tensor: m.Tensor, program: m.Program) -> str:
 def summarize(source: PteFile, analysis: Analysis) -> ProgramSummary:
     program = source.program
     methods = []
+    copies_of: dict[int, list[PerCallCopySummary]] = {}
+    for copy in derived_copies(program, analysis):
+        copies_of.setdefault(copy.plan_index, []).append(PerCallCopySummary.of(copy))
     for method in analysis.methods:
         plan = (program.execution_plan or ())[method.plan_index]
         values = plan.values or ()
@@ -202,7 +235,8 @@ def summarize(source: PteFile, analysis: Analysis) -> ProgramSummary:
         methods.append(MethodSummary(
             method.label, tuple(value_summary(plan, i) for i in plan.inputs or ()),
             tuple(value_summary(plan, i) for i in plan.outputs or ()), len(values), instructions, operators,
-            tuple(delegates), buffers, constants, tuple(initial), method.style, method.h2d_bytes_per_call))
+            tuple(delegates), buffers, constants, tuple(initial), method.style, method.h2d_bytes_per_call,
+            tuple(copies_of.get(method.plan_index, ()))))
     roles = segment_roles(program)
     segments = tuple(SegmentSummary(i, roles.get(i, "unused"), source.segment_base + s.offset, s.size)
                      for i, s in enumerate(program.segments or ()))

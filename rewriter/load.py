@@ -4,17 +4,18 @@ Kept apart from ``rewrite.py`` so that commands which only analyse never load
 the writer, the apply step or the self-check.
 
 The .ptd rule, one for every command: the .ptd given (``--ptd``), else ``NAME.ptd``
-in the folder of ``NAME.pte`` when it exists (``schema.ptd_file.sibling_ptd``).
+in the folder of ``NAME.pte`` when it exists (``pte_devconst.paths.sibling_ptd``, which also
+pairs the rewrite's default output ``NAME.devconst.pte`` with the original's data).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from pathlib import Path
 from typing import Iterator, Optional
 
-from pte_devconst.schema.ptd_file import PtdFile, open_ptd, sibling_ptd
+from pte_devconst.paths import data_for
+from pte_devconst.schema.ptd_file import PtdFile, open_ptd
 from pte_devconst.schema.pte_file import PteFile, open_pte
 
 from .analysis import Analysis, ExternalData, analyze_program
@@ -32,11 +33,6 @@ def external_data(ptd: PtdFile) -> ExternalData:
         layouts[key] = None if layout is None else (
             layout.scalar_type, tuple(layout.sizes or ()), tuple(layout.dim_order or ()))
     return ExternalData(layouts)
-
-
-def data_for(path: str | os.PathLike[str], ptd: Optional[str | os.PathLike[str]] = None) -> Optional[Path]:
-    """The .ptd a program is judged with: ``ptd`` when given, else ``NAME.ptd`` next to ``NAME.pte`` if present."""
-    return Path(ptd) if ptd is not None else sibling_ptd(path)
 
 
 def analyze_opened(source: PteFile, data: Optional[PtdFile], *, host_placement: bool = False) -> Analysis:

@@ -15,12 +15,14 @@ import os
 from pathlib import Path
 from typing import Callable, Optional
 
+from pte_devconst.paths import default_output
 from pte_devconst.schema.atomic import atomic_output, check_destination
 from pte_devconst.schema.errors import FormatError, PteDevconstError, UnsupportedProgramError
 from pte_devconst.schema.limits import over_runtime_limits
 from pte_devconst.schema.ptd_file import PtdFile
-from pte_devconst.schema.pte_file import PteFile, Span
+from pte_devconst.schema.pte_file import PteFile
 from pte_devconst.schema.pte_writer import layout_pte, write_piece, write_pte_to_fd
+from pte_devconst.schema.span import Span
 from pte_devconst.schema.record import record
 
 from .apply import apply_plan
@@ -45,12 +47,6 @@ class RewriteResult:
     @property
     def changed(self) -> bool:
         return not self.plan.is_empty
-
-
-def default_output(path: str | os.PathLike[str]) -> Path:
-    """``model.pte`` -> ``model.devconst.pte`` next to it."""
-    p = Path(path)
-    return p.with_name(p.stem + ".devconst" + (p.suffix or ".pte"))
 
 
 def plan_file(source: PteFile, ptd: Optional[PtdFile], options: RewriteOptions) -> RewritePlan:

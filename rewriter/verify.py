@@ -45,9 +45,9 @@ from pte_devconst.schema.errors import FormatError, PteDevconstError
 from pte_devconst.schema.gc_pause import gc_paused
 from pte_devconst.schema.header import TENSOR_ALIGNMENT
 from pte_devconst.schema.limits import over_runtime_limits
-from pte_devconst.schema.mapped import Span
 from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile, open_pte
+from pte_devconst.schema.span import Span
 
 from .analysis import H2D_COPY, delegate_device
 from .plan import MethodEdit, Placement, RewritePlan

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence, Union
 
 from pte_devconst.schema.errors import PteDevconstError
-from pte_devconst.schema.mapped import MappedFile, Span
-from pte_devconst.schema.pte_writer import FileRange, Layout, Piece, SegmentContent
+from pte_devconst.schema.mapped import MappedFile
+from pte_devconst.schema.pte_writer import Layout, SegmentContent
+from pte_devconst.schema.span import FileRange, Piece, Span
 from pte_devconst.schema.record import record
 
 FULL_COMPARE_BYTES = 1 << 20

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import time
 from dataclasses import dataclass, field
@@ -39,9 +40,10 @@ class OutputSummary:
     def of(cls, value: Any) -> "OutputSummary":
         if not isinstance(value, torch.Tensor):
             return cls(type(value).__name__, None, None, None, None, value)
-        contiguous = value.detach().contiguous()
-        digest = hashlib.sha256(contiguous.view(-1).view(torch.uint8).numpy().tobytes()
-                                if contiguous.numel() else b"").hexdigest()
+        contiguous = value.detach().cpu().contiguous()
+        # The bytes straight from host memory: Tensor.numpy() needs numpy, which torch's CPU wheel does not bring.
+        nbytes = contiguous.numel() * contiguous.element_size()
+        digest = hashlib.sha256(ctypes.string_at(contiguous.data_ptr(), nbytes) if nbytes else b"").hexdigest()
         total = None if contiguous.dtype.is_complex else float(contiguous.double().sum())
         return cls("tensor", dtype_name(value.dtype), tuple(value.shape), digest, total)
 

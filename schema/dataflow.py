@@ -19,8 +19,10 @@ the end of its list that this call *defines*: values that are
   instruction.  A planned argument whose region equals the region of a value
   whose data is still pending, written by an earlier instruction (or set as a
   method input, or loaded as initial data) and not read since, is such a view,
-  hence an input.  A region whose last value was read is free for the memory
-  planner to reuse, so an argument there may be a new output.
+  hence an input.  A region whose data was read, through any value that lies
+  there (the value itself or a view of it), is free for the memory planner to
+  reuse, so an argument there may be a new output (an RNN step's output read
+  through a view, then its region reused by the next step's output).
 
 The last argument is an output whenever it is a Tensor or Int that no earlier
 instruction mentions and that is no method input, constant or initial data: a
@@ -112,8 +114,8 @@ class _Flow:
         for index in self._expand(indices):
             self.mentioned.add(index)
             region = _region(self._value(index))
-            if region is not None and self.pending.get(region) == index:
-                del self.pending[region]
+            if region is not None:  # its data has been read, through this value or a view of it
+                self.pending.pop(region, None)
 
     def write(self, indices: tuple[int, ...]) -> None:
         for index in self._expand(indices):

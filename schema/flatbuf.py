@@ -24,14 +24,16 @@ T = TypeVar("T")
 U8 = struct.Struct("<B")
 I8 = struct.Struct("<b")
 U16 = struct.Struct("<H")
+I16 = struct.Struct("<h")
 I32 = struct.Struct("<i")
 U32 = struct.Struct("<I")
 I64 = struct.Struct("<q")
 U64 = struct.Struct("<Q")
+F32 = struct.Struct("<f")
 F64 = struct.Struct("<d")
 BOOL = struct.Struct("<?")
 
-_VECTOR_FORMATS = {"b": 1, "B": 1, "?": 1, "h": 2, "H": 2, "i": 4, "I": 4, "q": 8, "Q": 8, "d": 8}
+_VECTOR_FORMATS = {"b": 1, "B": 1, "?": 1, "h": 2, "H": 2, "i": 4, "I": 4, "f": 4, "q": 8, "Q": 8, "d": 8}
 
 
 class FlatbufferError(Exception):

@@ -11,7 +11,7 @@ strings, vectors, tables and the root exactly as that ``Builder`` does, so an
 encoder written with it produces output byte for byte identical to the one
 written with the flatc-generated functions. ``tests/test_encode.py`` checks that
 on every corpus program, on every rewritten one, and on fuzzed programs, against
-``tests/reference_encoder.py`` (the flatc-generated builder path).
+``tests/flatc_reference.py`` (the flatc-generated builder path).
 
 A table is written in one call from a ``TableLayout`` (one entry per field slot:
 a scalar's ``struct.Struct`` and default, or ``REF`` for an offset to a string,

@@ -17,6 +17,7 @@ more does not).
 from __future__ import annotations
 
 from . import model as m
+from .generated.table_counts import count_program
 from .validate import MAX_TENSOR_BYTES
 
 MAX_TABLES = 1_000_000  # flatbuffers::Verifier::Options::max_tables
@@ -24,38 +25,15 @@ MAX_DEPTH = 64  # flatbuffers::Verifier::Options::max_depth
 SCHEMA_DEPTH = 5  # the deepest nesting program.fbs allows (see above)
 
 
-def _value_tables(value: m.EValue) -> int:
-    if value is None:
-        return 1  # an EValue whose union is NONE
-    if type(value) is m.Tensor:
-        return 4 - (value.allocation_info is None) - (value.extra_tensor_info is None)
-    return 2
-
-
-def _plan_tables(plan: m.ExecutionPlan) -> int:
-    count = 1 + (plan.container_meta_type is not None)
-    count += sum(map(_value_tables, plan.values or ()))
-    for chain in plan.chains or ():
-        instructions = chain.instructions or ()
-        count += 1 + 2 * len(instructions) - sum(1 for ins in instructions if ins is None)
-        count += sum(1 + len((frames.items if frames is not None else None) or ()) for frames in chain.stacktrace or ())
-    count += len(plan.operators or ())
-    for delegate in plan.delegates or ():
-        count += 1 + (delegate.processed is not None) + len(delegate.compile_specs or ())
-    return count + len(plan.non_const_buffer_device or ())
-
-
 def count_tables(program: m.Program) -> int:
     """The number of tables the flatbuffers verifier visits in ``program`` once encoded (the encoder shares none).
 
-    EValue and Instruction are tables wrapping a union whose member is a table too (the model flattens
-    them, so each counts twice unless its member is NONE).  The decoder counts the same way while it reads
-    (``PteFile.table_count``), shared tables each time they are reached.
+    Generated from the schema (``generated/table_counts.py``): EValue and Instruction are tables wrapping a
+    union whose member is a table too (the model flattens them, so each counts twice unless its member is
+    NONE). The decoder counts the same way while it reads (``PteFile.table_count``), shared tables each time
+    they are reached.
     """
-    return (1 + sum(map(_plan_tables, program.execution_plan or ())) + len(program.constant_buffer or ())
-            + len(program.backend_delegate_data or ()) + len(program.segments or ())
-            + (program.constant_segment is not None) + len(program.mutable_data_segments or ())
-            + len(program.named_data or ()))
+    return count_program(program)
 
 
 def table_limit_problem(tables: int) -> str | None:

@@ -15,23 +15,9 @@ import stat
 from typing import Optional, TypeVar
 
 from .errors import FormatError
-from .pte_writer import FileRange, Piece
-from .record import record
+from .span import FileRange, Piece, Span
 
 F = TypeVar("F", bound="MappedFile")
-
-
-@record
-class Span:
-    """An absolute byte range of the file."""
-
-    offset: int
-    size: int
-
-    @property
-    def end(self) -> int:
-        return self.offset + self.size
-
 
 def map_file(path: str | os.PathLike[str]) -> tuple[memoryview, Optional[mmap.mmap], int]:
     """(read-only view of the whole file, its mmap or None for an empty file, an open fd).

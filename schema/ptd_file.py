@@ -1,23 +1,19 @@
-"""Opening and writing a .ptd (flat_tensor) data file: named tensor data keyed by fully qualified name."""
+"""Opening a .ptd (flat_tensor) data file: named tensor data keyed by fully qualified name. Reading only
+(``ptd_writer.py`` writes one)."""
 
 from __future__ import annotations
 
-import math
 import mmap
 import os
-from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
-from . import model as m
-from .atomic import atomic_output, write_all
 from .decode import decode_flat_tensor
-from .encode import encode_flat_tensor
 from .errors import FormatError
 from .flatbuf import FlatbufferError
-from .header import PTD_HEADER_PADDED, SEGMENT_ALIGNMENT, PtdHeader, align_up, read_ptd_header
-from .mapped import MappedFile, Span
-from .pte_writer import Piece, SegmentContent, write_segments
-from .ptd_model import FlatTensor, PtdNamedData, TensorLayout
+from .header import PtdHeader, read_ptd_header
+from .mapped import MappedFile
+from .ptd_model import FlatTensor, PtdNamedData
+from .span import Span
 from .validate import check_shape
 
 
@@ -106,35 +102,3 @@ class PtdFile(MappedFile):
 
 def open_ptd(path: str | os.PathLike[str]) -> PtdFile:
     return PtdFile.open(path)
-
-
-def sibling_ptd(pte: str | os.PathLike[str]) -> Optional[Path]:
-    """``NAME.ptd`` in the folder of ``NAME.pte`` when it is a file: the data every command pairs by default."""
-    candidate = Path(pte).with_suffix(".ptd")
-    return candidate if candidate.is_file() else None
-
-
-def write_ptd(destination: str | os.PathLike[str], entries: Sequence[tuple[str, Optional[TensorLayout], Piece]],
-              alignment: int = 16) -> None:
-    """Atomically write a .ptd holding one segment per entry (key, layout, data), as ExecuTorch lays it out."""
-    cursor = 0
-    segments, named = [], []
-    seg_align = math.lcm(SEGMENT_ALIGNMENT, alignment)
-    for index, (key, layout, piece) in enumerate(entries):
-        size = len(piece) if isinstance(piece, bytes) else piece.size
-        start = align_up(cursor, seg_align)
-        segments.append(m.DataSegment(start, size))
-        named.append(PtdNamedData(key, index, layout))
-        cursor = start + size
-    plain = encode_flat_tensor(FlatTensor(0, tuple(segments), tuple(named)))
-    # The 40-byte header plus 8 bytes of padding go after byte 8; the root offset moves past them.
-    inserted = PTD_HEADER_PADDED
-    base = align_up(inserted + len(plain), SEGMENT_ALIGNMENT)
-    header = PtdHeader(PTD_HEADER_PADDED, len(plain), base, cursor)
-    root = int.from_bytes(plain[0:4], "little") + inserted
-    packed = header.pack()
-    flatbuffer = root.to_bytes(4, "little") + plain[4:8] + packed + bytes(inserted - len(packed)) + plain[8:]
-    with atomic_output(destination) as fd:
-        write_all(fd, flatbuffer)
-        write_segments(fd, len(flatbuffer), base, segments,
-                                 [SegmentContent.of(piece) for _, _, piece in entries])

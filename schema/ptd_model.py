@@ -1,34 +1,10 @@
-"""Immutable mirror of the .ptd schema (schema/fbs/flat_tensor.fbs)."""
+"""Immutable mirror of the .ptd schema (schema/fbs/flat_tensor.fbs), generated like ``model.py``.
+
+``DataSegment`` is the program's own record (the two schemas declare the same
+table), and flat_tensor's ``NamedData`` is ``PtdNamedData`` (``codegen.RULES``).
+"""
 
 from __future__ import annotations
 
-import math
-from typing import Optional
-
-from .model import DataSegment, element_size
-from .record import record
-
-
-@record
-class TensorLayout:
-    scalar_type: int = 0
-    sizes: Optional[tuple[int, ...]] = ()
-    dim_order: Optional[tuple[int, ...]] = ()
-
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.sizes or ()) * element_size(self.scalar_type)
-
-
-@record
-class PtdNamedData:
-    key: Optional[str] = None
-    segment_index: int = 0
-    tensor_layout: Optional[TensorLayout] = None
-
-
-@record
-class FlatTensor:
-    version: int = 0
-    segments: Optional[tuple[DataSegment, ...]] = ()
-    named_data: Optional[tuple[PtdNamedData, ...]] = ()
+from .generated.flat_tensor_model import *  # noqa: F403
+from .generated.flat_tensor_model import __all__

@@ -1,4 +1,4 @@
-"""Opening a .pte: header, program and lazily read segments over one memory map.
+"""Opening a .pte: header, program and lazily read segments over one memory map. Reading only.
 
 ``PteFile.open`` reads only the flatbuffer part of the file (a few KB to a few
 MB) and checks it completely; tensor data, delegate blobs and named data stay
@@ -19,9 +19,9 @@ from .decode import decode_program_counted
 from .errors import FormatError
 from .flatbuf import FlatbufferError
 from .header import MIN_PTE_SIZE, ExtendedHeader, read_pte_header
-from .mapped import MappedFile, Span
-from .pte_writer import SegmentContent
 from .limits import verifier_refusal
+from .mapped import MappedFile
+from .span import Span
 from .validate import check_program
 
 
@@ -122,9 +122,3 @@ class PteFile(MappedFile):
 def open_pte(path: str | os.PathLike[str]) -> PteFile:
     """Open and fully check a .pte; raises ``FormatError`` naming the file and the problem."""
     return PteFile.open(Path(path))
-
-
-def unchanged_segments(source: PteFile) -> list[SegmentContent]:
-    """Every segment of ``source`` as it is, for a round trip or a rewrite that keeps them."""
-    return [SegmentContent(seg.size, [(0, source.piece(source.segment_span(i)))] if seg.size else [])
-            for i, seg in enumerate(source.program.segments or ())]

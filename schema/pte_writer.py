@@ -1,7 +1,7 @@
 """Laying out and writing a .pte: flatbuffer, extended header, aligned segments.
 
 A caller describes each segment as a list of pieces (small ``bytes`` or a
-``FileRange`` of an input file) at offsets inside the segment; this module
+``FileRange`` of an input file, see ``span.py``) at offsets inside the segment; this module
 assigns segment offsets (each at a multiple of lcm(128, its alignment)),
 encodes the program with those offsets, inserts the extended header, and
 streams the pieces into place with ``copy_range`` so that tensor data never
@@ -14,27 +14,23 @@ import contextlib
 import math
 import os
 from dataclasses import dataclass, field, replace
-from typing import Callable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from . import model as m
 from .atomic import atomic_output, copy_range, write_all, write_zeros
 from .encode import encode_program
 from .header import (EXTENDED_HEADER_PADDED, MIN_PTE_SIZE, SEGMENT_ALIGNMENT, ExtendedHeader, align_up)
 from .record import record
+from .span import FileRange, Piece, piece_size
+
+if TYPE_CHECKING:
+    from .pte_file import PteFile
+
+__all__ = ["FileRange", "Piece", "SegmentContent", "Layout", "layout_pte", "write_pte", "write_pte_to_fd",
+           "write_segments", "write_piece", "insert_header", "insert_extended_header", "plan_segments",
+           "unchanged_segments"]
 
 Progress = Callable[[int, int], None]
-
-
-@record
-class FileRange:
-    """``size`` bytes of an open file (by descriptor) starting at absolute ``offset``."""
-
-    fd: int
-    offset: int
-    size: int
-
-
-Piece = Union[bytes, FileRange]
 
 
 @dataclass(slots=True)
@@ -47,8 +43,7 @@ class SegmentContent:
 
     @classmethod
     def of(cls, piece: Piece, alignment: int = 1) -> "SegmentContent":
-        size = len(piece) if isinstance(piece, bytes) else piece.size
-        return cls(size, [(0, piece)], alignment)
+        return cls(piece_size(piece), [(0, piece)], alignment)
 
 
 @record
@@ -67,12 +62,18 @@ class Layout:
         return self.segment_base + self.header.segment_data_size
 
 
+def insert_header(flatbuffer: bytes, packed: bytes, padded: int) -> bytes:
+    """Insert a packed header, zero-padded to ``padded`` bytes, after byte 8, and shift the root offset past it.
+
+    Both formats do this: a .pte's extended header (``eh00``) and a .ptd's (``FH01``).
+    """
+    root = int.from_bytes(flatbuffer[0:4], "little") + padded
+    return root.to_bytes(4, "little") + flatbuffer[4:8] + packed + bytes(padded - len(packed)) + flatbuffer[8:]
+
+
 def insert_extended_header(flatbuffer: bytes, header: ExtendedHeader) -> bytes:
     """Insert the padded extended header after byte 8 and shift the root offset past it."""
-    root = int.from_bytes(flatbuffer[0:4], "little") + EXTENDED_HEADER_PADDED
-    packed = header.pack()
-    padding = bytes(EXTENDED_HEADER_PADDED - len(packed))
-    return root.to_bytes(4, "little") + flatbuffer[4:8] + packed + padding + flatbuffer[8:]
+    return insert_header(flatbuffer, header.pack(), EXTENDED_HEADER_PADDED)
 
 
 def plan_segments(contents: Sequence[SegmentContent]) -> tuple[m.DataSegment, ...]:
@@ -193,3 +194,9 @@ def write_pte(destination: str | os.PathLike[str], program: m.Program, contents:
     with atomic_output(destination, check=check) as fd:
         write_pte_to_fd(fd, layout, contents, progress)
     return layout
+
+
+def unchanged_segments(source: PteFile) -> list[SegmentContent]:
+    """Every segment of ``source`` as it is, for a round trip or a rewrite that keeps them."""
+    return [SegmentContent(seg.size, [(0, source.piece(source.segment_span(i)))] if seg.size else [])
+            for i, seg in enumerate(source.program.segments or ())]

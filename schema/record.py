@@ -14,6 +14,10 @@ a field-by-field repr, ordering when asked, copy and pickle. What it does not
 implement is refused when the class is defined: ``__post_init__``, ``InitVar``,
 ``init=False`` and keyword-only fields, and inheriting from a dataclass or record
 (``__dataclass_params__`` says ``frozen=False, eq=False``: the methods are ours).
+A record may inherit methods from a plain class that declares ``__slots__ = ()``
+(the generated model records pick up their helpers that way, see
+``model_methods.py``); a base without ``__slots__`` is refused, since it would
+give every record a ``__dict__``.
 Only ``__init__``
 is generated from source, because it runs once per object and must be as fast
 as the dataclass one; the other methods are shared closures over one
@@ -95,6 +99,10 @@ def _refuse_unsupported(cls: type, fields: tuple[dataclasses.Field, ...]) -> Non
             raise TypeError(f"{cls.__name__}.{name}: @record supports neither InitVar nor KW_ONLY")
     if any(dataclasses.is_dataclass(base) for base in cls.__mro__[1:]):
         raise TypeError(f"{cls.__name__}: a record cannot inherit from a dataclass or another record")
+    for base in cls.__mro__[1:-1]:
+        if "__slots__" not in base.__dict__:
+            raise TypeError(f"{cls.__name__}: its base {base.__name__} must declare __slots__ = () "
+                            "(methods only), or every record would carry a __dict__")
 
 
 def _values_getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:

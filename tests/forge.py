@@ -6,12 +6,13 @@ is kept) and to build wrong rewrites from the tool's own correct rewrite.
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
-from typing import Callable, Collection, Optional
+from typing import Callable, Collection, Iterator, Optional, Sequence
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.pte_file import open_pte, unchanged_segments
-from pte_devconst.schema.pte_writer import write_pte
+from pte_devconst.schema.pte_file import open_pte
+from pte_devconst.schema.pte_writer import unchanged_segments, write_pte
 
 
 def edit_program(source: Path, out: Path, edit: Callable[[m.Program], m.Program]) -> Path:
@@ -19,6 +20,20 @@ def edit_program(source: Path, out: Path, edit: Callable[[m.Program], m.Program]
     with open_pte(source) as pte:
         write_pte(out, edit(pte.program), unchanged_segments(pte))
     return out
+
+
+def changed_programs(roots: Sequence[m.Program], seed: int, count: int) -> Iterator[m.Program]:
+    """``count`` programs, each a random root with one to three structured changes from the fuzzer (edge values,
+    None versus empty, holes in vectors of tables, odd strings); the same ``seed``, the same programs."""
+    from fuzz.mutate import _apply, _forge, _sites
+
+    rng = random.Random(seed)
+    for _ in range(count):
+        program = rng.choice(roots)
+        for _ in range(rng.choice((1, 2, 3))):
+            path, kind, current = rng.choice(_sites(program))
+            program = _apply(program, path, _forge(rng, kind, current)[1])
+        yield program
 
 
 def edit_plans(program: m.Program, edit: Callable[[m.ExecutionPlan], m.ExecutionPlan]) -> m.Program:

@@ -17,7 +17,9 @@ from pte_devconst.schema import model as m
 from pte_devconst.schema.dataflow import delegate_call_sites, outputs_depending_on
 from pte_devconst.schema.pte_file import open_pte
 
-PROGRAMS = [EXAMPLES / f"{n}.pte" for n in shipped(EXAMPLES)] + [pte_path(n) for n in CASES]
+REAL = CORPUS.parent / "real_models"
+PROGRAMS = ([EXAMPLES / f"{n}.pte" for n in shipped(EXAMPLES)] + [pte_path(n) for n in CASES]
+            + [REAL / f"{n}.pte" for n in shipped(REAL)])
 
 
 def _stated_inputs(backend: str, blob: bytes, n_args: int) -> int | None:
@@ -45,7 +47,7 @@ def test_split_agrees_with_every_blob_that_states_it() -> None:
                     assert site.n_inputs == stated, (path.name, plan.name, site)
                     checked += 1
                     views += path.stem == "v_d_host_view_legacy"
-    assert checked >= 35  # every delegate call of the examples and the corpus device programs
+    assert checked >= 370  # every delegate call of the examples, the corpus and the real-model device programs
     assert views == 1  # including the one whose inputs hold a static view the emitter elided
 
 
@@ -151,3 +153,15 @@ def test_an_output_independent_of_the_opaque_delegate_keeps_its_real_value(name:
     assert partly.opaque_delegates == {1: "CudaBackend"}
     for a, b in zip(real.calls, partly.calls):
         assert torch.equal(a.outputs[1], b.outputs[1]) and not torch.equal(a.outputs[0], b.outputs[0])
+
+
+def test_a_region_read_through_a_view_is_free_for_the_next_output() -> None:
+    # An RNN step (gru_mm_legacy): a delegate writes value 1, a kernel reads it through its static view
+    # value 2 (same region), and the next delegate call writes value 3 into that region again.  Value 3 is
+    # an output although its region held data that value 1 itself never read.
+    values = [_t(1, 0), _t(1, 16), _t(1, 16, sizes=(2, 2)), _t(1, 16), _t(1, 32), _t(1, 48)]
+    instructions = [m.DelegateCall(0, (0, 1)), m.KernelCall(0, (2, 4, 4)), m.DelegateCall(0, (0, 3, 5))]
+    assert _split(_plan(values, instructions)) == [1, 1]
+    # Not read yet, the region still holds value 1's data: an argument there is a view of it, an input.
+    unread = [m.DelegateCall(0, (0, 1)), m.DelegateCall(0, (0, 3, 5))]
+    assert _split(_plan(values, unread)) == [1, 2]

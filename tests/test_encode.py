@@ -1,8 +1,9 @@
 """The project's encoder writes, byte for byte, what the flatc-generated builder path writes.
 
-``schema/encode.py`` uses its own builder (``schema/flatbuf_builder.py``) for
-speed; ``tests/reference_encoder.py`` uses the code flatc generated from the
-project's .fbs and the ``flatbuffers`` package. Equal bytes on real programs,
+``schema/encode.py`` runs the encoder generated from the project's .fbs
+(``schema/generated/encoders.py``) on its own builder (``schema/flatbuf_builder.py``)
+for speed; ``tests/flatc_reference.py`` uses the code flatc generated from the
+same .fbs and the ``flatbuffers`` package. Equal bytes on real programs,
 rewritten programs and thousands of randomly changed ones mean the fast path
 inherits every layout rule of the reference (alignment, vtable sharing,
 defaults left out, absent versus empty).
@@ -10,7 +11,6 @@ defaults left out, absent versus empty).
 
 from __future__ import annotations
 
-import random
 import struct
 import subprocess
 import sys
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-import reference_encoder
+import flatc_reference as reference
 from conftest import CASES, CORPUS, EXAMPLES, pte_path, ptd_path, shipped
 from pte_devconst.rewriter.apply import apply_plan
 from pte_devconst.rewriter.load import opened
@@ -30,7 +30,7 @@ from pte_devconst.schema.flatbuf_builder import Builder, BuilderError, TableLayo
 from pte_devconst.schema.flatbuf import I32, U8
 from pte_devconst.schema.ptd_file import open_ptd
 from pte_devconst.schema.pte_file import open_pte
-from fuzz.mutate import _apply, _forge, _sites
+from forge import changed_programs
 
 EXAMPLE_PROGRAMS = [EXAMPLES / f"{name}.pte" for name in shipped(EXAMPLES)]
 
@@ -43,14 +43,14 @@ def _program(path: Any) -> m.Program:
 @pytest.mark.parametrize("name", CASES)
 def test_corpus_programs_encode_identically(name: str) -> None:
     program = _program(pte_path(name))
-    assert encode_program(program) == reference_encoder.encode_program(program)
+    assert encode_program(program) == reference.encode_program(program)
 
 
 @pytest.mark.parametrize("name", [n for n in CASES if ptd_path(n)])
 def test_corpus_ptd_files_encode_identically(name: str) -> None:
     with open_ptd(ptd_path(name)) as ptd:
         flat_tensor = ptd.flat_tensor
-    assert encode_flat_tensor(flat_tensor) == reference_encoder.encode_flat_tensor(flat_tensor)
+    assert encode_flat_tensor(flat_tensor) == reference.encode_flat_tensor(flat_tensor)
 
 
 @pytest.mark.parametrize("path", [pte_path(n) for n in CASES] + EXAMPLE_PROGRAMS, ids=lambda p: p.stem)
@@ -60,13 +60,13 @@ def test_rewritten_programs_encode_identically(path: Any) -> None:
         if plan.is_empty:
             pytest.skip("nothing to rewrite")
         program, _ = apply_plan(source, plan)
-    assert encode_program(program) == reference_encoder.encode_program(program)
+    assert encode_program(program) == reference.encode_program(program)
 
 
-def _encode_both(encode: Any, reference: Any, root: Any) -> tuple[str, Any]:
+def _encode_both(encode: Any, encode_reference: Any, root: Any) -> tuple[str, Any]:
     """('ok', bytes) or ('refused', None): a value the format cannot hold must be refused by both."""
     results = []
-    for fn in (encode, reference):
+    for fn in (encode, encode_reference):
         try:
             results.append(("ok", fn(root)))
         except (BuilderError, struct.error, TypeError, ValueError, OverflowError, AttributeError) as error:
@@ -77,17 +77,11 @@ def _encode_both(encode: Any, reference: Any, root: Any) -> tuple[str, Any]:
 
 def test_randomly_changed_programs_encode_identically() -> None:
     """Structured mutations from the fuzzer (edge values, None versus empty, holes, odd strings), 1,500 of them."""
-    roots = [_program(pte_path(name)) for name in CASES]
-    rng = random.Random(20261129)
     compared = 0
-    for _ in range(1500):
-        root = rng.choice(roots)
-        for _ in range(rng.choice((1, 2, 3))):
-            path, kind, current = rng.choice(_sites(root))
-            root = _apply(root, path, _forge(rng, kind, current)[1])
-        status, data = _encode_both(encode_program, reference_encoder.encode_program, root)
+    for root in changed_programs([_program(pte_path(name)) for name in CASES], 20261129, 1500):
+        status, data = _encode_both(encode_program, reference.encode_program, root)
         if status == "ok":
-            assert data == reference_encoder.encode_program(root)
+            assert data == reference.encode_program(root)
             compared += 1
     assert compared > 1000
 
@@ -114,8 +108,8 @@ def test_edge_values_and_empty_containers() -> None:
         bytes(range(33))), m.Buffer(None)), backend_delegate_data=(m.BackendDelegateInlineData(b"\x01" * 17),),
         segments=(m.DataSegment(0, 48),), constant_segment=m.SubsegmentOffsets(0, (0, 16)),
         mutable_data_segments=(), named_data=(m.NamedData("w", 0), m.NamedData(None, 7)))
-    assert encode_program(program) == reference_encoder.encode_program(program)
-    assert encode_program(m.Program()) == reference_encoder.encode_program(m.Program())
+    assert encode_program(program) == reference.encode_program(program)
+    assert encode_program(m.Program()) == reference.encode_program(m.Program())
 
 
 def test_out_of_range_values_are_refused() -> None:
@@ -135,11 +129,7 @@ def test_out_of_range_values_are_refused() -> None:
 def test_buffer_growth_keeps_contents() -> None:
     """Starting from a tiny buffer, thousands of doublings and copies must not disturb what was written."""
     program = _program(pte_path(CASES[0]))
-    expected = reference_encoder.encode_program(program)
-    from pte_devconst.schema import encode
-
-    encoder = encode._Encoder(size_hint=1)
-    assert encoder.b.finish(encoder.program(program), b"ET12") == expected
+    assert encode_program(program, size_hint=1) == reference.encode_program(program)
 
 
 def test_encoding_imports_neither_flatbuffers_nor_numpy() -> None:
@@ -166,7 +156,7 @@ def test_values_the_reference_refuses_are_refused_not_defaulted() -> None:
     for program in (m.Program(version=None),  # type: ignore[arg-type]
                     m.Program(execution_plan=(m.ExecutionPlan(values=(m.Tensor(scalar_type=None),)),)),  # type: ignore[arg-type]
                     m.Program(execution_plan=(m.ExecutionPlan(values=(m.Bool(2),)),))):  # type: ignore[arg-type]
-        assert _encode_both(encode_program, reference_encoder.encode_program, program)[0] == "refused"
+        assert _encode_both(encode_program, reference.encode_program, program)[0] == "refused"
 
 
 def test_a_wide_memoryview_is_stored_as_its_bytes() -> None:
@@ -174,4 +164,4 @@ def test_a_wide_memoryview_is_stored_as_its_bytes() -> None:
 
     words = array("i", [1, 2, 3])
     wide = m.Program(constant_buffer=(m.Buffer(memoryview(words)),))  # type: ignore[arg-type]
-    assert encode_program(wide) == reference_encoder.encode_program(m.Program(constant_buffer=(m.Buffer(words.tobytes()),)))
+    assert encode_program(wide) == reference.encode_program(m.Program(constant_buffer=(m.Buffer(words.tobytes()),)))

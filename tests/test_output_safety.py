@@ -86,8 +86,8 @@ def test_an_output_that_is_not_a_regular_file_is_refused(kind: str, described: s
 
 def test_the_library_writer_refuses_a_non_regular_destination(tmp_path: Path) -> None:
     from pte_devconst.schema.errors import OutputError
-    from pte_devconst.schema.pte_file import open_pte, unchanged_segments
-    from pte_devconst.schema.pte_writer import write_pte
+    from pte_devconst.schema.pte_file import open_pte
+    from pte_devconst.schema.pte_writer import unchanged_segments, write_pte
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     with open_pte(CORPUS / "v_a_dtypes_copy.pte") as pte, pytest.raises(OutputError, match="is a FIFO"):

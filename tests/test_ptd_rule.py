@@ -10,6 +10,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from cli_runner import invoke, invoke_json
 from conftest import CORPUS
 
@@ -69,3 +71,54 @@ def test_an_explicit_ptd_wins_over_the_sibling(work_copy, tmp_path: Path) -> Non
     assert json.loads(result.stdout)["ptd"] == str(other)
     missing = invoke("inspect", pte, "--ptd", tmp_path / "nope.ptd")  # ...but a wrong name is an error
     assert missing.exit_code == 2 and "nope.ptd" in missing.stderr
+
+
+# --- the rewrite's default output pairs with the original's data ---------------------------------
+
+def test_the_default_rewrite_output_finds_the_original_ptd(work_copy) -> None:
+    """Was: check X.devconst.pte did not look for X.ptd, although the rewrite keeps external bytes there."""
+    pte = work_copy(NAME)
+    data = pte.with_suffix(".ptd")
+    # An output that still copies its external constants: nothing moves to cuda:7, so it is the input's twin.
+    assert invoke("rewrite", pte, "--device", "cuda:7").exit_code == 0
+    twin = pte.with_name(f"{NAME}.devconst.pte")
+    code, doc = invoke_json("check", twin)
+    assert code == 1 and doc["files"][0]["ptd"] == str(data) and doc["unknown"] == 0
+    assert sorted(f["name"] for f in doc["files"][0]["findings"]) == ["only_dev", "w"]
+    assert f"data: {data}" in invoke("inspect", twin).stdout
+    # Its own NAME.devconst.ptd wins when there is one.
+    own = Path(shutil.copy(data, twin.with_suffix(".ptd")))
+    assert invoke_json("check", twin)[1]["files"][0]["ptd"] == str(own)
+
+
+def test_a_program_elsewhere_without_data_says_which_names_it_looked_for(work_copy, tmp_path: Path) -> None:
+    pte = work_copy(NAME)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    moved = Path(shutil.copy(pte, folder / f"{NAME}.devconst.pte"))
+    code, doc = invoke_json("check", moved)
+    assert code == 3
+    assert invoke("check", moved, "--strict").exit_code == 1  # copied per call either way: strict fails
+    assert f"put {NAME}.devconst.ptd or {NAME}.ptd next to it or pass --ptd FILE.ptd" in doc["files"][0]["note"]
+
+
+def test_run_and_validate_follow_the_rule(work_copy, tmp_path: Path) -> None:
+    """Was: run and validate needed --ptd (and validate --rewritten-ptd) for data lying right there."""
+    pytest.importorskip("torch")
+    pte = work_copy(NAME)
+    assert invoke("rewrite", pte).exit_code == 0
+    rewritten = pte.with_name(f"{NAME}.devconst.pte")
+    inputs = CORPUS / f"{NAME}.inputs.pt"
+    run = invoke("run", rewritten, "--simulate-devices", "--inputs", inputs)
+    assert run.exit_code == 0, run.stderr
+    validate = invoke("validate", pte, rewritten, "--simulate-devices", "--inputs", inputs)
+    assert validate.exit_code == 0, validate.stdout + validate.stderr
+    # A rewrite written elsewhere has no sibling: --rewritten-ptd defaults to the original's data.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = elsewhere / "model.pte"
+    assert invoke("rewrite", pte, "-o", out).exit_code == 0
+    validate = invoke("validate", pte, out, "--simulate-devices", "--inputs", inputs)
+    assert validate.exit_code == 0, validate.stdout + validate.stderr
+    alone = invoke("run", out, "--simulate-devices", "--inputs", inputs)  # run has no original: it says how
+    assert alone.exit_code == 2 and "pass it with --ptd" in alone.stderr

@@ -123,6 +123,37 @@ def test_unsupported_dataclass_features_fail_at_definition() -> None:
             more: int = 0
 
 
+def test_methods_come_from_a_slotted_base_and_a_base_with_a_dict_is_refused() -> None:
+    """How the generated model records get their hand-written helpers (schema/model_methods.py)."""
+
+    class Area:
+        __slots__ = ()
+
+        @property
+        def area(self) -> int:
+            return self.width * self.height  # type: ignore[attr-defined]
+
+    @record
+    class Rectangle(Area):
+        width: int = 0
+        height: int = 0
+
+    box = Rectangle(2, 3)
+    assert box.area == 6 and box == Rectangle(2, 3) and repr(box).endswith("Rectangle(width=2, height=3)")
+    assert not hasattr(box, "__dict__") and [f.name for f in dataclasses.fields(box)] == ["width", "height"]
+    with pytest.raises(FrozenInstanceError):
+        box.width = 4  # type: ignore[misc]
+
+    class Loose:  # no __slots__: its instances, and a record's, would have a __dict__
+        pass
+
+    with pytest.raises(TypeError, match="Loose must declare __slots__"):
+        @record
+        class Leaky(Loose):
+            a: int = 0
+    assert not hasattr(m.Tensor(), "__dict__") and m.Tensor(sizes=(2,), scalar_type=m.ScalarType.FLOAT).nbytes == 8
+
+
 def test_a_class_own_hash_and_eq_are_kept_as_dataclasses_keep_them() -> None:
     @record
     class Unhashable:

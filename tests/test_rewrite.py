@@ -15,8 +15,8 @@ from pte_devconst.rewriter.rewrite import rewrite_file
 from pte_devconst.schema import model as m
 from pte_devconst.schema.errors import UnsupportedProgramError
 from pte_devconst.schema.model import Device
-from pte_devconst.schema.pte_file import open_pte, unchanged_segments
-from pte_devconst.schema.pte_writer import write_pte
+from pte_devconst.schema.pte_file import open_pte
+from pte_devconst.schema.pte_writer import unchanged_segments, write_pte
 
 
 def _eligible(name: str) -> dict[tuple[str, int], dict]:

@@ -15,8 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import Result
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from conftest import CASES, CORPUS
 from pte_devconst.cli.app import app

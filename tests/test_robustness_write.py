@@ -34,9 +34,9 @@ from pte_devconst.schema import model as m
 from pte_devconst.schema.atomic import TEMP_PREFIX
 from pte_devconst.schema.errors import OutputError
 from pte_devconst.schema.header import align_up
-from pte_devconst.schema.ptd_file import write_ptd
-from pte_devconst.schema.pte_file import open_pte, unchanged_segments
-from pte_devconst.schema.pte_writer import SegmentContent, write_pte
+from pte_devconst.schema.ptd_writer import write_ptd
+from pte_devconst.schema.pte_file import open_pte
+from pte_devconst.schema.pte_writer import SegmentContent, unchanged_segments, write_pte
 
 CORPUS = Path(__file__).parent / "fixtures" / "corpus"
 SOURCE = CORPUS / "v_b_dtypes_legacy.pte"  # its w_f32 constant is read only by a cuda:0 delegate

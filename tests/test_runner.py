@@ -16,8 +16,8 @@ from pte_devconst.runner.dtypes import dim_order_strides
 from pte_devconst.runner.profiling import memcpy_totals
 from pte_devconst.schema import model as m
 from pte_devconst.schema.errors import PteDevconstError
-from pte_devconst.schema.pte_file import open_pte, unchanged_segments
-from pte_devconst.schema.pte_writer import write_pte
+from pte_devconst.schema.pte_file import open_pte
+from pte_devconst.schema.pte_writer import unchanged_segments, write_pte
 
 CORPUS = pte_path(CASES[0]).parent
 DEVICE_CASES = [name for name in CASES if facts(name)["style"] in ("copy", "legacy")]

@@ -21,9 +21,9 @@ from typing import Iterator, Optional
 
 from pte_devconst.schema.errors import PteDevconstError
 from pte_devconst.schema.ptd_file import PtdFile
-from pte_devconst.schema.pte_file import PteFile, unchanged_segments
+from pte_devconst.schema.pte_file import PteFile
 from pte_devconst.schema import model as m
-from pte_devconst.schema.pte_writer import layout_pte, write_pte_to_fd
+from pte_devconst.schema.pte_writer import layout_pte, unchanged_segments, write_pte_to_fd
 
 from .mutate import Case
 from .seeds import REPO

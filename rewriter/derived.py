@@ -1,0 +1,316 @@
+"""Which per-call host-to-device copies carry constant data, and why each one is still made.
+
+A *constant-derived* copy is a per-call transfer (``schema/transfers.py``: an
+``_h2d_copy`` source, or a host tensor a device delegate reads) whose value is a
+constant, or is computed on the host from constant-derived values only (a weight
+transposed by ``permute_copy``, a mask built from literals).  Its bytes are the
+same on every call, so copying them every time is waste that a gate can flag.
+
+Each such copy gets a status and a reason:
+
+* ``movable``: the value is a constant the rewrite moves (its verdict is eligible);
+* ``unknown``: an external constant whose .ptd was not given or found (it would move);
+* ``stays``: anything else, with the reason in words: the constant's verdict
+  (*read by host kernel aten::mul.out*, *read by delegates on different devices
+  (cuda:0, cuda:1)*, *external key 'w' is not in the .ptd*), or, for a value computed
+  on the host, what computed it (*transposed on the host from w (aten::permute_copy.out)*).
+
+The rule is static and follows the data forward in program order, like the runtime:
+a value is constant-derived when the last instruction that wrote it (or its planned
+region: a static view) is a host kernel, a host delegate or a MoveCall whose inputs
+are all constant-derived; a constant and a literal (a non-tensor value no instruction
+writes) are; a method input, initial data and a device delegate's result are not.  In a
+chain with jumps a value once not constant-derived stays so (either branch may have run).
+Pure functions of the program and its analysis, linear in the arguments they read (a list's
+items included): the data-flow work that the analysis charged to its budget for the transfers.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable, Optional, Sequence
+
+from pte_devconst.schema import model as m
+from pte_devconst.schema.dataflow import DelegateCallSite, delegate_call_sites
+from pte_devconst.schema.record import record
+from pte_devconst.schema.transfers import D2H_COPY, DELEGATE_HOST_INPUT, H2D_COPY, H2D_KERNEL, Transfer
+
+from .analysis import Analysis, ConstantVerdict, MethodAnalysis, delegate_device
+
+MOVABLE, UNKNOWN, STAYS = "movable", "unknown", "stays"
+NAMES_SHOWN = 3  # source constants named in a reason; the rest are counted
+OPS_KEPT = 4  # distinct host operators remembered per value (for the reason)
+
+# What a host operator does to a tensor, for the reason text: the operator's base name -> a verb.
+_VERBS = {
+    "transposed": ("permute_copy", "permute", "transpose_copy", "transpose", "t_copy", "t"),
+    "reshaped": ("view_copy", "view", "reshape", "_unsafe_view", "expand_copy", "squeeze_copy", "unsqueeze_copy",
+                 "flatten", "unflatten", "alias_copy"),
+    "sliced": ("slice_copy", "select_copy", "split_copy", "split_with_sizes_copy", "narrow_copy", "index_select",
+               "unbind_copy", "chunk"),
+    "converted": ("_to_dim_order_copy", "_to_copy", "to_copy", "_clone_dim_order", "clone"),
+}
+_VERB_OF = {name: verb for verb, names in _VERBS.items() for name in names}
+
+
+@record
+class DerivedCopy:
+    """A constant-derived value copied host-to-device on every call (``copies_per_call`` times)."""
+
+    method: str  # the method's label
+    plan_index: int
+    value: int
+    name: str  # the value's name, or ``value N``
+    device: m.Device
+    nbytes: int  # bytes of one copy (upper bound for a dynamic shape)
+    copies_per_call: int
+    status: str  # MOVABLE, UNKNOWN or STAYS
+    reason: str  # why it stays (or, when unknown, what is missing); empty when movable
+    sources: tuple[str, ...] = ()  # the constants it is computed from (empty for a constant itself)
+    host_ops: tuple[str, ...] = ()  # the host operators that computed it (empty for a constant itself)
+
+    @property
+    def bytes_per_call(self) -> int:
+        return self.nbytes * self.copies_per_call
+
+    @property
+    def computed(self) -> bool:
+        """Computed on the host (not a constant copied as it is)."""
+        return bool(self.host_ops)
+
+
+@record
+class _Origin:
+    """How a constant-derived value came to be: the constants it is computed from and the host operators."""
+
+    constants: tuple[int, ...] = ()
+    ops: tuple[str, ...] = ()
+    more_constants: bool = False
+
+
+LITERAL = _Origin()
+
+
+def _merge(origins: Iterable[Optional[_Origin]], op: Optional[str] = None) -> Optional[_Origin]:
+    """The origin of a value computed from ``origins`` (None as soon as one input is not constant-derived)."""
+    constants: dict[int, None] = {}
+    ops: dict[str, None] = {} if op is None else {op: None}
+    more = False
+    for origin in origins:
+        if origin is None:
+            return None
+        more |= origin.more_constants
+        for c in origin.constants:
+            constants[c] = None
+        for o in origin.ops:
+            ops[o] = None
+    kept = tuple(constants)[:NAMES_SHOWN + 1]
+    return _Origin(kept, tuple(ops)[:OPS_KEPT], more or len(constants) > len(kept))
+
+
+def _region(value: m.EValue) -> Optional[tuple[int, int, int]]:
+    if not isinstance(value, m.Tensor) or value.allocation_info is None:
+        return None
+    try:
+        return value.allocation_info.memory_id, value.allocation_info.memory_offset, value.nbytes
+    except KeyError:
+        return None
+
+
+def _items(value: m.EValue) -> tuple[int, ...]:
+    if isinstance(value, (m.TensorList, m.OptionalTensorList, m.IntList)):
+        return tuple(i for i in value.items or () if i >= 0)
+    return ()
+
+
+class _Flow:
+    """The origin of every value as the instructions of one method run, in program order."""
+
+    def __init__(self, plan: m.ExecutionPlan, written: frozenset[int]) -> None:
+        self.values = plan.values or ()
+        self.inputs = frozenset(plan.inputs or ())
+        self.written = written
+        self.origin: dict[int, Optional[_Origin]] = {}
+        self.regions: dict[tuple[int, int, int], Optional[_Origin]] = {}
+        self.monotone = False  # in a chain with jumps a value, once not constant-derived, stays so
+        self._region_of: dict[int, Optional[tuple[int, int, int]]] = {}  # memo: one size computation per value
+        self._items_of: dict[int, tuple[int, ...]] = {}
+
+    def value(self, index: int) -> m.EValue:
+        return self.values[index] if 0 <= index < len(self.values) else None
+
+    def region_of(self, index: int) -> Optional[tuple[int, int, int]]:
+        if index not in self._region_of:
+            self._region_of[index] = _region(self.value(index))
+        return self._region_of[index]
+
+    def items_of(self, index: int) -> tuple[int, ...]:
+        if index not in self._items_of:
+            self._items_of[index] = _items(self.value(index))
+        return self._items_of[index]
+
+    def read(self, index: int) -> Optional[_Origin]:
+        if index in self.origin:
+            return self.origin[index]
+        value = self.value(index)
+        if index in self.inputs or value is None:
+            return None
+        if isinstance(value, m.Tensor):
+            if value.is_constant:
+                return _Origin((index,))
+            region = self.region_of(index)
+            return self.regions.get(region) if region is not None else None  # a static view, or nothing yet
+        if isinstance(value, (m.TensorList, m.OptionalTensorList, m.IntList)):
+            return _merge(self.read(item) for item in self.items_of(index))
+        return None if index in self.written else LITERAL
+
+    def write(self, indices: Sequence[int], origin: Optional[_Origin]) -> None:
+        for index in indices:
+            for target in (index, *self.items_of(index)):
+                if self.monotone and target in self.origin and self.origin[target] is None:
+                    continue
+                self.origin[target] = origin
+                region = self.region_of(target)
+                if region is not None:
+                    self.regions[region] = origin
+
+
+def _written(plan: m.ExecutionPlan, sites: dict[tuple[int, int], object]) -> frozenset[int]:
+    """Every value some instruction writes (a kernel's return slot, a delegate's outputs, a move's destination)."""
+    written: set[int] = set()
+    values = plan.values or ()
+    for c, chain in enumerate(plan.chains or ()):
+        for k, instruction in enumerate(chain.instructions or ()):
+            if isinstance(instruction, m.KernelCall) and instruction.args:
+                indices: Sequence[int] = instruction.args[-1:]
+            elif isinstance(instruction, m.DelegateCall):
+                indices = sites[(c, k)].outputs  # type: ignore[attr-defined]
+            elif isinstance(instruction, m.MoveCall):
+                indices = (instruction.move_to,)
+            else:
+                continue
+            for index in indices:
+                written.add(index)
+                if 0 <= index < len(values):
+                    written.update(_items(values[index]))
+    return frozenset(written)
+
+
+def _origins_at_transfers(plan: m.ExecutionPlan, transfers: Sequence[Transfer],
+                          call_sites: Sequence[DelegateCallSite]) -> dict[Transfer, Optional[_Origin]]:
+    """The origin of each transfer's value just before its instruction runs."""
+    ops = [op.qualified_name for op in plan.operators or ()]
+    hosts = [delegate_device(d)[0].is_cpu for d in plan.delegates or ()]
+    sites = {(s.chain, s.instruction): s for s in call_sites or delegate_call_sites(plan)}
+    flow = _Flow(plan, _written(plan, sites))
+    at: dict[tuple[int, int], list[Transfer]] = defaultdict(list)
+    for t in transfers:
+        if t.kind in (H2D_KERNEL, DELEGATE_HOST_INPUT):
+            at[(t.chain, t.instruction)].append(t)
+    found: dict[Transfer, Optional[_Origin]] = {}
+    for c, chain in enumerate(plan.chains or ()):
+        instructions = chain.instructions or ()
+        flow.monotone = any(isinstance(i, m.JumpFalseCall) for i in instructions)
+        for k, instruction in enumerate(instructions):
+            for t in at.get((c, k), ()):
+                found[t] = flow.read(t.value)
+            if isinstance(instruction, m.KernelCall) and instruction.args:
+                args = tuple(instruction.args)
+                name = ops[instruction.op_index] if 0 <= instruction.op_index < len(ops) else "?"
+                out = args[-1]
+                if name in (H2D_COPY, D2H_COPY):  # a copy between memories: the data is what it was
+                    flow.write(args[1:], flow.read(args[0]))
+                    continue
+                produced = {out, *flow.items_of(out)}
+                inputs = [a for a in args[:-1] if a not in produced
+                          and not (flow.items_of(a) and produced.issuperset(flow.items_of(a)))]
+                flow.write((out,), _merge((flow.read(a) for a in inputs), name))
+            elif isinstance(instruction, m.DelegateCall) and (c, k) in sites:
+                site = sites[(c, k)]
+                on_host = 0 <= site.delegate_index < len(hosts) and hosts[site.delegate_index]
+                origin = _merge((flow.read(a) for a in site.inputs), "delegate") if on_host else None
+                flow.write(site.outputs, origin)
+            elif isinstance(instruction, m.MoveCall):
+                flow.write((instruction.move_to,), flow.read(instruction.move_from))
+    return found
+
+
+def _verb(ops: Sequence[str]) -> str:
+    verbs = {_VERB_OF.get(op.split("::")[-1].split(".")[0], "computed") for op in ops if op != "delegate"}
+    return verbs.pop() if len(verbs) == 1 else "computed"
+
+
+def _names(values: Sequence[m.EValue], indices: Sequence[int]) -> tuple[str, ...]:
+    names = []
+    for index in indices:
+        value = values[index] if 0 <= index < len(values) else None
+        names.append((value.fqn if isinstance(value, m.Tensor) else None) or f"value {index}")
+    return tuple(names)
+
+
+def _host_reason(origin: _Origin, sources: tuple[str, ...]) -> str:
+    shown = ", ".join(sources[:NAMES_SHOWN])
+    if len(sources) > NAMES_SHOWN or origin.more_constants:
+        shown += " and more"
+    start = f"{_verb(origin.ops)} on the host"
+    ops = ", ".join(origin.ops)
+    return f"{start} from {shown} ({ops})" if sources else f"{start} from literals ({ops})"
+
+
+def _constant_status(verdict: Optional[ConstantVerdict]) -> tuple[str, str]:
+    if verdict is None:  # not reached: every constant has a verdict
+        return STAYS, "a constant the analysis did not judge"
+    if verdict.eligible:
+        return MOVABLE, ""
+    if verdict.unknown:
+        return UNKNOWN, verdict.verdict
+    return STAYS, "; ".join(verdict.reasons)
+
+
+def method_derived_copies(plan: m.ExecutionPlan, method: MethodAnalysis) -> tuple[DerivedCopy, ...]:
+    """The constant-derived per-call copies of one method, one entry per (value, device), in program order."""
+    origins = _origins_at_transfers(plan, method.transfers, method.call_sites)
+    verdicts = {c.value: c for c in method.constants}
+    values = plan.values or ()
+    grouped: dict[tuple[int, m.Device], list[Transfer]] = {}
+    for t in method.transfers:
+        if origins.get(t) is not None:
+            grouped.setdefault((t.value, t.device), []).append(t)
+    result = []
+    for (value, device), copies in grouped.items():
+        origin = origins[copies[0]]
+        assert origin is not None
+        name = _names(values, (value,))[0]
+        if origin.ops:
+            sources = _names(values, origin.constants)
+            status, reason, ops = STAYS, _host_reason(origin, sources), origin.ops
+        else:  # the constant itself, or a value a MoveCall made of it (the constant's verdict says why it stays)
+            sources, ops = (), ()
+            status, reason = _constant_status(verdicts.get(value) or verdicts.get(origin.constants[0]))
+        result.append(DerivedCopy(method.label, method.plan_index, value, name, device, copies[0].nbytes,
+                                  len(copies), status, reason, sources, ops))
+    return tuple(result)
+
+
+def derived_copies(program: m.Program, analysis: Analysis) -> tuple[DerivedCopy, ...]:
+    """Every constant-derived per-call copy of every method of ``program`` (see the module docstring)."""
+    result: list[DerivedCopy] = []
+    plans = program.execution_plan or ()
+    for method in analysis.methods:
+        result.extend(method_derived_copies(plans[method.plan_index], method))
+    return tuple(result)
+
+
+def reason_kind(reason: str) -> str:
+    """What a summary groups a reason by: ``transposed on the host``, ``read by host kernel aten::mul.out``."""
+    first = reason.split("; ")[0]
+    return first.split(" from ")[0] if " on the host from " in first or " on the host (" in first else first
+
+
+def reasons_in_brief(reasons: Iterable[str]) -> str:
+    """``2 read by host kernel aten::mul.out, 1 transposed on the host``: how many copies stay for each kind."""
+    counts: dict[str, int] = {}
+    for reason in reasons:
+        kind = reason_kind(reason)
+        counts[kind] = counts.get(kind, 0) + 1
+    return ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))

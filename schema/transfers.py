@@ -1,0 +1,204 @@
+"""Static host-to-device transfers of one call: what the runtime copies to a device every time a method runs.
+
+The program says it all, without running anything.  Per call, bytes cross from
+host memory to a device in four places, and only there:
+
+* **method input**: a tensor input whose memory is on a device (planned in a
+  device buffer, or unplanned and device-tagged): the caller's data is copied in;
+* **``_h2d_copy``**: an ``et_copy::_h2d_copy.out`` kernel copies its ``self``
+  (copy style);
+* **delegate host input**: a delegate on a device reads an input whose memory is
+  on the host (legacy style); the delegate copies it itself, once per argument
+  position;
+* **host delegate output**: a delegate on the host writes an output whose memory
+  is on a device.
+
+Which DelegateCall arguments are inputs comes from ``dataflow.delegate_call_sites``,
+the one split the runner's opaque delegates use too.  Where a value's memory is:
+its planned buffer's device, the host for a constant, its device tag for an
+unplanned input; a MoveCall gives its destination the source's memory, and an
+``_h2d_copy``'s return slot takes its ``out``'s.
+
+Sizes are the planned (upper-bound) sizes: for DYNAMIC_BOUND tensors the figure
+is what a call at the largest shapes copies.  A chain with jumps (``torch.cond``)
+copies what its costliest path does: a forward jump on a runtime condition may go
+either way, a jump on a constant ``False`` always goes.  ``tests/test_estimate_vs_runner.py``
+holds the total equal to the runner's measured copies on every fixture.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from . import model as m
+from .dataflow import DelegateCallSite, delegate_call_sites
+
+H2D_COPY = "et_copy::_h2d_copy.out"
+D2H_COPY = "et_copy::_d2h_copy.out"
+TARGET_DEVICE_KEY = "target_device"
+
+METHOD_INPUT = "method input"
+H2D_KERNEL = "_h2d_copy"
+DELEGATE_HOST_INPUT = "delegate host input"
+HOST_DELEGATE_OUTPUT = "host delegate output"
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """One host-to-device copy that every call makes (on the path it lies on)."""
+
+    kind: str  # METHOD_INPUT, H2D_KERNEL, DELEGATE_HOST_INPUT or HOST_DELEGATE_OUTPUT
+    chain: int  # -1 for a method input
+    instruction: int  # -1 for a method input
+    value: int  # the host value whose bytes cross
+    nbytes: int
+    device: m.Device  # the device side
+    arg_pos: int = -1  # the DelegateCall argument position (delegate kinds)
+
+
+def delegate_device(delegate: m.BackendDelegate) -> tuple[m.Device, Optional[str]]:
+    """The delegate's ``target_device`` (CPU when absent), plus an error text when it does not parse."""
+    raw = delegate.compile_spec(TARGET_DEVICE_KEY)
+    if raw is None:
+        return m.CPU, None
+    try:
+        return m.Device.parse(bytes(raw).decode("utf-8")), None
+    except (UnicodeDecodeError, ValueError) as error:
+        return m.CPU, f"unreadable target_device {bytes(raw)!r}: {error}"
+
+
+def work(plan: m.ExecutionPlan) -> int:
+    """An upper bound of the steps ``per_call_transfers`` takes: every argument, a tensor list's items included.
+
+    Linear to compute, so a caller with a work budget can refuse a program shaped to make the data flow
+    run away (one long list read by many instructions) before running it.
+    """
+    values = plan.values or ()
+    steps = len(plan.inputs or ())
+    for chain in plan.chains or ():
+        for instruction in chain.instructions or ():
+            args = getattr(instruction, "args", None) or ()
+            steps += 2 + len(args)
+            for arg in args:
+                value = values[arg] if 0 <= arg < len(values) else None
+                if isinstance(value, (m.TensorList, m.OptionalTensorList)):
+                    steps += len(value.items or ())
+    return steps
+
+
+def _nbytes(value: m.EValue) -> int:
+    if not isinstance(value, m.Tensor):
+        return 0
+    try:
+        return value.nbytes
+    except KeyError:  # an unknown scalar type: schema/validate.py refuses it
+        return 0
+
+
+class _Residence:
+    """Where each value's memory is, as the instructions run in program order."""
+
+    def __init__(self, plan: m.ExecutionPlan) -> None:
+        self.values = plan.values or ()
+        self.buffers = {entry.buffer_idx: m.Device(entry.device_type, entry.device_index)
+                        for entry in reversed(plan.non_const_buffer_device or ())}  # the first entry wins
+        self.moved: dict[int, m.Device] = {}
+
+    def static(self, index: int) -> m.Device:
+        value = self.values[index] if 0 <= index < len(self.values) else None
+        if not isinstance(value, m.Tensor):
+            return m.CPU
+        if value.allocation_info is not None:
+            return self.buffers.get(value.allocation_info.memory_id, m.CPU)
+        return m.CPU if value.is_constant else value.device
+
+    def of(self, index: int) -> m.Device:
+        found = self.moved.get(index)
+        return found if found is not None else self.static(index)
+
+
+def _successors(instructions: Sequence[m.Instruction], pc: int, values: Sequence[m.EValue]) -> tuple[int, ...]:
+    instruction = instructions[pc]
+    if isinstance(instruction, m.JumpFalseCall):
+        target = instruction.destination_instruction
+        cond = values[instruction.cond_value_index] if 0 <= instruction.cond_value_index < len(values) else None
+        if isinstance(cond, m.Bool):
+            return (pc + 1,) if cond.bool_val else (target,)
+        return (pc + 1, target)
+    return (pc + 1,)
+
+
+def _costliest_path(instructions: Sequence[m.Instruction], cost: dict[int, int],
+                    values: Sequence[m.EValue]) -> Optional[set[int]]:
+    """The instructions on the path from 0 to the end that copies the most, or None when a jump goes back."""
+    n = len(instructions)
+    best = [0] * (n + 1)
+    take: list[int] = [n] * (n + 1)
+    for pc in range(n - 1, -1, -1):
+        options = _successors(instructions, pc, values)
+        if any(s <= pc for s in options):
+            return None
+        nxt = max(options, key=lambda s: best[min(s, n)])
+        take[pc] = min(nxt, n)
+        best[pc] = cost.get(pc, 0) + best[take[pc]]
+    path, pc = set(), 0
+    while pc < n:
+        path.add(pc)
+        pc = take[pc]
+    return path
+
+
+def per_call_transfers(plan: m.ExecutionPlan, sites: Optional[Sequence[DelegateCallSite]] = None) -> list[Transfer]:
+    """Every host-to-device copy one call of ``plan`` makes, in program order (see the module docstring).
+
+    ``sites``: ``dataflow.delegate_call_sites(plan)``, when the caller has it already.
+    """
+    values = plan.values or ()
+    ops = [op.qualified_name for op in plan.operators or ()]
+    targets = [delegate_device(d)[0] for d in plan.delegates or ()]
+    where = _Residence(plan)
+    transfers: list[Transfer] = []
+    for index in plan.inputs or ():
+        device = where.static(index)
+        if not device.is_cpu and isinstance(values[index] if 0 <= index < len(values) else None, m.Tensor):
+            transfers.append(Transfer(METHOD_INPUT, -1, -1, index, _nbytes(values[index]), device))
+    by_step = {(s.chain, s.instruction): s for s in (delegate_call_sites(plan) if sites is None else sites)}
+    for c, chain in enumerate(plan.chains or ()):
+        instructions = chain.instructions or ()
+        found: list[Transfer] = []
+        for k, instruction in enumerate(instructions):
+            if isinstance(instruction, m.KernelCall):
+                args = tuple(instruction.args or ())
+                if 0 <= instruction.op_index < len(ops) and ops[instruction.op_index] == H2D_COPY and len(args) >= 2:
+                    found.append(Transfer(H2D_KERNEL, c, k, args[0], _nbytes(values[args[0]]), where.of(args[1])))
+                    for ret in args[2:]:
+                        if ret != args[1]:
+                            where.moved[ret] = where.of(args[1])
+            elif isinstance(instruction, m.DelegateCall) and 0 <= instruction.delegate_index < len(targets):
+                site = by_step[(c, k)]
+                target = targets[instruction.delegate_index]
+                for pos, arg in enumerate(site.args):
+                    if not isinstance(values[arg] if 0 <= arg < len(values) else None, m.Tensor):
+                        continue
+                    here = where.of(arg)
+                    if pos < site.n_inputs and here.is_cpu and not target.is_cpu:
+                        found.append(Transfer(DELEGATE_HOST_INPUT, c, k, arg, _nbytes(values[arg]), target, pos))
+                    elif pos >= site.n_inputs and not here.is_cpu and target.is_cpu:
+                        found.append(Transfer(HOST_DELEGATE_OUTPUT, c, k, arg, _nbytes(values[arg]), here, pos))
+            elif isinstance(instruction, m.MoveCall):
+                where.moved[instruction.move_to] = where.of(instruction.move_from)
+        if any(isinstance(i, m.JumpFalseCall) for i in instructions):
+            cost: dict[int, int] = {}
+            for t in found:
+                cost[t.instruction] = cost.get(t.instruction, 0) + t.nbytes
+            path = _costliest_path(instructions, cost, values)
+            if path is not None:
+                found = [t for t in found if t.instruction in path]
+        transfers.extend(found)
+    return transfers
+
+
+def h2d_bytes_per_call(plan: m.ExecutionPlan) -> int:
+    """Host-to-device bytes of one call of ``plan``: the sum of ``per_call_transfers``."""
+    return sum(t.nbytes for t in per_call_transfers(plan))
