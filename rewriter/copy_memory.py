@@ -12,16 +12,18 @@ else depended on the copy having run:
 * **Nothing else sees D's memory.**  Another value whose planned bytes overlap D
   (a static view the emitter elided into a second value, a region the planner
   reuses, or a forged alias) must not be used between the copy and D's last
-  reader, and its first use after that must write it.  Otherwise it reads the
-  bytes the copy wrote, which the rewrite no longer writes.  Every value that
+  reader, and its first use after that must write it (until a write of a static
+  tensor covers all of D).  Otherwise it reads the bytes the copy wrote, which
+  the rewrite no longer writes.  Every value that
   overlaps D in the corpus, the examples and the real-model fixtures follows this
   (a region reused once D is dead, first written by a kernel or a delegate).
 
 Writes, as the runtime does them: a kernel writes its return slot and an out
 variant its out argument (the one equal to the return slot), the items of a list
 in either; a delegate its outputs by the rule of ``schema/dataflow.py``; a
-MoveCall its destination.  Everything else reads.  The work is linear in the
-overlapping values and their uses, charged to the analysis budget.
+MoveCall its destination.  Everything else reads.  The uses of each planned
+buffer are indexed once, in program order; each copy scans those between it and
+the first covering write after its last reader, charged to the analysis budget.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from pte_devconst.schema.dataflow import delegate_call_sites
 Step = tuple[int, int]  # (chain, instruction)
 Problem = tuple[str, str]  # (short reason, detail)
 Spend = Callable[[int], None]
+Event = tuple[Step, bool, int, int, int]  # (step, writes, start, end, value)
 
 
 class CopyMemory:
@@ -70,16 +73,22 @@ class CopyMemory:
                     self._use(ins.cond_value_index, step, False)
                 elif isinstance(ins, m.FreeCall):
                     self._use(ins.value_index, step, False)
-        self.regions: dict[int, list[tuple[int, int, int]]] = defaultdict(list)  # buffer -> (start, end, value)
-        for index, value in enumerate(values):
-            span = _span(value)
+        # Per planned buffer, every use of a value placed in it, in program order: (step, writes, start, end, value).
+        self.events: dict[int, list[Event]] = defaultdict(list)
+        self.output_spans: dict[int, list[tuple[int, int, int]]] = defaultdict(list)  # buffer -> (start, end, value)
+        for index, uses in self.uses.items():
+            span = _span(values[index]) if 0 <= index < len(values) else None
             if span is not None:
-                self.regions[span[0]].append((span[1], span[2], index))
-        self.longest: dict[int, int] = {}
-        for memory_id, spans in self.regions.items():
-            spans.sort()
-            self.longest[memory_id] = max(end - start for start, end, _ in spans)
-        spend(len(values) + sum(map(len, self.uses.values())))
+                memory_id, start, end = span
+                self.events[memory_id].extend((step, writes, start, end, index) for step, writes in uses)
+        for index in self.outputs:
+            span = _span(values[index]) if 0 <= index < len(values) else None
+            if span is not None:
+                self.output_spans[span[0]].append((span[1], span[2], index))
+        for events in self.events.values():
+            events.sort()
+        self.event_steps = {memory_id: [event[0] for event in events] for memory_id, events in self.events.items()}
+        spend(len(values) + 2 * sum(map(len, self.uses.values())) + len(self.outputs))
 
     def _use(self, index: int, step: Step, writes: bool) -> None:
         self.uses[index].append((step, writes))
@@ -115,33 +124,47 @@ class CopyMemory:
         return None
 
     def _shared_memory(self, copy: Step, dst: int, last: Step) -> Optional[Problem]:
+        """Another value overlapping D's bytes, used between the copy and D's last reader, or read after it first.
+
+        Scans the uses in D's buffer in program order: those between the copy and ``last``, then those after
+        it until a static tensor's write covers all of D's bytes (nothing later can see what the copy wrote).
+        """
         span = _span(self.values[dst])
         if span is None:
             return None
         memory_id, start, end = span
-        spans = self.regions[memory_id]
-        first = bisect.bisect_left(spans, (start - self.longest[memory_id], -1, -1))
-        for other_start, other_end, other in spans[first:]:
-            if other_start >= end:
-                break
+        events, steps = self.events.get(memory_id, []), self.event_steps.get(memory_id, [])
+        where = f"shares memory with its device copy (value {dst}, buffer {memory_id} [{start}, {end}))"
+        after_copy, after_last = bisect.bisect_right(steps, copy), bisect.bisect_right(steps, last)
+        for step, _, other_start, other_end, other in events[after_copy:after_last]:
             self.spend(1)
-            if other == dst or other_end <= start:
-                continue
-            uses = self.uses.get(other, ())
-            self.spend(len(uses))
-            inside = [step for step, _ in uses if copy < step <= last]
-            after = sorted(use for use in uses if use[0] > last)
-            where = f"value {other} shares memory with its device copy (value {dst}, buffer {memory_id} [{start}, {end}))"
-            if inside:
+            if other != dst and other_start < end and start < other_end:
                 return ("its device copy's memory is also another value's, used while it holds the copy",
-                        f"{where} and is used at instruction {inside[0][1]}, while it holds the copy")
-            if after and not after[0][1]:
-                return ("its device copy's memory is also another value's, read after it",
-                        f"{where} and is read at instruction {after[0][0][1]} before anything writes it")
-            if not after and other in self.outputs:
+                        f"value {other} {where} and is used at instruction {step[1]}, while it holds the copy")
+        seen: set[int] = set()
+        for k in range(after_last, len(events)):
+            step, writes, other_start, other_end, other = events[k]
+            self.spend(1)
+            if other_end <= start or end <= other_start:
+                continue
+            if other != dst and other not in seen:
+                seen.add(other)
+                if not writes:
+                    return ("its device copy's memory is also another value's, read after it",
+                            f"value {other} {where} and is read at instruction {step[1]} before anything writes it")
+            if writes and other_start <= start and end <= other_end and _static(self.values[other]):
+                return None  # every byte the copy wrote is overwritten before anything else reads it
+        for other_start, other_end, other in self.output_spans.get(memory_id, ()):
+            self.spend(1)
+            if other != dst and other not in seen and other_start < end and start < other_end:
                 return ("its device copy's memory is also a method output's",
-                        f"{where} and is a method output that nothing writes after the copy")
+                        f"value {other} {where} and is a method output that nothing writes after the copy")
         return None
+
+
+def _static(value: m.EValue) -> bool:
+    """A tensor of static shape: a write to it fills every byte of its span."""
+    return isinstance(value, m.Tensor) and value.shape_dynamism == m.TensorShapeDynamism.STATIC
 
 
 def _span(value: m.EValue) -> Optional[tuple[int, int, int]]:
