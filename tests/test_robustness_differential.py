@@ -155,6 +155,41 @@ def test_a_tensor_list_given_to_a_delegate_is_recorded_by_shape_and_compared_by_
         "the list's tensors differ"]
 
 
+
+def test_a_list_naming_one_tensor_many_times_is_digested_once_per_tensor(tmp_path: Path, monkeypatch) -> None:
+    """Was: every item of a list argument was digested, in the opaque stand-in and again in the transcript: a
+    list naming one value 100,000 times took 44 s to validate (fuzz: real-model case 244).  Now each distinct
+    tensor once, and the transcript reuses the stand-in's list digest; the digest still follows the order."""
+    from pte_devconst.runner import transcript
+    from pte_devconst.runner.delegates import OpaquePolicy
+
+    calls = []
+    real_digest = transcript.tensor_digest
+
+    def counting(tensor: torch.Tensor) -> torch.Tensor:
+        calls.append(tuple(tensor.shape))
+        return real_digest(tensor)
+
+    monkeypatch.setattr(transcript, "tensor_digest", counting)
+
+    def edit(program: m.Program) -> m.Program:
+        plan = _plan(program)
+        values = plan.values + (m.TensorList((0,) * 2000),)
+        chain = plan.chains[0]
+        instructions = list(chain.instructions)
+        instructions[0] = m.replace(instructions[0], args=(len(values) - 1,) + instructions[0].args)
+        return _with_plan(program, m.replace(plan, values=values,
+                                             chains=(m.replace(chain, instructions=tuple(instructions)),)))
+
+    forged = edit_program(pte_path("v_e_two_devices_legacy"), tmp_path / "list.pte", edit)
+    run = run_program(forged, simulate_devices=True, opaque=OpaquePolicy.ALWAYS, transcript=True)
+    assert run.calls[0].delegate_calls[0].args[0].literal == "[float32[4, 4] x 2000]"
+    assert 0 < len(calls) < 20, f"{len(calls)} tensor digests for one list of 2000 items naming one tensor"
+    a, b = torch.arange(4.0), torch.arange(4.0) + 1
+    assert not torch.equal(transcript.list_digest([a, b, a]), transcript.list_digest([b, a, a]))
+    assert torch.equal(transcript.list_digest([a, b, a]), transcript.list_digest([a.clone(), b, a.clone()]))
+
+
 # --- the copy rules: a removed _h2d_copy must not have mattered to anything but its readers ----------------
 
 
