@@ -585,28 +585,34 @@ FAMILIES: tuple[tuple[Family, int], ...] = (
 
 
 def _shared_program(program: m.Program) -> bytes:
-    """``program`` encoded with every identical vector and table written once (several references to each)."""
-    from pte_devconst.schema.encode import _Encoder  # the project encoder, made to share what repeats
+    """``program`` encoded with every identical int vector and table written once (several references to each)."""
+    from pte_devconst.schema.flatbuf_builder import Builder
+    from pte_devconst.schema.generated.encoders import PROGRAM_IDENTIFIER, write_program
 
-    class SharingEncoder(_Encoder):
+    class SharingBuilder(Builder):
+        """The project builder, made to hand out the offset of an identical item written before."""
+
+        def __init__(self, initial_size: int = 1024) -> None:
+            super().__init__(initial_size)
+            self.written: dict[tuple, int] = {}
+
+        def _once(self, key: tuple, write: Callable[[], int]) -> int:
+            if key not in self.written:
+                self.written[key] = write()
+            return self.written[key]
+
         def scalars(self, kind, items, alignment=0):  # noqa: ANN001, ANN202
-            if items is None or kind not in (I32, I64):
+            if kind not in (I32, I64):
                 return super().scalars(kind, items, alignment)
-            key = (kind.format, tuple(items), alignment)
-            cache = self.__dict__.setdefault("_vectors", {})
-            if key not in cache:
-                cache[key] = super().scalars(kind, items, alignment)
-            return cache[key]
+            return self._once(("vector", kind.format, tuple(items), alignment),
+                              lambda: super(SharingBuilder, self).scalars(kind, items, alignment))
 
-        def kernel_value(self, v):  # noqa: ANN001, ANN202
-            cache = self.__dict__.setdefault("_values", {})
-            key = (type(v), v)
-            if key not in cache:
-                cache[key] = super().kernel_value(v)
-            return cache[key]
+        def table(self, layout, values):  # noqa: ANN001, ANN202
+            key = ("table", id(layout), tuple((type(v), v) for v in values))
+            return self._once(key, lambda: super(SharingBuilder, self).table(layout, values))
 
-    encoder = SharingEncoder()
-    return encoder.b.finish(encoder.program(program), b"ET12")
+    builder = SharingBuilder()
+    return builder.finish(write_program(builder, program), PROGRAM_IDENTIFIER)
 
 
 def _encode(w: Work, seed: Seed) -> tuple[bytes, Optional[bytes]]:

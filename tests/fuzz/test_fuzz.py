@@ -20,6 +20,7 @@ from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile
 
 from pte_devconst.schema.decode import decode_flat_tensor, decode_program
+from pte_devconst.schema.encode import encode_program
 
 from . import harness, structure
 from .differential import check_differential
@@ -168,6 +169,15 @@ def test_structure_cases_are_deterministic_and_every_family_applies() -> None:
     assert [make_structure_case(3, i) for i in range(6)] == [make_structure_case(3, i) for i in range(6)]
     assert [make_structure_case(3, i, "real") for i in range(4)] == [make_structure_case(3, i, "real") for i in range(4)]
     assert {case.mutation.split(":")[0] for case in _family_cases()} == {f.__name__ for f, _ in structure.FAMILIES}
+
+
+def test_the_shared_encoding_shares_and_decodes_to_the_same_program() -> None:
+    """list_sharing's file-level variant: identical vectors and tables written once, read back unchanged."""
+    seed = next(s for s in program_seeds() if "copy" in s.name)
+    program = decode_program(seed.data[:_header_info(seed.data)[0]])
+    shared = structure._shared_program(program)
+    assert decode_program(shared) == program
+    assert len(shared) < len(encode_program(program))
 
 
 def test_every_structure_family_passes_the_library_and_the_differential_check(one_torch_thread: None) -> None:
