@@ -241,6 +241,38 @@ def test_a_copy_whose_output_is_also_read_through_a_static_view_stays(tmp_path: 
     assert _rewrite_validates(tmp_path, forged) == 1  # constant 1 still moves
 
 
+
+@pytest.mark.parametrize("dynamism", [m.TensorShapeDynamism.STATIC, m.TensorShapeDynamism.DYNAMIC_BOUND])
+def test_a_view_read_only_after_a_static_write_covers_the_copy_does_not_keep_it(tmp_path: Path, dynamism) -> None:
+    """The shared-memory scan stops at a write that covers every byte the copy wrote: nothing later can see
+    them (this is what keeps the scan linear on a planner's reused regions, tests/test_perf_smoke.py).  Here a
+    second copy (of constant 0's entry again, into a second value on the same memory) fills it before the
+    view is read.  A write of dynamic shape may fill less than its span, so it does not end the scan."""
+    name = "v_k_cuda1_copy"
+
+    def edit(program: m.Program) -> m.Program:
+        plan = _plan(program)
+        k = next(i for i, ins in enumerate(plan.chains[0].instructions)
+                 if isinstance(ins, m.KernelCall) and ins.args[0] == 0)
+        copy_op, dst = plan.chains[0].instructions[k].op_index, plan.chains[0].instructions[k].args[1]
+        view, writer, source = len(plan.values), len(plan.values) + 1, len(plan.values) + 2
+        values = plan.values + (plan.values[dst], m.replace(plan.values[dst], shape_dynamism=dynamism),
+                                plan.values[0])
+        call = next(i for i in plan.chains[0].instructions if isinstance(i, m.DelegateCall) and dst in i.args)
+        again = m.replace(call, args=tuple(view if a == dst else a for a in call.args))
+        plan = m.replace(plan, values=values)
+        end = len(plan.chains[0].instructions)
+        plan = _insert(plan, end, m.KernelCall(copy_op, (source, writer, writer)))
+        return _with_plan(program, _insert(plan, end + 1, again))
+
+    forged = edit_program(pte_path(name), tmp_path / "covered.pte", edit)
+    if dynamism == m.TensorShapeDynamism.STATIC:
+        assert _verdict(forged, 0).eligible
+        _rewrite_validates(tmp_path, forged)
+    else:
+        assert "its device copy's memory is also another value's, read after it" in _verdict(forged, 0).reasons
+
+
 def test_a_copy_whose_output_memory_another_copy_overwrites_stays(tmp_path: Path) -> None:
     """Was: two copies whose outputs overlap: the delegate read the second copy's bytes over the first's,
     and after removing the second it read the first's (fuzz: structure cases 44, 624)."""
