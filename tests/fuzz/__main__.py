@@ -19,6 +19,8 @@ def main(argv: list[str] | None = None) -> int:
                              "corpus and examples), real (of the real-model fixtures), or all of them in turn")
     parser.add_argument("--differential", action="store_true",
                         help="also check every rewrite against its original (validate, the real 1.5.1 runtime)")
+    parser.add_argument("--differential-every", type=int, default=1, metavar="N",
+                        help="with --differential, check only every N-th case (index %% N == 0); default 1")
     parser.add_argument("--no-runtime", action="store_true",
                         help="differential check without the real runtime (validate only)")
     parser.add_argument("--seed", type=int, default=0, help="run seed; case i is the same for the same seed")
@@ -39,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
 
     began = time.perf_counter()
     summary = run_parallel(args.seed, args.cases, args.jobs, args.cli_every, commands, args.memory_mb, args.start,
-                           suite=args.suite, differential=args.differential, runtime=not args.no_runtime)
+                           suite=args.suite, differential=args.differential, runtime=not args.no_runtime,
+                           differential_every=args.differential_every)
     print(summary.report(args.show))
     print(f"wall time: {time.perf_counter() - began:.1f} s")
     return 1 if summary.failed else 0
