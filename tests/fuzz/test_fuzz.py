@@ -70,7 +70,8 @@ def test_full_fuzz_run(request: pytest.FixtureRequest) -> None:
         pytest.skip("the full run: pytest -m fuzz tests/fuzz (or python -m tests.fuzz --suite all --differential)")
     cases = int(os.environ.get("PTE_FUZZ_CASES", "20000"))
     summary = run_parallel(seed=0, cases=cases, jobs=os.cpu_count() or 1, cli_every=10, memory_mb=3072,
-                           suite="all", differential=True)
+                           suite="all", differential=True,
+                           differential_every=int(os.environ.get("PTE_FUZZ_DIFFERENTIAL_EVERY", "1")))
     print(summary.report())
     assert summary.cases == cases
     assert summary.failed == 0, summary.report()
