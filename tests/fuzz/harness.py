@@ -33,6 +33,8 @@ TIME_BOUND_S = 2.0
 # takes seconds to decode, and the library check decodes, encodes and decodes it again: the bound grows
 # with the size.  Anything slower than linear still trips it.
 SECONDS_PER_MB = 5.0
+# A case may wait this many times its CPU bound in wall time (the machine's other jobs, the runtime's child).
+WALL_FACTOR = 4.0
 
 
 def bound_for(case: "Case", base: float = TIME_BOUND_S) -> float:
@@ -46,21 +48,30 @@ class CaseTimeout(BaseException):
 
 @contextlib.contextmanager
 def time_bound(seconds: float) -> Iterator[None]:
-    """Interrupt the block after ``seconds`` (main thread only; elsewhere it only measures)."""
+    """Interrupt the block after ``seconds`` of this process's CPU time, or ``WALL_FACTOR`` times that of
+    wall time (a wait that uses no CPU); main thread only, elsewhere it only measures.
+
+    CPU time, so that a run sharing its cores with other jobs judges the tool, not the machine's load.
+    """
     def _alarm(signum: int, frame: object) -> None:
-        raise CaseTimeout(f"still running after {seconds} s")
+        if signum == signal.SIGPROF:
+            raise CaseTimeout(f"used more than {seconds:.3g} s of CPU")
+        raise CaseTimeout(f"still running after {seconds * WALL_FACTOR:.3g} s")
 
     try:
-        previous = signal.signal(signal.SIGALRM, _alarm)
+        previous = signal.signal(signal.SIGPROF, _alarm), signal.signal(signal.SIGALRM, _alarm)
     except ValueError:
         yield
         return
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds * WALL_FACTOR)
     try:
         yield
     finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.signal(signal.SIGPROF, previous[0])
+        signal.signal(signal.SIGALRM, previous[1])
 
 
 @dataclass
