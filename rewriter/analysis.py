@@ -8,7 +8,9 @@ A constant is *eligible for device D* when every reader of it is either a
 DelegateCall of a delegate whose ``target_device`` is D, or an
 ``et_copy::_h2d_copy.out`` kernel whose output is read only by DelegateCalls
 of delegates on D (nothing else: no other kernel, method output, MoveCall,
-FreeCall or JumpFalseCall).  D is never the CPU, and delegates without a
+FreeCall or JumpFalseCall), and that every path runs before those readers,
+its output's memory seen by no other value meanwhile (``copy_memory.py``).
+D is never the CPU, and delegates without a
 ``target_device`` compile spec run on the CPU.  An external constant whose
 .ptd was not given gets no verdict either way: it is *unknown* (it would be
 eligible for D if its data matched).
@@ -40,6 +42,8 @@ from pte_devconst.schema.record import record
 from pte_devconst.schema.executorch import H2D_COPY, delegate_target_device, method_labels, method_name
 from pte_devconst.schema.transfers import Transfer, per_call_transfers
 from pte_devconst.schema.transfers import work as transfer_work
+
+from .copy_memory import CopyMemory
 
 NO_PTD = "external (data in a .ptd) but no .ptd given; pass --ptd"
 # The codegen'd kernel of an out variant takes exactly its schema arguments plus one return slot
@@ -273,14 +277,8 @@ def _operator_names(plan: m.ExecutionPlan) -> list[str]:
 
 
 def buffer_devices(plan: m.ExecutionPlan) -> dict[int, Device]:
-    """Planned buffer (memory_id) -> its device, for the buffers ``non_const_buffer_device`` lists (first wins).
-
-    One dictionary instead of ``ExecutionPlan.buffer_device`` per lookup, which scans the list.
-    """
-    devices: dict[int, Device] = {}
-    for entry in plan.non_const_buffer_device or ():
-        devices.setdefault(entry.buffer_idx, Device(entry.device_type, entry.device_index))
-    return devices
+    """Planned buffer (memory_id) -> its device, for the buffers ``non_const_buffer_device`` lists (first wins)."""
+    return plan.buffer_devices()
 
 
 def collect_readers(plan: m.ExecutionPlan, delegates: Mapping[int, DelegateInfo]) -> dict[int, list[Reader]]:
@@ -384,6 +382,7 @@ class _MethodContext:
         self.budget = budget
         self._uses: dict[int, _Uses] = {}
         self._views: Optional[Mapping[int, list]] = None
+        self._memory: Optional[CopyMemory] = None
 
     def view_reads(self, value: int) -> list:
         """Reads of ``value``'s memory through static views (``fold.view_reads``, computed once per method)."""
@@ -392,6 +391,12 @@ class _MethodContext:
 
             self._views = view_reads(self.plan)
         return self._views.get(value, [])
+
+    def memory(self) -> CopyMemory:
+        """The method's regions, uses and jumps, for the copy rules (built on the first copy that needs them)."""
+        if self._memory is None:
+            self._memory = CopyMemory(self.plan, self.budget.spend)
+        return self._memory
 
     def uses(self, value: int) -> _Uses:
         found = self._uses.get(value)
@@ -490,6 +495,10 @@ def _follow_copy(ctx: _MethodContext, index: int, copy: Reader, reasons: _Reason
         reasons.add("its device copy has no readers", f"its device copy (value {dst}) has no readers")
         return
     ctx.budget.spend(len(uses.on_device))
+    problem = ctx.memory().problem(copy.step, dst, [use.step for use in uses.on_device])
+    if problem is not None:
+        reasons.add(*problem)
+        return
     devices.update(use.device for use in uses.on_device)  # type: ignore[misc]
     args.extend(RewiredDelegateArg(use.chain, use.instruction, use.arg_pos, dst) for use in uses.on_device)
     value = (ctx.plan.values or ())[dst]

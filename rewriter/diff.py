@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-from typing import Optional
+from typing import Mapping, Optional
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.executorch import H2D_COPY, delegate_target_device, method_labels, scalar_type_name
 from pte_devconst.schema.jsonable import fields_to_json
 from pte_devconst.schema.named_enum import NamedEnum
+from pte_devconst.schema.model import CPU, Device
 from pte_devconst.schema.pte_file import PteFile
 from pte_devconst.schema.span import Span
 from pte_devconst.schema.record import record
@@ -241,7 +242,8 @@ class _Digests:
         return self.span(span) if span is not None else hashlib.sha256(self.source.delegate_blob(delegate)).hexdigest()
 
 
-def placement(plan: m.ExecutionPlan, value: m.EValue, digests: Optional[_Digests] = None) -> Optional[TensorPlacement]:
+def placement(plan: m.ExecutionPlan, value: m.EValue, digests: Optional[_Digests] = None,
+              devices: Optional[Mapping[int, Device]] = None) -> Optional[TensorPlacement]:
     if not isinstance(value, m.Tensor):
         return None
     try:
@@ -252,7 +254,8 @@ def placement(plan: m.ExecutionPlan, value: m.EValue, digests: Optional[_Digests
                   sha256=digests.tensor(value) if digests is not None else None)
     if value.allocation_info is not None:
         alloc = value.allocation_info
-        return TensorPlacement(MemoryKind.PLANNED, str(plan.buffer_device(alloc.memory_id)), alloc.memory_id, alloc.memory_offset,
+        device = plan.buffer_device(alloc.memory_id) if devices is None else devices.get(alloc.memory_id, CPU)
+        return TensorPlacement(MemoryKind.PLANNED, str(device), alloc.memory_id, alloc.memory_offset,
                          value.has_initial_data, **common)
     if value.is_constant:
         kind = MemoryKind.EXTERNAL_CONSTANT if value.is_external else MemoryKind.CONSTANT
@@ -348,9 +351,10 @@ def _diff_method(name: str, a: Optional[m.ExecutionPlan], b: Optional[m.Executio
                           0 if a is None else count, count if a is None else 0, *h2d)
     tensors = []
     values_a, values_b = a.values or (), b.values or ()
+    devices_a, devices_b = a.buffer_devices(), b.buffer_devices()
     for index in range(max(len(values_a), len(values_b))):
-        pa = placement(a, values_a[index], digests[0]) if index < len(values_a) else None
-        pb = placement(b, values_b[index], digests[1]) if index < len(values_b) else None
+        pa = placement(a, values_a[index], digests[0], devices_a) if index < len(values_a) else None
+        pb = placement(b, values_b[index], digests[1], devices_b) if index < len(values_b) else None
         if pa != pb:
             source = values_b[index] if index < len(values_b) else values_a[index]
             label = source.fqn if isinstance(source, m.Tensor) and source.fqn else f"value {index}"
@@ -358,8 +362,8 @@ def _diff_method(name: str, a: Optional[m.ExecutionPlan], b: Optional[m.Executio
     sizes_a, sizes_b = a.non_const_buffer_sizes or (), b.non_const_buffer_sizes or ()
     buffers = []
     for mid in range(1, max(len(sizes_a), len(sizes_b))):
-        da = str(a.buffer_device(mid)) if mid < len(sizes_a) else None
-        db = str(b.buffer_device(mid)) if mid < len(sizes_b) else None
+        da = str(devices_a.get(mid, CPU)) if mid < len(sizes_a) else None
+        db = str(devices_b.get(mid, CPU)) if mid < len(sizes_b) else None
         sa = sizes_a[mid] if mid < len(sizes_a) else None
         sb = sizes_b[mid] if mid < len(sizes_b) else None
         if (da, sa) != (db, sb):

@@ -229,6 +229,7 @@ class _MethodCheck:
                  edit: Optional[MethodEdit]) -> None:
         self.context = context
         self.old, self.new = old, new
+        self.new_devices = new.buffer_devices()  # once: a lookup per moved value would be quadratic
         self.edit = edit
         self.label = f"method {index} ({old.name!r})"
         self.moved: dict[int, Placement] = {}
@@ -387,7 +388,7 @@ class _MethodCheck:
         info = tensor.allocation_info
         if (info.memory_id, info.memory_offset) != (memory_id, offset):
             raise self.fail(f"{where} is not at buffer {memory_id} offset {offset}")
-        buffer_device = self.new.buffer_device(memory_id)
+        buffer_device = self.new_devices.get(memory_id, m.CPU)
         if tensor.device != device or buffer_device != device or \
                 buffer_device.is_cpu and not self.context.plan.options.host_placement:
             raise self.fail(f"{where}, its buffer and the plan disagree on its device "
@@ -495,7 +496,7 @@ class _MethodCheck:
         memory_id, offset = new.allocation_info.memory_id, new.allocation_info.memory_offset
         if (memory_id, offset) != (p.memory_id, p.offset) or p.nbytes != old.nbytes:
             raise self.fail(f"{where} is not at buffer {p.memory_id} offset {p.offset}")
-        device = self.new.buffer_device(memory_id)
+        device = self.new_devices.get(memory_id, m.CPU)
         if new.device != p.device or device != p.device or device.is_cpu and not self.context.plan.options.host_placement:
             raise self.fail(f"{where}, its buffer and the plan disagree on its device "
                             f"({new.device}, {device}, {p.device})")

@@ -46,8 +46,10 @@ def _device_copy(direction: Direction) -> Kernel:
     name = H2D_COPY if direction is Direction.H2D else D2H_COPY
 
     def kernel(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
-        if len(args) < 2:
-            raise RunnerError(f"{name} needs (self, out), got {len(args)} arguments", where=where)
+        # The codegen'd wrapper takes exactly its schema arguments and one return slot, and never writes
+        # that slot (executorch/codegen/gen.py: "Expected %zu args", no return assignment for out variants).
+        if len(args) != 3:
+            raise RunnerError(f"{name} takes (self, out, return), got {len(args)} arguments", where=where)
         src_i, out_i = args[0], args[1]
         src = rv.tensor(src_i, where)
         src_dev, out_dev = rv.device_of(src_i), rv.device_of(out_i)
@@ -61,9 +63,6 @@ def _device_copy(direction: Direction) -> Kernel:
         cause = Cause.H2D_KERNEL if direction is Direction.H2D else Cause.D2H_KERNEL
         rv.ledger.record(direction, cause, src.numel() * src.element_size(), str(device), src_i,
                          rv.constant_derived(src_i) if direction is Direction.H2D else None)
-        for ret in args[2:]:
-            if ret != out_i:
-                rv.set(ret, out, out_dev)
 
     return kernel
 
@@ -250,11 +249,8 @@ class TorchKernel:
             if rv.values[index].shape != shape:
                 rv.accept_resize(index, where)
         returns = args[n_args:]
-        if not returns:
-            return
-        if outs:
-            self._alias_out_slot(rv, returns[0], outs)
-            return
+        if not returns or outs:
+            return  # an out variant's codegen'd wrapper never writes its return slot (executorch/codegen/gen.py)
         results = list(result) if isinstance(result, (tuple, list)) and len(returns) > 1 else [result]
         for ret_index, value in zip(returns, results):
             existing = rv.values[ret_index]
@@ -265,16 +261,6 @@ class TorchKernel:
                     existing.copy_(value)
                     continue
             rv.set(ret_index, value, m.CPU if isinstance(value, torch.Tensor) else None)
-
-    @staticmethod
-    def _alias_out_slot(rv: RuntimeValues, slot: int, outs: list[int]) -> None:
-        """The runtime stores an out variant's return (its out) in the return slot.  The emitter makes that
-        slot the out argument itself, or a TensorList of the outs: already what it should hold.  Any other
-        slot becomes an alias of a single tensor out."""
-        if slot in outs or isinstance(rv.values[slot], ListRef) or len(outs) != 1:
-            return
-        if isinstance(rv.values[outs[0]], torch.Tensor):
-            rv.set(slot, rv.values[outs[0]], rv.residence[outs[0]])
 
 
 @contextlib.contextmanager

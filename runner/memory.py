@@ -153,8 +153,9 @@ class MethodMemory:
         self.arena_devices: dict[int, m.Device] = {}
         self.arenas: dict[int, torch.Tensor] = {}
         _check_fits(method, sizes)
+        listed = plan.buffer_devices()
         for memory_id in range(1, len(sizes)):
-            device = plan.buffer_device(memory_id)
+            device = listed.get(memory_id, m.CPU)
             self.arena_devices[memory_id] = device
             try:
                 self.arenas[memory_id] = torch.zeros(int(sizes[memory_id]), dtype=torch.uint8,

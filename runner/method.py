@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import torch
 
@@ -25,6 +26,9 @@ from .transcript import DelegateCallRecord, TranscriptRecorder
 from .values import FREED, NOT_BOUND, ListKind, ListRef, RunnerError, RuntimeValues
 
 MAX_INSTRUCTIONS = 10_000_000
+# What a method may return: MethodMeta::output_tag knows no other kinds, so ExecuTorch's Python runtime
+# fails to return a list (runtime/executor/method_meta.cpp).
+OUTPUT_KINDS = (m.Tensor, m.Int, m.Double, m.Bool, m.String, m.Null)
 
 
 @dataclass
@@ -55,6 +59,12 @@ class LoadedMethod:
         self.ledger = ledger
         ledger.phase, ledger.method = LOAD, self.name
         self.where = f"method {self.name!r}"
+        for position, index in enumerate(plan.outputs or ()):
+            kind = (plan.values or ())[index]
+            if not isinstance(kind, OUTPUT_KINDS):
+                raise RunnerError(f"output {position} (value {index}) is a {type(kind).__name__}: ExecuTorch returns "
+                                  "only tensors, ints, doubles, bools, strings and None from a method",
+                                  where=self.where)
         self.memory = MethodMemory(plan, devices, self.name)
         self.rv = RuntimeValues(self.name, len(plan.values or ()), devices, ledger, plan.values or ())
         for index, value in enumerate(plan.values or ()):
@@ -134,7 +144,8 @@ class LoadedMethod:
         executor, opaque = executor_for(delegate.id or "", where, self.opaque_policy)
         context = DelegateInitContext(delegate.id or "", target, self.devices, self.ledger, data.named_data, where,
                                       index)
-        handle = executor.init(bytes(data.pte.delegate_blob(delegate)), specs, context)
+        with _executor_errors(delegate.id or "", "init", where):
+            handle = executor.init(bytes(data.pte.delegate_blob(delegate)), specs, context)
         return _Delegate(executor, handle, delegate.id or "", target, opaque)
 
     # --- inputs and outputs -------------------------------------------------
@@ -235,9 +246,8 @@ class LoadedMethod:
             name = self.plan.operators[instruction.op_index].qualified_name
             kernel(rv, args, f"{where} ({name})")
             self.derivation.kernel(rv, name, kernel, args)
-            if instruction.op_index in self.h2d_ops and len(args) >= 2:
-                for out in args[1:]:
-                    self.h2d_source[out] = args[0]
+            if instruction.op_index in self.h2d_ops:
+                self.h2d_source[args[1]] = args[0]  # the out argument only: the return slot is never written
         elif isinstance(instruction, m.DelegateCall):
             self._delegate_call(instruction, chain, pc, where)
         elif isinstance(instruction, m.MoveCall):
@@ -269,12 +279,24 @@ class LoadedMethod:
         site = self.call_sites.get((chain, pc))
         context = DelegateContext(delegate.backend_id, delegate.target_device, self.devices, self.ledger, where,
                                   site.n_inputs if site is not None else None, call.delegate_index, values=self.rv)
-        delegate.executor.execute(delegate.handle, args, context)
+        with _executor_errors(delegate.backend_id, "execute", where):
+            delegate.executor.execute(delegate.handle, args, context)
         if site is not None:
             self.derivation.delegate(self.rv, site.inputs, site.outputs)
         if self.transcript is not None:
             self.transcript.record(chain, pc, call.delegate_index, delegate.backend_id, delegate.opaque, args,
                                    self.h2d_source, context.input_digests, self.rv.constant_derived)
+
+
+@contextlib.contextmanager
+def _executor_errors(backend_id: str, step: str, where: str) -> Iterator[None]:
+    """An executor failing on what a program gives it (torch refusing mismatched shapes, a blob it cannot
+    read) is one error naming the delegate, as a backend fails its ``execute`` in ExecuTorch."""
+    try:
+        yield
+    except (IndexError, KeyError, RuntimeError, TypeError, ValueError) as error:
+        raise RunnerError(f"{backend_id} {step} failed: {' '.join(str(error).split())[:300] or type(error).__name__}",
+                          where=where) from None
 
 
 class LoadedProgram:

@@ -35,6 +35,7 @@ import torch
 from .delegates import DelegateArg, DelegateContext, DelegateExecutor, DelegateInitContext
 from .digest import fill_standin, host_seed, mix, tensor_digest
 from .dtypes import dtype_name
+from .transcript import list_digest, literal
 from .values import RunnerError
 
 
@@ -44,10 +45,11 @@ class OpaqueHandle:
 
 
 def _describe(value: Any) -> bytes:
-    """Host-side identity of one input: a tensor's dtype and shape, or a literal's type and value."""
+    """Host-side identity of one input: a tensor's dtype and shape, or a literal's type and value (a list's
+    tensors by dtype and shape: their bytes go into the digests)."""
     if isinstance(value, torch.Tensor):
         return f"tensor {dtype_name(value.dtype)} {list(value.shape)}".encode()
-    return f"{type(value).__name__} {value!r}".encode()
+    return f"{type(value).__name__} {literal(value)}".encode()
 
 
 class OpaqueExecutor(DelegateExecutor):
@@ -74,6 +76,9 @@ class OpaqueExecutor(DelegateExecutor):
                 digests.append(digest)
                 if arg.index not in written:
                     context.input_digests[arg.index] = digest
+            elif (digest := list_digest(value)) is not None:
+                digests.append(digest.to(device))
+                context.input_digests[arg.index] = digest
         state = mix(host_seed(str(handle.seed).encode(), *descriptions), digests, device)
         for position, arg in enumerate(outputs):
             if isinstance(arg.value, torch.Tensor):

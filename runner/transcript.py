@@ -99,8 +99,9 @@ class TranscriptRecorder:
                 known = known_digests.get(arg.index)
                 digests.append(known if known is not None else tensor_digest(value))
             else:
-                records.append(ArgRecord(position, arg.index, type(value).__name__, literal=repr(value)))
-                digests.append(None)
+                records.append(ArgRecord(position, arg.index, type(value).__name__, literal=literal(value)))
+                known = known_digests.get(arg.index)
+                digests.append(known if known is not None else list_digest(value))
         call = DelegateCallRecord(len(self._calls), chain, instruction, delegate_index, backend_id, opaque,
                                   tuple(records))
         self._calls.append((call, digests))
@@ -116,6 +117,47 @@ class TranscriptRecorder:
                                              call.backend_id, call.opaque, args))
         self._calls = []
         return tuple(result)
+
+
+def literal(value: Any) -> str:
+    """A non-tensor argument as text; a list's tensors by dtype and shape only (their bytes: ``list_digest``).
+
+    Runs of equal items are counted (``float32[4, 4] x 20000``): a list may hold many, and printing
+    tensors' values would cost seconds for what the digest says exactly.
+    """
+    if not isinstance(value, (list, tuple)):
+        return repr(value)
+    runs: list[list[Any]] = []
+    texts: dict[int, str] = {}  # a list may name one value many times: describe each once
+    for item in value:
+        text = texts.get(id(item))
+        if text is None:
+            text = f"{dtype_name(item.dtype)}{list(item.shape)}" if isinstance(item, torch.Tensor) else repr(item)
+            texts[id(item)] = text
+        if runs and runs[-1][0] == text:
+            runs[-1][1] += 1
+        else:
+            runs.append([text, 1])
+    return "[" + ", ".join(text if n == 1 else f"{text} x {n}" for text, n in runs) + "]"
+
+
+def list_digest(value: Any) -> Optional[torch.Tensor]:
+    """The digest of the bytes of a list's tensors, in order (None for anything else, or a list without any).
+
+    Each distinct tensor is digested once: a list may name one value a hundred thousand times.
+    """
+    if not isinstance(value, (list, tuple)):
+        return None
+    position: dict[int, int] = {}
+    digests: list[torch.Tensor] = []
+    order: list[int] = []
+    for item in value:
+        if isinstance(item, torch.Tensor):
+            if id(item) not in position:
+                position[id(item)] = len(digests)
+                digests.append(tensor_digest(item).cpu())
+            order.append(position[id(item)])
+    return tensor_digest(torch.stack(digests)[torch.tensor(order)]) if digests else None
 
 
 def _with_digest(arg: ArgRecord, digest: tuple[int, int]) -> ArgRecord:
@@ -198,7 +240,10 @@ def _compare_args(a: ArgRecord, b: ArgRecord, resident: Mapping[int, Resident]) 
         problems.append(("kind", f"a {a.kind} before, a {b.kind} after"))
     elif a.kind != "tensor":
         if a.literal != b.literal:
-            problems.append(("value", f"{a.literal} before, {b.literal} after"))
+            problems.append(("value", f"{a.literal[:200]} before, {b.literal[:200]} after"))
+        elif a.digest != b.digest:
+            problems.append(("bytes", f"the list's tensors differ (digest {_digest_text(a.digest)} before, "
+                                      f"{_digest_text(b.digest)} after)"))
     else:
         if a.dtype != b.dtype:
             problems.append(("dtype", f"dtype {a.dtype} before, {b.dtype} after"))

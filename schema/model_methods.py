@@ -102,11 +102,23 @@ class ExecutionPlanMethods:
     __slots__ = ()
 
     def buffer_device(self: ExecutionPlan, memory_id: int) -> Device:
-        """Device of planned buffer ``memory_id`` (1-based); unlisted buffers are CPU."""
+        """Device of planned buffer ``memory_id`` (1-based); unlisted buffers are CPU.
+
+        Scans ``non_const_buffer_device``: to look up many buffers, use ``buffer_devices`` once (a file may
+        list a hundred thousand entries, and a lookup per tensor is then quadratic).
+        """
         for entry in self.non_const_buffer_device or ():
             if entry.buffer_idx == memory_id:
                 return Device(entry.device_type, entry.device_index)
         return CPU
+
+    def buffer_devices(self: ExecutionPlan) -> dict[int, Device]:
+        """Planned buffer (memory_id) -> device, for every buffer ``non_const_buffer_device`` lists (the first
+        entry of a buffer wins, as in ``buffer_device``); unlisted buffers are CPU."""
+        devices: dict[int, Device] = {}
+        for entry in self.non_const_buffer_device or ():
+            devices.setdefault(entry.buffer_idx, Device(entry.device_type, entry.device_index))
+        return devices
 
 
 class ProgramMethods:

@@ -146,13 +146,16 @@ def test_a_call_with_another_argument_count_is_refused_by_name() -> None:
         kernel("aten::split_with_sizes_copy.out")(rv, (x, sizes, dim, out_list, out_list, out_list), "test")
 
 
-def test_an_out_return_slot_of_its_own_becomes_an_alias_of_the_out() -> None:
+def test_an_out_variants_return_slot_of_its_own_is_never_written() -> None:
+    """ExecuTorch's codegen'd wrapper of an out variant writes only the out argument (codegen/gen.py)."""
     v = Values()
     a, b, alpha = v.tensor((2,), data=torch.ones(2)), v.tensor((2,), data=torch.ones(2)), v.value(1)
-    out, slot = v.tensor((2,)), v.tensor((2,))
+    out, slot = v.tensor((2,)), v.tensor((2,), data=torch.full((2,), 7.0))
     rv = v.build()
+    held = rv.values[slot]
     kernel("aten::add.out")(rv, (a, b, alpha, out, slot), "test")
-    assert rv.values[slot] is rv.values[out] and torch.equal(rv.values[out], torch.full((2,), 2.0))
+    assert torch.equal(rv.values[out], torch.full((2,), 2.0))
+    assert rv.values[slot] is held and torch.equal(held, torch.full((2,), 7.0))
 
 
 # --- resizing, as ExecuTorch's resize_tensor ---------------------------------------------------------------
@@ -224,6 +227,21 @@ def test_the_h2d_copy_resizes_its_output_and_counts_the_bytes_of_the_current_sha
     kernel("et_copy::_h2d_copy.out")(rv, (src, out, out), "test")
     assert torch.equal(rv.values[out], torch.ones(2, 4))
     assert [e.nbytes for e in rv.ledger.events] == [2 * 4 * 4]  # not the 15 x 4 bound
+
+
+def test_the_h2d_copy_takes_exactly_self_out_and_return_and_leaves_another_return_slot_alone() -> None:
+    """The codegen'd wrapper checks the argument count and never writes the return slot (codegen/gen.py)."""
+    v = Values()
+    src, out, other = v.tensor((2,), data=torch.ones(2)), v.tensor((2,)), v.tensor((2,), data=torch.full((2,), 5.0))
+    rv = v.build()
+    rv.residence[out] = m.Device(m.DeviceType.CUDA, 0)
+    held, residence = rv.values[other], rv.residence[other]
+    kernel("et_copy::_h2d_copy.out")(rv, (src, out, other), "test")
+    assert torch.equal(rv.values[out], torch.ones(2))
+    assert rv.values[other] is held and torch.equal(held, torch.full((2,), 5.0)) and rv.residence[other] == residence
+    for args in ((src, out), (src, out, out, out)):
+        with pytest.raises(RunnerError, match=r"takes \(self, out, return\), got \d arguments"):
+            kernel("et_copy::_h2d_copy.out")(rv, args, "test")
 
 
 def test_a_dim_order_copy_resizes_its_output_to_the_source() -> None:

@@ -29,6 +29,17 @@ from .mutate import Case
 from .seeds import REPO
 
 TIME_BOUND_S = 2.0
+# Reading is linear in the file, but a file of a million tables (10 MB, the runtime verifier's limit)
+# takes seconds to decode, and the library check decodes, encodes and decodes it again: the bound grows
+# with the size.  Anything slower than linear still trips it.
+SECONDS_PER_MB = 5.0
+# A case may wait this many times its CPU bound in wall time (the machine's other jobs, the runtime's child).
+WALL_FACTOR = 4.0
+
+
+def bound_for(case: "Case", base: float = TIME_BOUND_S) -> float:
+    """The time bound of one case: ``base``, plus ``SECONDS_PER_MB`` for each megabyte of the case's files."""
+    return base + SECONDS_PER_MB * (len(case.data) + len(case.ptd or b"")) / 1e6
 
 
 class CaseTimeout(BaseException):
@@ -37,21 +48,30 @@ class CaseTimeout(BaseException):
 
 @contextlib.contextmanager
 def time_bound(seconds: float) -> Iterator[None]:
-    """Interrupt the block after ``seconds`` (main thread only; elsewhere it only measures)."""
+    """Interrupt the block after ``seconds`` of this process's CPU time, or ``WALL_FACTOR`` times that of
+    wall time (a wait that uses no CPU); main thread only, elsewhere it only measures.
+
+    CPU time, so that a run sharing its cores with other jobs judges the tool, not the machine's load.
+    """
     def _alarm(signum: int, frame: object) -> None:
-        raise CaseTimeout(f"still running after {seconds} s")
+        if signum == signal.SIGPROF:
+            raise CaseTimeout(f"used more than {seconds:.3g} s of CPU")
+        raise CaseTimeout(f"still running after {seconds * WALL_FACTOR:.3g} s")
 
     try:
-        previous = signal.signal(signal.SIGALRM, _alarm)
+        previous = signal.signal(signal.SIGPROF, _alarm), signal.signal(signal.SIGALRM, _alarm)
     except ValueError:
         yield
         return
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds * WALL_FACTOR)
     try:
         yield
     finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.signal(signal.SIGPROF, previous[0])
+        signal.signal(signal.SIGALRM, previous[1])
 
 
 @dataclass
@@ -61,6 +81,7 @@ class Outcome:
     status: str
     detail: str = ""
     seconds: float = 0.0
+    stages: tuple[str, ...] = ()  # how far a differential check got (differential.STAGES)
 
 
 def _exercise_pte(pte: PteFile) -> None:
@@ -75,8 +96,10 @@ def _exercise_pte(pte: PteFile) -> None:
                 _ = value.device, value.is_constant, value.has_initial_data
         for delegate in plan.delegates or ():
             pte.delegate_blob(delegate)
-        for i in range(len(plan.non_const_buffer_sizes or ())):
-            plan.buffer_device(i)
+        devices = plan.buffer_devices()
+        for i in range(min(len(plan.non_const_buffer_sizes or ()), 8)):  # one scan each: a file may list 100,000
+            if plan.buffer_device(i) != devices.get(i, m.CPU):
+                raise AssertionError(f"buffer {i}: buffer_device and buffer_devices disagree")
     for entry in program.named_data or ():
         if entry.key is not None:
             pte.named_data(entry.key)
@@ -107,12 +130,14 @@ def _exercise_ptd(ptd: PtdFile) -> None:
                 raise AssertionError("tensor_bytes is shorter than the tensor layout")
 
 
-def check_library(case: Case, bound: float = TIME_BOUND_S, folder: Optional[Path] = None) -> Outcome:
+def check_library(case: Case, bound: Optional[float] = None, folder: Optional[Path] = None) -> Outcome:
     """Open ``case`` with ``PteFile``/``PtdFile`` and judge the result.
 
     With ``folder``, every fourth case is written there and opened from disk (the
-    memory-mapped path the commands use); the others go through ``from_bytes``.
+    memory-mapped path the commands use); the others go through ``from_bytes``.  ``bound``: seconds
+    allowed (default: ``bound_for(case)``).
     """
+    bound = bound_for(case) if bound is None else bound
     start = time.perf_counter()
     reader = PteFile if case.kind == "pte" else PtdFile
     exercise = _exercise_pte if case.kind == "pte" else _exercise_ptd
@@ -251,7 +276,7 @@ class CliHarness:
         label = " ".join(template.args)
         start = time.perf_counter()
         try:
-            with time_bound(TIME_BOUND_S * 5):
+            with time_bound(bound_for(case, TIME_BOUND_S * 5)):
                 result = CliRunner().invoke(app, args)
         except CaseTimeout:
             return Outcome("failure", f"{label}: timeout", time.perf_counter() - start)

@@ -37,10 +37,13 @@ class Case:
     seed_name: str
     mutation: str
     data: bytes
+    ptd: Optional[bytes] = None  # the .ptd that goes with a .pte case (its seed's, or a mutated copy)
+    suite: str = "classic"  # "classic" (this module), "structure" or "real" (structure.py)
 
     @property
     def label(self) -> str:
-        return f"case {self.index} ({self.kind}, {self.seed_name}, {self.mutation}, {len(self.data)} B)"
+        suite = "" if self.suite == "classic" else f"{self.suite} "
+        return f"{suite}case {self.index} ({self.kind}, {self.seed_name}, {self.mutation:.400}, {len(self.data)} B)"
 
 
 U32_SPECIAL = (0, 1, 2, 3, 4, 7, 8, 0x7F, 0x80, 0xFF, 0xFFFF, 0x10000, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFE, 0xFFFFFFFF)
@@ -348,6 +351,15 @@ def structured(rng: random.Random, seed: Seed) -> tuple[str, bytes]:
     return "struct " + "; ".join(notes), data
 
 
+def structured_or_truncated(rng: random.Random, seed: Seed) -> tuple[str, bytes]:
+    """``structured``, or a truncation when the encoder refuses the forged model (said in the label)."""
+    try:
+        return structured(rng, seed)
+    except (struct.error, ValueError, TypeError, AttributeError, OverflowError) as error:
+        mutation, data = truncate(rng, seed.data)
+        return f"encoder refused ({type(error).__name__}); {mutation}", data
+
+
 HUGE = (1 << 31, 1 << 40, 1 << 46, 1 << 50, (1 << 62) - 16, (1 << 63) - 1)
 
 
@@ -429,12 +441,7 @@ def make_case(seed: int, index: int, seeds: Optional[tuple[Seed, ...]] = None) -
     source = seeds[index % len(seeds)]
     roll = rng.random()
     if roll < 0.25:
-        try:
-            mutation, data = structured(rng, source)
-        except (struct.error, ValueError, TypeError, AttributeError, OverflowError) as error:
-            # The encoder refused the forged model; fall back to a byte mutation (counted in the label).
-            mutation, data = truncate(rng, source.data)
-            mutation = f"encoder refused ({type(error).__name__}); {mutation}"
+        mutation, data = structured_or_truncated(rng, source)
     elif roll < 0.28:
         mutation, data = huge_sizes(rng, source)
     elif roll < 0.33:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "tests" / "fixtures" / "corpus"
+REAL_MODELS = REPO / "tests" / "fixtures" / "real_models"
 EXAMPLES = REPO / "examples"
 MAX_SEED_BYTES = 4 << 20  # larger examples would make each case slow without finding more
 
@@ -19,6 +21,7 @@ class Seed:
     kind: str
     name: str
     data: bytes
+    ptd: Optional[bytes] = None  # a .pte's NAME.ptd, when it has one (program_seeds)
 
 
 @functools.lru_cache(maxsize=None)
@@ -37,6 +40,30 @@ def load_seeds() -> tuple[Seed, ...]:
                 found.append(Seed(kind, str(path.relative_to(REPO)), path.read_bytes()))
     if not found:
         raise RuntimeError(f"no seed files under {CORPUS}")
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=None)
+def program_seeds() -> tuple[Seed, ...]:
+    """The .pte seeds of ``load_seeds``, each with the bytes of its NAME.ptd when there is one."""
+    found = []
+    for seed in load_seeds():
+        if seed.kind == "pte":
+            ptd = (REPO / seed.name).with_suffix(".ptd")
+            found.append(Seed("pte", seed.name, seed.data, ptd.read_bytes() if ptd.is_file() else None))
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=None)
+def real_model_seeds() -> tuple[Seed, ...]:
+    """The real-model fixtures (tests/fixtures/real_models): 16 architectures, CPU and device programs.
+
+    A seed set of its own, so adding it renumbers none of the cases of ``load_seeds``.
+    """
+    found = [Seed("pte", str(path.relative_to(REPO)), path.read_bytes())
+             for path in sorted(REAL_MODELS.glob("*.pte")) if path.with_name(f"{path.stem}.inputs.pt").is_file()]
+    if not found:
+        raise RuntimeError(f"no real-model fixtures under {REAL_MODELS}")
     return tuple(found)
 
 
