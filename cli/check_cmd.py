@@ -89,7 +89,8 @@ def render_text(report: CheckReport, quiet: bool = False, verbose: bool = False)
         return
     for f in report.files:
         if f.findings:
-            console.print(printable(f"{f.file}: {len(f.findings)} constant(s) copied host-to-device on every call"),
+            console.print(printable(f"{f.file}: {len(f.findings)} {'tensor' if report.fold else 'constant'}(s) copied "
+                                    "host-to-device on every call"),
                           markup=False, soft_wrap=True)
             console.print(table(None, ["method", "constant", "device", "bytes/call"], _finding_rows(f.findings),
                                 right=["bytes/call"]))
