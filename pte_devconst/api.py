@@ -443,13 +443,14 @@ def _check_one(pte: Path, ptd: Optional[Path], options: "RewriteOptions", strict
     eligible = {(c.plan_index, c.value) for c in analysis.eligible}
     found = [(p, Finding(str(pte), p.method, p.value, p.name, str(p.device), p.nbytes, p.copies_per_call))
              for p in plan.placements]
+    released = [(p, f) for p, f in found if (p.plan_index, p.value) not in eligible]  # moved once their kernels fold
     findings = [f for p, f in found if (p.plan_index, p.value) in eligible]
     findings += [Finding(str(pte), f.method, f.value, f"{f.chain.kernels} of "
                          f"{f.chain.source_tensor.fqn or f'value {f.chain.source}'}", str(f.device), f.nbytes,
                          f.chain.copies_per_call) for f in plan.folds]
-    findings += [f for p, f in found if (p.plan_index, p.value) not in eligible]  # moved once their kernels fold
-    covered = {(f.plan_index, f.chain.result) for f in plan.folds} | {(p.plan_index, p.value) for p, _ in found
-                                                                      if (p.plan_index, p.value) not in eligible}
+    findings += [f for _, f in released]
+    # What folding moves no longer stays: the chains' results and the constants released by them.
+    covered = {(f.plan_index, f.chain.result) for f in plan.folds} | {(p.plan_index, p.value) for p, _ in released}
     unknown = [Finding(str(pte), v.method, v.value, v.name, str(v.pending_device), v.nbytes, v.copies_per_call)
                for method in analysis.methods for v in method.constants
                if v.unknown and skip_reason(v.pending_device, v.nbytes, options) is None]
