@@ -216,10 +216,11 @@ def moved_constants(original: m.Program, rewritten: m.Program) -> dict[str, list
             continue
         moved = []
         values_a = plan_a.values or ()
+        devices = plan_b.buffer_devices()  # once per method: a lookup per value is quadratic on a long device list
         for index, after in enumerate(plan_b.values or ()):
             if not (isinstance(after, m.Tensor) and after.has_initial_data):
                 continue
-            device = plan_b.buffer_device(after.allocation_info.memory_id)
+            device = devices.get(after.allocation_info.memory_id, m.CPU)
             before = values_a[index] if index < len(values_a) else None
             if device.is_cpu or isinstance(before, m.Tensor) and before.has_initial_data:
                 continue
