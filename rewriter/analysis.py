@@ -34,14 +34,16 @@ from typing import Any, Iterable, Mapping, Optional
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.errors import UnsupportedProgramError
-from pte_devconst.schema.dataflow import DelegateCallSite, delegate_call_sites
+from pte_devconst.program.dataflow import DelegateCallSite, delegate_call_sites
 from pte_devconst.schema.gc_pause import gc_paused
 from pte_devconst.schema.model import CPU, Device
 from pte_devconst.schema.named_enum import NamedEnum
 from pte_devconst.schema.record import record
 from pte_devconst.schema.executorch import H2D_COPY, delegate_target_device, method_labels, method_name
-from pte_devconst.schema.transfers import Transfer, per_call_transfers
-from pte_devconst.schema.transfers import work as transfer_work
+from pte_devconst.program.transfers import Transfer, per_call_transfers
+from pte_devconst.program.transfers import work as transfer_work
+
+from pte_devconst.program.effects import MethodEffects, Step
 
 from .copy_memory import CopyMemory
 
@@ -225,8 +227,8 @@ class MethodAnalysis:
     h2d_bytes_per_call: int  # the sum of ``transfers``: what one call copies host-to-device
     style: MethodStyle
     label: str = ""  # the name, with the plan index when another plan has the same name
-    transfers: tuple[Transfer, ...] = ()  # every host-to-device copy of one call (schema/transfers.py)
-    call_sites: tuple[DelegateCallSite, ...] = ()  # each DelegateCall's inputs/outputs (schema/dataflow.py)
+    transfers: tuple[Transfer, ...] = ()  # every host-to-device copy of one call (program/transfers.py)
+    call_sites: tuple[DelegateCallSite, ...] = ()  # each DelegateCall's inputs/outputs (program/dataflow.py)
     folds: Any = None  # fold.MethodFolds: chains of host kernels from constants to device readers (fold.py)
 
     @property
@@ -383,6 +385,8 @@ class _MethodContext:
         self._uses: dict[int, _Uses] = {}
         self._views: Optional[Mapping[int, list]] = None
         self._memory: Optional[CopyMemory] = None
+        self._effects: Optional[MethodEffects] = None
+        self._writers: Optional[dict[int, Step]] = None
 
     def view_reads(self, value: int) -> list:
         """Reads of ``value``'s memory through static views (``fold.view_reads``, computed once per method)."""
@@ -395,8 +399,25 @@ class _MethodContext:
     def memory(self) -> CopyMemory:
         """The method's regions, uses and jumps, for the copy rules (built on the first copy that needs them)."""
         if self._memory is None:
-            self._memory = CopyMemory(self.plan, self.budget.spend)
+            self._memory = CopyMemory(self.plan, self.budget.spend, self.effects())
         return self._memory
+
+    def effects(self) -> MethodEffects:
+        """What each instruction reads and writes (``program/effects.py``), built once per method."""
+        if self._effects is None:
+            self._effects = MethodEffects(self.plan)
+            self.budget.spend(self._effects.work)
+        return self._effects
+
+    def writer_of(self, index: int) -> Optional[Step]:
+        """The first instruction that writes value ``index``, or None."""
+        if self._writers is None:
+            effects = self.effects()
+            self._writers = {}
+            for position, written in enumerate(effects.writes):
+                for value in written:
+                    self._writers.setdefault(value, effects.steps[position])
+        return self._writers.get(index)
 
     def uses(self, value: int) -> _Uses:
         found = self._uses.get(value)
@@ -432,6 +453,9 @@ def _judge(ctx: _MethodContext, index: int, tensor: m.Tensor) -> ConstantVerdict
         problem = _external_problem(tensor, ctx.external)
         if problem:
             reasons.add(problem, problem)
+    writer = ctx.writer_of(index)
+    if writer is not None:  # a constant some instruction writes is not constant: keep it where it is
+        reasons.add("written by an instruction", f"written at instruction {writer.instruction} (chain {writer.chain})")
     for reader in readers:
         if reader.on_device:
             devices.add(reader.device)  # type: ignore[arg-type]
@@ -567,8 +591,8 @@ def _delegate_infos(plan: m.ExecutionPlan) -> dict[int, DelegateInfo]:
 
 def method_transfers(plan: m.ExecutionPlan, budget: Optional[WorkBudget] = None
                      ) -> tuple[tuple[Transfer, ...], tuple[DelegateCallSite, ...]]:
-    """Every host-to-device copy one call makes (``schema/transfers.py``: the rule the runner's counts follow),
-    and the delegate calls' input/output split it rests on (``schema/dataflow.py``).
+    """Every host-to-device copy one call makes (``program/transfers.py``: the rule the runner's counts follow),
+    and the delegate calls' input/output split it rests on (``program/dataflow.py``).
 
     Their bytes are the per-call estimate that ``inspect`` and ``diff`` show; ``tests/test_estimate_vs_runner.py``
     holds it equal to the runner's measured copies.  The data flow's work is charged to ``budget`` first.

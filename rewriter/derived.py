@@ -1,6 +1,6 @@
 """Which per-call host-to-device copies carry constant data, and why each one is still made.
 
-A *constant-derived* copy is a per-call transfer (``schema/transfers.py``: an
+A *constant-derived* copy is a per-call transfer (``program/transfers.py``: an
 ``_h2d_copy`` source, or a host tensor a device delegate reads) whose value is a
 constant, or is computed on the host from constant-derived values only (a weight
 transposed by ``permute_copy``, a mask built from literals).  Its bytes are the
@@ -31,11 +31,11 @@ from collections import defaultdict
 from typing import Iterable, Optional, Sequence
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.dataflow import DelegateCallSite, delegate_call_sites
+from pte_devconst.program.dataflow import DelegateCallSite, delegate_call_sites
 from pte_devconst.schema.record import record
 from pte_devconst.schema.executorch import COPY_KERNELS, delegate_target_device
 from pte_devconst.schema.named_enum import NamedEnum
-from pte_devconst.schema.transfers import Transfer, TransferKind
+from pte_devconst.program.transfers import Transfer, TransferKind
 
 from .analysis import Analysis, ConstantVerdict, MethodAnalysis
 

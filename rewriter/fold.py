@@ -39,7 +39,7 @@ from dataclasses import field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.dataflow import delegate_call_sites
+from pte_devconst.program.dataflow import delegate_call_sites
 from pte_devconst.schema.executorch import CLONE_DIM_ORDER, H2D_COPY, TO_DIM_ORDER_COPY
 from pte_devconst.schema.model import CPU, Device, dim_order_strides
 from pte_devconst.schema.record import record

@@ -11,7 +11,7 @@ data in the mutable data segment, stored once however many methods move it.
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import field, replace
 from typing import Mapping, Optional
 
 from pte_devconst.schema import model as m
@@ -21,7 +21,11 @@ from pte_devconst.schema.model import CPU, Device
 from pte_devconst.schema.record import record
 from pte_devconst.schema.validate import MAX_TENSOR_BYTES
 
+from pte_devconst.program.effects import MethodEffects
+from pte_devconst.program.memory import plan_layout, storage_groups
+
 from .analysis import Analysis, ConstantVerdict, DeviceCopy, MethodAnalysis, RewiredDelegateArg, buffer_devices
+from .edit import edit_method
 from .fold import FoldChain, FoldRecipe, MethodFolds, removed_steps
 
 
@@ -32,6 +36,7 @@ class RewriteOptions:
     host_placement: bool = False  # library-only: place host-read constants in planned CPU memory (tests)
     fold: bool = False  # also fold chains of host kernels from constants to device readers (fold.py)
     duplicate_shared: bool = False  # give device readers of constants also read on the host their own copy
+    relayout: bool = True  # lay the buffers that receive constants out again by lifetimes (program/memory.py)
 
 
 @record
@@ -79,6 +84,10 @@ class FoldPlacement:
         return self.chain.device
 
     @property
+    def delegate_args(self) -> tuple[RewiredDelegateArg, ...]:
+        return self.chain.delegate_args
+
+    @property
     def nbytes(self) -> int:
         return self.chain.nbytes
 
@@ -98,11 +107,22 @@ class FoldPlacement:
 
 @record
 class BufferGrowth:
+    """A planned buffer the rewrite changes: its size before and after, and how it was laid out."""
+
     memory_id: int
     device: Device
     old_size: int
     new_size: int
     added: bool  # a new buffer (and non_const_buffer_device entry) was created
+    relaid: bool = False  # laid out again by lifetimes (program/memory.py); else the input's offsets + appended
+    resident_bytes: int = 0  # what must live for the whole method (moved constants, state), when relaid
+    peak_bytes: int = 0  # the most that everything else needs at once, when relaid
+    appended_size: int = 0  # what keeping the input's offsets and appending the constants would need
+
+    @property
+    def bound(self) -> int:
+        """The least any layout of this buffer needs (resident + peak), when relaid; else 0."""
+        return self.resident_bytes + self.peak_bytes if self.relaid else 0
 
 
 @record
@@ -116,6 +136,8 @@ class MethodEdit:
     folds: tuple[FoldPlacement, ...] = ()
     released: tuple[int, ...] = ()  # constants nothing reads any more whose bytes leave the file (their data
     # index becomes 0: an unbound tensor the runtime never dereferences)
+    relocations: tuple[tuple[int, int, Optional[int]], ...] = ()  # (value, memory_id, new offset or None:
+    # unplanned) for every other planned value of a relaid buffer whose place changes
 
     @property
     def bytes_per_call_saved(self) -> int:
@@ -543,12 +565,52 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
         removed = {(copy.chain, copy.instruction) for p in placements for copy in p.copies}
         removed |= set(choice.removed) | {step for f in folds for step in f.removed}
         released = tuple(v for v in choice.unread if _entry(plan, v) in dropped)
-        methods.append(MethodEdit(method.label, method.plan_index, tuple(placements), tuple(growth),
-                                  tuple(sorted(removed)), _instruction_maps(plan, removed), tuple(folds), released))
+        edit = MethodEdit(method.label, method.plan_index, tuple(placements), tuple(growth),
+                          tuple(sorted(removed)), _instruction_maps(plan, removed), tuple(folds), released)
+        methods.append(_relaid(plan, edit) if options.relayout else edit)
 
     lengths = entry_lengths(program) if dropped else {}
     return RewritePlan(analysis, options, tuple(methods), initial_data, dropped, tuple(skipped), policy,
                        tuple(fold_skipped), sum(lengths.get(index, 0) for index in dropped))
+
+
+def _relaid(plan: m.ExecutionPlan, edit: MethodEdit) -> MethodEdit:
+    """The edit with each buffer that receives constants laid out again by lifetimes, where that needs less.
+
+    The method the rewrite will write (``edit.edit_method``) is laid out as ExecuTorch's planner would
+    (``program/memory.py``): moved and folded constants resident, everything else by its lifetime, the removed
+    copies' destinations unplanned.  A buffer keeps the input's offsets with the constants appended when that
+    is not larger (a program whose planner already packed tightly).
+    """
+    targets = {p.memory_id for p in edit.placements} | {f.memory_id for f in edit.folds}
+    if not targets:
+        return edit
+    edited = edit_method(plan, edit)
+    groups = storage_groups(MethodEffects(edited), targets)
+    layouts = {memory_id: plan_layout(memory_id, groups.get(memory_id, [])) for memory_id in targets}
+    growth = []
+    relocations: list[tuple[int, int, Optional[int]]] = []
+    new_offset: dict[int, int] = {}
+    values = edited.values or ()
+    for g in edit.buffers:
+        layout = layouts.get(g.memory_id)
+        if layout is None or layout.size >= g.new_size:
+            growth.append(replace(g, appended_size=g.new_size))
+            continue
+        growth.append(replace(g, new_size=layout.size, relaid=True, resident_bytes=layout.resident_bytes,
+                              peak_bytes=layout.peak_bytes, appended_size=g.new_size))
+        for index, offset in sorted(layout.offsets.items()):
+            info = values[index].allocation_info  # type: ignore[union-attr]
+            new_offset[index] = offset  # type: ignore[assignment]
+            if offset is None or info is None or info.memory_offset != offset:
+                relocations.append((index, g.memory_id, offset))
+    if not relocations and all(not g.relaid for g in growth):
+        return replace(edit, buffers=tuple(growth))
+    moved = {p.value for p in edit.placements} | {f.value for f in edit.folds}
+    placements = tuple(replace(p, offset=new_offset.get(p.value, p.offset)) for p in edit.placements)
+    folds = tuple(replace(f, offset=new_offset.get(f.value, f.offset)) for f in edit.folds)
+    return replace(edit, placements=placements, folds=folds, buffers=tuple(growth),
+                   relocations=tuple(r for r in relocations if r[0] not in moved))
 
 
 def entry_lengths(program: m.Program) -> dict[int, int]:

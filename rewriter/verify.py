@@ -50,7 +50,11 @@ from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile, open_pte
 from pte_devconst.schema.span import Span
 
+from pte_devconst.program.effects import MethodEffects
+from pte_devconst.program.memory import layout_problems, storage_groups
+
 from .fold import FOLD_KERNELS, Traced, Tracer, layout_of, recipe_of, view_reads
+from .edit import relocated_tensor
 from .plan import FoldPlacement, MethodEdit, Placement, RewritePlan
 from .verify_bytes import ByteChecker, ComputedBytes, SameBytes, WriteRecipe, ZeroBytes
 
@@ -246,6 +250,11 @@ class _MethodCheck:
                 raise self.fail(f"folded value {fold.value} is placed twice, or is new and old at once")
             self.folds[fold.value] = fold
         self.released = set(edit.released) if edit else set()
+        self.relocated: dict[int, tuple[int, Optional[int]]] = {}
+        for value, memory_id, offset in edit.relocations if edit else ():
+            if value in self.relocated or value in self.moved or value in self.folds:
+                raise self.fail(f"value {value} is relocated twice, or relocated and moved")
+            self.relocated[value] = (memory_id, offset)
         self.traced: dict[int, Traced] = {}  # folded value -> how the input computes it (its own reading)
         self.stands_for: dict[int, set[int]] = {}  # folded value -> the input's values it replaces
         self.dead: set[int] = set()  # values only removed kernels wrote
@@ -263,6 +272,7 @@ class _MethodCheck:
         self._check_removed(maps)
         self._check_values()
         self._check_buffers()
+        self._check_layout()
         self._check_chains(maps)
         self._check_readers()
 
@@ -475,8 +485,26 @@ class _MethodCheck:
                 kind = "kept constant" if old.is_constant else "initial data"
                 self.context.require_same(f"{self.label}: value {index} ({kind})",
                                           original.tensor_span(old), written.tensor_span(new))
+            elif index in self.relocated:
+                memory_id, offset = self.relocated[index]
+                if not isinstance(old, m.Tensor) or old.allocation_info is None or \
+                        old.allocation_info.memory_id != memory_id or new != relocated_tensor(old, memory_id, offset):
+                    raise self.fail(f"value {index} is not the input's at its relocated place in buffer {memory_id}")
             elif new != old:
                 raise self.fail(f"value {index} changed although the plan does not move it")
+
+    def _check_layout(self) -> None:
+        """Every relaid buffer, proven from the output alone: no two values whose lifetimes meet share a byte,
+        no resident value shares a byte with anything, nothing overruns the buffer (``program/memory.py``)."""
+        relaid = {g.memory_id for g in self.edit.buffers if g.relaid} if self.edit else set()
+        if not relaid:
+            return
+        groups = storage_groups(MethodEffects(self.new), relaid)
+        sizes = self.new.non_const_buffer_sizes or ()
+        for memory_id in sorted(relaid):
+            problems = layout_problems(groups.get(memory_id, []), sizes[memory_id])
+            if problems:
+                raise self.fail(f"planned buffer {memory_id}: {problems[0]}")
 
     def _check_released(self, index: int, old: m.EValue, new: m.EValue) -> None:
         """A constant nothing reads any more, whose bytes left the file: unbound (data index 0), else unchanged."""
@@ -540,8 +568,8 @@ class _MethodCheck:
         for memory_id, size in enumerate(new_sizes):
             old_size = old_sizes[memory_id] if memory_id < len(old_sizes) else None
             g = growth.get(memory_id)
-            if g is None and size != old_size or g is not None and (size != g.new_size or size < (old_size or 0)
-                                                                   or g.added != (old_size is None)):
+            if g is None and size != old_size or g is not None and (
+                    size != g.new_size or size < (old_size or 0) and not g.relaid or g.added != (old_size is None)):
                 raise self.fail(f"planned buffer {memory_id} is {size} bytes (input: {old_size}), "
                                 "which the plan does not say")
         old_devices, new_devices = self.old.non_const_buffer_device or (), self.new.non_const_buffer_device or ()

@@ -72,7 +72,7 @@ class DelegateContext:
     devices: DeviceMap
     ledger: CopyLedger
     where: str
-    n_inputs: Optional[int] = None  # the static split of the arguments (schema/dataflow.py)
+    n_inputs: Optional[int] = None  # the static split of the arguments (program/dataflow.py)
     delegate_index: int = -1
     # Digests (runner/digest.py) an executor computed of inputs it does not write, by value index:
     # the delegate-boundary transcript reuses them instead of reading those bytes again.

@@ -12,7 +12,7 @@ every EValue carries one flag:
 * an instruction's results are constant-derived exactly when every value it reads
   is: for a KernelCall, every argument that is not one of its outputs (tensors,
   scalars, and the items of lists); for a DelegateCall, its inputs (the split of
-  ``schema/dataflow.py``); a MoveCall carries the flag of its source.  Results
+  ``program/dataflow.py``); a MoveCall carries the flag of its source.  Results
   written with a flag also set it on every value that is a static view of the same
   planned region (the emitter's elided views share a region and have no writer).
 

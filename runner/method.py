@@ -9,7 +9,7 @@ from typing import Any, Iterator, Optional, Sequence
 import torch
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.dataflow import DelegateCallSite, delegate_call_sites
+from pte_devconst.program.dataflow import DelegateCallSite, delegate_call_sites
 from pte_devconst.schema.errors import PteDevconstError
 from pte_devconst.schema.executorch import H2D_COPY, TARGET_DEVICE_KEY, scalar_type_name
 from pte_devconst.schema.ptd_file import PtdFile

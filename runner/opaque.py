@@ -20,7 +20,7 @@ value.
 At its boundary an opaque delegate behaves like a device delegate: inputs whose
 memory is elsewhere are copied to its ``target_device`` and results are written
 into the planned outputs, both counted, through ``DelegateContext``.  Where
-inputs end and outputs begin comes from the program (``schema/dataflow.py``),
+inputs end and outputs begin comes from the program (``program/dataflow.py``),
 passed in as ``context.n_inputs``.  Everything runs on the delegate's device
 and nothing is fetched to the host during the call (see ``digest.py``).
 """

@@ -40,7 +40,7 @@ from typing import Any, Collection, Optional, Sequence
 import torch
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.dataflow import outputs_depending_on
+from pte_devconst.program.dataflow import outputs_depending_on
 from pte_devconst.schema.errors import PteDevconstError
 from pte_devconst.schema.executorch import COPY_KERNELS
 from pte_devconst.schema.pte_file import PteFile

@@ -18,7 +18,7 @@ from pte_devconst.rewriter import rewrite_file
 from pte_devconst.runner.transcript import ArgRecord, DelegateCallRecord, Resident, compare_calls
 from pte_devconst.runner.validate import BOUNDARY_CHECK, moved_constants, validate
 from pte_devconst.schema import model as m
-from pte_devconst.schema.dataflow import delegate_call_sites
+from pte_devconst.program.dataflow import delegate_call_sites
 from pte_devconst.schema.pte_file import open_pte
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "models"

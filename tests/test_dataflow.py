@@ -1,4 +1,4 @@
-"""schema/dataflow.py: the static input/output split of delegate calls, and which outputs a delegate reaches."""
+"""program/dataflow.py: the static input/output split of delegate calls, and which outputs a delegate reaches."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pte_devconst.runner import run_program
 from pte_devconst.runner.delegates import OpaquePolicy
 from pte_devconst.runner.demo_backend import parse_blob
 from pte_devconst.schema import model as m
-from pte_devconst.schema.dataflow import delegate_call_sites, outputs_depending_on
+from pte_devconst.program.dataflow import delegate_call_sites, outputs_depending_on
 from pte_devconst.schema.pte_file import open_pte
 
 REAL = CORPUS.parent / "real_models"

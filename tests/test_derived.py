@@ -14,7 +14,7 @@ from conftest import CASES, FIXTURES, ptd_path, pte_path, shipped
 from pte_devconst.rewriter.derived import DerivedStatus, derived_copies, reason_kind, reasons_in_brief
 from pte_devconst.rewriter.load import analyze_opened, opened
 from pte_devconst.schema import model as m
-from pte_devconst.schema.transfers import per_call_transfers
+from pte_devconst.program.transfers import per_call_transfers
 
 REAL = FIXTURES / "real_models"
 

@@ -3,7 +3,7 @@
 Every committed program: the corpus, the examples and the real-model fixtures (copy and legacy style,
 ``all`` and ``mm`` partitions, CPU programs), each before and after its rewrite.  The runner counts
 every copy as it happens (``runner/copies.py``), with the backends' own executors and with opaque
-stand-ins; the figure is computed from the program alone (``schema/transfers.py``).  Sizes of dynamic shapes are their upper bounds, so a dynamic program is
+stand-ins; the figure is computed from the program alone (``program/transfers.py``).  Sizes of dynamic shapes are their upper bounds, so a dynamic program is
 measured on a call at its largest shapes.
 """
 
@@ -76,6 +76,6 @@ def test_estimate_matches_runner_before_and_after_rewrite(pte: Path, ptd: Option
             assert method.h2d_bytes_per_call == _measured(path, ptd, method.name, call), (path.name, method.name)
             if path is pte and method.style != "cpu":
                 # Opaque stand-ins (how validate runs a CUDA or TensorRT delegate) split a call's arguments by the
-                # program alone (schema/dataflow.py), not by the blob: they must copy the same bytes.
+                # program alone (program/dataflow.py), not by the blob: they must copy the same bytes.
                 opaque = _measured(path, ptd, method.name, call, OpaquePolicy.ALWAYS)
                 assert method.h2d_bytes_per_call == opaque, (path.name, method.name, "opaque")

@@ -1,4 +1,4 @@
-"""schema/transfers.py: the host-to-device copies of one call, read from the program alone.
+"""program/transfers.py: the host-to-device copies of one call, read from the program alone.
 
 The per-call figure of every committed program is held equal to the runner's in
 test_estimate_vs_runner.py; these tests cover what no committed program has: jumps over copies
@@ -14,7 +14,7 @@ import pytest
 from conftest import EXAMPLES
 from forge import edit_plans, edit_program
 from pte_devconst.schema import model as m
-from pte_devconst.schema.transfers import TransferKind, h2d_bytes_per_call, per_call_transfers
+from pte_devconst.program.transfers import TransferKind, h2d_bytes_per_call, per_call_transfers
 
 CUDA0 = m.Device(m.DeviceType.CUDA, 0)
 MLP_COPY = EXAMPLES / "mlp_copy.pte"  # five _h2d_copy kernels (2048, 128, 256, 1024, 32 B), then the delegate

@@ -31,10 +31,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from . import model as m
+from pte_devconst.schema import model as m
 from .dataflow import DelegateCallSite, delegate_call_sites
-from .executorch import H2D_COPY, delegate_target_device
-from .named_enum import NamedEnum
+from pte_devconst.schema.executorch import H2D_COPY, delegate_target_device
+from pte_devconst.schema.named_enum import NamedEnum
 
 
 class TransferKind(NamedEnum):

@@ -42,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Collection, Optional, Sequence
 
-from . import model as m
+from pte_devconst.schema import model as m
 
 Region = tuple[int, int, int]  # (memory_id, memory_offset, nbytes)
 

@@ -1,0 +1,282 @@
+"""How long each planned value's bytes must live, a layout of a planned buffer by those lifetimes, and its check.
+
+**Lifetimes.**  Program positions run over all chains in order (``effects.MethodEffects``).  A value lives from
+its first use to its last; a method input from before the first instruction, a method output to after the
+last; a value used in a chain with jumps for that whole chain (a loop may come back).  A *static view* (a value
+no instruction writes that is no input, constant or initial data, planned where another value was last
+written) reads its holder's bytes, so it and its holder form one *storage group* that keeps its relative
+layout.  A group lives for the hull of its members' lifetimes.  A group is **resident** (alive for the whole
+method, across calls) when it holds initial data (a moved or folded constant, a mutable buffer) or when its
+first use in a call is a read: it carries state from the last call.  A group nothing uses is **dead**: it needs
+no bytes.
+
+**Layout** (``plan_layout``), as ExecuTorch's own planner does (``exir/memory_planning.py``, greedy by size):
+resident groups first, packed, then every other group, largest first, into the first *shared object* whose
+groups' lifetimes it does not meet (a new object when none fits); the objects follow the resident bytes, each
+16-byte aligned.  Dead values are left unplanned (``allocation_info`` None: the runtime gives such a tensor
+no data, and nothing reads it).
+
+**Check** (``layout_problems``): an independent proof of a buffer's layout: no resident group shares a byte
+with anything, and no two groups whose lifetimes meet share a byte (a sweep over lifetimes with the live
+regions kept sorted, so each new group is compared with its neighbours only).
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections import defaultdict
+from typing import Iterable, NamedTuple, Optional, Sequence
+
+from pte_devconst.schema import model as m
+from pte_devconst.schema.header import TENSOR_ALIGNMENT, align_up
+
+from .effects import MethodEffects
+from .regions import Region, planned_region
+
+
+class Lifetime(NamedTuple):
+    """Program positions [first, last] (inclusive); -1 is before the first instruction, ``end`` after the last."""
+
+    first: int
+    last: int
+
+    def meets(self, other: "Lifetime") -> bool:
+        return self.first <= other.last and other.first <= self.last
+
+
+class StorageGroup(NamedTuple):
+    """Values that must keep their relative layout (a holder and its static views), and when they live."""
+
+    members: tuple[int, ...]
+    starts: tuple[int, ...]  # each member's memory_offset, parallel to ``members``
+    extent: Region  # the hull of the members' regions
+    lifetime: Optional[Lifetime]  # None: dead (nothing uses it)
+    resident: bool
+
+
+class _Union:
+    def __init__(self) -> None:
+        self.parent: dict[int, int] = {}
+
+    def find(self, x: int) -> int:
+        root = x
+        while self.parent.get(root, root) != root:
+            root = self.parent[root]
+        while self.parent.get(x, x) != root:
+            self.parent[x], x = root, self.parent[x]
+        return root
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+
+def storage_groups(effects: MethodEffects, memory_ids: Iterable[int],
+                   resident: frozenset[int] = frozenset()) -> dict[int, list[StorageGroup]]:
+    """The storage groups of the given planned buffers, keyed by memory id (module docstring).
+
+    ``resident`` names values that must live for the whole method besides those with initial data.
+    """
+    wanted = set(memory_ids)
+    values = effects.values
+    regions = {i: r for i, v in enumerate(values) if (r := planned_region(v)) is not None and r.memory_id in wanted}
+    end = len(effects.steps)
+    uses = effects.uses()
+    written = effects.written_anywhere()
+    union = _Union()
+    # Static views: follow the holders of each place in program order.
+    views = {i for i in regions if i not in written and i not in effects.inputs
+             and not (values[i].is_constant or values[i].has_initial_data)}  # type: ignore[union-attr]
+    if views:
+        holder: dict[tuple[int, int], int] = {(regions[i].memory_id, regions[i].start): i
+                                              for i in effects.inputs if i in regions}
+        for position, (read, wrote) in enumerate(zip(effects.reads, effects.writes)):
+            for index in read:
+                if index in views:
+                    place = (regions[index].memory_id, regions[index].start)
+                    if place in holder:
+                        union.union(index, holder[place])
+            for index in wrote:
+                if index in regions:
+                    holder[(regions[index].memory_id, regions[index].start)] = index
+        for index in effects.outputs:
+            if index in views:
+                place = (regions[index].memory_id, regions[index].start)
+                if place in holder:
+                    union.union(index, holder[place])
+    spans = effects.chain_span
+    chain_of = []
+    for c, (first, stop) in enumerate(spans):
+        chain_of.extend([c] * (stop - first))
+    outputs = set(effects.outputs)
+    members: dict[int, list[int]] = defaultdict(list)
+    for index in regions:
+        members[union.find(index)].append(index)
+    groups: dict[int, list[StorageGroup]] = defaultdict(list)
+    for root, indices in members.items():
+        first, last = end + 1, -2
+        first_use: Optional[tuple[int, bool]] = None  # (position, writes) of the group's first use
+        keeps_state = False
+        for index in indices:
+            value = values[index]
+            if isinstance(value, m.Tensor) and (value.has_initial_data or value.is_constant) or index in resident:
+                keeps_state = True
+            value_uses = uses[index]
+            if index in effects.inputs:
+                first = -1
+                first_use = (-1, True) if first_use is None or first_use > (-1, True) else first_use
+            if value_uses:
+                u0 = value_uses[0]
+                head = (u0.position, u0.writes)  # a read sorts before a write at one position
+                if first_use is None or head < first_use:
+                    first_use = head
+                lo, hi = u0.position, value_uses[-1].position
+                for c in {chain_of[lo], chain_of[hi]}:
+                    if c in effects.chains_with_jumps:
+                        lo, hi = min(lo, spans[c][0]), max(hi, spans[c][1] - 1)
+                first, last = min(first, lo), max(last, hi)
+            if index in outputs:
+                last = end
+                first = min(first, end)
+        if first_use is not None and not first_use[1]:
+            keeps_state = True  # read before anything writes it in a call
+        starts = [regions[i].start for i in indices]
+        ends = [regions[i].end for i in indices]
+        memory_id = regions[indices[0]].memory_id
+        extent = Region(memory_id, min(starts), max(ends))
+        if keeps_state:
+            lifetime: Optional[Lifetime] = Lifetime(-1, end)
+        elif last < first:
+            lifetime = None
+        else:
+            lifetime = Lifetime(first, last)
+        indices.sort()
+        groups[memory_id].append(StorageGroup(tuple(indices), tuple(regions[i].start for i in indices), extent,
+                                              lifetime, keeps_state))
+    for memory_id in groups:
+        groups[memory_id].sort(key=lambda g: g.members[0])
+    return groups
+
+
+class BufferLayout(NamedTuple):
+    """A new layout of one planned buffer: where each member value starts, and the buffer's size."""
+
+    memory_id: int
+    size: int
+    offsets: dict[int, Optional[int]]  # value -> new memory_offset (None: unplanned, dead)
+    resident_bytes: int
+    peak_bytes: int  # the largest sum of non-resident group sizes live at one position
+
+    @property
+    def bound(self) -> int:
+        """What any layout needs at least: the resident bytes plus the peak of what else is live at once."""
+        return self.resident_bytes + self.peak_bytes
+
+
+def _aligned(size: int) -> int:
+    return align_up(size, TENSOR_ALIGNMENT)
+
+
+def peak_live_bytes(groups: Sequence[StorageGroup]) -> int:
+    """The largest sum of (aligned) extents of non-resident groups alive at one program position."""
+    events: list[tuple[int, int]] = []
+    for group in groups:
+        if group.lifetime is not None and not group.resident:
+            size = _aligned(group.extent.nbytes)
+            events.append((group.lifetime.first, size))
+            events.append((group.lifetime.last + 1, -size))
+    events.sort(key=lambda e: (e[0], e[1]))  # frees before allocations at one position
+    live = peak = 0
+    for _, delta in events:
+        live += delta
+        peak = max(peak, live)
+    return peak
+
+
+def plan_layout(memory_id: int, groups: Sequence[StorageGroup]) -> BufferLayout:
+    """Greedy by size over lifetimes (module docstring); deterministic for a given program."""
+    offsets: dict[int, Optional[int]] = {}
+    cursor = 0
+
+    def place(group: StorageGroup, base: int) -> int:
+        residue = group.extent.start % TENSOR_ALIGNMENT
+        at = base + residue
+        for index, start in zip(group.members, group.starts):
+            offsets[index] = at + (start - group.extent.start)
+        return at + group.extent.nbytes
+
+    live = [g for g in groups if g.lifetime is not None]
+    for group in sorted((g for g in live if g.resident), key=lambda g: g.members[0]):
+        cursor = _aligned(place(group, cursor))
+    resident_bytes = cursor
+    # Shared objects: each a size and its groups' lifetimes, sorted and disjoint.
+    objects: list[tuple[int, list[int], list[int], list[StorageGroup]]] = []  # (size, firsts, lasts, groups)
+    others = sorted((g for g in live if not g.resident),
+                    key=lambda g: (-_aligned(g.extent.nbytes + g.extent.start % TENSOR_ALIGNMENT),
+                                   g.lifetime.first, g.members[0]))  # type: ignore[union-attr]
+    for group in others:
+        life = group.lifetime
+        assert life is not None
+        for size, firsts, lasts, members in objects:
+            at = bisect.bisect_left(firsts, life.first)
+            if (at == 0 or lasts[at - 1] < life.first) and (at == len(firsts) or firsts[at] > life.last):
+                firsts.insert(at, life.first)
+                lasts.insert(at, life.last)
+                members.append(group)
+                break
+        else:
+            objects.append((_aligned(group.extent.nbytes + group.extent.start % TENSOR_ALIGNMENT),
+                            [life.first], [life.last], [group]))
+    for size, _, _, members in objects:
+        for group in members:
+            place(group, cursor)
+        cursor += size
+    for group in groups:
+        if group.lifetime is None:
+            for index in group.members:
+                offsets[index] = None
+    return BufferLayout(memory_id, cursor, offsets, resident_bytes, peak_live_bytes(groups))
+
+
+def layout_problems(groups: Sequence[StorageGroup], size: int) -> list[str]:
+    """Why this buffer's layout is wrong, checked from the groups alone (empty when it is right)."""
+    problems: list[str] = []
+    placed = [g for g in groups if g.lifetime is not None]
+    for group in placed:
+        if group.extent.end > size:
+            problems.append(f"value {group.members[0]} [{group.extent.start}, {group.extent.end}) overruns the "
+                            f"buffer's {size:,} bytes")
+    resident = sorted((g.extent.start, g.extent.end, g.members[0]) for g in placed if g.resident)
+    for (s1, e1, v1), (s2, e2, v2) in zip(resident, resident[1:]):
+        if s2 < e1:
+            problems.append(f"resident values {v1} and {v2} share bytes [{s2}, {min(e1, e2)})")
+    starts = [r[0] for r in resident]
+    for group in groups:
+        if group.resident:
+            continue
+        at = bisect.bisect_left(starts, group.extent.end)  # residents are disjoint: only the one before can meet it
+        if at > 0 and resident[at - 1][1] > group.extent.start:
+            problems.append(f"value {group.members[0]} shares bytes with resident value {resident[at - 1][2]}")
+            return problems
+    # Non-resident groups whose lifetimes meet: sweep by first use; live extents kept sorted by start.
+    order = sorted((g for g in placed if not g.resident), key=lambda g: g.lifetime.first)  # type: ignore[union-attr]
+    live_starts: list[tuple[int, int, int]] = []  # (start, end, value), pairwise disjoint while the check holds
+    expiry: list[tuple[int, int, int, int]] = []  # (last, start, end, value)
+    for group in order:
+        life = group.lifetime
+        assert life is not None
+        while expiry and expiry[0][0] < life.first:
+            _, s, e, v = heapq.heappop(expiry)
+            del live_starts[bisect.bisect_left(live_starts, (s, e, v))]
+        item = (group.extent.start, group.extent.end, group.members[0])
+        at = bisect.bisect_left(live_starts, item)
+        for neighbour in live_starts[max(0, at - 1):at + 1]:
+            if neighbour[0] < item[1] and item[0] < neighbour[1]:
+                problems.append(f"values {neighbour[2]} and {item[2]} are live at once and share bytes "
+                                f"[{max(item[0], neighbour[0])}, {min(item[1], neighbour[1])})")
+                return problems
+        live_starts.insert(at, item)
+        heapq.heappush(expiry, (life.last, *item))
+    return problems

@@ -1,0 +1,110 @@
+"""Where a planned value's bytes are: its region in a planned buffer, and an index to find regions that overlap.
+
+One definition of a region for every consumer (the copy rule, fold's view reads, constant-derived copies,
+the memory layout and its check, the runner): a Tensor with ``allocation_info`` and at least one byte.
+A zero-byte tensor has no region (it overlaps nothing); an unknown scalar type has none either (the reader
+refuses it before anything asks).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, NamedTuple, Optional, Sequence
+
+from pte_devconst.schema import model as m
+
+
+class Region(NamedTuple):
+    """Bytes [start, end) of planned buffer ``memory_id``."""
+
+    memory_id: int
+    start: int
+    end: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.start
+
+    def overlaps(self, other: "Region") -> bool:
+        return self.memory_id == other.memory_id and self.start < other.end and other.start < self.end
+
+    def covers(self, other: "Region") -> bool:
+        return self.memory_id == other.memory_id and self.start <= other.start and other.end <= self.end
+
+
+def planned_region(value: m.EValue) -> Optional[Region]:
+    """The region of a planned tensor with bytes, else None."""
+    if not isinstance(value, m.Tensor) or value.allocation_info is None:
+        return None
+    try:
+        nbytes = value.nbytes
+    except KeyError:  # an unknown scalar type: schema/validate.py refuses it
+        return None
+    if nbytes <= 0:
+        return None
+    info = value.allocation_info
+    return Region(info.memory_id, info.memory_offset, info.memory_offset + nbytes)
+
+
+def value_regions(values: Sequence[m.EValue]) -> list[Optional[Region]]:
+    """``planned_region`` of every value, computed once."""
+    return [planned_region(value) for value in values]
+
+
+class IntervalIndex:
+    """The intervals of one buffer, queried for those overlapping [start, end) in O(log n + k log n).
+
+    A static tree over the intervals sorted by start, each node holding the largest end below it (an
+    augmented search tree laid out in an array), so a query visits only subtrees that can hold an overlap.
+    """
+
+    __slots__ = ("_starts", "_ends", "_keys", "_max_end")
+
+    def __init__(self, intervals: Sequence[tuple[int, int, int]]) -> None:
+        """``intervals``: (start, end, key) triples; keys come back from ``overlapping``."""
+        ordered = sorted(intervals)
+        self._starts = [i[0] for i in ordered]
+        self._ends = [i[1] for i in ordered]
+        self._keys = [i[2] for i in ordered]
+        self._max_end = [0] * len(ordered)
+        self._build(0, len(ordered))
+
+    def _build(self, lo: int, hi: int) -> int:
+        # Iterative post-order over the implicit tree: node = (lo + hi) // 2 of [lo, hi).
+        stack = [(lo, hi, False)]
+        while stack:
+            lo, hi, done = stack.pop()
+            if lo >= hi:
+                continue
+            mid = (lo + hi) // 2
+            if not done:
+                stack.append((lo, hi, True))
+                stack.append((lo, mid, False))
+                stack.append((mid + 1, hi, False))
+                continue
+            best = self._ends[mid]
+            if lo < mid:
+                best = max(best, self._max_end[(lo + mid) // 2])
+            if mid + 1 < hi:
+                best = max(best, self._max_end[(mid + 1 + hi) // 2])
+            self._max_end[mid] = best
+        return 0
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def overlapping(self, start: int, end: int) -> Iterator[int]:
+        """Keys of the intervals that share a byte with [start, end)."""
+        stack = [(0, len(self._keys))]
+        starts, ends, keys, max_end = self._starts, self._ends, self._keys, self._max_end
+        while stack:
+            lo, hi = stack.pop()
+            if lo >= hi:
+                continue
+            mid = (lo + hi) // 2
+            if max_end[mid] <= start:
+                continue  # nothing below ends after start
+            stack.append((lo, mid))
+            if starts[mid] < end:
+                if start < ends[mid]:
+                    yield keys[mid]
+                stack.append((mid + 1, hi))
