@@ -156,6 +156,70 @@ def analysis_program(n_values: int, seed: int = 0) -> tuple[m.Program, list[Segm
     return program, [constants, SegmentContent.of(blob)]
 
 
+def seed_program(n_constants: int, style: str = "copy", rows: int = 4, seed: int = 0
+                 ) -> tuple[m.Program, list[SegmentContent]]:
+    """The seed's shape at any size: ``n_constants`` weights read only by one delegate call on ``cuda:0``.
+
+    ``style="copy"`` as the 1.5.1 exporter writes it with non-CPU memory planning (bench/export_big.py): the
+    input and every weight copied into the device buffer by ``_h2d_copy`` kernels, each into its own region
+    (they are all live at the delegate call), the output copied back.  ``style="legacy"``: the delegate reads
+    the host input and the host weights itself.  Each weight is ``rows`` x 4 float32.
+    """
+    if style not in ("copy", "legacy"):
+        raise ValueError(f"style must be 'copy' or 'legacy', got {style!r}")
+    shape = (rows, 4)
+    nbytes = rows * 16
+    rng = random.Random(seed)
+    device_info = m.ExtraTensorInfo(device_type=m.DeviceType.CUDA, device_index=0)
+    values: list[m.EValue] = []
+
+    def add(data_buffer_idx: int = 0, memory: Optional[tuple[int, int]] = None, device: bool = False) -> int:
+        values.append(m.Tensor(m.ScalarType.FLOAT, sizes=shape, dim_order=(0, 1), data_buffer_idx=data_buffer_idx,
+                               allocation_info=m.AllocationDetails(*memory) if memory else None,
+                               extra_tensor_info=device_info if device else None))
+        return len(values) - 1
+
+    x = add(memory=(1, 0))
+    constants = [add(i + 1) for i in range(n_constants)]
+    instructions: list[m.Instruction] = []
+    if style == "copy":
+        x_dev = add(memory=(2, 0), device=True)
+        instructions.append(m.KernelCall(0, (x, x_dev, x_dev)))
+        args = [x_dev]
+        for k, const in enumerate(constants):
+            dst = add(memory=(2, (k + 1) * nbytes), device=True)
+            instructions.append(m.KernelCall(0, (const, dst, dst)))
+            args.append(dst)
+        out_dev = add(memory=(2, (n_constants + 1) * nbytes), device=True)
+        out = add(memory=(1, nbytes))
+        instructions += [m.DelegateCall(0, tuple(args) + (out_dev,)), m.KernelCall(1, (out_dev, out, out))]
+        sizes: tuple[int, ...] = (0, 2 * nbytes, (n_constants + 2) * nbytes)
+        buffer_devices: Optional[tuple[m.NonConstBufferDevice, ...]] = (m.NonConstBufferDevice(2, m.DeviceType.CUDA, 0),)
+        operators = (m.Operator("et_copy::_h2d_copy", "out"), m.Operator("et_copy::_d2h_copy", "out"))
+    else:
+        out = add(memory=(1, nbytes))
+        instructions.append(m.DelegateCall(0, (x, *constants, out)))
+        sizes, buffer_devices, operators = (0, 2 * nbytes), None, ()
+    plan = m.ExecutionPlan(
+        name="forward", values=tuple(values), inputs=(x,), outputs=(out,),
+        chains=(m.Chain(instructions=tuple(instructions)),), operators=operators,
+        delegates=(m.BackendDelegate("BackendWithCompilerDemo", m.BackendDelegateDataReference(m.DataLocation.SEGMENT, 1),
+                                     (m.CompileSpec("target_device", b"cuda:0"),)),),
+        non_const_buffer_sizes=sizes, non_const_buffer_device=buffer_devices)
+    program = m.Program(
+        execution_plan=(plan,), constant_buffer=(), backend_delegate_data=(),
+        segments=(m.DataSegment(), m.DataSegment()),
+        constant_segment=m.SubsegmentOffsets(0, tuple([0] + [i * nbytes for i in range(n_constants)])))
+    data = SegmentContent(n_constants * nbytes, [(0, rng.randbytes(n_constants * nbytes))])
+    return program, [data, SegmentContent.of(b"demo delegate blob")]
+
+
+def write_seed_program(path: str, n_constants: int, style: str = "copy") -> None:
+    """Write ``seed_program(n_constants, style)`` to ``path``."""
+    program, contents = seed_program(n_constants, style)
+    write_pte(path, program, contents)
+
+
 def write_analysis_program(path: str, n_values: int) -> tuple[int, int]:
     """Write ``analysis_program(n_values)`` to ``path``; returns (values, instructions)."""
     program, contents = analysis_program(n_values)

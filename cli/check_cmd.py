@@ -73,6 +73,19 @@ def _summary(report: CheckReport) -> str:
     return "; ".join(parts) + "."
 
 
+def _memory_line(report: CheckReport) -> Optional[str]:
+    """Planned device memory over the checked files, now and after a rewrite (None: no file plans any)."""
+    memories = [f.device_memory for f in report.files if f.device_memory is not None]
+    before, after = sum(m.before for m in memories), sum(m.after for m in memories)
+    if not memories or not (before or after):
+        return None
+    change = after - before
+    delta = "unchanged" if change == 0 else f"{'+' if change > 0 else '-'}{human_bytes(abs(change))}"
+    grown = [f.file for f in report.files if f.device_memory is not None and f.device_memory.warning()]
+    return (f"Device memory planned: {human_bytes(before)} now, {human_bytes(after)} after a rewrite ({delta})"
+            + (f"; a rewrite would grow it in {len(grown)} file(s): {', '.join(grown[:3])}" if grown else "") + ".")
+
+
 def _quiet_line(f: Finding, what: str) -> str:
     return printable(f"{f.file}: {f.method}: {constant_label(f.name, f.value)} -> {what}")
 
@@ -119,6 +132,9 @@ def render_text(report: CheckReport, quiet: bool = False, verbose: bool = False)
     hint = fold_hint(report.fold_gain)
     if hint:
         console.print(hint, markup=False)
+    memory = _memory_line(report)
+    if memory:
+        console.print(printable(memory), markup=False, soft_wrap=True)
 
 
 def _markdown_finding_rows(findings: Sequence[Finding]) -> list[list[Any]]:
@@ -129,6 +145,9 @@ def _markdown_finding_rows(findings: Sequence[Finding]) -> list[list[Any]]:
 def render_markdown(report: CheckReport) -> None:
     icon = "✅" if report.passed else "❌"
     lines = [f"### {icon} pte-devconst check", "", md_text(_summary(report)), ""]
+    memory = _memory_line(report)
+    if memory:
+        lines += [md_text(memory), ""]
     if report.findings:
         lines += [markdown_table(["file", "method", "constant", "device", "bytes/call"],
                                  _markdown_finding_rows(report.findings)), ""]

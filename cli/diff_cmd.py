@@ -35,6 +35,9 @@ def _summary_rows(d: ProgramDiff) -> list[list[str]]:
               _ratio(s.size_before, s.size_after)] for s in d.segments]
     rows.append(["H2D bytes/call (est.)", human_bytes(d.h2d_bytes_per_call_before),
                  human_bytes(d.h2d_bytes_per_call_after), _ratio(d.h2d_bytes_per_call_before, d.h2d_bytes_per_call_after)])
+    if d.device_bytes_before or d.device_bytes_after:
+        rows.append(["device memory planned", human_bytes(d.device_bytes_before), human_bytes(d.device_bytes_after),
+                     _ratio(d.device_bytes_before, d.device_bytes_after)])
     for method in d.methods:
         rows.append([f"{method.name}: instructions", str(method.instructions_before), str(method.instructions_after),
                      _ratio(method.instructions_before, method.instructions_after)])

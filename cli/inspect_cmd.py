@@ -120,7 +120,14 @@ def closing_lines(report: InspectReport) -> list[str]:
     hint = fold_hint(report.fold_gain)
     if hint:
         lines.append(hint)
-    return lines or ["No constant is copied to a device on every call."]
+    lines = lines or ["No constant is copied to a device on every call."]
+    memory = report.device_memory
+    if memory is not None:
+        change = memory.after - memory.before
+        after = ("the same after a rewrite" if change == 0 else
+                 f"{human_bytes(memory.after)} after a rewrite ({'+' if change > 0 else '-'}{human_bytes(abs(change))})")
+        lines.append(f"Device memory planned: {human_bytes(memory.before)}; {after}.")
+    return lines
 
 
 def render_text(report: InspectReport) -> None:

@@ -89,6 +89,21 @@ def human_bytes(count: int) -> str:
     return f"{value:.1f} PiB"
 
 
+def device_memory_line(memory: Any) -> Optional[str]:
+    """``device memory planned: 62.8 KiB -> 62.8 KiB (unchanged)``; None for a program that plans none.
+
+    ``memory`` is a ``DeviceMemory`` (rewriter/plan.py) or anything with ``before`` and ``after``.
+    """
+    if memory is None or not (memory.before or memory.after):
+        return None
+    change = memory.after - memory.before
+    if change == 0:
+        delta = "unchanged"
+    else:
+        delta = f"{'+' if change > 0 else '-'}{human_bytes(abs(change))}"
+    return f"device memory planned: {human_bytes(memory.before)} -> {human_bytes(memory.after)} ({delta})"
+
+
 def fold_hint(gain: Any) -> Optional[str]:
     """The one line ``inspect``, ``rewrite`` and ``check`` print when ``--fold`` would move more."""
     if gain is None or gain.tensors <= 0:

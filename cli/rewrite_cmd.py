@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from pte_devconst.cli.app import EXIT_ERROR, EXIT_FINDINGS, command, for_each_program, global_options
-from pte_devconst.cli.output import (DataOption, FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json, fold_hint,
+from pte_devconst.cli.output import (DataOption, FormatOption, JsonFlag, OutputFormat, device_memory_line, echo_lines, emit_json, fold_hint,
                                      human_bytes, markdown_table, markup_safe, md_code, md_text, resolve_format,
-                                     stdout_console, table)
+                                     stderr_console, stdout_console, table)
 from pte_devconst.cli.progress import write_progress
 from pte_devconst.schema.errors import PteDevconstError
 
@@ -100,7 +100,8 @@ def render_text(result: RewriteResult, quiet: bool = False) -> None:
             console.print(table(f"chains {'that would fold' if result.output is None else 'folded'} into device "
                                 "memory", FOLD_COLUMNS, fold_rows(result), right=["v", "bytes", "H2D saved/call"]))
         growth = [[e.name, b.memory_id, str(b.device), human_bytes(b.old_size), human_bytes(b.new_size),
-                   "new" if b.added else "grown"] for e in plan.methods for b in e.buffers]
+                   "new" if b.added else "relaid" if b.relaid else "grown" if b.new_size > b.old_size else "same"]
+                  for e in plan.methods for b in e.buffers]
         console.print(table("planned buffers", ["method", "id", "device", "before", "after", ""], growth,
                             right=["id", "before", "after"]))
         kind = "copy and host kernel instruction(s)" if plan.folds else "copy instruction(s)"
@@ -108,6 +109,12 @@ def render_text(result: RewriteResult, quiet: bool = False) -> None:
                       f"{len(plan.dropped_constants)} constant entr(ies) dropped, "
                       f"{len(plan.initial_data)} initial-data entr(ies) added; "
                       f"{human_bytes(plan.bytes_per_call_saved)} fewer host-to-device bytes per call.")
+        memory = device_memory_line(plan.memory)
+        if memory:
+            console.print(memory + ".", markup=False)
+        warning = plan.memory.warning()
+        if warning:
+            stderr_console().print(f"warning: {warning}", markup=False, soft_wrap=True)
         if plan.folds:
             console.print(cost_line(plan))
     not_moved = [[m, v, name, human_bytes(nbytes), why] for m, v, name, nbytes, why in _not_moved_rows(result)]
@@ -139,6 +146,11 @@ def render_markdown(result: RewriteResult) -> None:
         lines += [f"**{human_bytes(plan.bytes_per_call_saved)}** fewer host-to-device bytes per call; "
                   f"{result.instructions_removed} {'copy and host kernel' if plan.folds else 'copy'} instruction(s) "
                   f"{'would be ' if dry else ''}removed."]
+        memory = device_memory_line(plan.memory)
+        if memory:
+            lines += ["", memory[0].upper() + memory[1:] + "."]
+        if plan.memory.warning():
+            lines += ["", f"**Warning:** {md_text(plan.memory.warning())}"]
         lines += ["", "Dry run: no file written." if dry else
                   f"Wrote {md_code(result.output)} ({human_bytes(result.output_size or 0)}; input "
                   f"{human_bytes(result.input_size)}), re-read and checked"

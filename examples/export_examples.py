@@ -103,6 +103,30 @@ class TwoStage(torch.nn.Module):
         return torch.sigmoid(h * self.g1) - self.c1
 
 
+class AddChain(torch.nn.Module):
+    """The seed's shape: ``y = x + w0 + w1 + ... + w{n-1}``, every weight read only by the device delegate."""
+
+    def __init__(self, params: int = 300, shape: tuple[int, ...] = (2, 4), seed: int = 0) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(seed)
+        self.weights = torch.nn.ParameterList(
+            torch.nn.Parameter(torch.randn(*shape, generator=generator), requires_grad=False) for _ in range(params))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for weight in self.weights:
+            x = x + weight
+        return x
+
+
+def export_seed_chain(out: Path, params: int = 300, styles: Sequence[str] = ("copy", "legacy")) -> list[Path]:
+    """``seed_chain{params}_{style}.pte`` (+ inputs, expected): a real export of the seed's shape with many
+    constants, every add on the reference device backend (tests/fixtures/seed, kept in the default suite)."""
+    generator = torch.Generator().manual_seed(1)
+    calls = [(torch.randn(2, 4, generator=generator),) for _ in range(2)]
+    return [write_example(out, f"seed_chain{params}", AddChain(params), calls,
+                          [DevconstPartitioner({"aten.add"}, "cuda:0")], style) for style in styles]
+
+
 @dataclass(frozen=True)
 class Example:
     name: str

@@ -44,7 +44,8 @@ from typing import Collection, Optional, Sequence
 
 from pte_devconst.schema import model as m
 
-Region = tuple[int, int, int]  # (memory_id, memory_offset, nbytes)
+from .regions import Region, planned_region
+
 
 
 @dataclass(frozen=True)
@@ -66,18 +67,6 @@ class DelegateCallSite:
         return self.args[self.n_inputs:]
 
 
-def _region(value: m.EValue) -> Optional[Region]:
-    if not isinstance(value, m.Tensor) or value.allocation_info is None:
-        return None
-    try:
-        nbytes = value.nbytes
-    except KeyError:  # unknown scalar type: schema/validate.py refuses it; no region to compare
-        return None
-    if nbytes == 0:
-        return None
-    return value.allocation_info.memory_id, value.allocation_info.memory_offset, nbytes
-
-
 def _list_items(value: m.EValue) -> tuple[int, ...]:
     if isinstance(value, (m.TensorList, m.OptionalTensorList)):
         return tuple(i for i in value.items or () if i >= 0)
@@ -94,10 +83,10 @@ class _PendingFlow:
         self.pending: dict[Region, int] = {}  # region -> the value whose unread data it holds
         self.state: set[Region] = set()  # initial-data tensors: their regions live for the whole method
         for index in self.method_inputs:
-            if 0 <= index < len(self.values) and (region := _region(self.values[index])) is not None:
+            if 0 <= index < len(self.values) and (region := planned_region(self.values[index])) is not None:
                 self.pending[region] = index
         for value in self.values:
-            if isinstance(value, m.Tensor) and value.has_initial_data and (region := _region(value)) is not None:
+            if isinstance(value, m.Tensor) and value.has_initial_data and (region := planned_region(value)) is not None:
                 self.state.add(region)
 
     def _value(self, index: int) -> m.EValue:
@@ -113,14 +102,14 @@ class _PendingFlow:
     def read(self, indices: tuple[int, ...]) -> None:
         for index in self._expand(indices):
             self.mentioned.add(index)
-            region = _region(self._value(index))
+            region = planned_region(self._value(index))
             if region is not None:  # its data has been read, through this value or a view of it
                 self.pending.pop(region, None)
 
     def write(self, indices: tuple[int, ...]) -> None:
         for index in self._expand(indices):
             self.mentioned.add(index)
-            region = _region(self._value(index))
+            region = planned_region(self._value(index))
             if region is not None:
                 self.pending[region] = index
 
@@ -133,7 +122,7 @@ class _PendingFlow:
             return True
         if not isinstance(value, m.Tensor) or value.is_constant or value.has_initial_data:
             return False
-        region = _region(value)
+        region = planned_region(value)
         if views_count and region is not None and (region in self.state or region in self.pending):
             return False  # a static view of data that is still to be read
         return True
@@ -202,14 +191,14 @@ def outputs_depending_on(plan: m.ExecutionPlan, delegates: Collection[int]) -> f
         return values[index] if 0 <= index < len(values) else None
 
     def tainted(index: int) -> bool:
-        region = _region(value(index))
+        region = planned_region(value(index))
         return (index in tainted_values or (region is not None and region in tainted_regions)
                 or any(tainted(item) for item in _list_items(value(index))))
 
     def mark(indices: Sequence[int], taint: bool, monotone: bool) -> None:
         for index in indices:
             for target in (index, *_list_items(value(index))):
-                region = _region(value(target))
+                region = planned_region(value(target))
                 if taint:
                     tainted_values.add(target)
                     if region is not None:

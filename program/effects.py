@@ -7,7 +7,8 @@ The one statement of the rule (every consumer asks here):
   themselves.  So when the last ``r`` arguments repeat the ``r`` before them, those are the outs and are
   written; otherwise (a prim op, ``executorch_prim::*``, ``aten::sym_size``) the last argument is the result and
   is written.  Named exceptions: ``et_copy::_h2d_copy.out`` / ``_d2h_copy.out`` write their ``out`` (argument 1)
-  whatever the return slot names; ``aten::copy_`` writes ``self`` (and its return slot).
+  whatever the return slot names; ``aten::copy_`` writes ``self`` (and its return slot);
+  ``executorch_prim::et_copy_index.tensor`` writes its first argument.
 * **DelegateCall.**  Its outputs (``dataflow.delegate_call_sites``) are written, its inputs read.
 * **MoveCall.**  Writes ``move_to``, reads ``move_from``.
 * **JumpFalseCall, FreeCall.**  Read their value.
@@ -21,7 +22,7 @@ from __future__ import annotations
 from typing import NamedTuple, Optional, Sequence
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.executorch import COPY_KERNELS
+from pte_devconst.schema.executorch import COPY_KERNELS, ET_COPY_INDEX
 
 from .dataflow import DelegateCallSite, delegate_call_sites
 
@@ -50,6 +51,8 @@ def kernel_writes(name: str, args: Sequence[int]) -> tuple[int, ...]:
         return (args[1],) if len(args) >= 2 else ()
     if name in INPLACE_COPY:
         return (args[0], *args[3:])
+    if name == ET_COPY_INDEX:  # copies into an item of its first argument (a stack built in a loop)
+        return (args[0],)
     n = len(args)
     for r in range(n // 2, 0, -1):
         if tuple(args[n - r:]) == tuple(args[n - 2 * r:n - r]):

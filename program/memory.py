@@ -35,6 +35,16 @@ from .effects import MethodEffects
 from .regions import Region, planned_region
 
 
+def planned_device_bytes(program: m.Program) -> int:
+    """The bytes of every planned buffer on a non-CPU device, summed over the program's methods."""
+    total = 0
+    for plan in program.execution_plan or ():
+        devices = plan.buffer_devices()
+        total += sum(size for memory_id, size in enumerate(plan.non_const_buffer_sizes or ())
+                     if memory_id in devices and not devices[memory_id].is_cpu)
+    return total
+
+
 class Lifetime(NamedTuple):
     """Program positions [first, last] (inclusive); -1 is before the first instruction, ``end`` after the last."""
 
@@ -73,6 +83,47 @@ class _Union:
             self.parent[max(ra, rb)] = min(ra, rb)
 
 
+def static_views(effects: MethodEffects) -> set[int]:
+    """Planned tensors no instruction writes that are no input, constant or initial data: the emitter's elided
+    static views, which read whatever was last written at their place."""
+    written = effects.written_anywhere()
+    return {i for i, v in enumerate(effects.values)
+            if isinstance(v, m.Tensor) and v.allocation_info is not None and i not in written
+            and i not in effects.inputs and not v.is_constant and not v.has_initial_data}
+
+
+def view_reads(effects: MethodEffects) -> dict[int, list[tuple[int, tuple[int, int]]]]:
+    """Reads through static views: written value -> [(view, (chain, instruction))] while it holds the memory.
+
+    Following the instructions in order, a view read at (buffer, offset) reads the value last written there
+    (a method input holds its place from the start).  A method output that is a view is read after the last
+    instruction: reading step (-1, -1).
+    """
+    views = static_views(effects)
+    found: dict[int, list[tuple[int, tuple[int, int]]]] = defaultdict(list)
+    if not views:
+        return found
+    values = effects.values
+
+    def place(index: int) -> tuple[int, int]:
+        info = values[index].allocation_info  # type: ignore[union-attr]
+        return info.memory_id, info.memory_offset
+
+    planned = {i for i, v in enumerate(values) if isinstance(v, m.Tensor) and v.allocation_info is not None}
+    holder: dict[tuple[int, int], int] = {place(i): i for i in effects.inputs if i in planned}
+    for step, read, wrote in zip(effects.steps, effects.reads, effects.writes):
+        for index in read:
+            if index in views and place(index) in holder:
+                found[holder[place(index)]].append((index, (step.chain, step.instruction)))
+        for index in wrote:
+            if index in planned:
+                holder[place(index)] = index
+    for index in effects.outputs:
+        if index in views and place(index) in holder:
+            found[holder[place(index)]].append((index, (-1, -1)))
+    return found
+
+
 def storage_groups(effects: MethodEffects, memory_ids: Iterable[int],
                    resident: frozenset[int] = frozenset()) -> dict[int, list[StorageGroup]]:
     """The storage groups of the given planned buffers, keyed by memory id (module docstring).
@@ -84,28 +135,12 @@ def storage_groups(effects: MethodEffects, memory_ids: Iterable[int],
     regions = {i: r for i, v in enumerate(values) if (r := planned_region(v)) is not None and r.memory_id in wanted}
     end = len(effects.steps)
     uses = effects.uses()
-    written = effects.written_anywhere()
     union = _Union()
-    # Static views: follow the holders of each place in program order.
-    views = {i for i in regions if i not in written and i not in effects.inputs
-             and not (values[i].is_constant or values[i].has_initial_data)}  # type: ignore[union-attr]
-    if views:
-        holder: dict[tuple[int, int], int] = {(regions[i].memory_id, regions[i].start): i
-                                              for i in effects.inputs if i in regions}
-        for position, (read, wrote) in enumerate(zip(effects.reads, effects.writes)):
-            for index in read:
-                if index in views:
-                    place = (regions[index].memory_id, regions[index].start)
-                    if place in holder:
-                        union.union(index, holder[place])
-            for index in wrote:
-                if index in regions:
-                    holder[(regions[index].memory_id, regions[index].start)] = index
-        for index in effects.outputs:
-            if index in views:
-                place = (regions[index].memory_id, regions[index].start)
-                if place in holder:
-                    union.union(index, holder[place])
+    for holder, reads in view_reads(effects).items():  # a static view keeps its holder's bytes
+        if holder in regions:
+            for view, _ in reads:
+                if view in regions:
+                    union.union(view, holder)
     spans = effects.chain_span
     chain_of = []
     for c, (first, stop) in enumerate(spans):

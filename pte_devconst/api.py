@@ -27,7 +27,7 @@ from pte_devconst.schema.named_enum import NamedEnum
 if TYPE_CHECKING:  # only for annotations: keep `import pte_devconst.api` light
     from pte_devconst.rewriter.diff import ProgramDiff
     from pte_devconst.rewriter.inventory import ProgramSummary
-    from pte_devconst.rewriter.plan import FoldGain, RewriteOptions
+    from pte_devconst.rewriter.plan import DeviceMemory, FoldGain, RewriteOptions
     from pte_devconst.rewriter.rewrite import RewriteResult
     from pte_devconst.runner.run import RunResult
     from pte_devconst.runner.validate import ValidationResult
@@ -79,6 +79,7 @@ class InspectReport:
     load_refusal: Optional[str]
     notes: tuple[str, ...]
     fold_gain: Optional["FoldGain"] = None  # what rewrite --fold would move beyond a plain rewrite
+    device_memory: Optional["DeviceMemory"] = None  # planned device memory now and after a plain rewrite
 
     @property
     def ptd_hint(self) -> str:
@@ -94,7 +95,8 @@ class InspectReport:
         gain = self.fold_gain
         return {"file": to_jsonable(self.summary), "ptd": self.ptd, "unknown_constants": self.unknown_constants,
                 "load_refusal": self.load_refusal, "notes": list(self.notes),
-                "fold_hint": None if gain is None else {"tensors": gain.tensors, "bytes_per_call": gain.bytes_per_call}}
+                "fold_hint": None if gain is None else {"tensors": gain.tensors, "bytes_per_call": gain.bytes_per_call},
+                "device_memory": device_memory_json(self.device_memory)}
 
 
 def inspect(pte: PathLike, ptd: Optional[PathLike] = None) -> InspectReport:
@@ -105,12 +107,13 @@ def inspect(pte: PathLike, ptd: Optional[PathLike] = None) -> InspectReport:
     from pte_devconst.paths import data_for
     from pte_devconst.rewriter.inventory import summarize
     from pte_devconst.rewriter.load import analyze_opened, opened
-    from pte_devconst.rewriter.plan import safe_fold_gain
+    from pte_devconst.rewriter.plan import safe_device_memory, safe_fold_gain
 
     with opened(pte, data_for(pte, ptd)) as (source, data):
         analysis = analyze_opened(source, data)
         return InspectReport(summarize(source, analysis), data.path if data else None, len(analysis.unknown),
-                             source.load_refusal, analysis.notes, safe_fold_gain(source.program, analysis))
+                             source.load_refusal, analysis.notes, safe_fold_gain(source.program, analysis),
+                             safe_device_memory(source.program, analysis))
 
 
 @dataclass(frozen=True)
@@ -287,6 +290,7 @@ class FileCheck:
     foldable_bytes_per_call: int = 0
     stays: tuple[Finding, ...] = ()  # constant-derived copies the rewrite cannot remove, each with its reason
     strict: bool = False  # stays count as findings
+    device_memory: Optional["DeviceMemory"] = None  # planned device memory now and after the rewrite
 
     @property
     def failing(self) -> tuple[Finding, ...]:
@@ -395,8 +399,17 @@ class CheckReport:
                 "bytes_per_call": f.bytes_per_call, "error": f.error, "note": f.note,
                 "findings": _findings_json(f.findings), "unknown": _findings_json(f.unknown),
                 "stays": _findings_json(f.stays, reasons=True), "stays_bytes_per_call": f.stays_bytes_per_call,
+                "device_memory": device_memory_json(f.device_memory),
             } for f in self.files],
         }
+
+
+def device_memory_json(memory: Optional["DeviceMemory"]) -> Optional[dict[str, Any]]:
+    """The ``device_memory`` object of a report (cli/report.schema.json), or None."""
+    if memory is None:
+        return None
+    return {"before": memory.before, "after": memory.after, "bound": memory.bound,
+            "without_relayout": memory.appended, "warning": memory.warning()}
 
 
 def _findings_json(findings: tuple[Finding, ...], reasons: bool = False) -> list[dict[str, Any]]:
@@ -467,7 +480,7 @@ def _check_one(pte: Path, ptd: Optional[Path], options: "RewriteOptions", strict
         notes.append(f"{len(unknown)} external constant(s) not judged: their data is in a .ptd; {ptd_hint(pte)}")
     return FileCheck(str(pte), str(ptd) if ptd else None, sum(len(m.constants) for m in analysis.methods),
                      tuple(findings), None, "; ".join(notes) or None, tuple(unknown),
-                     gain.tensors if gain else 0, gain.bytes_per_call if gain else 0, stays, strict)
+                     gain.tensors if gain else 0, gain.bytes_per_call if gain else 0, stays, strict, plan.memory)
 
 
 def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[PathLike]]] = None,

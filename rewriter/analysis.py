@@ -44,6 +44,7 @@ from pte_devconst.program.transfers import Transfer, per_call_transfers
 from pte_devconst.program.transfers import work as transfer_work
 
 from pte_devconst.program.effects import MethodEffects, Step
+from pte_devconst.program.memory import view_reads
 
 from .copy_memory import CopyMemory
 
@@ -389,11 +390,9 @@ class _MethodContext:
         self._writers: Optional[dict[int, Step]] = None
 
     def view_reads(self, value: int) -> list:
-        """Reads of ``value``'s memory through static views (``fold.view_reads``, computed once per method)."""
+        """Reads of ``value``'s memory through static views (``program/memory.py``, computed once per method)."""
         if self._views is None:
-            from .fold import view_reads  # fold.py builds on this module
-
-            self._views = view_reads(self.plan)
+            self._views = view_reads(self.effects())
         return self._views.get(value, [])
 
     def memory(self) -> CopyMemory:

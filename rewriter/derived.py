@@ -32,6 +32,8 @@ from typing import Iterable, Optional, Sequence
 
 from pte_devconst.schema import model as m
 from pte_devconst.program.dataflow import DelegateCallSite, delegate_call_sites
+from pte_devconst.program.effects import MethodEffects
+from pte_devconst.program.regions import Region, planned_region
 from pte_devconst.schema.record import record
 from pte_devconst.schema.executorch import COPY_KERNELS, delegate_target_device
 from pte_devconst.schema.named_enum import NamedEnum
@@ -118,15 +120,6 @@ def _merge(origins: Iterable[Optional[_Origin]], op: Optional[str] = None) -> Op
     return _Origin(kept, tuple(ops)[:OPS_KEPT], more or len(constants) > len(kept))
 
 
-def _region(value: m.EValue) -> Optional[tuple[int, int, int]]:
-    if not isinstance(value, m.Tensor) or value.allocation_info is None:
-        return None
-    try:
-        return value.allocation_info.memory_id, value.allocation_info.memory_offset, value.nbytes
-    except KeyError:
-        return None
-
-
 def _items(value: m.EValue) -> tuple[int, ...]:
     if isinstance(value, (m.TensorList, m.OptionalTensorList, m.IntList)):
         return tuple(i for i in value.items or () if i >= 0)
@@ -141,17 +134,17 @@ class _OriginFlow:
         self.inputs = frozenset(plan.inputs or ())
         self.written = written
         self.origin: dict[int, Optional[_Origin]] = {}
-        self.regions: dict[tuple[int, int, int], Optional[_Origin]] = {}
+        self.regions: dict[Region, Optional[_Origin]] = {}
         self.monotone = False  # in a chain with jumps a value, once not constant-derived, stays so
-        self._region_of: dict[int, Optional[tuple[int, int, int]]] = {}  # memo: one size computation per value
+        self._region_of: dict[int, Optional[Region]] = {}  # memo: one size computation per value
         self._items_of: dict[int, tuple[int, ...]] = {}
 
     def value(self, index: int) -> m.EValue:
         return self.values[index] if 0 <= index < len(self.values) else None
 
-    def region_of(self, index: int) -> Optional[tuple[int, int, int]]:
+    def region_of(self, index: int) -> Optional[Region]:
         if index not in self._region_of:
-            self._region_of[index] = _region(self.value(index))
+            self._region_of[index] = planned_region(self.value(index))
         return self._region_of[index]
 
     def items_of(self, index: int) -> tuple[int, ...]:
@@ -185,34 +178,13 @@ class _OriginFlow:
                     self.regions[region] = origin
 
 
-def _written(plan: m.ExecutionPlan, sites: dict[tuple[int, int], object]) -> frozenset[int]:
-    """Every value some instruction writes (a kernel's return slot, a delegate's outputs, a move's destination)."""
-    written: set[int] = set()
-    values = plan.values or ()
-    for c, chain in enumerate(plan.chains or ()):
-        for k, instruction in enumerate(chain.instructions or ()):
-            if isinstance(instruction, m.KernelCall) and instruction.args:
-                indices: Sequence[int] = instruction.args[-1:]
-            elif isinstance(instruction, m.DelegateCall):
-                indices = sites[(c, k)].outputs  # type: ignore[attr-defined]
-            elif isinstance(instruction, m.MoveCall):
-                indices = (instruction.move_to,)
-            else:
-                continue
-            for index in indices:
-                written.add(index)
-                if 0 <= index < len(values):
-                    written.update(_items(values[index]))
-    return frozenset(written)
-
-
 def _origins_at_transfers(plan: m.ExecutionPlan, transfers: Sequence[Transfer],
                           call_sites: Sequence[DelegateCallSite]) -> dict[Transfer, Optional[_Origin]]:
     """The origin of each transfer's value just before its instruction runs."""
     ops = [op.qualified_name for op in plan.operators or ()]
     hosts = [delegate_target_device(d)[0].is_cpu for d in plan.delegates or ()]
     sites = {(s.chain, s.instruction): s for s in call_sites or delegate_call_sites(plan)}
-    flow = _OriginFlow(plan, _written(plan, sites))
+    flow = _OriginFlow(plan, MethodEffects(plan, tuple(sites.values())).written_anywhere())
     at: dict[tuple[int, int], list[Transfer]] = defaultdict(list)
     for t in transfers:
         if t.kind in (TransferKind.H2D_KERNEL, TransferKind.DELEGATE_HOST_INPUT):

@@ -21,6 +21,7 @@ import difflib
 import hashlib
 from typing import Mapping, Optional
 
+from pte_devconst.program.memory import planned_device_bytes
 from pte_devconst.schema import model as m
 from pte_devconst.schema.executorch import H2D_COPY, delegate_target_device, method_labels, scalar_type_name
 from pte_devconst.schema.jsonable import fields_to_json
@@ -187,6 +188,8 @@ class ProgramDiff:
     named_data: tuple[NamedDataChange, ...]
     h2d_bytes_per_call_before: int
     h2d_bytes_per_call_after: int
+    device_bytes_before: int = 0  # planned device memory (program/memory.py), all methods
+    device_bytes_after: int = 0
 
     @property
     def identical(self) -> bool:
@@ -486,4 +489,6 @@ def diff_files(a: PteFile, b: PteFile) -> ProgramDiff:
                      for role in list(seg_a) + [r for r in seg_b if r not in seg_a]
                      if seg_a.get(role, 0) != seg_b.get(role, 0))
     return ProgramDiff(a.path, b.path, a.size, b.size, a.flatbuffer_size, b.flatbuffer_size, methods, segments,
-                       tuple(_diff_named_data(a, b, digests)), sum(h2d_a.values()), sum(h2d_b.values()))
+                       tuple(_diff_named_data(a, b, digests)), sum(h2d_a.values()), sum(h2d_b.values()),
+                       device_bytes_before=planned_device_bytes(a.program),
+                       device_bytes_after=planned_device_bytes(b.program))

@@ -39,7 +39,8 @@ from dataclasses import field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from pte_devconst.schema import model as m
-from pte_devconst.program.dataflow import delegate_call_sites
+from pte_devconst.program.effects import MethodEffects
+from pte_devconst.program.memory import view_reads
 from pte_devconst.schema.executorch import CLONE_DIM_ORDER, H2D_COPY, TO_DIM_ORDER_COPY
 from pte_devconst.schema.model import CPU, Device, dim_order_strides
 from pte_devconst.schema.record import record
@@ -599,93 +600,27 @@ class MethodFolds:
 
 class _Writes:
     """Who writes each value (the instructions that may write it, and the method inputs), and what each
-    instruction writes."""
+    instruction writes: an index over ``program/effects.py``, the one rule of what an instruction writes."""
 
-    def __init__(self, plan: m.ExecutionPlan, ops: Sequence[str]) -> None:
-        values = plan.values or ()
+    def __init__(self, plan: m.ExecutionPlan, ops: Sequence[str], effects: Optional[MethodEffects] = None) -> None:
+        del ops  # the effects name the kernels themselves
+        effects = effects if effects is not None else MethodEffects(plan)
         self.steps: dict[int, list[tuple[int, int]]] = defaultdict(list)
         self.by_step: dict[tuple[int, int], tuple[int, ...]] = {}
-        self.inputs = frozenset(plan.inputs or ())
-        outputs = {(s.chain, s.instruction): s.outputs for s in delegate_call_sites(plan)}
-        self.delegate_outputs: set[tuple[int, int, int]] = set()
-        for c, chain in enumerate(plan.chains or ()):
-            for k, ins in enumerate(chain.instructions or ()):
-                written: list[int] = []
-                if isinstance(ins, m.KernelCall):
-                    args = tuple(ins.args or ())
-                    written += args[-1:]
-                    name = ops[ins.op_index] if 0 <= ins.op_index < len(ops) else ""
-                    kernel = FOLD_KERNELS.get(name)
-                    if kernel is not None and len(args) == len(kernel.params) + 3:
-                        written.append(args[-2])  # the out argument (normally the return slot too)
-                    elif name == H2D_COPY and len(args) >= 2:
-                        written.append(args[1])
-                    elif name.startswith("aten::copy_") and args:
-                        written.append(args[0])
-                elif isinstance(ins, m.DelegateCall):
-                    args = tuple(ins.args or ())
-                    outs = outputs.get((c, k), ())
-                    first = len(args) - len(outs)
-                    written += args[first:]
-                    self.delegate_outputs.update((c, k, pos) for pos in range(first, len(args)))
-                elif isinstance(ins, m.MoveCall):
-                    written.append(ins.move_to)
-                written += [item for value in written for item in _items(values, value)]  # a list of outs
-                self.by_step[(c, k)] = tuple(dict.fromkeys(written))
-                for value in self.by_step[(c, k)]:
-                    self.steps[value].append((c, k))
+        self.inputs = effects.inputs
+        self.delegate_outputs: set[tuple[int, int, int]] = {
+            (s.chain, s.instruction, pos) for s in effects.sites for pos in range(s.n_inputs, len(s.args))}
+        for step, written in zip(effects.steps, effects.writes):
+            key = (step.chain, step.instruction)
+            self.by_step[key] = written
+            for value in written:
+                self.steps[value].append(key)
 
     def only_by(self, value: int, step: tuple[int, int]) -> bool:
         return value not in self.inputs and self.steps.get(value, []) == [step]
 
     def literal(self, value: int) -> bool:
         return value not in self.inputs and not self.steps.get(value)
-
-
-def view_reads(plan: m.ExecutionPlan, writes: Optional[_Writes] = None) -> dict[int, list[tuple[int, tuple[int, int]]]]:
-    """Reads through static views: written value -> [(view, reading instruction)] while it holds the memory.
-
-    The emitter elides a static view of a planned tensor into a second value planned at the same place,
-    which no instruction writes.  Reading it reads whatever was last written there: following the
-    instructions in order, a view read at (buffer, offset) is a read of the value last written there.  A
-    method output that is a view is read after the last instruction (reading instruction (-1, -1)).
-    """
-    writes = writes or _Writes(plan, [op.qualified_name for op in plan.operators or ()])
-    values = plan.values or ()
-    place: dict[int, tuple[int, int]] = {}
-    views: set[int] = set()
-    for index, value in enumerate(values):
-        if isinstance(value, m.Tensor) and value.allocation_info is not None:
-            place[index] = (value.allocation_info.memory_id, value.allocation_info.memory_offset)
-            if not writes.steps.get(index) and index not in writes.inputs and not value.has_initial_data:
-                views.add(index)
-    found: dict[int, list[tuple[int, tuple[int, int]]]] = defaultdict(list)
-    if not views:
-        return found
-    holder: dict[tuple[int, int], int] = {place[i]: i for i in writes.inputs if i in place}
-    for c, chain in enumerate(plan.chains or ()):
-        for k, ins in enumerate(chain.instructions or ()):
-            written = writes.by_step.get((c, k), ())
-            if isinstance(ins, (m.KernelCall, m.DelegateCall)):
-                read = [a for a in ins.args or () if a not in written]
-            elif isinstance(ins, m.MoveCall):
-                read = [ins.move_from]
-            elif isinstance(ins, m.JumpFalseCall):
-                read = [ins.cond_value_index]
-            else:
-                read = []
-            for value in read:
-                items = [value] + list(_items(values, value))
-                for item in items:
-                    if item in views and place[item] in holder:
-                        found[holder[place[item]]].append((item, (c, k)))
-            for value in written:
-                if value in place:
-                    holder[place[value]] = value
-    for value in plan.outputs or ():  # the caller reads the outputs after the last instruction
-        if value in views and place[value] in holder:
-            found[holder[place[value]]].append((value, (-1, -1)))
-    return found
 
 
 def _items(values: Sequence[m.EValue], index: int) -> tuple[int, ...]:
@@ -723,7 +658,8 @@ class _Finder:
         self.plan = ctx.plan
         self.values = ctx.plan.values or ()
         self.ops = [op.qualified_name for op in ctx.plan.operators or ()]
-        self.writes = _Writes(ctx.plan, self.ops)
+        self.effects = ctx.effects()
+        self.writes = _Writes(ctx.plan, self.ops, self.effects)
         self.external_ok = external_ok
         self.nodes: dict[int, FoldNode] = {}
         self._views: Optional[dict[int, list[tuple[int, tuple[int, int]]]]] = None
@@ -838,7 +774,7 @@ class _Finder:
     def _aliases(self, index: int) -> list[int]:
         """Static views through which something reads this value (``view_reads``), computed once per method."""
         if self._views is None:
-            self._views = view_reads(self.plan, self.writes)
+            self._views = view_reads(self.effects)
         return list(dict.fromkeys(view for view, _ in self._views.get(index, ())))
 
     # chains

@@ -192,6 +192,63 @@ class SegmentPolicy:
 
 
 @record
+class DeviceMemory:
+    """The device memory a program plans (planned buffers on a non-CPU device, summed over its methods),
+    before the rewrite and after it.
+
+    ``bound`` is the least any layout of the rewritten program needs (per relaid buffer: what stays resident
+    plus the peak of everything else live at once; other buffers as written); ``appended`` is what keeping the
+    input's offsets and appending the constants would need (the rewrite takes the smaller layout).
+    """
+
+    before: int = 0
+    after: int = 0
+    bound: int = 0
+    appended: int = 0
+    added: int = 0  # bytes of device buffers the rewrite adds (legacy style: the method planned none there)
+
+    @property
+    def grown(self) -> int:
+        return self.after - self.before
+
+    def warning(self) -> Optional[str]:
+        """Why the rewritten program needs more device memory than the input, when it does."""
+        if self.after <= self.before:
+            return None
+        head = f"the rewritten program plans {self.grown:,} B more device memory ({self.before:,} B -> {self.after:,} B)"
+        if self.added >= self.grown:
+            return (f"{head}: the moved constants now live in planned device memory for the whole method; before, "
+                    "the delegates copied them into device memory of their own on every call (legacy style), "
+                    "which the program did not plan")
+        return (f"{head}: the moved constants stay resident for the whole method, while the input's per-call "
+                "copies shared memory with other tensors by lifetime")
+
+
+def device_memory(program: m.Program, methods: tuple["MethodEdit", ...] = ()) -> DeviceMemory:
+    """``DeviceMemory`` of ``program`` and of the program ``methods`` (the plan's edits) make of it."""
+    edits = {edit.plan_index: edit for edit in methods}
+    before = after = bound = appended = added = 0
+    for index, plan in enumerate(program.execution_plan or ()):
+        devices = plan.buffer_devices()
+        sizes = list(plan.non_const_buffer_sizes or ())
+        method_before = sum(size for memory_id, size in enumerate(sizes) if not devices.get(memory_id, CPU).is_cpu)
+        before += method_before
+        edit = edits.get(index)
+        growth = {g.memory_id: g for g in edit.buffers} if edit else {}
+        for memory_id in sorted(set(range(len(sizes))) | set(growth)):
+            g = growth.get(memory_id)
+            device = g.device if g is not None else devices.get(memory_id, CPU)
+            if device.is_cpu:
+                continue
+            size = g.new_size if g is not None else sizes[memory_id]
+            after += size
+            added += size if g is not None and g.added else 0
+            bound += g.bound if g is not None and g.relaid else size
+            appended += g.appended_size if g is not None and g.appended_size else size
+    return DeviceMemory(before, after, bound, appended, added)
+
+
+@record
 class RewritePlan:
     analysis: Analysis
     options: RewriteOptions
@@ -202,6 +259,7 @@ class RewritePlan:
     segments: SegmentPolicy = field(default_factory=SegmentPolicy)
     fold_skipped: tuple[FoldSkipped, ...] = field(default=())
     dropped_bytes: int = 0  # the bytes of the dropped constant entries
+    memory: DeviceMemory = field(default_factory=DeviceMemory)  # planned device memory before and after
 
     @property
     def is_empty(self) -> bool:
@@ -272,6 +330,17 @@ def safe_fold_gain(program: m.Program, analysis: Analysis, options: RewriteOptio
     except PteDevconstError:
         return None
     return gain if gain.tensors > 0 else None
+
+
+def safe_device_memory(program: m.Program, analysis: Analysis, options: RewriteOptions = RewriteOptions()
+                       ) -> Optional[DeviceMemory]:
+    """The planned device memory now and after a rewrite with ``options``, for a report: None when the program
+    plans none on a device and the rewrite adds none, or when planning refuses the program."""
+    try:
+        memory = make_plan(program, analysis, options).memory
+    except PteDevconstError:
+        return None
+    return memory if memory.before or memory.after else None
 
 
 def skip_reason(device: Optional[Device], nbytes: int, options: RewriteOptions) -> Optional[str]:
@@ -571,7 +640,8 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
 
     lengths = entry_lengths(program) if dropped else {}
     return RewritePlan(analysis, options, tuple(methods), initial_data, dropped, tuple(skipped), policy,
-                       tuple(fold_skipped), sum(lengths.get(index, 0) for index in dropped))
+                       tuple(fold_skipped), sum(lengths.get(index, 0) for index in dropped),
+                       device_memory(program, tuple(methods)))
 
 
 def _relaid(plan: m.ExecutionPlan, edit: MethodEdit) -> MethodEdit:
@@ -604,11 +674,23 @@ def _relaid(plan: m.ExecutionPlan, edit: MethodEdit) -> MethodEdit:
             new_offset[index] = offset  # type: ignore[assignment]
             if offset is None or info is None or info.memory_offset != offset:
                 relocations.append((index, g.memory_id, offset))
+        for index, value in enumerate(values):  # zero-byte tensors have no region: keep them inside the buffer
+            if isinstance(value, m.Tensor) and value.allocation_info is not None and index not in layout.offsets \
+                    and value.allocation_info.memory_id == g.memory_id and value.allocation_info.memory_offset > layout.size:
+                relocations.append((index, g.memory_id, 0))
     if not relocations and all(not g.relaid for g in growth):
         return replace(edit, buffers=tuple(growth))
     moved = {p.value for p in edit.placements} | {f.value for f in edit.folds}
-    placements = tuple(replace(p, offset=new_offset.get(p.value, p.offset)) for p in edit.placements)
-    folds = tuple(replace(f, offset=new_offset.get(f.value, f.offset)) for f in edit.folds)
+    sizes = {g.memory_id: g.new_size for g in growth if g.relaid}
+
+    def placed(value: int, memory_id: int, offset: int) -> int:
+        """The relaid offset; a zero-byte value (no region to lay out) goes to the buffer's start."""
+        if value in new_offset:
+            return new_offset[value]
+        return 0 if memory_id in sizes and offset > sizes[memory_id] else offset
+
+    placements = tuple(replace(p, offset=placed(p.value, p.memory_id, p.offset)) for p in edit.placements)
+    folds = tuple(replace(f, offset=placed(f.value, f.memory_id, f.offset)) for f in edit.folds)
     return replace(edit, placements=placements, folds=folds, buffers=tuple(growth),
                    relocations=tuple(r for r in relocations if r[0] not in moved))
 

@@ -51,9 +51,10 @@ from pte_devconst.schema.pte_file import PteFile, open_pte
 from pte_devconst.schema.span import Span
 
 from pte_devconst.program.effects import MethodEffects
-from pte_devconst.program.memory import layout_problems, storage_groups
+from pte_devconst.program.memory import layout_problems, storage_groups, view_reads
+from pte_devconst.program.regions import planned_region
 
-from .fold import FOLD_KERNELS, Traced, Tracer, layout_of, recipe_of, view_reads
+from .fold import FOLD_KERNELS, Traced, Tracer, layout_of, recipe_of
 from .edit import relocated_tensor
 from .plan import FoldPlacement, MethodEdit, Placement, RewritePlan
 from .verify_bytes import ByteChecker, ComputedBytes, SameBytes, WriteRecipe, ZeroBytes
@@ -590,10 +591,10 @@ class _MethodCheck:
 
     def _check_views(self, written_by_removed: set[int]) -> None:
         """No surviving instruction (nor the caller, for an output) reads, through a static view, memory that
-        only removed instructions wrote: the views each such value had in the input (``fold.view_reads``)."""
+        only removed instructions wrote: the views each such value had in the input (``program/memory.py``)."""
         if not written_by_removed:
             return
-        maps, views = self._maps, view_reads(self.old)
+        maps, views = self._maps, view_reads(MethodEffects(self.old))
         for value in written_by_removed:
             for view, (c, k) in views.get(value, ()):
                 if (c, k) == (-1, -1) or maps[c][k] is not None:
@@ -647,16 +648,13 @@ def overlap(plan: m.ExecutionPlan, regions: list[tuple[int, int, int, int]]) -> 
                 return f"value {other} overlaps the region of moved value {owner}"
         index_of[memory_id] = ([s for s, _, _ in spans], [e for _, e, _ in spans], [o for _, _, o in spans])
     for index, value in enumerate(plan.values or ()):
-        if not isinstance(value, m.Tensor) or value.allocation_info is None:
-            continue
-        found = index_of.get(value.allocation_info.memory_id)
-        nbytes = value.nbytes if found else 0
-        if nbytes <= 0:
+        region = planned_region(value)
+        found = index_of.get(region.memory_id) if region is not None else None
+        if found is None:
             continue
         starts, ends, owners = found
-        start = value.allocation_info.memory_offset
-        # Regions are disjoint and sorted, so those overlapping [start, start + nbytes) are contiguous.
-        for k in range(bisect.bisect_right(ends, start), bisect.bisect_left(starts, start + nbytes)):
+        # Regions are disjoint and sorted, so those overlapping the value's region are contiguous.
+        for k in range(bisect.bisect_right(ends, region.start), bisect.bisect_left(starts, region.end)):
             if owners[k] != index:
                 return f"value {index} overlaps the region of moved value {owners[k]}"
     return None

@@ -26,48 +26,11 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from pte_devconst.program.effects import kernel_writes
+from pte_devconst.program.regions import Region, planned_region
 from pte_devconst.schema import model as m
-from pte_devconst.schema.executorch import CLONE_DIM_ORDER, D2H_COPY, EMPTY_DIM_ORDER, ET_COPY_INDEX, H2D_COPY, TO_DIM_ORDER_COPY
 
-from .kernels import TorchKernel
 from .values import ListRef, RuntimeValues
-
-# The runner's own kernels (kernels.BUILTIN_KERNELS), by the argument positions they write.
-_BUILTIN_WRITES: dict[str, slice | tuple[int, ...]] = {
-    H2D_COPY: slice(1, None),
-    D2H_COPY: slice(1, None),
-    TO_DIM_ORDER_COPY: slice(3, None),
-    CLONE_DIM_ORDER: slice(3, None),
-    EMPTY_DIM_ORDER: slice(2, None),
-    ET_COPY_INDEX: (0,),
-}
-_COPY_ = ("aten::copy_", "aten::copy_.default")
-
-Region = tuple[int, int, int]
-
-
-def written_args(name: str, kernel: Any, args: tuple[int, ...]) -> tuple[int, ...]:
-    """The arguments a KernelCall writes: its out arguments and return slots (prim ops: the last)."""
-    if isinstance(kernel, TorchKernel):
-        n = len(kernel.parameters)
-        outs = tuple(a for p, a in zip(kernel.parameters, args) if p.is_out)
-        return outs + tuple(args[n:])
-    if name in _COPY_:
-        return tuple(args[:1]) + tuple(args[3:])
-    rule = _BUILTIN_WRITES.get(name)
-    if isinstance(rule, slice):
-        return tuple(args[rule])
-    if rule is not None:
-        return tuple(args[i] for i in rule if i < len(args))
-    return tuple(args[-1:])  # prim ops write their last value
-
-
-def _region(value: m.EValue) -> Region | None:
-    if not isinstance(value, m.Tensor) or value.allocation_info is None:
-        return None
-    nbytes = value.nbytes
-    return (value.allocation_info.memory_id, value.allocation_info.memory_offset, nbytes) if nbytes else None
-
 
 class Derivation:
     """The constant-derived flag of every value of one loaded method (see the module docstring)."""
@@ -79,7 +42,7 @@ class Derivation:
         for index, value in enumerate(values):
             if isinstance(value, m.Tensor):
                 self.flags.append(value.is_constant or value.has_initial_data)
-                region = _region(value)
+                region = planned_region(value)
                 if region is not None:
                     self._views.setdefault(region, []).append(index)
             else:
@@ -112,12 +75,13 @@ class Derivation:
                 targets += [i for i in value.items if 0 <= i < len(self.flags)]
             for target in targets:
                 self.flags[target] = flag
-                region = _region(self._specs[target])
+                region = planned_region(self._specs[target])
                 for alias in self._views.get(region, ()) if region is not None else ():
                     self.flags[alias] = flag
 
     def kernel(self, rv: RuntimeValues, name: str, kernel: Any, args: tuple[int, ...]) -> None:
-        written = written_args(name, kernel, args)
+        """``kernel`` is unused: what a kernel writes is the one static rule of ``program/effects.py``."""
+        written = kernel_writes(name, args)
         inputs = [a for a in args if a not in written]
         self.set(written, self.reads(rv, inputs), rv)
 

@@ -40,7 +40,10 @@ from typing import Any, Collection, Optional, Sequence
 import torch
 
 from pte_devconst.schema import model as m
-from pte_devconst.program.dataflow import outputs_depending_on
+from pte_devconst.program.dataflow import delegate_call_sites, outputs_depending_on
+from pte_devconst.program.effects import MethodEffects
+from pte_devconst.program.memory import layout_problems, storage_groups
+from pte_devconst.program.regions import IntervalIndex, planned_region
 from pte_devconst.schema.errors import PteDevconstError
 from pte_devconst.schema.executorch import COPY_KERNELS
 from pte_devconst.schema.pte_file import PteFile
@@ -232,6 +235,58 @@ def moved_constants(original: m.Program, rewritten: m.Program) -> dict[str, list
     return result
 
 
+LAYOUT_CHECK = "device memory: no two live values share bytes"
+WRITES_CHECK = "no delegate writes a moved constant"
+
+
+def _layout_problems(plan: m.ExecutionPlan) -> list[str]:
+    """Every device buffer of ``plan`` checked by lifetimes (program/memory.py): values live at once share no
+    byte, and nothing shares a byte with a resident value (initial data)."""
+    devices = plan.buffer_devices()
+    device_ids = sorted(mid for mid, device in devices.items() if not device.is_cpu)
+    if not device_ids:
+        return []
+    groups = storage_groups(MethodEffects(plan), device_ids)
+    sizes = plan.non_const_buffer_sizes or ()
+    return [f"buffer {mid}: {problem}" for mid in device_ids if mid < len(sizes)
+            for problem in layout_problems(groups.get(mid, []), sizes[mid])]
+
+
+def static_checks(original: m.ExecutionPlan, rewritten: m.ExecutionPlan, moved: Sequence["MovedConstant"]
+                  ) -> list[Check]:
+    """What the rewritten method's tables prove before anything runs: its device memory layout (a problem the
+    input already had is not the rewrite's), and that no delegate output slot is a moved value or shares bytes
+    with one (the delegate would overwrite it; opaque stand-ins could not show that)."""
+    checks = []
+    problems = _layout_problems(rewritten)
+    if problems and _layout_problems(original):
+        checks.append(Check(LAYOUT_CHECK, Status.SKIPPED, f"the input's layout has the same kind of problem: "
+                            f"{problems[0]}"))
+    else:
+        checks.append(Check.of(LAYOUT_CHECK, not problems, "; ".join(problems[:3]) or "every device buffer"))
+    values = rewritten.values or ()
+    moved_ids = {c.value for c in moved}
+    regions = [planned_region(values[i]) for i in sorted(moved_ids) if 0 <= i < len(values)]
+    by_buffer: dict[int, list[tuple[int, int, int]]] = {}
+    for index, region in zip(sorted(moved_ids), regions):
+        if region is not None:
+            by_buffer.setdefault(region.memory_id, []).append((region.start, region.end, index))
+    index = {mid: IntervalIndex(items) for mid, items in by_buffer.items()}
+    writes = []
+    for site in delegate_call_sites(rewritten):
+        for out in site.outputs:
+            region = planned_region(values[out]) if 0 <= out < len(values) else None
+            hit = out if out in moved_ids else next(
+                iter(index[region.memory_id].overlapping(region.start, region.end)), None) \
+                if region is not None and region.memory_id in index else None
+            if hit is not None:
+                writes.append(f"delegate {site.delegate_index} at instruction {site.instruction} writes value {out}"
+                              + ("" if hit == out else f", which shares bytes with moved value {hit}"))
+    checks.append(Check.of(WRITES_CHECK, not writes, "; ".join(writes[:3]) or
+                           f"{sum(len(s.outputs) for s in delegate_call_sites(rewritten))} delegate outputs"))
+    return checks
+
+
 def _compute_signature(plan: m.ExecutionPlan, pte: PteFile) -> tuple:
     """What decides the arithmetic: host kernels whose results reach host computation, and delegates with their blobs.
 
@@ -368,7 +423,7 @@ def _boundary(name: str, before: RunResult, after: RunResult, moved: list[MovedC
 def _check_method(name: str, before: RunResult, after: RunResult, moved: list[MovedConstant], exact: bool,
                   expected: Optional[list[tuple[Any, ...]]], rtol: float, atol: float, *,
                   expected_skipped: Optional[str] = None,
-                  stand_ins: frozenset[int] = frozenset()) -> MethodValidation:
+                  stand_ins: frozenset[int] = frozenset(), static: Sequence[Check] = ()) -> MethodValidation:
     """All checks of one method.  ``stand_ins``: output positions that depend on opaque delegates."""
     moved_ids = {c.value for c in moved}
     opaque_backends = sorted(set(before.opaque_backends) | set(after.opaque_backends))
@@ -386,6 +441,7 @@ def _check_method(name: str, before: RunResult, after: RunResult, moved: list[Mo
         checks.append(_expected_check(before, after, expected, rtol, atol, stand_ins, opaque_backends))
     boundary, boundary_check = _boundary(name, before, after, moved)
     checks.append(boundary_check)
+    checks.extend(static)
     load_events = _h2d(after.events, LOAD, name)
     what = "moved and folded values" if any(c.folded for c in moved) else "moved constants"
     problems = []
@@ -456,6 +512,7 @@ def validate(original: str | Path, rewritten: str | Path, *, ptd: Optional[str |
         signatures = {name: (_compute_signature(a.program.plan(name), a), _compute_signature(b.program.plan(name), b))
                       for name in names}
         plans = {name: a.program.plan(name) for name in names}
+        static = {name: static_checks(plans[name], b.program.plan(name), moved[name]) for name in names}
     input_data = load_torch_file(inputs, "inputs") if isinstance(inputs, (str, Path)) else inputs
     expected_data = load_torch_file(expected, "expected outputs") if isinstance(expected, (str, Path)) else expected
     expected_path = str(expected) if isinstance(expected, (str, Path)) else None
@@ -485,7 +542,7 @@ def validate(original: str | Path, rewritten: str | Path, *, ptd: Optional[str |
         exact = signatures[name][0] == signatures[name][1]
         stand_ins = outputs_depending_on(plans[name], set(before.opaque_delegates) | set(after.opaque_delegates))
         results.append(_check_method(name, before, after, moved[name], exact, expected_calls, rtol, atol,
-                                     expected_skipped=expected_skipped, stand_ins=stand_ins))
+                                     expected_skipped=expected_skipped, stand_ins=stand_ins, static=static[name]))
     if not results:
         raise PteDevconstError("the inputs name none of the program's methods", file=str(inputs))
     warnings = []
