@@ -32,15 +32,12 @@ delegate returns at least one value, so the view rule never claims it.
 states its input count (the reference backend's ``inputs``, the demo backend's op
 arities) in the examples and the corpus.
 
-``outputs_depending_on`` follows the same flow forward to tell which method outputs
-a set of delegates can reach (``validate`` does not compare stand-ins with expected
-outputs).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Collection, Optional, Sequence
+from typing import Optional
 
 from pte_devconst.schema import model as m
 
@@ -169,57 +166,3 @@ def delegate_call_sites(plan: m.ExecutionPlan) -> list[DelegateCallSite]:
                 sites.append(DelegateCallSite(chain_index, pc, instruction.delegate_index, args, split))
             flow.step(instruction, split)
     return sites
-
-
-def outputs_depending_on(plan: m.ExecutionPlan, delegates: Collection[int]) -> frozenset[int]:
-    """Positions in ``plan.outputs`` whose values may depend on what the given delegates (by index) return.
-
-    Taint flows forward in program order: a delegate call taints its outputs when it is one of
-    ``delegates`` or reads a tainted input; a KernelCall taints its return value when it reads a tainted
-    argument; a MoveCall carries taint.  A value is tainted when its own index is, or its planned region is
-    (so static views carry it too).  An untainted write clears a region's taint, except in chains with
-    jumps, where the pass sees both branches of a condition and taint only grows.
-    """
-    if not delegates:
-        return frozenset()
-    values = plan.values or ()
-    sites = {(s.chain, s.instruction): s for s in delegate_call_sites(plan)}
-    tainted_values: set[int] = set()
-    tainted_regions: set[Region] = set()
-
-    def value(index: int) -> m.EValue:
-        return values[index] if 0 <= index < len(values) else None
-
-    def tainted(index: int) -> bool:
-        region = planned_region(value(index))
-        return (index in tainted_values or (region is not None and region in tainted_regions)
-                or any(tainted(item) for item in _list_items(value(index))))
-
-    def mark(indices: Sequence[int], taint: bool, monotone: bool) -> None:
-        for index in indices:
-            for target in (index, *_list_items(value(index))):
-                region = planned_region(value(target))
-                if taint:
-                    tainted_values.add(target)
-                    if region is not None:
-                        tainted_regions.add(region)
-                elif not monotone:
-                    tainted_values.discard(target)
-                    if region is not None:
-                        tainted_regions.discard(region)
-
-    for chain_index, chain in enumerate(plan.chains or ()):
-        instructions = chain.instructions or ()
-        monotone = any(isinstance(i, m.JumpFalseCall) for i in instructions)
-        for pc, instruction in enumerate(instructions):
-            if isinstance(instruction, m.KernelCall) and instruction.args:
-                args = tuple(instruction.args)
-                written = args[-1:]
-                mark(written, any(tainted(a) for a in args[:-1] if a not in written), monotone)
-            elif isinstance(instruction, m.DelegateCall):
-                site = sites[(chain_index, pc)]
-                mark(site.outputs, site.delegate_index in delegates or any(tainted(a) for a in site.inputs),
-                     monotone)
-            elif isinstance(instruction, m.MoveCall):
-                mark((instruction.move_to,), tainted(instruction.move_from), monotone)
-    return frozenset(position for position, index in enumerate(plan.outputs or ()) if tainted(index))

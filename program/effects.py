@@ -19,12 +19,13 @@ instructions and arguments of the method.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Sequence
+from typing import Collection, NamedTuple, Optional, Sequence
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.executorch import COPY_KERNELS, ET_COPY_INDEX
 
 from .dataflow import DelegateCallSite, delegate_call_sites
+from .regions import Region, planned_region
 
 INPLACE_COPY = ("aten::copy_", "aten::copy_.default")
 
@@ -86,6 +87,7 @@ class MethodEffects:
         self.writes: list[tuple[int, ...]] = []
         self.chain_span: list[tuple[int, int]] = []  # per chain: [first position, end position)
         self.chains_with_jumps: set[int] = set()
+        self.chains_with_loops: set[int] = set()  # a jump backwards (to or before itself): code may run again
         self.jumps: list[tuple[int, int, int]] = []  # (chain, source instruction, destination instruction)
         self.kernel_names: dict[int, str] = {}  # position -> operator name
         n_values = len(values)
@@ -121,6 +123,8 @@ class MethodEffects:
                     read = (ins.cond_value_index,)
                     self.chains_with_jumps.add(c)
                     self.jumps.append((c, k, ins.destination_instruction))
+                    if ins.destination_instruction <= k:
+                        self.chains_with_loops.add(c)
                 elif isinstance(ins, m.FreeCall):
                     read = (ins.value_index,)
                 self.writes.append(expand(written))
@@ -154,3 +158,42 @@ class MethodEffects:
     def position(self, step: tuple[int, int]) -> int:
         """The program position of (chain, instruction)."""
         return self.chain_span[step[0]][0] + step[1]
+
+
+def outputs_depending_on(plan: m.ExecutionPlan, delegates: Collection[int],
+                         effects: Optional[MethodEffects] = None) -> frozenset[int]:
+    """Positions in ``plan.outputs`` whose values may depend on what the given delegates (by index) return.
+
+    Taint flows forward in program order over the effects above: an instruction taints what it writes when it
+    reads a tainted value, and a delegate call when it is one of ``delegates``.  A value is tainted when its own
+    index is, or its planned region is (so static views carry it too).  An untainted write clears a region's
+    taint, except in chains with jumps, where the pass sees both branches of a condition and taint only grows.
+    (``validate`` does not compare opaque delegates' stand-in outputs with expected outputs.)
+    """
+    if not delegates:
+        return frozenset()
+    effects = effects if effects is not None else MethodEffects(plan)
+    values = effects.values
+    tainted_values: set[int] = set()
+    tainted_regions: set[Region] = set()
+    delegate_at = {effects.position((s.chain, s.instruction)): s.delegate_index for s in effects.sites}
+
+    def tainted(index: int) -> bool:
+        region = planned_region(values[index]) if 0 <= index < len(values) else None
+        return index in tainted_values or (region is not None and region in tainted_regions)
+
+    for position, (read, written) in enumerate(zip(effects.reads, effects.writes)):
+        monotone = effects.steps[position].chain in effects.chains_with_jumps
+        taint = delegate_at.get(position) in delegates or any(tainted(a) for a in read)
+        for target in written:
+            region = planned_region(values[target])
+            if taint:
+                tainted_values.add(target)
+                if region is not None:
+                    tainted_regions.add(region)
+            elif not monotone:
+                tainted_values.discard(target)
+                if region is not None:
+                    tainted_regions.discard(region)
+    return frozenset(position for position, index in enumerate(effects.outputs)
+                     if 0 <= index < len(values) and (tainted(index) or any(tainted(i) for i in list_items(values[index]))))

@@ -2,7 +2,9 @@
 
 **Lifetimes.**  Program positions run over all chains in order (``effects.MethodEffects``).  A value lives from
 its first use to its last; a method input from before the first instruction, a method output to after the
-last; a value used in a chain with jumps for that whole chain (a loop may come back).  A *static view* (a value
+last; a value used in a chain that jumps backwards for that whole chain (a loop may run it again).  Forward jumps
+(``torch.cond``'s branches) need nothing more: every path visits positions in increasing order, so a value's
+bytes are needed only between its first and last use in program order.  A *static view* (a value
 no instruction writes that is no input, constant or initial data, planned where another value was last
 written) reads its holder's bytes, so it and its holder form one *storage group* that keeps its relative
 layout.  A group lives for the hull of its members' lifetimes.  A group is **resident** (alive for the whole
@@ -169,7 +171,7 @@ def storage_groups(effects: MethodEffects, memory_ids: Iterable[int],
                     first_use = head
                 lo, hi = u0.position, value_uses[-1].position
                 for c in {chain_of[lo], chain_of[hi]}:
-                    if c in effects.chains_with_jumps:
+                    if c in effects.chains_with_loops:
                         lo, hi = min(lo, spans[c][0]), max(hi, spans[c][1] - 1)
                 first, last = min(first, lo), max(last, hi)
             if index in outputs:
@@ -230,49 +232,93 @@ def peak_live_bytes(groups: Sequence[StorageGroup]) -> int:
     return peak
 
 
+OFFSET_FIT_LIMIT = 4096  # groups up to which the offset-level fit runs (it compares each with those placed)
+
+
 def plan_layout(memory_id: int, groups: Sequence[StorageGroup]) -> BufferLayout:
-    """Greedy by size over lifetimes (module docstring); deterministic for a given program."""
+    """Greedy by size over lifetimes (module docstring); deterministic for a given program.
+
+    Two greedy fits of the non-resident groups, the smaller kept: into *shared objects* (ExecuTorch's
+    ``greedy``: each group joins the first object none of whose groups it meets, O(n x objects)), and, up to
+    ``OFFSET_FIT_LIMIT`` groups, at the lowest offset free of every placed group it meets (tighter when sizes
+    differ, O(n^2)).
+    """
     offsets: dict[int, Optional[int]] = {}
     cursor = 0
 
-    def place(group: StorageGroup, base: int) -> int:
-        residue = group.extent.start % TENSOR_ALIGNMENT
-        at = base + residue
+    def place(group: StorageGroup, base: int) -> None:
+        at = base + group.extent.start % TENSOR_ALIGNMENT
         for index, start in zip(group.members, group.starts):
             offsets[index] = at + (start - group.extent.start)
-        return at + group.extent.nbytes
 
     live = [g for g in groups if g.lifetime is not None]
     for group in sorted((g for g in live if g.resident), key=lambda g: g.members[0]):
-        cursor = _aligned(place(group, cursor))
+        place(group, cursor)
+        cursor = _aligned(cursor + _block(group))
     resident_bytes = cursor
-    # Shared objects: each a size and its groups' lifetimes, sorted and disjoint.
-    objects: list[tuple[int, list[int], list[int], list[StorageGroup]]] = []  # (size, firsts, lasts, groups)
     others = sorted((g for g in live if not g.resident),
-                    key=lambda g: (-_aligned(g.extent.nbytes + g.extent.start % TENSOR_ALIGNMENT),
-                                   g.lifetime.first, g.members[0]))  # type: ignore[union-attr]
-    for group in others:
-        life = group.lifetime
-        assert life is not None
-        for size, firsts, lasts, members in objects:
-            at = bisect.bisect_left(firsts, life.first)
-            if (at == 0 or lasts[at - 1] < life.first) and (at == len(firsts) or firsts[at] > life.last):
-                firsts.insert(at, life.first)
-                lasts.insert(at, life.last)
-                members.append(group)
-                break
-        else:
-            objects.append((_aligned(group.extent.nbytes + group.extent.start % TENSOR_ALIGNMENT),
-                            [life.first], [life.last], [group]))
-    for size, _, _, members in objects:
-        for group in members:
-            place(group, cursor)
-        cursor += size
+                    key=lambda g: (-_block(g), g.lifetime.first, g.members[0]))  # type: ignore[union-attr]
+    fits = [_shared_object_fit(others)]
+    if len(others) <= OFFSET_FIT_LIMIT:
+        fits.append(_offset_fit(others))
+    bases, size = min(fits, key=lambda fit: fit[1])
+    for group, base in zip(others, bases):
+        place(group, resident_bytes + base)
     for group in groups:
         if group.lifetime is None:
             for index in group.members:
                 offsets[index] = None
-    return BufferLayout(memory_id, cursor, offsets, resident_bytes, peak_live_bytes(groups))
+    return BufferLayout(memory_id, resident_bytes + size, offsets, resident_bytes, peak_live_bytes(groups))
+
+
+def _block(group: StorageGroup) -> int:
+    """The bytes a group takes from an aligned base: its extent, after its start's offset within 16 bytes."""
+    return group.extent.nbytes + group.extent.start % TENSOR_ALIGNMENT
+
+
+def _shared_object_fit(groups: Sequence[StorageGroup]) -> tuple[list[int], int]:
+    """Bases (relative) and total size: each group in the first shared object whose lifetimes it does not meet."""
+    objects: list[tuple[int, list[int], list[int]]] = []  # (size, firsts, lasts): lifetimes sorted, disjoint
+    chosen: list[int] = []
+    for group in groups:
+        life = group.lifetime
+        assert life is not None
+        for number, (_, firsts, lasts) in enumerate(objects):
+            at = bisect.bisect_left(firsts, life.first)
+            if (at == 0 or lasts[at - 1] < life.first) and (at == len(firsts) or firsts[at] > life.last):
+                firsts.insert(at, life.first)
+                lasts.insert(at, life.last)
+                chosen.append(number)
+                break
+        else:
+            objects.append((_aligned(_block(group)), [life.first], [life.last]))
+            chosen.append(len(objects) - 1)
+    starts, cursor = [], 0
+    for size, _, _ in objects:
+        starts.append(cursor)
+        cursor += size
+    return [starts[number] for number in chosen], cursor
+
+
+def _offset_fit(groups: Sequence[StorageGroup]) -> tuple[list[int], int]:
+    """Bases (relative) and total size: each group at the lowest aligned offset clear of the groups it meets."""
+    placed: list[tuple[int, int, Lifetime]] = []  # (base, end, lifetime)
+    bases: list[int] = []
+    top = 0
+    for group in groups:
+        life = group.lifetime
+        assert life is not None
+        need = _block(group)
+        taken = sorted((base, end) for base, end, other in placed if other.meets(life))
+        candidate = 0
+        for base, end in taken:
+            if candidate + need <= base:
+                break
+            candidate = max(candidate, _aligned(end))
+        placed.append((candidate, candidate + need, life))
+        bases.append(candidate)
+        top = max(top, _aligned(candidate + need))
+    return bases, top
 
 
 def layout_problems(groups: Sequence[StorageGroup], size: int) -> list[str]:

@@ -389,7 +389,7 @@ class _MethodContext:
         self._effects: Optional[MethodEffects] = None
         self._writers: Optional[dict[int, Step]] = None
 
-    def view_reads(self, value: int) -> list:
+    def views_of(self, value: int) -> list:
         """Reads of ``value``'s memory through static views (``program/memory.py``, computed once per method)."""
         if self._views is None:
             self._views = view_reads(self.effects())
@@ -508,7 +508,7 @@ def _follow_copy(ctx: _MethodContext, index: int, copy: Reader, reasons: _Reason
                                          f"kernel never writes that slot), and value {ret} is also {{detail}}")
     if not clean:
         return
-    views = ctx.view_reads(dst)
+    views = ctx.views_of(dst)
     if views:  # removing the copy would leave that memory unwritten
         reasons.add("its device copy is also read through a static view",
                     f"its device copy (value {dst}) is also read through value {views[0][0]}, a view of its memory")

@@ -22,6 +22,7 @@ import hashlib
 from typing import Mapping, Optional
 
 from pte_devconst.program.memory import planned_device_bytes
+from pte_devconst.program.moves import moved_values
 from pte_devconst.schema import model as m
 from pte_devconst.schema.executorch import H2D_COPY, delegate_target_device, method_labels, scalar_type_name
 from pte_devconst.schema.jsonable import fields_to_json
@@ -190,6 +191,7 @@ class ProgramDiff:
     h2d_bytes_per_call_after: int
     device_bytes_before: int = 0  # planned device memory (program/memory.py), all methods
     device_bytes_after: int = 0
+    constants_moved: int = 0  # constants of the first the second plans with initial data (program/moves.py)
 
     @property
     def identical(self) -> bool:
@@ -204,9 +206,8 @@ class ProgramDiff:
 
     @property
     def moved_constants(self) -> int:
-        return sum(1 for method in self.methods for t in method.tensors
-                   if t.before and t.after and t.before.kind in (MemoryKind.CONSTANT, MemoryKind.EXTERNAL_CONSTANT)
-                   and t.after.kind is MemoryKind.PLANNED and t.after.initial_data)
+        """Constants the second program plans with initial data (``program/moves.py``), all methods."""
+        return self.constants_moved
 
     @property
     def folded_values(self) -> int:
@@ -491,4 +492,7 @@ def diff_files(a: PteFile, b: PteFile) -> ProgramDiff:
     return ProgramDiff(a.path, b.path, a.size, b.size, a.flatbuffer_size, b.flatbuffer_size, methods, segments,
                        tuple(_diff_named_data(a, b, digests)), sum(h2d_a.values()), sum(h2d_b.values()),
                        device_bytes_before=planned_device_bytes(a.program),
-                       device_bytes_after=planned_device_bytes(b.program))
+                       device_bytes_after=planned_device_bytes(b.program),
+                       constants_moved=sum(1 for n in names if n in plans_a and n in plans_b
+                                           for v in moved_values(plans_a[n], plans_b[n], devices_only=False)
+                                           if not v.folded))

@@ -40,9 +40,11 @@ from typing import Any, Collection, Optional, Sequence
 import torch
 
 from pte_devconst.schema import model as m
-from pte_devconst.program.dataflow import delegate_call_sites, outputs_depending_on
-from pte_devconst.program.effects import MethodEffects
+from pte_devconst.program.dataflow import delegate_call_sites
+from pte_devconst.program.effects import outputs_depending_on
+from pte_devconst.program.effects import MethodEffects, list_items
 from pte_devconst.program.memory import layout_problems, storage_groups
+from pte_devconst.program.moves import moved_values
 from pte_devconst.program.regions import IntervalIndex, planned_region
 from pte_devconst.schema.errors import PteDevconstError
 from pte_devconst.schema.executorch import COPY_KERNELS
@@ -209,7 +211,7 @@ def _call_json(c: CallComparison) -> dict:
 
 def moved_constants(original: m.Program, rewritten: m.Program) -> dict[str, list[MovedConstant]]:
     """Per method: values ``rewritten`` plans on a device with initial data that were constants in ``original``
-    (moved) or values the host computed there, or no value at all (folded)."""
+    (moved) or values the host computed there, or no value at all (folded): ``program/moves.py``."""
     result: dict[str, list[MovedConstant]] = {}
     for plan_a in original.execution_plan or ():
         name = plan_a.name or ""
@@ -217,21 +219,12 @@ def moved_constants(original: m.Program, rewritten: m.Program) -> dict[str, list
             plan_b = rewritten.plan(name)
         except KeyError:
             continue
-        moved = []
-        values_a = plan_a.values or ()
-        devices = plan_b.buffer_devices()  # once per method: a lookup per value is quadratic on a long device list
-        for index, after in enumerate(plan_b.values or ()):
-            if not (isinstance(after, m.Tensor) and after.has_initial_data):
-                continue
-            device = devices.get(after.allocation_info.memory_id, m.CPU)
-            before = values_a[index] if index < len(values_a) else None
-            if device.is_cpu or isinstance(before, m.Tensor) and before.has_initial_data:
-                continue
-            if isinstance(before, m.Tensor) and before.is_constant:
-                moved.append(MovedConstant(name, index, before.fqn or after.fqn, str(device), after.nbytes))
-            elif before is None or isinstance(before, m.Tensor):
-                moved.append(MovedConstant(name, index, after.fqn, str(device), after.nbytes, folded=True))
-        result[name] = moved
+        values_a, values_b = plan_a.values or (), plan_b.values or ()
+        result[name] = [
+            MovedConstant(name, moved.value, values_b[moved.value].fqn if moved.folded else
+                          values_a[moved.value].fqn or values_b[moved.value].fqn, str(moved.device),
+                          values_b[moved.value].nbytes, folded=moved.folded)
+            for moved in moved_values(plan_a, plan_b)]
     return result
 
 
@@ -266,24 +259,34 @@ def static_checks(original: m.ExecutionPlan, rewritten: m.ExecutionPlan, moved: 
         checks.append(Check.of(LAYOUT_CHECK, not problems, "; ".join(problems[:3]) or "every device buffer"))
     values = rewritten.values or ()
     moved_ids = {c.value for c in moved}
-    regions = [planned_region(values[i]) for i in sorted(moved_ids) if 0 <= i < len(values)]
     by_buffer: dict[int, list[tuple[int, int, int]]] = {}
-    for index, region in zip(sorted(moved_ids), regions):
+    for index in sorted(moved_ids):
+        region = planned_region(values[index]) if 0 <= index < len(values) else None
         if region is not None:
             by_buffer.setdefault(region.memory_id, []).append((region.start, region.end, index))
     index = {mid: IntervalIndex(items) for mid, items in by_buffer.items()}
-    writes = []
+    # Output slots are the input's: the rewrite removes kernels only, so the k-th delegate call of a chain is the
+    # same call in both, and an argument it wrote there it writes here, whatever the value now is.
+    writes, slots = [], 0
+    calls_a: dict[int, list] = {}
+    for site in delegate_call_sites(original):
+        calls_a.setdefault(site.chain, []).append(site)
+    calls_b: dict[int, list] = {}
     for site in delegate_call_sites(rewritten):
-        for out in site.outputs:
-            region = planned_region(values[out]) if 0 <= out < len(values) else None
-            hit = out if out in moved_ids else next(
-                iter(index[region.memory_id].overlapping(region.start, region.end)), None) \
-                if region is not None and region.memory_id in index else None
-            if hit is not None:
-                writes.append(f"delegate {site.delegate_index} at instruction {site.instruction} writes value {out}"
-                              + ("" if hit == out else f", which shares bytes with moved value {hit}"))
-    checks.append(Check.of(WRITES_CHECK, not writes, "; ".join(writes[:3]) or
-                           f"{sum(len(s.outputs) for s in delegate_call_sites(rewritten))} delegate outputs"))
+        calls_b.setdefault(site.chain, []).append(site)
+    for chain, sites in calls_b.items():
+        for site, before in zip(sites, calls_a.get(chain, ())):
+            for pos in range(min(before.n_inputs, site.n_inputs), len(site.args)):
+                slots += 1
+                out = site.args[pos]
+                region = planned_region(values[out]) if 0 <= out < len(values) else None
+                hit = out if out in moved_ids else next(iter(index[region.memory_id].overlapping(
+                    region.start, region.end)), None) if region is not None and region.memory_id in index else None
+                if hit is not None:
+                    writes.append(f"delegate {site.delegate_index} at instruction {site.instruction} writes value "
+                                  f"{out} (argument {pos})" + ("" if hit == out else f", which shares bytes with "
+                                                                                      f"moved value {hit}"))
+    checks.append(Check.of(WRITES_CHECK, not writes, "; ".join(writes[:3]) or f"{slots} delegate output slots"))
     return checks
 
 
@@ -306,25 +309,25 @@ def _compute_signature(plan: m.ExecutionPlan, pte: PteFile) -> tuple:
 
 
 def _feeding_delegates_only(plan: m.ExecutionPlan, names: Sequence[str]) -> set[int]:
-    """``id()`` of each KernelCall whose returned value only DelegateCalls, device copies and other such
-    kernels read (a chain of host kernels whose end only delegates see)."""
+    """``id()`` of each KernelCall whose results only DelegateCalls, device copies and other such kernels read
+    (a chain of host kernels whose end only delegates see).  Reads and writes: ``program/effects.py``."""
+    effects = MethodEffects(plan)
+    chains = plan.chains or ()
+    instruction_at = [chains[s.chain].instructions[s.instruction] for s in effects.steps]
     readers: dict[int, list[m.Instruction]] = {}
-    kernels: list[m.KernelCall] = []
-    for chain in plan.chains or ():
-        for ins in chain.instructions or ():
-            args = ins.args or () if isinstance(ins, (m.KernelCall, m.DelegateCall)) else \
-                (ins.move_from,) if isinstance(ins, m.MoveCall) else ()
-            written = set((ins.args or ())[-1:]) if isinstance(ins, m.KernelCall) else set()
-            for arg in set(args) - written:
-                readers.setdefault(arg, []).append(ins)
-            if isinstance(ins, m.KernelCall) and ins.args:
-                kernels.append(ins)
-    elsewhere = set(plan.outputs or ()) | {item for v in plan.values or () if isinstance(v, (m.TensorList, m.OptionalTensorList))
-                                            for item in v.items or ()}
+    for position, read in enumerate(effects.reads):
+        if isinstance(instruction_at[position], (m.KernelCall, m.DelegateCall, m.MoveCall)):
+            for value in read:
+                readers.setdefault(value, []).append(instruction_at[position])
+    elsewhere = set(effects.outputs) | {item for v in effects.values for item in list_items(v)}
     found: set[int] = set()
-    for ins in reversed(kernels):  # readers come after writers: each kernel's readers are decided first
-        uses = readers.get(ins.args[-1], [])
-        if uses and ins.args[-1] not in elsewhere and all(
+    for position in reversed(range(len(effects.steps))):  # readers come after writers: decided first
+        ins = instruction_at[position]
+        written = effects.writes[position]
+        if not isinstance(ins, m.KernelCall) or not written:
+            continue
+        uses = [u for value in written for u in readers.get(value, [])]
+        if uses and not set(written) & elsewhere and all(
                 isinstance(u, m.DelegateCall) or isinstance(u, m.KernelCall) and (
                     id(u) in found or 0 <= u.op_index < len(names) and names[u.op_index] in COPY_KERNELS)
                 for u in uses):

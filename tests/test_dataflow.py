@@ -14,7 +14,8 @@ from pte_devconst.runner import run_program
 from pte_devconst.runner.delegates import OpaquePolicy
 from pte_devconst.runner.demo_backend import parse_blob
 from pte_devconst.schema import model as m
-from pte_devconst.program.dataflow import delegate_call_sites, outputs_depending_on
+from pte_devconst.program.dataflow import delegate_call_sites
+from pte_devconst.program.effects import outputs_depending_on
 from pte_devconst.schema.pte_file import open_pte
 
 REAL = CORPUS.parent / "real_models"

@@ -208,7 +208,7 @@ def test_the_differential_check_reports_a_wrong_rewrite_that_exited_0(monkeypatc
     case = next(c for c in found if c is not None and "call)" in c.mutation
                 and any(f" destination {value} " in c.mutation for value in (7, 8)))
     monkeypatch.setattr(CopyMemory, "problem", lambda self, copy, dst, readers: None)
-    monkeypatch.setattr(_MethodContext, "view_reads", lambda self, value: [])
+    monkeypatch.setattr(_MethodContext, "views_of", lambda self, value: [])
     monkeypatch.setattr("pte_devconst.rewriter.rewrite.check_rewrite", lambda *args, **kwargs: None)
     with scratch_folder() as folder:
         outcome = check_differential(case, folder, runtime=False)
