@@ -46,5 +46,33 @@ for name in names:
               f"| {mp['load_h2d_bytes']['after']:,} B |")
 PY
 cat "$out/summary.md"
+# Real size (issue 18): the seed's shape with 256 MiB of weights (1,024 weights of 64 KiB, written by this
+# project's writer: no exporter needed here), copy and legacy style, rewritten and validated on the GPU with its
+# delegate opaque; per-call time and H2D bytes, and the device memory each program actually allocated.
+for style in copy legacy; do
+  python -c "import sys; sys.path.insert(0, '.'); from bench.synth import seed_program; from pte_devconst.schema.pte_writer import write_pte; p, c = seed_program(1024, '$style', rows=4096); write_pte('$work/seed_$style.pte', p, c)"
+  pte-devconst rewrite "$work/seed_$style.pte" -o "$work/seed_$style.devconst.pte" --format json > "$out/seed_$style.rewrite.json"
+  pte-devconst validate "$work/seed_$style.pte" "$work/seed_$style.devconst.pte" --opaque-delegates --calls 10 \
+    --format json > "$out/seed_$style.json" || failed+=("seed_$style")
+done
+python - "$out" > "$out/seed.md" <<'PY'
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+print("| program | result | time per call, before | after | H2D per call, before | after | planned device memory, before | after | allocated (max_memory_allocated), before | after |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for style in ("copy", "legacy"):
+    doc = json.loads((out / f"seed_{style}.json").read_text())
+    plan = json.loads((out / f"seed_{style}.rewrite.json").read_text())["device_memory"]
+    for method in doc["methods"]:
+        steady = method["calls"][1:]
+        ms = lambda side: sum(c["wall_s"][side] for c in steady) / len(steady) * 1e3
+        last = method["calls"][-1]
+        peak = {k: "-" if v is None else f"{v:,}" for k, v in method["device_peak_bytes"].items()}
+        print(f"| seed 256 MiB {style} | {'PASS' if doc['passed'] else 'FAIL'} | {ms('before'):.3f} ms | {ms('after'):.3f} ms "
+              f"| {last['h2d_bytes']['before']:,} B | {last['h2d_bytes']['after']:,} B | {plan['before']:,} B "
+              f"| {plan['after']:,} B | {peak['before']} B | {peak['after']} B |")
+PY
+cat "$out/seed.md"
 python -m pytest -q -m gpu tests/test_runner_gpu.py 2>&1 | tee "$out/pytest-gpu.txt"
 if ((${#failed[@]})); then echo "validate FAILED: ${failed[*]}" >&2; exit 1; fi

@@ -80,6 +80,7 @@ class RunResult:
     calls: list[CallResult]
     events: list[CopyEvent] = field(default_factory=list)
     opaque_delegates: dict[int, str] = field(default_factory=dict)  # delegate index -> backend id, run opaque
+    device_peak_bytes: Optional[int] = None  # torch.cuda.max_memory_allocated over load and calls (real GPUs)
 
     @property
     def per_call_h2d_bytes(self) -> int:
@@ -93,7 +94,8 @@ class RunResult:
 
     def to_json(self) -> dict:
         return {"file": self.path, "method": self.method, "devices": "simulated" if self.simulated else "real",
-                "opaque_backends": self.opaque_backends, "load": self.load.to_json(),
+                "opaque_backends": self.opaque_backends, "device_peak_bytes": self.device_peak_bytes,
+                "load": self.load.to_json(),
                 "calls": [c.to_json() for c in self.calls]}
 
 
@@ -197,6 +199,11 @@ def _run_program(pte_path: str | Path, ptd_path: Optional[str | Path], method: O
                  transcript: bool) -> RunResult:
     if calls < 1:
         raise PteDevconstError(f"--calls must be at least 1, got {calls}")
+    cuda = not simulate_devices and torch.cuda.is_available()
+    if cuda:  # the device memory this program needs: its planned buffers, initial data and temporaries
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        baseline = torch.cuda.memory_allocated()
     with exact_float_math(), LoadedProgram(str(pte_path), str(ptd_path) if ptd_path else None,
                                            simulate_devices=simulate_devices, opaque=opaque,
                                            transcript=transcript) as program:
@@ -229,5 +236,6 @@ def _run_program(pte_path: str | Path, ptd_path: Optional[str | Path], method: O
             results.append(CallResult(index, outputs, PhaseCopies.of(phase, ledger.of_phase(phase, name)), wall,
                                       profiled, loaded.finish_call()))
         load = PhaseCopies.of(LOAD, ledger.of_phase(LOAD, name))
+        peak = torch.cuda.max_memory_allocated() - baseline if cuda else None
         return RunResult(str(pte_path), name, simulate_devices, load, results, list(ledger.events),
-                         loaded.opaque_delegates)
+                         loaded.opaque_delegates, peak)

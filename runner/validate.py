@@ -183,6 +183,8 @@ class ValidationResult:
                 "opaque_backends": list(mv.opaque_backends),
                 "moved_constants": [_constant_json(c) for c in mv.moved],
                 "load_h2d_bytes": {"before": mv.load_h2d_before, "after": mv.load_h2d_after},
+                "device_peak_bytes": {"before": mv.original.device_peak_bytes,
+                                      "after": mv.rewritten.device_peak_bytes},
                 "calls": [_call_json(c) for c in mv.calls],
                 "boundary": mv.boundary.to_json(mv.method),
                 "checks": [c.to_json() for c in mv.checks],
