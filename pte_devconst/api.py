@@ -214,18 +214,19 @@ def run(pte: PathLike, *, ptd: Optional[PathLike] = None, method: Optional[str] 
 
 def validate(original: PathLike, rewritten: PathLike, *, ptd: Optional[PathLike] = None,
              rewritten_ptd: Optional[PathLike] = None, inputs: Any = None, expected: Any = None, calls: int = 2,
-             rtol: float = 1e-4, atol: float = 1e-5, simulate_devices: bool = False,
+             rtol: Optional[float] = None, atol: Optional[float] = None, simulate_devices: bool = False,
              methods: Optional[Sequence[str]] = None, profile: bool = False,
              opaque_delegates: bool = False) -> "ValidationResult":
     """Run both programs on the same inputs and check the rewrite's promises (imports torch).
 
     ``inputs``/``expected`` are torch.save files (or loaded objects); ``calls`` (>= 2) per program;
-    ``rtol``/``atol`` compare outputs that need not be bit-identical; ``methods`` (default: every method
+    ``rtol``/``atol`` compare floating outputs that need not be bit-identical (None: torch.testing's default for
+    the output's dtype; integer and bool outputs compare exactly); ``methods`` (default: every method
     with inputs).  ``result.passed`` is the verdict.  The .ptd rule applies: ``ptd`` defaults to
     ``NAME.ptd`` next to the original, ``rewritten_ptd`` to the rewrite's own sibling, else to the
     original's data (a rewrite keeps external bytes in the same .ptd).
     """
-    if rtol < 0 or atol < 0:
+    if (rtol is not None and rtol < 0) or (atol is not None and atol < 0):
         raise PteDevconstError("--rtol and --atol must not be negative")
     from pte_devconst.paths import data_for, rewrite_data_for
     from pte_devconst.runner.validate import validate as run_validation
