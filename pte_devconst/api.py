@@ -288,6 +288,21 @@ class FileCheck:
     foldable_bytes_per_call: int = 0
     stays: tuple[Finding, ...] = ()  # constant-derived copies the rewrite cannot remove, each with its reason
     strict: bool = False  # stays count as findings
+    # What --device/--min-bytes left out: findings, unknown and stays the check would report without them, each
+    # with the option that left it out as its reason (copied per call all the same: never "clean").
+    filtered: tuple[Finding, ...] = ()
+    devices: tuple[str, ...] = ()  # the non-CPU devices the program uses (delegates, planned buffers, copies)
+    device_selection: Optional[tuple[str, ...]] = None  # --device, when given
+
+    @property
+    def filtered_bytes_per_call(self) -> int:
+        return sum(f.bytes_per_call for f in self.filtered)
+
+    @property
+    def unused_selection(self) -> bool:
+        """--device names only devices this program does not use: nothing in it was judged."""
+        return (self.error is None and self.device_selection is not None
+                and not set(self.device_selection) & set(self.devices))
 
     @property
     def failing(self) -> tuple[Finding, ...]:
@@ -319,10 +334,45 @@ class CheckReport:
     min_bytes: int
     fold: bool = False  # findings include what rewrite --fold would move
     strict: bool = False
+    devices: Optional[tuple[str, ...]] = None  # --device, when given
 
     @property
     def findings(self) -> tuple[Finding, ...]:
         return tuple(f for file in self.files for f in file.findings)
+
+    @property
+    def filtered(self) -> tuple[Finding, ...]:
+        """What --device/--min-bytes left out, over all files (``FileCheck.filtered``)."""
+        return tuple(f for file in self.files for f in file.filtered)
+
+    @property
+    def filtered_bytes_per_call(self) -> int:
+        return sum(f.bytes_per_call for f in self.filtered)
+
+    @property
+    def unused_devices(self) -> tuple[str, ...]:
+        """Devices given with --device that no program checked uses (a typo in CI): an error, as nothing was
+        judged for them.  Empty when no program could be read (those errors say enough)."""
+        checked = [f for f in self.files if not f.error]
+        if self.devices is None or not checked:
+            return ()
+        used = {d for f in checked for d in f.devices}
+        return tuple(d for d in self.devices if d not in used)
+
+    @property
+    def device_problems(self) -> tuple[str, ...]:
+        """One line per device no program uses (exit 2)."""
+        checked = [f for f in self.files if not f.error]
+        used = sorted({d for f in checked for d in f.devices})
+        return tuple(f"--device {d}: no program checked uses this device (they use "
+                     f"{', '.join(used) or 'no device'}): nothing was judged for it" for d in self.unused_devices)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """One line per program that uses none of the devices given with --device: nothing in it was judged."""
+        return tuple(f"{f.file}: uses none of the devices selected (--device {', '.join(f.device_selection or ())}); "
+                     f"it uses {', '.join(f.devices) or 'no device'}: nothing in it was judged"
+                     for f in self.files if f.unused_selection)
 
     @property
     def unknown(self) -> tuple[Finding, ...]:
@@ -348,8 +398,9 @@ class CheckReport:
     def exit_code(self) -> int:
         """0 clean; 1 some file still copies an eligible constant per call (with ``strict``: any constant-derived
         value, judged or not); 2 some file could not be checked; 3 nothing else, but some external constant could
-        not be judged because its .ptd is missing."""
-        return 2 if self.errors else 1 if self.failing else EXIT_UNKNOWN if self.unknown else 0
+        not be judged because its .ptd is missing.  A device given with ``--device`` that no program uses is
+        exit 2 too: a gate that judged nothing must not pass."""
+        return 2 if self.errors or self.unused_devices else 1 if self.failing else EXIT_UNKNOWN if self.unknown else 0
 
     @property
     def bytes_per_call(self) -> int:
@@ -391,11 +442,18 @@ class CheckReport:
             "unknown": len(self.unknown),
             "stays": len(self.stays),
             "stays_bytes_per_call": self.stays_bytes_per_call,
+            "filtered": len(self.filtered),
+            "filtered_bytes_per_call": self.filtered_bytes_per_call,
+            "devices": None if self.devices is None else list(self.devices),
+            "device_problems": list(self.device_problems),
+            "warnings": list(self.warnings),
             "files": [{
                 "file": f.file, "ptd": f.ptd, "status": f.status, "constants": f.constants,
                 "bytes_per_call": f.bytes_per_call, "error": f.error, "note": f.note,
                 "findings": _findings_json(f.findings), "unknown": _findings_json(f.unknown),
                 "stays": _findings_json(f.stays, reasons=True), "stays_bytes_per_call": f.stays_bytes_per_call,
+                "filtered": _findings_json(f.filtered, reasons=True),
+                "filtered_bytes_per_call": f.filtered_bytes_per_call, "devices": list(f.devices),
             } for f in self.files],
         }
 
@@ -422,9 +480,15 @@ def expand_paths(patterns: Iterable[PathLike]) -> tuple[list[Path], list[str]]:
 
 
 def _check_one(pte: Path, ptd: Optional[Path], options: "RewriteOptions", strict: bool) -> FileCheck:
-    """One program's findings: the placements (and, with fold, folds) of the very plan ``rewrite`` would make."""
+    """One program's findings: the placements (and, with fold, folds) of the very plan ``rewrite`` would make.
+
+    With ``--device``/``--min-bytes`` the plan is also made without them, so that what they leave out is
+    reported (``FileCheck.filtered``), never passed over as clean.
+    """
+    from dataclasses import replace
+
     from pte_devconst.paths import ptd_hint
-    from pte_devconst.rewriter.derived import DerivedStatus, derived_copies
+    from pte_devconst.rewriter.derived import derived_copies
     from pte_devconst.rewriter.fold_refusals import fold_refusals, torch_found
     from pte_devconst.rewriter.load import analyze_opened, opened
     from pte_devconst.rewriter.plan import make_plan, safe_fold_gain, skip_reason
@@ -441,6 +505,43 @@ def _check_one(pte: Path, ptd: Optional[Path], options: "RewriteOptions", strict
         refusals = fold_refusals(source, data, analysis) if options.fold and torch_found() else {}
     # The very plan rewrite makes; its refusal (a buffer past the reader's limit) is this file's error.
     plan = make_plan(program, analysis, options, refusals)
+    findings, unknown, stays = _judged(pte, plan, analysis, derived, options)
+    filtered: list[Finding] = []
+    if options.devices is not None or options.min_bytes:
+        everything = replace(options, devices=None, min_bytes=0)
+        kept = {(kind, f.method, f.value) for kind, group in enumerate((findings, unknown, stays)) for f in group}
+        for kind, group in enumerate(_judged(pte, make_plan(program, analysis, everything, refusals), analysis,
+                                             derived, everything)):
+            filtered += [replace(f, reason=_left_out_by(f, options)) for f in group
+                         if (kind, f.method, f.value) not in kept]
+    gain = None if options.fold else safe_fold_gain(program, analysis, options)
+    notes = list(analysis.notes)
+    if analysis.refusal and findings:
+        notes.append(f"rewrite would refuse this program: {analysis.refusal}")
+    if unknown:
+        notes.append(f"{len(unknown)} external constant(s) not judged: their data is in a .ptd; {ptd_hint(pte)}")
+    return FileCheck(str(pte), str(ptd) if ptd else None, sum(len(m.constants) for m in analysis.methods),
+                     tuple(findings), None, "; ".join(notes) or None, tuple(unknown),
+                     gain.tensors if gain else 0, gain.bytes_per_call if gain else 0, tuple(stays), strict,
+                     tuple(filtered), _devices_used(program, analysis),
+                     None if options.devices is None else tuple(sorted(str(d) for d in options.devices)))
+
+
+def _left_out_by(finding: Finding, options: "RewriteOptions") -> str:
+    """Which option left ``finding`` out, in the words of the plan's rule (``plan.skip_reason``)."""
+    if options.devices is not None and finding.device not in {str(d) for d in options.devices}:
+        return f"device {finding.device} not selected (--device)"
+    if finding.nbytes < options.min_bytes:
+        return f"{finding.nbytes} bytes is below --min-bytes {options.min_bytes}"
+    return "left out by --device/--min-bytes"  # a fold chain's copy left out with it
+
+
+def _judged(pte: Path, plan: Any, analysis: Any, derived: Any, options: "RewriteOptions"
+            ) -> tuple[list[Finding], list[Finding], list[Finding]]:
+    """The findings, unknown constants and copies that stay, of ``plan``, as ``options`` select them."""
+    from pte_devconst.rewriter.derived import DerivedStatus
+    from pte_devconst.rewriter.plan import skip_reason
+
     eligible = {(c.plan_index, c.value) for c in analysis.eligible}
     found = [(p, Finding(str(pte), p.method, p.value, p.name, str(p.device), p.nbytes, p.copies_per_call))
              for p in plan.placements]
@@ -455,20 +556,22 @@ def _check_one(pte: Path, ptd: Optional[Path], options: "RewriteOptions", strict
     unknown = [Finding(str(pte), v.method, v.value, v.name, str(v.pending_device), v.nbytes, v.copies_per_call)
                for method in analysis.methods for v in method.constants
                if v.unknown and skip_reason(v.pending_device, v.nbytes, options) is None]
-    stays = tuple(Finding(str(pte), copy.method, copy.value, copy.name, str(copy.device), copy.nbytes,
-                          copy.copies_per_call, copy.reason)
-                  for copy in derived
-                  if copy.status is DerivedStatus.STAYS and skip_reason(copy.device, copy.nbytes, options) is None
-                  and (copy.plan_index, copy.value) not in covered)
-    gain = None if options.fold else safe_fold_gain(program, analysis, options)
-    notes = list(analysis.notes)
-    if analysis.refusal and findings:
-        notes.append(f"rewrite would refuse this program: {analysis.refusal}")
-    if unknown:
-        notes.append(f"{len(unknown)} external constant(s) not judged: their data is in a .ptd; {ptd_hint(pte)}")
-    return FileCheck(str(pte), str(ptd) if ptd else None, sum(len(m.constants) for m in analysis.methods),
-                     tuple(findings), None, "; ".join(notes) or None, tuple(unknown),
-                     gain.tensors if gain else 0, gain.bytes_per_call if gain else 0, stays, strict)
+    stays = [Finding(str(pte), copy.method, copy.value, copy.name, str(copy.device), copy.nbytes,
+                     copy.copies_per_call, copy.reason)
+             for copy in derived
+             if copy.status is DerivedStatus.STAYS and skip_reason(copy.device, copy.nbytes, options) is None
+             and (copy.plan_index, copy.value) not in covered]
+    return findings, unknown, stays
+
+
+def _devices_used(program: Any, analysis: Any) -> tuple[str, ...]:
+    """The non-CPU devices a program uses: its delegates' target devices, its planned buffers' devices and the
+    devices its host-to-device copies go to (what ``--device`` can select)."""
+    used = {d.device for method in analysis.methods for d in method.delegates}
+    used |= {t.device for method in analysis.methods for t in method.transfers}
+    for plan in program.execution_plan or ():
+        used |= set(plan.buffer_devices().values())
+    return tuple(sorted(str(d) for d in used if d is not None and not d.is_cpu))
 
 
 def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[PathLike]]] = None,
@@ -526,4 +629,5 @@ def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[P
         results.append(FileCheck(name, name, 0, (), problem))
     if not results:
         results.append(FileCheck("", None, 0, (), "no files given"))
-    return CheckReport(tuple(results), min_bytes, fold, strict)
+    return CheckReport(tuple(results), min_bytes, fold, strict,
+                       None if options.devices is None else tuple(sorted(str(d) for d in options.devices)))
