@@ -71,8 +71,8 @@ def _summary(report: CheckReport) -> str:
     if report.passed and not report.stays and not report.filtered:
         return f"{checked} file(s) checked: no constant is copied to a device on every call."
     selected = f" selected by {selection_text(report)}" if selection_text(report) else ""
-    parts = ([] if report.findings else [f"{checked} file(s) checked without findings{selected}"] if report.unknown
-             else [f"{checked} file(s) checked: nothing{selected} left that the rewrite can move"])
+    parts = ([] if report.findings or not checked else [f"{checked} file(s) checked without findings{selected}"]
+             if report.unknown else [f"{checked} file(s) checked: nothing{selected} left that the rewrite can move"])
     if report.findings:
         parts.append(f"{len(report.findings)} {'tensor' if report.fold else 'constant'}(s) in "
                      f"{sum(1 for f in report.files if f.findings)} file(s) still copied to a device on every "

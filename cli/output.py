@@ -59,10 +59,19 @@ def resolve_format(fmt: OutputFormat, json_flag: bool) -> OutputFormat:
     return OutputFormat.json if json_flag else fmt
 
 
+def _raise_broken_pipe() -> None:
+    raise BrokenPipeError
+
+
 def stdout_console() -> "Console":
+    """The console for a command's report.  A reader of stdout that went away (``| head``) raises
+    BrokenPipeError, which every command turns into one quiet exit (``app.stop_on_broken_pipe``), rather
+    than rich's own exit 1, which would read as "findings"."""
     from rich.console import Console
 
-    return Console(soft_wrap=False, highlight=False)
+    console = Console(soft_wrap=False, highlight=False)
+    console.on_broken_pipe = _raise_broken_pipe  # type: ignore[method-assign]
+    return console
 
 
 def stderr_console() -> "Console":
