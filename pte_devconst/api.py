@@ -135,7 +135,8 @@ def programs(files: Iterable[PathLike], ptd: Iterable[PathLike] = (), *, skip_re
     leaves out an input that is another input's default output (``models/*.pte`` after a first rewrite also
     matches ``net.devconst.pte``, which is ``net.pte``'s rewrite, not a program to rewrite again).
     """
-    from pte_devconst.paths import default_output, expand, identity, names_one_file, paired_or_refused
+    from pte_devconst.paths import (default_output, distinct_pairs, expand, identity, names_one_file,
+                                    paired_or_refused)
 
     arguments, given = list(files), list(ptd)
     if len(arguments) == 1 and names_one_file(arguments[0]):
@@ -148,8 +149,9 @@ def programs(files: Iterable[PathLike], ptd: Iterable[PathLike] = (), *, skip_re
         kept = [i for i in items if not isinstance(i, Path) or identity(i) not in outputs]
         left_out = [f"{i}: skipped, it is the rewrite of another input" for i in items if i not in kept]
         items = kept
-    return Programs(tuple(items), paired_or_refused([i for i in items if isinstance(i, Path)], given), False,
-                    tuple(left_out))
+    pairs = paired_or_refused([i for i in items if isinstance(i, Path)], given)
+    items, same = distinct_pairs(items, pairs)
+    return Programs(tuple(items), pairs, False, tuple(left_out + same))
 
 
 def rewrite(pte: PathLike, output: Optional[PathLike] = None, *, ptd: Optional[PathLike] = None,
@@ -470,12 +472,14 @@ def expand_paths(patterns: Iterable[PathLike]) -> tuple[list[Path], list[str]]:
     Returns ``(files, problems)``: a pattern that matches nothing is a problem, not an exception, so a
     caller can report every bad argument at once.  A name that exists is taken as it is, even with
     glob characters in it.  Links to folders are followed, each real folder entered once (so a
-    symlink loop ends), and each real file is listed once, under the first name found.  Shells
-    usually expand patterns first; this covers those that do not.
+    symlink loop ends), and each real file is listed once, under the first name found, unless another
+    name of it has a .ptd of its own next to it (then it is another program: ``paths.distinct_pairs``).
+    Shells usually expand patterns first; this covers those that do not.
     """
-    from pte_devconst.paths import expand
+    from pte_devconst.paths import distinct_pairs, expand, pair_data
 
     items = expand(patterns)
+    items, _ = distinct_pairs(items, pair_data([i for i in items if isinstance(i, Path)], [])[0])
     return [i for i in items if isinstance(i, Path)], [i for i in items if isinstance(i, str)]
 
 
@@ -583,7 +587,8 @@ def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[P
     (a constant read on the host too, a weight transposed on the host, ...) is in ``FileCheck.stays``
     with its reason; ``strict`` makes those fail the check too.
 
-    ``files`` may hold paths, glob patterns and directories; each real file is checked once.  Each
+    ``files`` may hold paths, glob patterns and directories; each (program, data) pair is checked once (a
+    file and a link to it with a .ptd each are two programs, each judged with its own data).  Each
     program is judged with its .ptd: a ``ptd`` entry paired with it by path (``a/m.ptd`` goes with
     ``a/m.pte``; ``"PROGRAM.pte=DATA.ptd"`` pairs explicitly; a single entry goes with a single
     program), else ``NAME.ptd`` next to ``NAME.pte``.  An external constant whose data is missing is
@@ -596,15 +601,16 @@ def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[P
     """
     if min_bytes < 0:
         raise PteDevconstError(f"min_bytes must be >= 0, got {min_bytes}")
-    from pte_devconst.paths import DataArgument, expand, pair_data
+    from pte_devconst.paths import DataArgument, distinct_pairs, expand, pair_data
     from pte_devconst.rewriter.plan import RewriteOptions
 
     options = RewriteOptions(devices=parse_devices(devices), min_bytes=min_bytes, fold=fold)
 
     given = [] if ptd is None else [ptd] if isinstance(ptd, (str, os.PathLike)) else list(ptd)
     items = expand(files)
+    pairs, problems = pair_data([i for i in items if isinstance(i, Path)], [DataArgument.parse(g) for g in given])
+    items, _ = distinct_pairs(items, pairs)  # a second name of one program with the same data: one check
     programs = [i for i in items if isinstance(i, Path)]
-    pairs, problems = pair_data(programs, [DataArgument.parse(g) for g in given])
     results: list[FileCheck] = []
     done = 0
     for item in items:
