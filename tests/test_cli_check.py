@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_runner import invoke, invoke_json
+from cli_runner import invoke, invoke_json, rendered
 from conftest import CASES, CORPUS, facts, pte_path
 
 
@@ -183,7 +183,8 @@ def test_markdown_is_a_pull_request_summary() -> None:
     lines = result.stdout.splitlines()
     assert lines[0].startswith("### ") and "check" in lines[0]
     assert "| file | method | constant | device | bytes/call |" in lines
-    assert any(line.startswith(f"| `{pte_path('v_c_shared_host_copy')}` | `forward` |") for line in lines)
+    html = rendered(result.stdout)
+    assert f"<td><code>{pte_path('v_c_shared_host_copy')}</code></td>\n<td><code>forward</code></td>" in html
     assert "<details>" in result.stdout and "</details>" in result.stdout
     ok = invoke("check", pte_path("v_h_cpu_only"), "-f", "markdown")
     assert ok.exit_code == 0 and "✅" in ok.stdout.splitlines()[0]

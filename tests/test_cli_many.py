@@ -10,7 +10,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from cli_runner import invoke, invoke_json
+from cli_runner import invoke, invoke_json, rendered
 from conftest import EXAMPLES, pte_path
 from test_report_schema import SCHEMA_FILE, assert_valid
 
@@ -33,16 +33,17 @@ def test_rewrite_markdown_names_the_output_and_what_was_left_in_place(tmp_path: 
     out = tmp_path / "out.pte"
     result = invoke("rewrite", pte_path(SHARED), "-o", out, "--format", "markdown")
     assert result.exit_code == 0
-    text = result.stdout
-    assert f"Wrote `{out}`" in text and "re-read and checked" in text and "dry run" not in text
-    assert "**Left in place:**" in text
-    assert "| `forward` | 0 | `value 0` | 96 | read by host kernel aten::mul.out |" in text
-    assert "| `forward` | 1 | `value 1` | 24 | read by host kernel aten::mul.out |" in text
+    text = rendered(result.stdout)
+    assert f"Wrote <code>{out}</code>" in text and "re-read and checked" in text and "dry run" not in text
+    assert "<strong>Left in place:</strong>" in text
+    for value, nbytes in ((0, 96), (1, 24)):
+        assert (f"<td><code>forward</code></td>\n<td>{value}</td>\n<td><code>value {value}</code></td>\n"
+                f"<td>{nbytes}</td>\n<td>read by host kernel aten::mul.out</td>") in text
 
 
 def test_rewrite_markdown_says_when_it_is_a_dry_run() -> None:
     text = invoke("rewrite", pte_path(SHARED), "--dry-run", "--format", "markdown").stdout
-    assert text.startswith(f"### pte-devconst rewrite: `{SHARED}.pte` (dry run)")
+    assert rendered(text).startswith(f"<h3>pte-devconst rewrite: <code>{SHARED}.pte</code> (dry run)</h3>")
     assert "Dry run: no file written." in text and "would be removed" in text and "Wrote" not in text
     nothing = invoke("rewrite", pte_path("v_h_cpu_only"), "--dry-run", "--format", "markdown").stdout
     assert "Nothing to move. No file written (dry run)." in nothing and "**Left in place:**" in nothing
