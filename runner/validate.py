@@ -58,6 +58,7 @@ from .transcript import BoundaryDifference, Resident, compare_transcripts, repla
 MAX_DIFFERENCES_IN_JSON = 100
 BOUNDARY_CHECK = "delegate boundaries match"
 EXPECTED_CHECK = "outputs match expected"
+MISSING_ENTRY = "the expected outputs have no entry for method"
 
 
 @dataclass(frozen=True)
@@ -516,7 +517,8 @@ def validate(original: str | Path, rewritten: str | Path, *, ptd: Optional[str |
     ``inputs``/``expected`` are paths to torch.save files (``{method: [call, ...]}``) or loaded objects;
     without inputs, deterministic synthetic inputs are used (and ``expected`` is refused: random inputs
     cannot give the expected outputs).  Expected outputs that hold no entry for any method validated are
-    refused (nothing would be compared with them); a method without an entry fails its expected-outputs check.
+    refused (nothing would be compared with them), and so are those no output was compared with because every
+    output depends on opaque delegates (stand-ins); a method without an entry fails its expected-outputs check.
     ``rtol``/``atol`` (None: the dtype's default) apply to floating outputs only: the others compare exactly
     (``output_tolerance``).  ``rewritten_ptd`` defaults to ``ptd``.  Delegates without an
     executor run as opaque stand-ins; ``opaque_delegates=True`` runs every delegate that way.
@@ -561,8 +563,7 @@ def validate(original: str | Path, rewritten: str | Path, *, ptd: Optional[str |
                 if methods is not None:
                     raise PteDevconstError(f"the expected outputs have no entry for method {name!r} (has: "
                                            f"{', '.join(map(str, expected_data))})", file=expected_path)
-                expected_missing = (f"the expected outputs have no entry for method {name!r}: its outputs were not "
-                                    "compared with them")
+                expected_missing = (f"{MISSING_ENTRY} {name!r}: its outputs were not compared with them")
             else:
                 expected_calls = [tuple(c) for c in calls_from(expected_data, name, "expected outputs")]
         common = dict(method=name, inputs=call_inputs, calls=calls, simulate_devices=simulate_devices, profile=profile,
@@ -575,6 +576,14 @@ def validate(original: str | Path, rewritten: str | Path, *, ptd: Optional[str |
                                      expected_missing=expected_missing, stand_ins=stand_ins))
     if not results:
         raise PteDevconstError("the inputs name none of the program's methods", file=str(inputs))
+    if expected_data is not None and not any(c.name == EXPECTED_CHECK and c.status is not Status.SKIPPED
+                                             and not c.detail.startswith(MISSING_ENTRY)
+                                             for mv in results for c in mv.checks):
+        backends = sorted({b for mv in results for b in mv.opaque_backends})
+        raise PteDevconstError(
+            "no output was compared with the expected outputs: every output depends on opaque delegates "
+            f"({', '.join(backends)}), whose outputs are stand-ins, not the model's; run where their backends "
+            "execute, or validate without --expected", file=expected_path)
     warnings = []
     if not any(mv.moved for mv in results):
         warnings.append("nothing moved: no constant of the first program lives in device memory in the second, "

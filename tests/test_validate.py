@@ -17,6 +17,7 @@ from pte_devconst.runner.copies import LOAD, Cause, CopyEvent, Direction, PhaseC
 from pte_devconst.runner.run import CallResult, RunResult
 from pte_devconst.runner.validate import MovedConstant, _check_method, _outputs_equal, moved_constants, validate
 from pte_devconst.schema import model as m
+from pte_devconst.schema.errors import PteDevconstError
 from pte_devconst.schema.pte_file import open_pte
 
 CORPUS = pte_path(CASES[0]).parent
@@ -364,11 +365,24 @@ def test_profiler_figures_sit_next_to_the_ledger(tmp_path: Path) -> None:
 def test_rewritten_corpus_validates_with_every_delegate_opaque(name: str, tmp_path: Path) -> None:
     """--opaque-delegates: no delegate executes, yet the boundary check covers every call (the CI gate)."""
     out = rewritten(name, tmp_path)
-    result = validate(pte_path(name), out, ptd=ptd_path(name), inputs=CORPUS / f"{name}.inputs.pt",
-                      expected=CORPUS / f"{name}.expected.pt", calls=2, simulate_devices=True, opaque_delegates=True)
+    result = validate(pte_path(name), out, ptd=ptd_path(name), inputs=CORPUS / f"{name}.inputs.pt", calls=2,
+                      simulate_devices=True, opaque_delegates=True)
     assert result.passed, [(c.name, c.detail) for mv in result.methods for c in mv.checks if not c.passed]
     for mv in result.methods:
         assert mv.opaque_backends == ["BackendWithCompilerDemo"]
         rows = {c.name: c.status.value for c in mv.checks}
-        assert rows["delegate boundaries match"] == "pass" and rows["outputs match expected"] == "skipped"
+        assert rows["delegate boundaries match"] == "pass" and "outputs match expected" not in rows
         assert mv.boundary.delegate_calls >= 2
+
+
+def test_expected_outputs_that_only_stand_ins_would_meet_are_an_error(tmp_path: Path) -> None:
+    """Every output depends on an opaque delegate: --expected compares nothing, and says so (exit 2), never PASS."""
+    name = "v_c_shared_host_copy"
+    out = rewritten(name, tmp_path)
+    with pytest.raises(PteDevconstError, match="no output was compared with the expected outputs: every output "
+                                               r"depends on opaque delegates \(BackendWithCompilerDemo\)"):
+        validate(pte_path(name), out, inputs=CORPUS / f"{name}.inputs.pt", expected=CORPUS / f"{name}.expected.pt",
+                 simulate_devices=True, opaque_delegates=True)
+    done = invoke("validate", pte_path(name), out, "--simulate-devices", "--opaque-delegates", "--inputs",
+                  CORPUS / f"{name}.inputs.pt", "--expected", CORPUS / f"{name}.expected.pt", "--format", "json")
+    assert done.exit_code == 2 and not done.stdout and f"{name}.expected.pt: no output was compared" in done.stderr
