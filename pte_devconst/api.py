@@ -593,7 +593,10 @@ def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[P
     ``a/m.pte``; ``"PROGRAM.pte=DATA.ptd"`` pairs explicitly; a single entry goes with a single
     program), else ``NAME.ptd`` next to ``NAME.pte``.  An external constant whose data is missing is
     reported as unknown (``FileCheck.unknown``, exit code 3), never as clean.  Constants under
-    ``min_bytes`` are ignored.  Never raises for a bad file: each unreadable file (or one the
+    ``min_bytes`` (or bound for devices not in ``devices``) are not judged, but listed in
+    ``FileCheck.filtered`` with the option that left them out; a device in ``devices`` that no program
+    uses is an error (``report.device_problems``, exit code 2) and a program that uses none of them a
+    warning (``report.warnings``).  Never raises for a bad file: each unreadable file (or one the
     runtime's verifier would refuse) is a ``FileCheck`` with ``error`` set, and ``report.exit_code``
     is 2.  ``progress(done, total, name)`` is called after each file.  ``fold=True`` also counts what
     ``rewrite --fold`` would move (each folded chain, each constant that moves once its kernels go) as
