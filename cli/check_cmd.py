@@ -106,6 +106,8 @@ def render_text(report: CheckReport, quiet: bool = False, verbose: bool = False)
             typer.echo(_quiet_line(f, f"{f.device}: {f.bytes_per_call} B per call, stays: {f.reason}"))
         for f in report.unknown:
             typer.echo(_quiet_line(f, f"unknown (no .ptd; would move to {f.device})"))
+        for f in report.filtered:  # copied per call and not judged: never silence
+            typer.echo(_quiet_line(f, f"{f.device}: {f.bytes_per_call} B per call, not judged: {f.reason}"))
         return
     for f in report.files:
         if f.findings:

@@ -243,6 +243,8 @@ def test_min_bytes_that_filters_every_finding_says_what_it_left_out(fmt: str) ->
         assert {f["reason"] for f in doc["files"][0]["filtered"]} == {"96 bytes is below --min-bytes 100000"}
     else:
         assert "left out by --min-bytes 100000" in result.stdout and "192 B per call" in result.stdout, result.stdout
+    quiet = invoke("-q", "check", pte, "--min-bytes", "100000")
+    assert quiet.exit_code == 0 and quiet.stdout.count("not judged: 96 bytes is below --min-bytes 100000") == 2
 
 
 def test_a_device_filter_reports_what_it_left_out() -> None:
