@@ -3,8 +3,10 @@
 Exit 0: no file has an eligible constant left; 1: some do (each is listed:
 file, method, constant, bytes per call), or with ``--strict`` some file copies
 any constant-derived value per call; 2: some file could not be checked (every
-file is still reported); 3: nothing else, but some external constant could
-not be judged because its .ptd is missing (never reported as clean).
+file is still reported), or a ``--device`` names a device no program uses; 3:
+nothing else, but some external constant could not be judged because its .ptd
+is missing (never reported as clean).  What ``--device``/``--min-bytes`` leave
+out is reported with its bytes per call, never as clean.
 What stays copied for a stated reason (read on the host too, transposed on the
 host, ...) is always reported, as a summary line, never as "nothing is copied".
 Patterns are expanded here too, for shells and CI runners that pass them
@@ -256,7 +258,8 @@ def check_command(
     """Exit 1 when a program still copies a constant to a device on every call (for CI and pre-commit).
 
     Exit codes: 0 clean; 1 findings (with --strict any constant-derived copy, also one the rewrite cannot move);
-    2 a file could not be checked; 3 only external constants whose .ptd is missing.
+    2 a file could not be checked, or a --device no program uses; 3 only external constants whose .ptd is
+    missing. What --device and --min-bytes leave out is reported, never called clean.
     """
     from pte_devconst import api
 
