@@ -20,7 +20,10 @@ from typing import Annotated, Any, Callable, Optional, Sequence, TypeVar, Union
 import typer
 
 from pte_devconst import __version__
+from pte_devconst.schema.env import env_flag
 from pte_devconst.schema.errors import PteDevconstError
+
+DEBUG_ENV = "PTE_DEVCONST_DEBUG"  # set (not 0, false, no, off): as --debug
 
 app = typer.Typer(
     name="pte-devconst",
@@ -34,6 +37,21 @@ app = typer.Typer(
 )
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what the shell reports for a program stopped by a closed pipe
+
+
+def stop_on_broken_pipe() -> "typer.Exit":
+    """The reader of stdout went away (``... | head``): stop quietly, as a program stopped by SIGPIPE does.
+
+    Whatever is still buffered for stdout goes to /dev/null, so that flushing it at exit cannot fail again.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real file descriptor behind stdout (a test runner's buffer)
+        pass
+    return typer.Exit(EXIT_BROKEN_PIPE)
 
 
 def _click_exception(name: str) -> type[Exception]:
@@ -63,7 +81,7 @@ class GlobalOptions:
 def global_options(ctx: Optional[typer.Context]) -> GlobalOptions:
     """The options the root callback put in the context (defaults when a command runs without it)."""
     found = ctx.obj if ctx is not None else None
-    return found if isinstance(found, GlobalOptions) else GlobalOptions(debug=bool(os.environ.get("PTE_DEVCONST_DEBUG")))
+    return found if isinstance(found, GlobalOptions) else GlobalOptions(debug=env_flag(DEBUG_ENV))
 
 
 def _version(value: bool) -> None:
@@ -82,7 +100,7 @@ def _root(
     version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True,
                                                     help="Print the version and exit.")] = None,
 ) -> None:
-    ctx.obj = GlobalOptions(debug or bool(os.environ.get("PTE_DEVCONST_DEBUG")), quiet, verbose)
+    ctx.obj = GlobalOptions(debug or env_flag(DEBUG_ENV), quiet, verbose)
 
 
 def fail(error: BaseException, debug: bool = False) -> "typer.Exit":
@@ -141,6 +159,8 @@ def command(*args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callabl
             except KeyboardInterrupt:
                 typer.echo("pte-devconst: interrupted", err=True)
                 raise typer.Exit(130)
+            except BrokenPipeError:  # stdout's reader is gone: every command, every format, stops quietly
+                raise stop_on_broken_pipe() from None
             except ModuleNotFoundError as error:
                 if error.name != "torch":
                     raise fail(error, debug) from None
@@ -179,6 +199,9 @@ def main(argv: Optional[list[str]] = None, prog_name: str = "pte-devconst") -> N
     argv = hoist_global_flags(list(sys.argv[1:] if argv is None else argv))
     try:
         code = app(args=argv, prog_name=prog_name, standalone_mode=False)
+        sys.stdout.flush()  # here, not at exit: a reader gone by now is a broken pipe like any other
+    except BrokenPipeError:
+        raise SystemExit(stop_on_broken_pipe().exit_code) from None
     except UsageError as error:
         if not argv:  # no arguments at all (click's NoArgsIsHelpError): the usage, as --help prints it; exit 2
             typer.echo(error.format_message())  # type: ignore[attr-defined]

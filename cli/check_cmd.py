@@ -3,8 +3,10 @@
 Exit 0: no file has an eligible constant left; 1: some do (each is listed:
 file, method, constant, bytes per call), or with ``--strict`` some file copies
 any constant-derived value per call; 2: some file could not be checked (every
-file is still reported); 3: nothing else, but some external constant could
-not be judged because its .ptd is missing (never reported as clean).
+file is still reported), or a ``--device`` names a device no program uses; 3:
+nothing else, but some external constant could not be judged because its .ptd
+is missing (never reported as clean).  What ``--device``/``--min-bytes`` leave
+out is reported with its bytes per call, never as clean.
 What stays copied for a stated reason (read on the host too, transposed on the
 host, ...) is always reported, as a summary line, never as "nothing is copied".
 Patterns are expanded here too, for shells and CI runners that pass them
@@ -52,12 +54,27 @@ def stays_line(stays: Sequence[Finding], strict: bool, hint: bool = True) -> str
             + ("" if strict or not hint else " (--strict fails on them)"))
 
 
+def selection_text(report: CheckReport) -> str:
+    """The options that select what is judged: ``--device cuda:0 and --min-bytes 4096``."""
+    options = ([f"--device {','.join(report.devices)}"] if report.devices is not None else []) + \
+        ([f"--min-bytes {report.min_bytes}"] if report.min_bytes else [])
+    return " and ".join(options)
+
+
+def filtered_line(filtered: Sequence[Finding], report: CheckReport) -> str:
+    """What --device/--min-bytes left out: copied per call all the same, so never passed over in silence."""
+    total = sum(f.bytes_per_call for f in filtered)
+    return (f"{len(filtered)} constant-derived value(s) copied to a device on every call ({human_bytes(total)} per "
+            f"call) left out by {selection_text(report)}, not judged")
+
+
 def _summary(report: CheckReport) -> str:
     checked = sum(1 for f in report.files if not f.error)
-    if report.passed and not report.stays:
+    if report.passed and not report.stays and not report.filtered:
         return f"{checked} file(s) checked: no constant is copied to a device on every call."
-    parts = ([] if report.findings else [f"{checked} file(s) checked without findings"] if report.unknown
-             else [f"{checked} file(s) checked: nothing left that the rewrite can move"])
+    selected = f" selected by {selection_text(report)}" if selection_text(report) else ""
+    parts = ([] if report.findings or not checked else [f"{checked} file(s) checked without findings{selected}"]
+             if report.unknown else [f"{checked} file(s) checked: nothing{selected} left that the rewrite can move"])
     if report.findings:
         parts.append(f"{len(report.findings)} {'tensor' if report.fold else 'constant'}(s) in "
                      f"{sum(1 for f in report.files if f.findings)} file(s) still copied to a device on every "
@@ -68,8 +85,13 @@ def _summary(report: CheckReport) -> str:
     if report.unknown:
         parts.append(f"{len(report.unknown)} external constant(s) in {sum(1 for f in report.files if f.unknown)} "
                      "file(s) not judged: their .ptd is missing (NAME.ptd next to NAME.pte, or --ptd)")
+    if report.filtered:
+        parts.append(filtered_line(report.filtered, report))
     if report.errors:
         parts.append(f"{len(report.errors)} file(s) could not be checked")
+    if report.unused_devices:
+        parts.append(f"no program checked uses {', '.join(report.unused_devices)} (--device): nothing was judged "
+                     "for it")
     return "; ".join(parts) + "."
 
 
@@ -99,6 +121,8 @@ def render_text(report: CheckReport, quiet: bool = False, verbose: bool = False)
             typer.echo(_quiet_line(f, f"{f.device}: {f.bytes_per_call} B per call, stays: {f.reason}"))
         for f in report.unknown:
             typer.echo(_quiet_line(f, f"unknown (no .ptd; would move to {f.device})"))
+        for f in report.filtered:  # copied per call and not judged: never silence
+            typer.echo(_quiet_line(f, f"{f.device}: {f.bytes_per_call} B per call, not judged: {f.reason}"))
         return
     for f in report.files:
         if f.findings:
@@ -120,6 +144,11 @@ def render_text(report: CheckReport, quiet: bool = False, verbose: bool = False)
         elif f.stays:
             console.print(printable(f"{f.file}: {stays_line(f.stays, False, hint=False)}"), markup=False,
                           soft_wrap=True)
+        if f.filtered:
+            console.print(printable(f"{f.file}: {filtered_line(f.filtered, report)}"), markup=False, soft_wrap=True)
+            if verbose:
+                console.print(table(None, ["method", "value", "device", "bytes/call", "left out by"],
+                                    _stays_rows(f.filtered), right=["bytes/call"]))
     if verbose:
         for f in report.files:
             if f.status == "ok":
@@ -160,8 +189,16 @@ def render_markdown(report: CheckReport) -> None:
                   "", markdown_table(["file", "method", "value", "device", "bytes/call", "why"],
                                      [row + [md_text(f.reason)] for row, f in
                                       zip(_markdown_finding_rows(report.stays), report.stays)]), ""]
-    if report.errors:
-        lines += ["**Could not check:**", ""] + [f"- {md_text(f.error)}" for f in report.errors] + [""]
+    if report.filtered:
+        lines += [f"**Left out by {md_text(selection_text(report))} (copied on every call, not judged):**", "",
+                  markdown_table(["file", "method", "value", "device", "bytes/call", "left out by"],
+                                 [row + [md_text(f.reason)] for row, f in
+                                  zip(_markdown_finding_rows(report.filtered), report.filtered)]), ""]
+    if report.errors or report.device_problems:
+        lines += ["**Could not check:**", ""] + [f"- {md_text(f.error)}" for f in report.errors] + \
+            [f"- {md_text(problem)}" for problem in report.device_problems] + [""]
+    if report.warnings:
+        lines += ["**Warnings:**", ""] + [f"- {md_text(w)}" for w in report.warnings] + [""]
     notes = [f"- {md_code(f.file)}: {md_text(f.note)}" for f in report.files if f.note]
     if notes:
         lines += ["**Notes:**", ""] + notes + [""]
@@ -202,6 +239,16 @@ def render_github(report: CheckReport) -> None:
         if file.error:
             lines.append(github_annotation("error", file.error, file=file.file or None,
                                            title="pte-devconst: cannot check"))
+        if file.filtered:
+            lines.append(github_annotation("warning", filtered_line(file.filtered, report), file=file.file,
+                                           title="pte-devconst: left out by the options"))
+        if file.unused_selection:
+            lines.append(github_annotation(
+                "warning", f"uses none of the devices selected (--device {', '.join(file.device_selection or ())}); "
+                f"it uses {', '.join(file.devices) or 'no device'}: nothing in it was judged", file=file.file,
+                title="pte-devconst: device not used"))
+    for problem in report.device_problems:
+        lines.append(github_annotation("error", problem, title="pte-devconst: device not used"))
     lines.append(printable(_summary(report)))
     hint = fold_hint(report.fold_gain)
     if hint:
@@ -230,7 +277,8 @@ def check_command(
     """Exit 1 when a program still copies a constant to a device on every call (for CI and pre-commit).
 
     Exit codes: 0 clean; 1 findings (with --strict any constant-derived copy, also one the rewrite cannot move);
-    2 a file could not be checked; 3 only external constants whose .ptd is missing.
+    2 a file could not be checked, or a --device no program uses; 3 only external constants whose .ptd is
+    missing. What --device and --min-bytes leave out is reported, never called clean.
     """
     from pte_devconst import api
 
@@ -243,6 +291,11 @@ def check_command(
                            fold=fold)
     for failed in report.errors:
         typer.echo(printable(f"pte-devconst: error: {failed.error}"), err=True)
+    for problem in report.device_problems:
+        typer.echo(printable(f"pte-devconst: error: {problem}"), err=True)
+    if not options.quiet:
+        for warning in report.warnings:
+            typer.echo(printable(f"pte-devconst: warning: {warning}"), err=True)
     chosen = GateFormat.json if json_flag else fmt
     if chosen is GateFormat.json:
         emit_json("check", report.to_json())

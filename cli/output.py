@@ -59,10 +59,19 @@ def resolve_format(fmt: OutputFormat, json_flag: bool) -> OutputFormat:
     return OutputFormat.json if json_flag else fmt
 
 
+def _raise_broken_pipe() -> None:
+    raise BrokenPipeError
+
+
 def stdout_console() -> "Console":
+    """The console for a command's report.  A reader of stdout that went away (``| head``) raises
+    BrokenPipeError, which every command turns into one quiet exit (``app.stop_on_broken_pipe``), rather
+    than rich's own exit 1, which would read as "findings"."""
     from rich.console import Console
 
-    return Console(soft_wrap=False, highlight=False)
+    console = Console(soft_wrap=False, highlight=False)
+    console.on_broken_pipe = _raise_broken_pipe  # type: ignore[method-assign]
+    return console
 
 
 def stderr_console() -> "Console":
@@ -141,32 +150,32 @@ class MarkdownText(str):
     """Markdown made safe from file-derived text by ``md_text`` or ``md_code``: ``markdown_table`` keeps it as it is."""
 
 
-# Backslash-escaped: emphasis, code, links and images, HTML and entities, strikethrough, headings; and the
-# ':' of a URL scheme and the '@' of an address, which GitHub would otherwise turn into links.
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>~!#&@]|:(?=//))")
+# HTML's own: as entities, so no tag (``<img``, ``<script``) or entity survives even as raw text in the source.
+_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}
+# Backslash-escaped: emphasis, code, links and images, strikethrough, headings, table pipes, the '(' after a
+# link's ']' and the ':' of a URL scheme and the '@' of an address, which GitHub would otherwise turn into links.
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]~!#|@]|(?<=\])\(|:(?=//))")
 _WWW = re.compile(r"(?i)\b(www)\.")
 
 
 def md_text(text: Any) -> MarkdownText:
-    """File-derived text for markdown prose or a table cell: printable, with nothing that markdown would interpret.
+    """File-derived text for markdown prose or a table cell: printable, with nothing markdown or HTML would interpret.
 
-    Names with backticks, ``<script>``, ``[links](...)``, emphasis or URLs render as the literal text.
-    (A ``|`` matters only in tables, where ``markdown_table`` escapes it.)
+    Names with backticks, ``<script>``, ``[links](...)``, emphasis, pipes or URLs render as the literal text,
+    and no tag or link appears even in the markdown's source (``&lt;script``, ``\\]\\(https\\://``).
     """
-    return MarkdownText(_WWW.sub(r"\1\\.", _MD_SPECIAL.sub(r"\\\1", printable(text))))
+    escaped = _MD_SPECIAL.sub(r"\\\1", printable(text))
+    return MarkdownText(_WWW.sub(r"\1\\.", "".join(_HTML.get(ch, ch) for ch in escaped)))
 
 
 def md_code(text: Any) -> MarkdownText:
-    """File-derived text as a markdown code span: printable, fenced by more backticks than it contains.
+    """File-derived text shown as code (names, paths, kernels): ``md_text`` inside ``<code>``.
 
-    Inside a code span markdown and HTML are literal, so this is the way to show names, paths and kernels.
+    A markdown code span cannot hold an escaped ``<`` (entities are literal there), so a name with ``<img`` in it
+    would reach the source raw; ``<code>`` with escaped content renders the same and holds no raw tag.
     """
-    safe = printable(text)
-    if not safe:
-        return MarkdownText("")
-    fence = "`" * (max((len(run) for run in re.findall("`+", safe)), default=0) + 1)
-    pad = " " if safe[0] == "`" or safe[-1] == "`" else ""
-    return MarkdownText(f"{fence}{pad}{safe}{pad}{fence}")
+    safe = md_text(text)
+    return MarkdownText(f"<code>{safe}</code>" if safe else "")
 
 
 def echo_lines(lines: Iterable[str]) -> None:
@@ -197,10 +206,10 @@ def table(title: Optional[str], columns: Sequence[str], rows: Iterable[Sequence[
 
 
 def markdown_table(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """A GitHub table; a cell is escaped with ``md_text`` unless it is ``MarkdownText`` already (``md_code``)."""
+    """A GitHub table; a cell is escaped with ``md_text`` (pipes included) unless it is ``MarkdownText`` already."""
 
     def cell(value: Any) -> str:
-        return (value if isinstance(value, MarkdownText) else md_text(value)).replace("|", "\\|")
+        return value if isinstance(value, MarkdownText) else md_text(value)
 
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]

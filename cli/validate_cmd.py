@@ -125,9 +125,13 @@ def validate_command(
     method: Annotated[Optional[list[str]], typer.Option(
         "--method", "-m", help="Method(s) to validate (default: every method with inputs).")] = None,
     calls: Annotated[int, typer.Option("--calls", "-n", help="Calls per program (at least 2).")] = 2,
-    rtol: Annotated[float, typer.Option("--rtol", help="Relative tolerance against --expected (and between the "
-                                                       "programs when they run different kernels).")] = 1e-4,
-    atol: Annotated[float, typer.Option("--atol", help="Absolute tolerance, as --rtol.")] = 1e-5,
+    rtol: Annotated[Optional[float], typer.Option(
+        "--rtol", show_default=False, help="Relative tolerance for floating outputs against --expected (and between "
+        "the programs when they run different kernels); integer and bool outputs always compare exactly "
+        "[default: torch.testing.assert_close's for the output's dtype: float32 1.3e-6, float16 1e-3, bfloat16 "
+        "1.6e-2, float64 1e-7].")] = None,
+    atol: Annotated[Optional[float], typer.Option(
+        "--atol", show_default=False, help="Absolute tolerance, as --rtol [default: 1e-5; float64 1e-7].")] = None,
     simulate_devices: SimulateOption = False,
     opaque_delegates: Annotated[bool, typer.Option(
         "--opaque-delegates", help="Run every delegate as an opaque stand-in (seeded outputs from its inputs' "

@@ -138,7 +138,8 @@ def programs(files: Iterable[PathLike], ptd: Iterable[PathLike] = (), *, skip_re
     leaves out an input that is another input's default output (``models/*.pte`` after a first rewrite also
     matches ``net.devconst.pte``, which is ``net.pte``'s rewrite, not a program to rewrite again).
     """
-    from pte_devconst.paths import default_output, expand, identity, names_one_file, paired_or_refused
+    from pte_devconst.paths import (default_output, distinct_pairs, expand, identity, names_one_file,
+                                    paired_or_refused)
 
     arguments, given = list(files), list(ptd)
     if len(arguments) == 1 and names_one_file(arguments[0]):
@@ -151,8 +152,9 @@ def programs(files: Iterable[PathLike], ptd: Iterable[PathLike] = (), *, skip_re
         kept = [i for i in items if not isinstance(i, Path) or identity(i) not in outputs]
         left_out = [f"{i}: skipped, it is the rewrite of another input" for i in items if i not in kept]
         items = kept
-    return Programs(tuple(items), paired_or_refused([i for i in items if isinstance(i, Path)], given), False,
-                    tuple(left_out))
+    pairs = paired_or_refused([i for i in items if isinstance(i, Path)], given)
+    items, same = distinct_pairs(items, pairs)
+    return Programs(tuple(items), pairs, False, tuple(left_out + same))
 
 
 def rewrite(pte: PathLike, output: Optional[PathLike] = None, *, ptd: Optional[PathLike] = None,
@@ -217,18 +219,19 @@ def run(pte: PathLike, *, ptd: Optional[PathLike] = None, method: Optional[str] 
 
 def validate(original: PathLike, rewritten: PathLike, *, ptd: Optional[PathLike] = None,
              rewritten_ptd: Optional[PathLike] = None, inputs: Any = None, expected: Any = None, calls: int = 2,
-             rtol: float = 1e-4, atol: float = 1e-5, simulate_devices: bool = False,
+             rtol: Optional[float] = None, atol: Optional[float] = None, simulate_devices: bool = False,
              methods: Optional[Sequence[str]] = None, profile: bool = False,
              opaque_delegates: bool = False) -> "ValidationResult":
     """Run both programs on the same inputs and check the rewrite's promises (imports torch).
 
     ``inputs``/``expected`` are torch.save files (or loaded objects); ``calls`` (>= 2) per program;
-    ``rtol``/``atol`` compare outputs that need not be bit-identical; ``methods`` (default: every method
+    ``rtol``/``atol`` compare floating outputs that need not be bit-identical (None: torch.testing's default for
+    the output's dtype; integer and bool outputs compare exactly); ``methods`` (default: every method
     with inputs).  ``result.passed`` is the verdict.  The .ptd rule applies: ``ptd`` defaults to
     ``NAME.ptd`` next to the original, ``rewritten_ptd`` to the rewrite's own sibling, else to the
     original's data (a rewrite keeps external bytes in the same .ptd).
     """
-    if rtol < 0 or atol < 0:
+    if (rtol is not None and rtol < 0) or (atol is not None and atol < 0):
         raise PteDevconstError("--rtol and --atol must not be negative")
     from pte_devconst.paths import data_for, rewrite_data_for
     from pte_devconst.runner.validate import validate as run_validation
@@ -290,7 +293,22 @@ class FileCheck:
     foldable_bytes_per_call: int = 0
     stays: tuple[Finding, ...] = ()  # constant-derived copies the rewrite cannot remove, each with its reason
     strict: bool = False  # stays count as findings
+    # What --device/--min-bytes left out: findings, unknown and stays the check would report without them, each
+    # with the option that left it out as its reason (copied per call all the same: never "clean").
+    filtered: tuple[Finding, ...] = ()
+    devices: tuple[str, ...] = ()  # the non-CPU devices the program uses (delegates, planned buffers, copies)
+    device_selection: Optional[tuple[str, ...]] = None  # --device, when given
     device_memory: Optional["DeviceMemory"] = None  # planned device memory now and after the rewrite
+
+    @property
+    def filtered_bytes_per_call(self) -> int:
+        return sum(f.bytes_per_call for f in self.filtered)
+
+    @property
+    def unused_selection(self) -> bool:
+        """--device names only devices this program does not use: nothing in it was judged."""
+        return (self.error is None and self.device_selection is not None
+                and not set(self.device_selection) & set(self.devices))
 
     @property
     def failing(self) -> tuple[Finding, ...]:
@@ -322,10 +340,45 @@ class CheckReport:
     min_bytes: int
     fold: bool = False  # findings include what rewrite --fold would move
     strict: bool = False
+    devices: Optional[tuple[str, ...]] = None  # --device, when given
 
     @property
     def findings(self) -> tuple[Finding, ...]:
         return tuple(f for file in self.files for f in file.findings)
+
+    @property
+    def filtered(self) -> tuple[Finding, ...]:
+        """What --device/--min-bytes left out, over all files (``FileCheck.filtered``)."""
+        return tuple(f for file in self.files for f in file.filtered)
+
+    @property
+    def filtered_bytes_per_call(self) -> int:
+        return sum(f.bytes_per_call for f in self.filtered)
+
+    @property
+    def unused_devices(self) -> tuple[str, ...]:
+        """Devices given with --device that no program checked uses (a typo in CI): an error, as nothing was
+        judged for them.  Empty when no program could be read (those errors say enough)."""
+        checked = [f for f in self.files if not f.error]
+        if self.devices is None or not checked:
+            return ()
+        used = {d for f in checked for d in f.devices}
+        return tuple(d for d in self.devices if d not in used)
+
+    @property
+    def device_problems(self) -> tuple[str, ...]:
+        """One line per device no program uses (exit 2)."""
+        checked = [f for f in self.files if not f.error]
+        used = sorted({d for f in checked for d in f.devices})
+        return tuple(f"--device {d}: no program checked uses this device (they use "
+                     f"{', '.join(used) or 'no device'}): nothing was judged for it" for d in self.unused_devices)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """One line per program that uses none of the devices given with --device: nothing in it was judged."""
+        return tuple(f"{f.file}: uses none of the devices selected (--device {', '.join(f.device_selection or ())}); "
+                     f"it uses {', '.join(f.devices) or 'no device'}: nothing in it was judged"
+                     for f in self.files if f.unused_selection)
 
     @property
     def unknown(self) -> tuple[Finding, ...]:
@@ -351,8 +404,9 @@ class CheckReport:
     def exit_code(self) -> int:
         """0 clean; 1 some file still copies an eligible constant per call (with ``strict``: any constant-derived
         value, judged or not); 2 some file could not be checked; 3 nothing else, but some external constant could
-        not be judged because its .ptd is missing."""
-        return 2 if self.errors else 1 if self.failing else EXIT_UNKNOWN if self.unknown else 0
+        not be judged because its .ptd is missing.  A device given with ``--device`` that no program uses is
+        exit 2 too: a gate that judged nothing must not pass."""
+        return 2 if self.errors or self.unused_devices else 1 if self.failing else EXIT_UNKNOWN if self.unknown else 0
 
     @property
     def bytes_per_call(self) -> int:
@@ -394,12 +448,19 @@ class CheckReport:
             "unknown": len(self.unknown),
             "stays": len(self.stays),
             "stays_bytes_per_call": self.stays_bytes_per_call,
+            "filtered": len(self.filtered),
+            "filtered_bytes_per_call": self.filtered_bytes_per_call,
+            "devices": None if self.devices is None else list(self.devices),
+            "device_problems": list(self.device_problems),
+            "warnings": list(self.warnings),
             "files": [{
                 "file": f.file, "ptd": f.ptd, "status": f.status, "constants": f.constants,
                 "bytes_per_call": f.bytes_per_call, "error": f.error, "note": f.note,
                 "findings": _findings_json(f.findings), "unknown": _findings_json(f.unknown),
                 "stays": _findings_json(f.stays, reasons=True), "stays_bytes_per_call": f.stays_bytes_per_call,
                 "device_memory": device_memory_json(f.device_memory),
+                "filtered": _findings_json(f.filtered, reasons=True),
+                "filtered_bytes_per_call": f.filtered_bytes_per_call, "devices": list(f.devices),
             } for f in self.files],
         }
 
@@ -424,19 +485,27 @@ def expand_paths(patterns: Iterable[PathLike]) -> tuple[list[Path], list[str]]:
     Returns ``(files, problems)``: a pattern that matches nothing is a problem, not an exception, so a
     caller can report every bad argument at once.  A name that exists is taken as it is, even with
     glob characters in it.  Links to folders are followed, each real folder entered once (so a
-    symlink loop ends), and each real file is listed once, under the first name found.  Shells
-    usually expand patterns first; this covers those that do not.
+    symlink loop ends), and each real file is listed once, under the first name found, unless another
+    name of it has a .ptd of its own next to it (then it is another program: ``paths.distinct_pairs``).
+    Shells usually expand patterns first; this covers those that do not.
     """
-    from pte_devconst.paths import expand
+    from pte_devconst.paths import distinct_pairs, expand, pair_data
 
     items = expand(patterns)
+    items, _ = distinct_pairs(items, pair_data([i for i in items if isinstance(i, Path)], [])[0])
     return [i for i in items if isinstance(i, Path)], [i for i in items if isinstance(i, str)]
 
 
 def _check_one(pte: Path, ptd: Optional[Path], options: "RewriteOptions", strict: bool) -> FileCheck:
-    """One program's findings: the placements (and, with fold, folds) of the very plan ``rewrite`` would make."""
+    """One program's findings: the placements (and, with fold, folds) of the very plan ``rewrite`` would make.
+
+    With ``--device``/``--min-bytes`` the plan is also made without them, so that what they leave out is
+    reported (``FileCheck.filtered``), never passed over as clean.
+    """
+    from dataclasses import replace
+
     from pte_devconst.paths import ptd_hint
-    from pte_devconst.rewriter.derived import DerivedStatus, derived_copies
+    from pte_devconst.rewriter.derived import derived_copies
     from pte_devconst.rewriter.fold_refusals import fold_refusals, torch_found
     from pte_devconst.rewriter.load import analyze_opened, opened
     from pte_devconst.rewriter.plan import make_plan, safe_fold_gain, skip_reason
@@ -453,6 +522,44 @@ def _check_one(pte: Path, ptd: Optional[Path], options: "RewriteOptions", strict
         refusals = fold_refusals(source, data, analysis) if options.fold and torch_found() else {}
     # The very plan rewrite makes; its refusal (a buffer past the reader's limit) is this file's error.
     plan = make_plan(program, analysis, options, refusals)
+    findings, unknown, stays = _judged(pte, plan, analysis, derived, options)
+    filtered: list[Finding] = []
+    if options.devices is not None or options.min_bytes:
+        everything = replace(options, devices=None, min_bytes=0)
+        kept = {(kind, f.method, f.value) for kind, group in enumerate((findings, unknown, stays)) for f in group}
+        for kind, group in enumerate(_judged(pte, make_plan(program, analysis, everything, refusals), analysis,
+                                             derived, everything)):
+            filtered += [replace(f, reason=_left_out_by(f, options)) for f in group
+                         if (kind, f.method, f.value) not in kept]
+    gain = None if options.fold else safe_fold_gain(program, analysis, options)
+    notes = list(analysis.notes)
+    if analysis.refusal and findings:
+        notes.append(f"rewrite would refuse this program: {analysis.refusal}")
+    if unknown:
+        notes.append(f"{len(unknown)} external constant(s) not judged: their data is in a .ptd; {ptd_hint(pte)}")
+    return FileCheck(str(pte), str(ptd) if ptd else None, sum(len(m.constants) for m in analysis.methods),
+                     tuple(findings), None, "; ".join(notes) or None, tuple(unknown),
+                     gain.tensors if gain else 0, gain.bytes_per_call if gain else 0, tuple(stays), strict,
+                     tuple(filtered), _devices_used(program, analysis),
+                     None if options.devices is None else tuple(sorted(str(d) for d in options.devices)),
+                     plan.memory)
+
+
+def _left_out_by(finding: Finding, options: "RewriteOptions") -> str:
+    """Which option left ``finding`` out, in the words of the plan's rule (``plan.skip_reason``)."""
+    if options.devices is not None and finding.device not in {str(d) for d in options.devices}:
+        return f"device {finding.device} not selected (--device)"
+    if finding.nbytes < options.min_bytes:
+        return f"{finding.nbytes} bytes is below --min-bytes {options.min_bytes}"
+    return "left out by --device/--min-bytes"  # a fold chain's copy left out with it
+
+
+def _judged(pte: Path, plan: Any, analysis: Any, derived: Any, options: "RewriteOptions"
+            ) -> tuple[list[Finding], list[Finding], list[Finding]]:
+    """The findings, unknown constants and copies that stay, of ``plan``, as ``options`` select them."""
+    from pte_devconst.rewriter.derived import DerivedStatus
+    from pte_devconst.rewriter.plan import skip_reason
+
     eligible = {(c.plan_index, c.value) for c in analysis.eligible}
     found = [(p, Finding(str(pte), p.method, p.value, p.name, str(p.device), p.nbytes, p.copies_per_call))
              for p in plan.placements]
@@ -467,20 +574,22 @@ def _check_one(pte: Path, ptd: Optional[Path], options: "RewriteOptions", strict
     unknown = [Finding(str(pte), v.method, v.value, v.name, str(v.pending_device), v.nbytes, v.copies_per_call)
                for method in analysis.methods for v in method.constants
                if v.unknown and skip_reason(v.pending_device, v.nbytes, options) is None]
-    stays = tuple(Finding(str(pte), copy.method, copy.value, copy.name, str(copy.device), copy.nbytes,
-                          copy.copies_per_call, copy.reason)
-                  for copy in derived
-                  if copy.status is DerivedStatus.STAYS and skip_reason(copy.device, copy.nbytes, options) is None
-                  and (copy.plan_index, copy.value) not in covered)
-    gain = None if options.fold else safe_fold_gain(program, analysis, options)
-    notes = list(analysis.notes)
-    if analysis.refusal and findings:
-        notes.append(f"rewrite would refuse this program: {analysis.refusal}")
-    if unknown:
-        notes.append(f"{len(unknown)} external constant(s) not judged: their data is in a .ptd; {ptd_hint(pte)}")
-    return FileCheck(str(pte), str(ptd) if ptd else None, sum(len(m.constants) for m in analysis.methods),
-                     tuple(findings), None, "; ".join(notes) or None, tuple(unknown),
-                     gain.tensors if gain else 0, gain.bytes_per_call if gain else 0, stays, strict, plan.memory)
+    stays = [Finding(str(pte), copy.method, copy.value, copy.name, str(copy.device), copy.nbytes,
+                     copy.copies_per_call, copy.reason)
+             for copy in derived
+             if copy.status is DerivedStatus.STAYS and skip_reason(copy.device, copy.nbytes, options) is None
+             and (copy.plan_index, copy.value) not in covered]
+    return findings, unknown, stays
+
+
+def _devices_used(program: Any, analysis: Any) -> tuple[str, ...]:
+    """The non-CPU devices a program uses: its delegates' target devices, its planned buffers' devices and the
+    devices its host-to-device copies go to (what ``--device`` can select)."""
+    used = {d.device for method in analysis.methods for d in method.delegates}
+    used |= {t.device for method in analysis.methods for t in method.transfers}
+    for plan in program.execution_plan or ():
+        used |= set(plan.buffer_devices().values())
+    return tuple(sorted(str(d) for d in used if d is not None and not d.is_cpu))
 
 
 def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[PathLike]]] = None,
@@ -492,12 +601,16 @@ def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[P
     (a constant read on the host too, a weight transposed on the host, ...) is in ``FileCheck.stays``
     with its reason; ``strict`` makes those fail the check too.
 
-    ``files`` may hold paths, glob patterns and directories; each real file is checked once.  Each
+    ``files`` may hold paths, glob patterns and directories; each (program, data) pair is checked once (a
+    file and a link to it with a .ptd each are two programs, each judged with its own data).  Each
     program is judged with its .ptd: a ``ptd`` entry paired with it by path (``a/m.ptd`` goes with
     ``a/m.pte``; ``"PROGRAM.pte=DATA.ptd"`` pairs explicitly; a single entry goes with a single
     program), else ``NAME.ptd`` next to ``NAME.pte``.  An external constant whose data is missing is
     reported as unknown (``FileCheck.unknown``, exit code 3), never as clean.  Constants under
-    ``min_bytes`` are ignored.  Never raises for a bad file: each unreadable file (or one the
+    ``min_bytes`` (or bound for devices not in ``devices``) are not judged, but listed in
+    ``FileCheck.filtered`` with the option that left them out; a device in ``devices`` that no program
+    uses is an error (``report.device_problems``, exit code 2) and a program that uses none of them a
+    warning (``report.warnings``).  Never raises for a bad file: each unreadable file (or one the
     runtime's verifier would refuse) is a ``FileCheck`` with ``error`` set, and ``report.exit_code``
     is 2.  ``progress(done, total, name)`` is called after each file.  ``fold=True`` also counts what
     ``rewrite --fold`` would move (each folded chain, each constant that moves once its kernels go) as
@@ -505,15 +618,16 @@ def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[P
     """
     if min_bytes < 0:
         raise PteDevconstError(f"min_bytes must be >= 0, got {min_bytes}")
-    from pte_devconst.paths import DataArgument, expand, pair_data
+    from pte_devconst.paths import DataArgument, distinct_pairs, expand, pair_data
     from pte_devconst.rewriter.plan import RewriteOptions
 
     options = RewriteOptions(devices=parse_devices(devices), min_bytes=min_bytes, fold=fold)
 
     given = [] if ptd is None else [ptd] if isinstance(ptd, (str, os.PathLike)) else list(ptd)
     items = expand(files)
+    pairs, problems = pair_data([i for i in items if isinstance(i, Path)], [DataArgument.parse(g) for g in given])
+    items, _ = distinct_pairs(items, pairs)  # a second name of one program with the same data: one check
     programs = [i for i in items if isinstance(i, Path)]
-    pairs, problems = pair_data(programs, [DataArgument.parse(g) for g in given])
     results: list[FileCheck] = []
     done = 0
     for item in items:
@@ -538,4 +652,5 @@ def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[P
         results.append(FileCheck(name, name, 0, (), problem))
     if not results:
         results.append(FileCheck("", None, 0, (), "no files given"))
-    return CheckReport(tuple(results), min_bytes, fold, strict)
+    return CheckReport(tuple(results), min_bytes, fold, strict,
+                       None if options.devices is None else tuple(sorted(str(d) for d in options.devices)))

@@ -2,8 +2,9 @@
 
 ``expand`` turns files, glob patterns (``**`` too) and folders into programs; it walks folders
 itself, following links to folders but entering each real folder once, so a symlink loop ends, and
-it lists each real file once.  ``pair_data`` gives each program its .ptd: a ``--ptd`` paired with it
-by path (never by stem alone), else its sibling (``sibling_ptd``).
+it lists each name once.  ``pair_data`` gives each program its .ptd: a ``--ptd`` paired with it
+by path (never by stem alone), else its sibling (``sibling_ptd``); ``distinct_pairs`` then keeps
+each (program, data) pair once: two names of one file are one program only when their data is too.
 
 **The .ptd rule**, one for every command and the Python API: the .ptd given, else ``NAME.ptd`` in
 the folder of ``NAME.pte``; for the rewrite's default output ``NAME.devconst.pte`` (which keeps
@@ -170,13 +171,16 @@ def names_one_file(argument: PathLike) -> bool:
 
 
 def expand(patterns: Iterable[PathLike]) -> list[Union[Path, str]]:
-    """Files (``Path``) and problems (``str``) in argument order; each real file once (links and repeats dropped).
+    """Files (``Path``) and problems (``str``) in argument order; each name once (repeats dropped).
+
+    Two names of one file (a link, a hard link) both stay: each may have its own .ptd next to it, so
+    ``distinct_pairs`` drops a second name only once the data is paired and is the same.
 
     A name that exists is taken as it is, even with glob characters in it; a folder stands for every
     ``*.pte`` below it; a pattern's ``.ptd`` matches are data files, not programs.
     """
     items: list[Union[Path, str]] = []
-    seen: set[Identity] = set()
+    seen: set[Path] = set()
     for pattern in patterns:
         text = os.fspath(pattern)
         path = Path(text)
@@ -198,11 +202,33 @@ def expand(patterns: Iterable[PathLike]) -> list[Union[Path, str]]:
             if not matches:
                 items.append(f"{text}: no file matches this pattern")
         for match in matches:
-            key = identity(match)
-            if key not in seen:
-                seen.add(key)
+            if match not in seen:
+                seen.add(match)
                 items.append(match)
     return items
+
+
+def distinct_pairs(items: Sequence[Union[Path, str]], pairs: dict[Path, Path]
+                   ) -> tuple[list[Union[Path, str]], list[str]]:
+    """``items`` with each (program, data) pair once, under its first name, and a line for each name left out.
+
+    A file and a link to it with the same .ptd (or none) are one program; with a .ptd each, two (each is
+    judged, or rewritten, with its own data).
+    """
+    kept: list[Union[Path, str]] = []
+    left_out: list[str] = []
+    first: dict[tuple[Identity, Optional[Identity]], Path] = {}
+    for item in items:
+        if isinstance(item, Path):
+            data = pairs.get(item)
+            key = (identity(item), None if data is None else identity(data))
+            if key in first:
+                left_out.append(f"{item}: skipped, the same file as {first[key]}"
+                                + (f" with the same data ({data})" if data is not None else ""))
+                continue
+            first[key] = item
+        kept.append(item)
+    return kept, left_out
 
 
 @dataclass(frozen=True)
@@ -241,11 +267,13 @@ def pair_data(programs: Sequence[Path], given: Sequence[DataArgument]) -> tuple[
     ``NAME.ptd`` next to it when that exists.
     """
     by_identity = {identity(p): p for p in reversed(programs)}
+    by_name = set(programs)
     pairs: dict[Path, Path] = {}
     problems = []
     for argument in given:
         wanted = argument.program if argument.program is not None else argument.data.with_suffix(".pte")
-        program = by_identity.get(identity(wanted))
+        # the name itself first: a link to a program given too is a program of its own, with its own data
+        program = wanted if wanted in by_name else by_identity.get(identity(wanted))
         if program is None and argument.program is None and len(programs) == 1 and len(given) == 1:
             program = programs[0]
         if program is None:

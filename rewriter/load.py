@@ -13,6 +13,7 @@ import contextlib
 import os
 from typing import Iterator, Optional
 
+from pte_devconst.schema.errors import PteDevconstError
 from pte_devconst.schema.ptd_file import PtdFile, open_ptd
 from pte_devconst.schema.pte_file import PteFile, open_pte
 
@@ -47,10 +48,17 @@ def analyze_file(path: str | os.PathLike[str], ptd: Optional[str | os.PathLike[s
 @contextlib.contextmanager
 def opened(path: str | os.PathLike[str], ptd: Optional[str | os.PathLike[str]] = None
            ) -> Iterator[tuple[PteFile, Optional[PtdFile]]]:
-    """Open a .pte and, when given, its .ptd; both are closed on exit."""
+    """Open a .pte and, when given, its .ptd; both are closed on exit.
+
+    An error raised while they are open (the analysis refusing the program, say) that names no file names
+    the program: every command's error line says which file it is about.
+    """
     with open_pte(path) as source:
-        if ptd is None:
-            yield source, None
-            return
-        with open_ptd(ptd) as data:
-            yield source, data
+        try:
+            if ptd is None:
+                yield source, None
+                return
+            with open_ptd(ptd) as data:
+                yield source, data
+        except PteDevconstError as error:
+            raise error.with_file(os.fspath(path))

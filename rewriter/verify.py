@@ -36,7 +36,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import operator
-import os
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -77,7 +76,9 @@ def _fail(what: str) -> RewriteCheckError:
 
 def full_by_default() -> bool:
     """``--verify full`` everywhere when PTE_DEVCONST_FULL_CHECK is set (e.g. in CI)."""
-    return os.environ.get(FULL_CHECK_ENV, "") not in ("", "0")
+    from pte_devconst.schema.env import env_flag
+
+    return env_flag(FULL_CHECK_ENV)
 
 
 @dataclass

@@ -4,9 +4,12 @@ For every method it checks that
 
 * the outputs agree: bit for bit (bit patterns, so NaNs compare too) when both
   programs run the same kernels and delegates, else within ``rtol``/``atol``;
-* both match the expected outputs, when given (within ``rtol``/``atol``),
-  except outputs that depend on opaque delegates (stand-ins): those are
-  reported as not compared;
+* both match the expected outputs, when given, except outputs that depend on
+  opaque delegates (stand-ins): those are reported as not compared;
+
+Outputs that need not be bit-identical compare by dtype (``output_tolerance``): integer and bool
+outputs exactly, floating ones within ``rtol``/``atol`` when given, else within
+``torch.testing.assert_close``'s defaults for their dtype; the report says which applied.
 * every delegate call receives the same arguments with the same bytes
   (``transcript.py``): the delegate-boundary check, which needs no executor for
   the delegate and sees corruption that never reaches an output;
@@ -59,6 +62,8 @@ from .transcript import BoundaryDifference, Resident, compare_transcripts, repla
 
 MAX_DIFFERENCES_IN_JSON = 100
 BOUNDARY_CHECK = "delegate boundaries match"
+EXPECTED_CHECK = "outputs match expected"
+MISSING_ENTRY = "the expected outputs have no entry for method"
 
 
 @dataclass(frozen=True)
@@ -147,6 +152,7 @@ class MethodValidation:
     original: RunResult = field(repr=False)
     rewritten: RunResult = field(repr=False)
     opaque_backends: list[str] = field(default_factory=list)  # their outputs are stand-ins
+    tolerances: list[tuple[int, Tolerance]] = field(default_factory=list)  # (output, how it compares)
 
     @property
     def passed(self) -> bool:
@@ -166,6 +172,8 @@ class ValidationResult:
     skipped_methods: list[tuple[str, str]] = field(default_factory=list)  # (method, why it was not run)
     warnings: list[str] = field(default_factory=list)
     opaque_forced: bool = False  # --opaque-delegates
+    rtol: Optional[float] = None  # given; None: each floating dtype's default
+    atol: Optional[float] = None
 
     @property
     def passed(self) -> bool:
@@ -177,6 +185,9 @@ class ValidationResult:
             "devices": "simulated" if self.simulated else "real", "calls": self.calls,
             "opaque_delegates": "all" if self.opaque_forced else "missing executors",
             "warnings": list(self.warnings),
+            "tolerance": {"rtol": self.rtol, "atol": self.atol,
+                          "rule": "integer and bool outputs exactly; floating outputs within rtol/atol when given, "
+                                  "else torch.testing.assert_close's defaults for their dtype"},
             "skipped_methods": [{"method": name, "reason": why} for name, why in self.skipped_methods],
             "methods": [{
                 "method": mv.method, "passed": mv.passed, "bit_identical_required": mv.bit_identical_required,
@@ -188,6 +199,8 @@ class ValidationResult:
                 "calls": [_call_json(c) for c in mv.calls],
                 "boundary": mv.boundary.to_json(mv.method),
                 "checks": [c.to_json() for c in mv.checks],
+                "output_tolerances": [{"output": position, "bit_identical": mv.bit_identical_required,
+                                       **tolerance.to_json()} for position, tolerance in mv.tolerances],
             } for mv in self.methods],
         }
 
@@ -337,6 +350,57 @@ def _feeding_delegates_only(plan: m.ExecutionPlan, names: Sequence[str]) -> set[
     return found
 
 
+# torch.testing.assert_close's default (rtol, atol) for each floating dtype (torch/testing/_comparison.py);
+# every other dtype (integers, bool, float8) compares exactly, as there.
+DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5), torch.float32: (1.3e-6, 1e-5),
+    torch.float64: (1e-7, 1e-7), torch.complex32: (1e-3, 1e-5), torch.complex64: (1.3e-6, 1e-5),
+    torch.complex128: (1e-7, 1e-7)}
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How one output is compared when it need not be bit-identical: exactly, or within ``rtol``/``atol``."""
+
+    dtype: str
+    rtol: float = 0.0
+    atol: float = 0.0
+    exact: bool = False  # integer and bool outputs (and dtypes torch gives no tolerance): equal values
+    given: bool = False  # --rtol/--atol, not the dtype's default
+
+    def describe(self) -> str:
+        if self.exact:
+            return f"{self.dtype} exactly"
+        return f"{self.dtype} within rtol={self.rtol:g}, atol={self.atol:g} ({'given' if self.given else 'dtype default'})"
+
+    def to_json(self) -> dict:
+        return {"dtype": self.dtype, "exact": self.exact, "rtol": None if self.exact else self.rtol,
+                "atol": None if self.exact else self.atol,
+                "source": "exact" if self.exact else "given" if self.given else "dtype default"}
+
+
+def output_tolerance(dtype: torch.dtype, rtol: Optional[float], atol: Optional[float]) -> Tolerance:
+    """The tolerance for an output of ``dtype``: exact unless floating; ``rtol``/``atol`` override the defaults.
+
+    Token ids all off by one are within any relative tolerance of large ids: integers are never compared so.
+    """
+    default = DEFAULT_TOLERANCES.get(dtype)
+    if default is None:
+        return Tolerance(dtype_name(dtype), exact=True)
+    return Tolerance(dtype_name(dtype), default[0] if rtol is None else rtol, default[1] if atol is None else atol,
+                     given=rtol is not None or atol is not None)
+
+
+def tolerances_text(outputs: Sequence[Any], rtol: Optional[float], atol: Optional[float],
+                    positions: Optional[Collection[int]] = None) -> str:
+    """Which tolerance applied to which outputs: ``float32 within rtol=1.3e-06, atol=1e-05 (dtype default)``."""
+    shown: dict[str, list[int]] = {}
+    for position, x in enumerate(outputs):
+        if isinstance(x, torch.Tensor) and (positions is None or position in positions):
+            shown.setdefault(output_tolerance(x.dtype, rtol, atol).describe(), []).append(position)
+    return "; ".join(f"{_outputs(where)}: {how}" for how, where in shown.items())
+
+
 def _max_abs_diff(a: Sequence[Any], b: Sequence[Any]) -> float:
     worst = 0.0
     for x, y in zip(a, b):
@@ -351,8 +415,9 @@ def _same_bits(x: torch.Tensor, y: torch.Tensor) -> bool:
                        y.detach().contiguous().reshape(-1).view(torch.uint8))
 
 
-def _outputs_equal(a: Sequence[Any], b: Sequence[Any], exact: bool, rtol: float, atol: float) -> Optional[str]:
-    """None when ``a`` and ``b`` agree, else why not."""
+def _outputs_equal(a: Sequence[Any], b: Sequence[Any], exact: bool, rtol: Optional[float],
+                   atol: Optional[float]) -> Optional[str]:
+    """None when ``a`` and ``b`` agree, else why not: bit for bit when ``exact``, else by ``output_tolerance``."""
     if len(a) != len(b):
         return f"{len(a)} outputs vs {len(b)}"
     for position, (x, y) in enumerate(zip(a, b)):
@@ -368,8 +433,14 @@ def _outputs_equal(a: Sequence[Any], b: Sequence[Any], exact: bool, rtol: float,
         if exact:
             if not _same_bits(x, y):
                 return f"output {position}: not bit-identical (max |diff| {_max_abs_diff([x], [y]):.3g})"
-        elif not torch.allclose(x.double(), y.double(), rtol=rtol, atol=atol, equal_nan=True):
-            return f"output {position}: differs beyond rtol={rtol}, atol={atol} (max |diff| {_max_abs_diff([x], [y]):.3g})"
+        elif (tolerance := output_tolerance(x.dtype, rtol, atol)).exact:
+            if not torch.equal(x, y):
+                wrong = int((x != y).sum())
+                return (f"output {position}: {wrong} of {x.numel()} {tolerance.dtype} element(s) differ "
+                        f"(compared exactly; max |diff| {_max_abs_diff([x], [y]):.3g})")
+        elif not torch.allclose(x.double(), y.double(), rtol=tolerance.rtol, atol=tolerance.atol, equal_nan=True):
+            return (f"output {position}: differs beyond rtol={tolerance.rtol:g}, atol={tolerance.atol:g} "
+                    f"(max |diff| {_max_abs_diff([x], [y]):.3g})")
     return None
 
 
@@ -383,10 +454,10 @@ def _outputs(positions: Collection[int]) -> str:
     return f"output {numbers}" if len(positions) == 1 else f"outputs {numbers}"
 
 
-def _expected_check(before: RunResult, after: RunResult, expected: list[tuple[Any, ...]], rtol: float,
-                    atol: float, stand_ins: frozenset[int], opaque_backends: Sequence[str]) -> Check:
-    """Outputs against the expected ones, leaving out those that depend on opaque delegates."""
-    name = "outputs match expected"
+def _expected_check(before: RunResult, after: RunResult, expected: list[tuple[Any, ...]], rtol: Optional[float],
+                    atol: Optional[float], stand_ins: frozenset[int], opaque_backends: Sequence[str]) -> Check:
+    """Outputs against the expected ones by ``output_tolerance``, leaving out those that depend on opaque delegates."""
+    name = EXPECTED_CHECK
     n_outputs = len(before.calls[0].outputs) if before.calls else 0
     compared = [p for p in range(n_outputs) if p not in stand_ins]
     backends = ", ".join(opaque_backends)
@@ -402,11 +473,12 @@ def _expected_check(before: RunResult, after: RunResult, expected: list[tuple[An
             elif (why := _outputs_equal([call.outputs[p] for p in compared], [want[p] for p in compared],
                                         False, rtol, atol)):
                 problems.append(f"{label} call {i}: {why}")
+    how = tolerances_text(before.calls[0].outputs, rtol, atol, compared) if before.calls else ""
     detail = "; ".join(problems) or "all calls"
     if stand_ins and not problems:
         detail = (f"{_outputs(compared)} in all calls; not compared: {_outputs(stand_ins)}, which depend "
                   f"on opaque delegates ({backends})")
-    return Check.of(name, not problems, detail)
+    return Check.of(name, not problems, detail + (f" ({how})" if how else ""))
 
 
 def _boundary(name: str, before: RunResult, after: RunResult, moved: list[MovedConstant]) -> tuple[Boundary, Check]:
@@ -426,10 +498,12 @@ def _boundary(name: str, before: RunResult, after: RunResult, moved: list[MovedC
 
 
 def _check_method(name: str, before: RunResult, after: RunResult, moved: list[MovedConstant], exact: bool,
-                  expected: Optional[list[tuple[Any, ...]]], rtol: float, atol: float, *,
-                  expected_skipped: Optional[str] = None,
+                  expected: Optional[list[tuple[Any, ...]]], rtol: Optional[float], atol: Optional[float], *,
+                  expected_missing: Optional[str] = None,
                   stand_ins: frozenset[int] = frozenset(), static: Sequence[Check] = ()) -> MethodValidation:
-    """All checks of one method.  ``stand_ins``: output positions that depend on opaque delegates."""
+    """All checks of one method.  ``stand_ins``: output positions that depend on opaque delegates;
+    ``expected_missing``: why the expected outputs given hold nothing for this method (a failed check: outputs
+    the user asked to compare were not compared)."""
     moved_ids = {c.value for c in moved}
     opaque_backends = sorted(set(before.opaque_backends) | set(after.opaque_backends))
     checks: list[Check] = []
@@ -438,10 +512,11 @@ def _check_method(name: str, before: RunResult, after: RunResult, moved: list[Mo
     detail = "; ".join(problems) or f"{len(before.calls)} calls"
     if stand_ins and not problems:
         detail += f" ({_outputs(stand_ins)} from opaque delegates: stand-ins)"
-    checks.append(Check.of("outputs agree" + (" (bit-identical)" if exact else f" (rtol={rtol}, atol={atol})"),
-                           not problems, detail))
-    if expected_skipped is not None:
-        checks.append(Check("outputs match expected", Status.SKIPPED, expected_skipped))
+    how = "" if exact or not before.calls else tolerances_text(before.calls[0].outputs, rtol, atol)
+    checks.append(Check.of("outputs agree" + (" (bit-identical)" if exact else " (within tolerance)"),
+                           not problems, detail + (f" ({how})" if how else "")))
+    if expected_missing is not None:
+        checks.append(Check(EXPECTED_CHECK, Status.FAIL, expected_missing))
     elif expected is not None:
         checks.append(_expected_check(before, after, expected, rtol, atol, stand_ins, opaque_backends))
     boundary, boundary_check = _boundary(name, before, after, moved)
@@ -487,20 +562,26 @@ def _check_method(name: str, before: RunResult, after: RunResult, moved: list[Mo
     checks.append(Check.of(f"per-call H2D bytes fell by the {what}' bytes", not drop_problems,
                            "; ".join(drop_problems) or
                            (f"{last.h2d_before} B -> {last.h2d_after} B per call" if last else "no calls")))
+    tolerances = [(p, output_tolerance(x.dtype, rtol, atol)) for p, x in
+                  enumerate(before.calls[0].outputs if before.calls else ()) if isinstance(x, torch.Tensor)]
     return MethodValidation(name, moved, exact, calls, before.load.h2d.nbytes, after.load.h2d.nbytes, checks,
-                            boundary, before, after, opaque_backends)
+                            boundary, before, after, opaque_backends, tolerances)
 
 
 def validate(original: str | Path, rewritten: str | Path, *, ptd: Optional[str | Path] = None,
              rewritten_ptd: Optional[str | Path] = None, inputs: Any = None, expected: Any = None,
-             calls: int = 2, rtol: float = 1e-4, atol: float = 1e-5, simulate_devices: bool = False,
-             methods: Optional[Sequence[str]] = None, profile: bool = False,
+             calls: int = 2, rtol: Optional[float] = None, atol: Optional[float] = None,
+             simulate_devices: bool = False, methods: Optional[Sequence[str]] = None, profile: bool = False,
              opaque_delegates: bool = False) -> ValidationResult:
     """Run both programs ``calls`` (>= 2) times per method on the same inputs and check the rewrite's promises.
 
     ``inputs``/``expected`` are paths to torch.save files (``{method: [call, ...]}``) or loaded objects;
     without inputs, deterministic synthetic inputs are used (and ``expected`` is refused: random inputs
-    cannot give the expected outputs).  ``rewritten_ptd`` defaults to ``ptd``.  Delegates without an
+    cannot give the expected outputs).  Expected outputs that hold no entry for any method validated are
+    refused (nothing would be compared with them), and so are those no output was compared with because every
+    output depends on opaque delegates (stand-ins); a method without an entry fails its expected-outputs check.
+    ``rtol``/``atol`` (None: the dtype's default) apply to floating outputs only: the others compare exactly
+    (``output_tolerance``).  ``rewritten_ptd`` defaults to ``ptd``.  Delegates without an
     executor run as opaque stand-ins; ``opaque_delegates=True`` runs every delegate that way.
     """
     if calls < 2:
@@ -522,6 +603,13 @@ def validate(original: str | Path, rewritten: str | Path, *, ptd: Optional[str |
     expected_data = load_torch_file(expected, "expected outputs") if isinstance(expected, (str, Path)) else expected
     expected_path = str(expected) if isinstance(expected, (str, Path)) else None
     policy = OpaquePolicy.ALWAYS if opaque_delegates else OpaquePolicy.MISSING
+    if isinstance(expected_data, dict):
+        running = [n for n in names if methods is not None or not isinstance(input_data, dict) or n in input_data]
+        if running and not any(n in expected_data for n in running):
+            raise PteDevconstError(
+                f"the expected outputs have no entry for {'method' if len(running) == 1 else 'any of the methods'} "
+                f"{', '.join(map(repr, running))} (has: {', '.join(map(repr, expected_data)) or 'nothing'}): "
+                "nothing would be compared with them", file=expected_path)
     results, skipped = [], []
     for name in names:
         if input_data is None:
@@ -531,13 +619,13 @@ def validate(original: str | Path, rewritten: str | Path, *, ptd: Optional[str |
             continue
         else:
             call_inputs = calls_from(input_data, name, "inputs", str(inputs) if isinstance(inputs, (str, Path)) else "")
-        expected_calls, expected_skipped = None, None
+        expected_calls, expected_missing = None, None
         if expected_data is not None:
             if isinstance(expected_data, dict) and name not in expected_data:
                 if methods is not None:
                     raise PteDevconstError(f"the expected outputs have no entry for method {name!r} (has: "
                                            f"{', '.join(map(str, expected_data))})", file=expected_path)
-                expected_skipped = f"the expected outputs file has no entry for method {name!r}"
+                expected_missing = (f"{MISSING_ENTRY} {name!r}: its outputs were not compared with them")
             else:
                 expected_calls = [tuple(c) for c in calls_from(expected_data, name, "expected outputs")]
         common = dict(method=name, inputs=call_inputs, calls=calls, simulate_devices=simulate_devices, profile=profile,
@@ -547,12 +635,20 @@ def validate(original: str | Path, rewritten: str | Path, *, ptd: Optional[str |
         exact = signatures[name][0] == signatures[name][1]
         stand_ins = outputs_depending_on(plans[name], set(before.opaque_delegates) | set(after.opaque_delegates))
         results.append(_check_method(name, before, after, moved[name], exact, expected_calls, rtol, atol,
-                                     expected_skipped=expected_skipped, stand_ins=stand_ins, static=static[name]))
+                                     expected_missing=expected_missing, stand_ins=stand_ins, static=static[name]))
     if not results:
         raise PteDevconstError("the inputs name none of the program's methods", file=str(inputs))
+    if expected_data is not None and not any(c.name == EXPECTED_CHECK and c.status is not Status.SKIPPED
+                                             and not c.detail.startswith(MISSING_ENTRY)
+                                             for mv in results for c in mv.checks):
+        backends = sorted({b for mv in results for b in mv.opaque_backends})
+        raise PteDevconstError(
+            "no output was compared with the expected outputs: every output depends on opaque delegates "
+            f"({', '.join(backends)}), whose outputs are stand-ins, not the model's; run where their backends "
+            "execute, or validate without --expected", file=expected_path)
     warnings = []
     if not any(mv.moved for mv in results):
         warnings.append("nothing moved: no constant of the first program lives in device memory in the second, "
                         "so these checks say nothing about a rewrite (is the second file the first one's rewrite?)")
     return ValidationResult(str(original), str(rewritten), simulate_devices, calls, results, skipped, warnings,
-                            opaque_delegates)
+                            opaque_delegates, rtol, atol)

@@ -47,6 +47,24 @@ class ExtendedHeader:
                                 self.segment_base_offset, self.segment_data_size)
 
 
+# The first line of a Git LFS pointer file: what a checkout without `git lfs pull` holds instead of the model.
+LFS_POINTER = b"version https://git-lfs"
+
+
+def mistaken_file(head: bytes | memoryview, wanted: str) -> Optional[str]:
+    """What a file that is not a ``wanted`` (".pte" or ".ptd") is, when a user could have given it by mistake:
+    a Git LFS pointer, or the other of the two kinds."""
+    if bytes(head[:len(LFS_POINTER)]) == LFS_POINTER:
+        return ("a Git LFS pointer, not the file's content: run `git lfs pull` (or `git lfs checkout`) to fetch "
+                "the real file")
+    identifier = bytes(head[4:8])
+    if wanted == ".pte" and identifier == b"FT01":
+        return "a .ptd data file, not a program: pass it with --ptd, next to the program it belongs to"
+    if wanted == ".ptd" and identifier == b"ET12":
+        return "a .pte program, not a .ptd data file: give it as a program, and its data with --ptd"
+    return None
+
+
 def read_pte_header(head: bytes | memoryview, file_size: int) -> Optional[ExtendedHeader]:
     """Parse and check the extended header; None when the file has none (no segment data).
 
@@ -55,6 +73,9 @@ def read_pte_header(head: bytes | memoryview, file_size: int) -> Optional[Extend
     runtime/executor/program.cpp), and nothing more: the runtime checks neither the alignment of
     ``segment_base_offset`` (the exporter's 128 is a convention) nor that it follows the program.
     """
+    mistaken = mistaken_file(head, ".pte")
+    if mistaken:
+        raise FormatError(f"this is {mistaken}")
     if file_size < 8:
         raise FormatError(f"{file_size} bytes is too short for a .pte file", where="header")
     if bytes(head[4:8]) != b"ET12":
@@ -100,6 +121,9 @@ def read_ptd_header(head: bytes | memoryview, file_size: int) -> PtdHeader:
     length of at least 40, the flatbuffer and the segment data inside the file.  Where the flatbuffer
     starts and whether the segments follow it are not checked there, so not here either.
     """
+    mistaken = mistaken_file(head, ".ptd")
+    if mistaken:
+        raise FormatError(f"this is {mistaken}")
     if file_size < 8 + _PTD_HEADER.size:
         raise FormatError(f"{file_size} bytes is too short for a .ptd file", where="header")
     if bytes(head[4:8]) != b"FT01":

@@ -20,3 +20,10 @@ def invoke_json(*args: Any) -> tuple[int, dict]:
     result = invoke(*args, "--format", "json")
     assert result.stdout.strip(), f"no JSON (exit {result.exit_code}): {result.stderr}"
     return result.exit_code, json.loads(result.stdout)
+
+
+def rendered(markdown: str) -> str:
+    """Markdown as GitHub shows it (CommonMark with tables), as HTML: what a pull-request comment displays."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").enable("table").render(markdown)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_runner import invoke, invoke_json
+from cli_runner import invoke, invoke_json, rendered
 from conftest import CASES, CORPUS, facts, pte_path
 
 
@@ -183,7 +183,8 @@ def test_markdown_is_a_pull_request_summary() -> None:
     lines = result.stdout.splitlines()
     assert lines[0].startswith("### ") and "check" in lines[0]
     assert "| file | method | constant | device | bytes/call |" in lines
-    assert any(line.startswith(f"| `{pte_path('v_c_shared_host_copy')}` | `forward` |") for line in lines)
+    html = rendered(result.stdout)
+    assert f"<td><code>{pte_path('v_c_shared_host_copy')}</code></td>\n<td><code>forward</code></td>" in html
     assert "<details>" in result.stdout and "</details>" in result.stdout
     ok = invoke("check", pte_path("v_h_cpu_only"), "-f", "markdown")
     assert ok.exit_code == 0 and "✅" in ok.stdout.splitlines()[0]
@@ -219,3 +220,67 @@ def test_report_lines_do_not_wrap_in_a_narrow_terminal() -> None:
 @pytest.mark.parametrize("args", [(), ("--format", "yaml")])
 def test_usage_errors_exit_2(args: tuple[str, ...]) -> None:
     assert invoke("check", *args).exit_code == 2
+
+
+# --- the gate never says "clean" when it is not (issue 19, item 2) ----------------------------------------
+
+FORMATS = ["text", "markdown", "json", "github"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_min_bytes_that_filters_every_finding_says_what_it_left_out(fmt: str) -> None:
+    """Was: "no constant is copied to a device on every call", exit 0, with every copy filtered out."""
+    pte = pte_path("v_c_shared_host_copy")  # v2 moves (96 B), v0 stays copied (96 B): 192 B per call
+    _, whole = invoke_json("check", pte)
+    copied = whole["bytes_per_call"] + whole["stays_bytes_per_call"]
+    assert copied == 192
+    result = invoke("check", pte, "--min-bytes", "100000", "--format", fmt)
+    assert result.exit_code == 0, result.output
+    assert "no constant is copied" not in result.stdout
+    if fmt == "json":
+        doc = json.loads(result.stdout)
+        assert doc["filtered"] == 2 and doc["filtered_bytes_per_call"] == copied
+        assert {f["reason"] for f in doc["files"][0]["filtered"]} == {"96 bytes is below --min-bytes 100000"}
+    else:
+        assert "left out by --min-bytes 100000" in result.stdout and "192 B per call" in result.stdout, result.stdout
+    quiet = invoke("-q", "check", pte, "--min-bytes", "100000")
+    assert quiet.exit_code == 0 and quiet.stdout.count("not judged: 96 bytes is below --min-bytes 100000") == 2
+
+
+def test_a_device_filter_reports_what_it_left_out() -> None:
+    pte = pte_path("v_e_two_devices_copy")  # w0 -> cuda:0, w1 -> cuda:1, 64 B each
+    code, doc = invoke_json("check", pte, "--device", "cuda:1")
+    assert code == 1 and [f["device"] for f in doc["files"][0]["filtered"]] == ["cuda:0"]
+    assert doc["files"][0]["filtered"][0]["reason"] == "device cuda:0 not selected (--device)"
+    assert doc["devices"] == ["cuda:1"] and doc["device_problems"] == [] and doc["warnings"] == []
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("strict", [False, True], ids=["plain", "strict"])
+def test_a_device_no_program_uses_is_an_error(fmt: str, strict: bool) -> None:
+    """Was: --device cuda:7 on a cuda:0 program (a typo in CI) passed, also with --strict."""
+    pte = pte_path("v_c_shared_host_copy")
+    result = invoke("check", pte, "--device", "cuda:7", "--format", fmt, *(["--strict"] if strict else []))
+    assert result.exit_code == 2, result.output
+    assert ("pte-devconst: error: --device cuda:7: no program checked uses this device (they use cuda:0): nothing "
+            "was judged for it") in result.stderr
+    assert "Traceback" not in result.output and "no constant is copied" not in result.stdout
+    if fmt == "json":
+        doc = json.loads(result.stdout)
+        assert doc["passed"] is False and doc["exit_code"] == 2 and doc["files"][0]["devices"] == ["cuda:0"]
+        assert len(doc["device_problems"]) == 1 and len(doc["warnings"]) == 1
+    elif fmt == "github":
+        assert "::error title=pte-devconst%3A device not used::--device cuda:7" in result.stdout
+    else:
+        assert "cuda:7" in result.stdout
+
+
+def test_a_file_that_uses_none_of_the_devices_is_a_warning() -> None:
+    """Another file uses the device, so the selection is no typo; the file that does not is named."""
+    zero, one = pte_path("v_c_shared_host_copy"), pte_path("v_k_cuda1_copy")
+    result = invoke("check", zero, one, "--device", "cuda:1")
+    assert result.exit_code == 1, result.output  # v_k_cuda1_copy's findings
+    assert f"pte-devconst: warning: {zero}: uses none of the devices selected (--device cuda:1); it uses cuda:0" \
+        in result.stderr
+    assert str(one) not in result.stderr
+    assert invoke("-q", "check", zero, one, "--device", "cuda:1").stderr == ""

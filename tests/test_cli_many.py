@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
 import jsonschema
+import pytest
 
-from cli_runner import invoke, invoke_json
+from cli_runner import invoke, invoke_json, rendered
 from conftest import EXAMPLES, pte_path
 from test_report_schema import SCHEMA_FILE, assert_valid
 
@@ -31,16 +33,17 @@ def test_rewrite_markdown_names_the_output_and_what_was_left_in_place(tmp_path: 
     out = tmp_path / "out.pte"
     result = invoke("rewrite", pte_path(SHARED), "-o", out, "--format", "markdown")
     assert result.exit_code == 0
-    text = result.stdout
-    assert f"Wrote `{out}`" in text and "re-read and checked" in text and "dry run" not in text
-    assert "**Left in place:**" in text
-    assert "| `forward` | 0 | `value 0` | 96 | read by host kernel aten::mul.out |" in text
-    assert "| `forward` | 1 | `value 1` | 24 | read by host kernel aten::mul.out |" in text
+    text = rendered(result.stdout)
+    assert f"Wrote <code>{out}</code>" in text and "re-read and checked" in text and "dry run" not in text
+    assert "<strong>Left in place:</strong>" in text
+    for value, nbytes in ((0, 96), (1, 24)):
+        assert (f"<td><code>forward</code></td>\n<td>{value}</td>\n<td><code>value {value}</code></td>\n"
+                f"<td>{nbytes}</td>\n<td>read by host kernel aten::mul.out</td>") in text
 
 
 def test_rewrite_markdown_says_when_it_is_a_dry_run() -> None:
     text = invoke("rewrite", pte_path(SHARED), "--dry-run", "--format", "markdown").stdout
-    assert text.startswith(f"### pte-devconst rewrite: `{SHARED}.pte` (dry run)")
+    assert rendered(text).startswith(f"<h3>pte-devconst rewrite: <code>{SHARED}.pte</code> (dry run)</h3>")
     assert "Dry run: no file written." in text and "would be removed" in text and "Wrote" not in text
     nothing = invoke("rewrite", pte_path("v_h_cpu_only"), "--dry-run", "--format", "markdown").stdout
     assert "Nothing to move. No file written (dry run)." in nothing and "**Left in place:**" in nothing
@@ -108,3 +111,58 @@ def test_rewrite_reports_a_bad_program_and_still_rewrites_the_others(tmp_path: P
     result = invoke("rewrite", models)
     assert result.exit_code == 2 and "broken.pte" in result.stderr
     assert (models / "mlp_copy.devconst.pte").is_file() and not (models / "broken.devconst.pte").exists()
+
+
+# --- one program under two names, each with its own .ptd (issue 19, item 4) ---------------------------------
+
+def _two_names(tmp_path: Path, link: str) -> tuple[Path, Path]:
+    """a.pte without data, b.pte the same file (a hard link or a symlink) with its .ptd next to it."""
+    from conftest import CORPUS
+
+    a = Path(shutil.copy(CORPUS / "v_g_external_copy.pte", tmp_path / "a.pte"))
+    b = tmp_path / "b.pte"
+    if link == "hard":
+        os.link(a, b)
+    else:
+        b.symlink_to(a.name)
+    shutil.copy(CORPUS / "v_g_external_copy.ptd", tmp_path / "b.ptd")
+    return a, b
+
+
+@pytest.mark.parametrize("link", ["hard", "symlink"])
+def test_check_judges_each_name_with_its_own_data(link: str, tmp_path: Path) -> None:
+    """Was: b dropped as "the same file", a judged without data: exit 3 instead of 1."""
+    a, b = _two_names(tmp_path, link)
+    code, doc = invoke_json("check", a, b)
+    assert code == 1, doc
+    files = {Path(f["file"]).name: f for f in doc["files"]}
+    assert set(files) == {"a.pte", "b.pte"}
+    assert files["a.pte"]["status"] == "unknown" and files["b.pte"]["status"] == "findings"
+    assert files["b.pte"]["ptd"] == str(tmp_path / "b.ptd")
+    code, doc = invoke_json("check", tmp_path)  # a folder: the same
+    assert code == 1 and {Path(f["file"]).name for f in doc["files"]} == {"a.pte", "b.pte"}
+    # With the same data (--ptd for both), the two names are one program again.
+    code, doc = invoke_json("check", a, b, "--ptd", f"{a}={tmp_path / 'b.ptd'}")
+    assert code == 1 and [Path(f["file"]).name for f in doc["files"]] == ["a.pte"]
+    (tmp_path / "b.ptd").unlink()
+    code, doc = invoke_json("check", a, b)
+    assert code == 3 and [Path(f["file"]).name for f in doc["files"]] == ["a.pte"]
+
+
+@pytest.mark.parametrize("link", ["hard", "symlink"])
+def test_rewrite_writes_each_name_with_its_own_data(link: str, tmp_path: Path) -> None:
+    """Was: ``rewrite a b`` wrote nothing for b and said nothing."""
+    a, b = _two_names(tmp_path, link)
+    done = invoke("rewrite", a, b)
+    assert done.exit_code == 0, done.output
+    assert (tmp_path / "a.devconst.pte").exists() and (tmp_path / "b.devconst.pte").exists()
+    code, doc = invoke_json("check", tmp_path / "b.devconst.pte")  # b's rewrite moved its external constants
+    assert code == 0, doc
+    # The same data for both: the second name is one program with the first, and says so.
+    (tmp_path / "b.ptd").unlink()
+    for out in tmp_path.glob("*.devconst.pte"):
+        out.unlink()
+    done = invoke("rewrite", a, b)
+    assert done.exit_code == 0 and f"{b}: skipped, the same file as {a}" in done.stdout
+    code, doc = invoke_json("rewrite", a, b)
+    assert doc["skipped_inputs"] == [f"{b}: skipped, the same file as {a}"]

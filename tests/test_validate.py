@@ -17,6 +17,7 @@ from pte_devconst.runner.copies import LOAD, Cause, CopyEvent, Direction, PhaseC
 from pte_devconst.runner.run import CallResult, RunResult
 from pte_devconst.runner.validate import MovedConstant, _check_method, _outputs_equal, moved_constants, validate
 from pte_devconst.schema import model as m
+from pte_devconst.schema.errors import PteDevconstError
 from pte_devconst.schema.pte_file import open_pte
 
 CORPUS = pte_path(CASES[0]).parent
@@ -122,8 +123,8 @@ def test_calls_below_two_are_refused() -> None:
 # --- the command line --------------------------------------------------------------------------------
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(app, [str(a) for a in args])
+def invoke(*args: str, env: dict | None = None):
+    return CliRunner().invoke(app, [str(a) for a in args], env=env)
 
 
 def test_cli_validate_passes_and_prints_json(tmp_path: Path) -> None:
@@ -200,23 +201,104 @@ def _only_forward(tmp_path: Path, kind: str) -> Path:
     return path
 
 
-def test_expected_outputs_without_an_entry_for_a_method_are_a_skipped_row(tmp_path: Path) -> None:
+def test_expected_outputs_without_an_entry_for_a_method_fail_that_method(tmp_path: Path) -> None:
     out = rewritten("v_f_multi_method_copy", tmp_path)
     expected = _only_forward(tmp_path, "expected")
     args = ("validate", pte_path("v_f_multi_method_copy"), out, "--simulate-devices", "--inputs",
             CORPUS / "v_f_multi_method_copy.inputs.pt", "--expected", expected)
     done = invoke(*args, "--format", "json")
-    assert done.exit_code == 0, done.output
-    rows = {m["method"]: {c["name"]: c for c in m["checks"]} for m in json.loads(done.stdout)["methods"]}
+    assert done.exit_code == 1, done.output
+    report = json.loads(done.stdout)
+    rows = {m["method"]: {c["name"]: c for c in m["checks"]} for m in report["methods"]}
     assert rows["forward"]["outputs match expected"]["status"] == "pass"
-    skipped = rows["other"]["outputs match expected"]
-    assert skipped["status"] == "skipped" and skipped["passed"] is True
-    assert "no entry for method 'other'" in skipped["detail"]
+    missing = rows["other"]["outputs match expected"]
+    assert missing["status"] == "fail" and missing["passed"] is False and report["passed"] is False
+    assert "no entry for method 'other'" in missing["detail"]
     text = invoke(*args)
-    assert "skipped" in text.stdout and "PASS" in text.stdout
-    # Naming the method makes the missing entry an error, not a skipped row.
+    assert text.exit_code == 1 and "FAIL" in text.stdout and "PASS" not in text.stdout
+    # Naming the method makes the missing entry an error, not a failed row.
     named = invoke(*args, "--method", "other")
     assert named.exit_code == 2 and "no entry for method 'other'" in named.output
+
+
+@pytest.mark.parametrize("content", [{}, {"forwrad": [[torch.zeros(4, 4)]]}], ids=["empty", "wrong-key"])
+def test_expected_outputs_that_compare_nothing_are_an_error(content: dict, tmp_path: Path) -> None:
+    """--expected given but no method's outputs compared with it: exit 2 (it used to print PASS)."""
+    out = rewritten("v_f_multi_method_copy", tmp_path)
+    expected = tmp_path / "expected.pt"
+    torch.save(content, expected)
+    for fmt in ("text", "json", "markdown"):
+        done = invoke("validate", pte_path("v_f_multi_method_copy"), out, "--simulate-devices", "--inputs",
+                      CORPUS / "v_f_multi_method_copy.inputs.pt", "--expected", expected, "--format", fmt)
+        assert done.exit_code == 2, done.output
+        assert "expected.pt" in done.stderr and "no entry for any of the methods 'forward', 'other'" in done.stderr
+        assert "nothing would be compared" in done.stderr and not done.stdout and "Traceback" not in done.output
+
+
+def test_integer_and_bool_outputs_compare_exactly() -> None:
+    """Token ids all off by one are within any relative tolerance of large ids; they must not match."""
+    ids = torch.tensor([50_000, 120_000, 250_000])
+    assert "3 of 3 int64 element(s) differ" in _outputs_equal([ids], [ids + 1], False, 1e-4, 1e-5)
+    assert _outputs_equal([ids], [ids + 1], False, None, None) is not None  # the defaults too
+    assert _outputs_equal([ids], [ids.clone()], False, None, None) is None
+    mask = torch.tensor([True, False, True])
+    assert "bool element(s) differ" in _outputs_equal([mask], [~mask], False, 1.0, 1.0)
+    assert _outputs_equal([torch.tensor([0.5, 1.0])], [torch.tensor([0.5, 1.0001])], False, 1e-3, 1e-5) is None
+
+
+def test_default_tolerance_depends_on_the_dtype() -> None:
+    """torch.testing.assert_close's defaults: float32 rtol 1.3e-6, float16 1e-3, bfloat16 1.6e-2."""
+    one = torch.ones(4)
+    assert _outputs_equal([one], [one * (1 + 5e-5)], False, None, None) is not None  # float32: beyond 1.3e-6 + 1e-5
+    half = one.half()
+    assert _outputs_equal([half], [half * (1 + 2 ** -10)], False, None, None) is None  # float16: one ulp, within 1e-3
+    brain = one.bfloat16()
+    assert _outputs_equal([brain], [brain * (1 + 2 ** -7)], False, None, None) is None  # bfloat16: one ulp
+    assert _outputs_equal([brain], [brain * (1 + 2 ** -7)], False, 1e-4, None) is not None  # --rtol overrides
+    assert _outputs_equal([one], [one * (1 + 5e-5)], False, 1e-4, None) is None
+
+
+def test_the_report_states_each_outputs_tolerance(tmp_path: Path) -> None:
+    """v_a_dtypes_copy has float32, float16, bfloat16, int8 and int64 outputs; each is compared by its dtype."""
+    import jsonschema
+
+    out = rewritten("v_a_dtypes_copy", tmp_path)
+    args = ("validate", pte_path("v_a_dtypes_copy"), out, "--simulate-devices", "--inputs",
+            CORPUS / "v_a_dtypes_copy.inputs.pt", "--expected", CORPUS / "v_a_dtypes_copy.expected.pt")
+    done = invoke(*args, "--format", "json")
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.stdout)
+    schema = json.loads((Path(__file__).resolve().parents[1] / "cli" / "report.schema.json").read_text())
+    jsonschema.validate(report, schema)
+    assert report["tolerance"]["rtol"] is None and report["tolerance"]["atol"] is None
+    found = {t["dtype"]: (t["exact"], t["rtol"], t["atol"], t["source"]) for t in report["methods"][0]["output_tolerances"]}
+    assert found == {"float32": (False, 1.3e-6, 1e-5, "dtype default"), "float16": (False, 1e-3, 1e-5, "dtype default"),
+                     "bfloat16": (False, 1.6e-2, 1e-5, "dtype default"), "int8": (True, None, None, "exact"),
+                     "int64": (True, None, None, "exact")}
+    expected_row = next(c for c in report["methods"][0]["checks"] if c["name"] == "outputs match expected")
+    assert "int64 exactly" in expected_row["detail"] and "float16 within rtol=0.001, atol=1e-05" in expected_row["detail"]
+    for fmt in ("text", "markdown"):
+        shown = invoke(*args, "--format", fmt, env={"COLUMNS": "400"}).stdout
+        assert "int64 exactly" in shown and "float32 within rtol=1.3e-06" in shown, shown
+    given = json.loads(invoke(*args, "--rtol", "0.5", "--format", "json").stdout)
+    assert given["tolerance"]["rtol"] == 0.5
+    sources = {t["dtype"]: (t["rtol"], t["source"]) for t in given["methods"][0]["output_tolerances"]}
+    assert sources["float32"] == (0.5, "given") and sources["int64"] == (None, "exact")
+
+
+def test_integer_outputs_off_by_one_fail_expected_whatever_the_tolerance(tmp_path: Path) -> None:
+    out = rewritten("v_a_dtypes_copy", tmp_path)
+    data = torch.load(CORPUS / "v_a_dtypes_copy.expected.pt", weights_only=True)
+    calls = [list(call) for call in data["forward"]]
+    for call in calls:
+        call[4] = call[4] + 1  # the int64 output, every element off by one (|values| >= 112: within rtol 0.01)
+    wrong = tmp_path / "wrong.pt"
+    torch.save({"forward": calls}, wrong)
+    done = invoke("validate", pte_path("v_a_dtypes_copy"), out, "--simulate-devices", "--inputs",
+                  CORPUS / "v_a_dtypes_copy.inputs.pt", "--expected", wrong, "--rtol", "0.01", "--format", "json")
+    assert done.exit_code == 1, done.output
+    row = next(c for c in json.loads(done.stdout)["methods"][0]["checks"] if c["name"] == "outputs match expected")
+    assert row["status"] == "fail" and "output 4: 12 of 12 int64 element(s) differ (compared exactly" in row["detail"]
 
 
 def test_methods_without_inputs_are_listed_as_not_validated(tmp_path: Path) -> None:
@@ -283,11 +365,24 @@ def test_profiler_figures_sit_next_to_the_ledger(tmp_path: Path) -> None:
 def test_rewritten_corpus_validates_with_every_delegate_opaque(name: str, tmp_path: Path) -> None:
     """--opaque-delegates: no delegate executes, yet the boundary check covers every call (the CI gate)."""
     out = rewritten(name, tmp_path)
-    result = validate(pte_path(name), out, ptd=ptd_path(name), inputs=CORPUS / f"{name}.inputs.pt",
-                      expected=CORPUS / f"{name}.expected.pt", calls=2, simulate_devices=True, opaque_delegates=True)
+    result = validate(pte_path(name), out, ptd=ptd_path(name), inputs=CORPUS / f"{name}.inputs.pt", calls=2,
+                      simulate_devices=True, opaque_delegates=True)
     assert result.passed, [(c.name, c.detail) for mv in result.methods for c in mv.checks if not c.passed]
     for mv in result.methods:
         assert mv.opaque_backends == ["BackendWithCompilerDemo"]
         rows = {c.name: c.status.value for c in mv.checks}
-        assert rows["delegate boundaries match"] == "pass" and rows["outputs match expected"] == "skipped"
+        assert rows["delegate boundaries match"] == "pass" and "outputs match expected" not in rows
         assert mv.boundary.delegate_calls >= 2
+
+
+def test_expected_outputs_that_only_stand_ins_would_meet_are_an_error(tmp_path: Path) -> None:
+    """Every output depends on an opaque delegate: --expected compares nothing, and says so (exit 2), never PASS."""
+    name = "v_c_shared_host_copy"
+    out = rewritten(name, tmp_path)
+    with pytest.raises(PteDevconstError, match="no output was compared with the expected outputs: every output "
+                                               r"depends on opaque delegates \(BackendWithCompilerDemo\)"):
+        validate(pte_path(name), out, inputs=CORPUS / f"{name}.inputs.pt", expected=CORPUS / f"{name}.expected.pt",
+                 simulate_devices=True, opaque_delegates=True)
+    done = invoke("validate", pte_path(name), out, "--simulate-devices", "--opaque-delegates", "--inputs",
+                  CORPUS / f"{name}.inputs.pt", "--expected", CORPUS / f"{name}.expected.pt", "--format", "json")
+    assert done.exit_code == 2 and not done.stdout and f"{name}.expected.pt: no output was compared" in done.stderr
