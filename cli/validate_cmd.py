@@ -143,12 +143,15 @@ def validate_command(
     one fails, 2 on bad input.
     """
     from pte_devconst import api
+    from pte_devconst.cli.progress import steps_progress
 
-    result = api.validate(original, rewritten, ptd=ptd, rewritten_ptd=rewritten_ptd, inputs=inputs,
-                          expected=expected, calls=calls, rtol=rtol, atol=atol, simulate_devices=simulate_devices,
-                          methods=method or None, profile=profile, opaque_delegates=opaque_delegates)
-    fmt = resolve_format(fmt, json_flag)
     quiet = global_options(ctx).quiet
+    with steps_progress(f"validating {original.name}", quiet) as progress:  # loading torch alone takes seconds
+        result = api.validate(original, rewritten, ptd=ptd, rewritten_ptd=rewritten_ptd, inputs=inputs,
+                              expected=expected, calls=calls, rtol=rtol, atol=atol, simulate_devices=simulate_devices,
+                              methods=method or None, profile=profile, opaque_delegates=opaque_delegates,
+                              progress=progress)
+    fmt = resolve_format(fmt, json_flag)
     if not quiet:
         warn(result)
     if fmt is OutputFormat.json:

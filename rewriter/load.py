@@ -14,7 +14,7 @@ import os
 from typing import Iterator, Optional
 
 from pte_devconst.schema.ptd_file import PtdFile, open_ptd
-from pte_devconst.schema.pte_file import PteFile, open_pte
+from pte_devconst.schema.pte_file import PteFile, ProgramBytes, open_pte
 
 from .analysis import Analysis, ExternalData, analyze_program
 
@@ -45,9 +45,9 @@ def analyze_file(path: str | os.PathLike[str], ptd: Optional[str | os.PathLike[s
 
 
 @contextlib.contextmanager
-def opened(path: str | os.PathLike[str], ptd: Optional[str | os.PathLike[str]] = None
+def opened(path: "str | os.PathLike[str] | ProgramBytes", ptd: Optional[str | os.PathLike[str]] = None
            ) -> Iterator[tuple[PteFile, Optional[PtdFile]]]:
-    """Open a .pte and, when given, its .ptd; both are closed on exit."""
+    """Open a .pte (a file or a program in memory) and, when given, its .ptd; both are closed on exit."""
     with open_pte(path) as source:
         if ptd is None:
             yield source, None
