@@ -12,6 +12,8 @@ from pte_devconst.cli.output import (EtrecordOption, FormatOption, JsonFlag, Out
                                      emit_json, human_bytes, markdown_table, markup_safe, md_code, name_cell,
                                      resolve_format, stdout_console, table)
 
+from pte_devconst.cli.mermaid import diagrams
+
 if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
     from pte_devconst.rewriter.diff import MethodDiff, ProgramDiff
 
@@ -155,6 +157,9 @@ def render_markdown(d: ProgramDiff) -> None:
                       markdown_table(["change", "old #", "new #", "before", "after"],
                                      [[r[0], r[1], r[2], md_code(r[3]), md_code(r[4])]
                                       for r in _instruction_rows(method)]), "", "</details>", ""]
+    if any(f.resident for method in d.flows for f in method.flows):
+        lines += diagrams(d.flows, "Constants the first program copies host-to-device on every call, and what the "
+                          "second makes of them:")
     echo_lines(lines)
 
 

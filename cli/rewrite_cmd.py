@@ -16,6 +16,7 @@ from pte_devconst.cli.app import EXIT_ERROR, EXIT_FINDINGS, command, for_each_pr
 from pte_devconst.cli.output import (DataOption, EtrecordOption, FormatOption, JsonFlag, OutputFormat, constant_label,
                                      echo_lines, emit_json, fold_hint, human_bytes, markdown_table, markup_safe,
                                      md_code, md_text, name_cell, resolve_format, stdout_console, table)
+from pte_devconst.cli.mermaid import diagrams
 from pte_devconst.cli.progress import rewrite_progress
 from pte_devconst.schema.errors import PteDevconstError
 
@@ -170,6 +171,9 @@ def render_markdown(result: RewriteResult) -> None:
                   markdown_table(["method", "value", "name", "bytes", "why"],
                                  [[md_code(m), v, md_code(name), f"{nbytes:,}", md_text(why)]
                                   for m, v, name, nbytes, why in not_moved])]
+    if result.changed:
+        lines += [""] + diagrams(result.flows, "Constants copied host-to-device on every call, before and after "
+                                 "the rewrite:")
     hint = fold_hint(result.fold_gain)
     if hint:
         lines += ["", hint]

@@ -9,11 +9,13 @@ constant values of a method are its recorded constant placeholders, in order, le
 inside its blob (and plus none: lowering and ``to_executorch`` remove placeholders, they add no constant).
 
 The recorded program may be the final one (``ExecutorchProgramManager.exported_program``) or an earlier
-one (an ETRecord holds the edge program from before lowering, ``EdgeProgramManager`` likewise), so the match
-does not trust positions.  Constants are grouped by dtype, shape and, where the recording has the bytes,
-the sha256 of their data; inside a group the program's constants take the recorded names in order when
-both sides have the same count.  A group with more recorded tensors than the program has (a delegate took
-one of two tensors with the same shape and bytes) stays unnamed: a name is given only where it is certain.
+one (an ETRecord holds the edge program from before lowering, ``EdgeProgramManager`` likewise), and
+lowering re-creates the placeholders of what it does not delegate in another order (measured on a 1.5.1
+export: ``shift`` recorded after ``proj.bias`` became value 0), so positions prove nothing.  A constant is
+named when it is the only one of its dtype, shape and bytes (sha256 of its data) on both sides; without the
+recorded bytes (a state dict this reader cannot parse), when it is the only one of its dtype and shape.
+Tensors with the same bytes stay unnamed: which is which is recorded nowhere.  A name is given only where it
+is certain; the others are counted (``ProgramNames.unnamed``) and said in a note.
 """
 
 from __future__ import annotations
@@ -87,19 +89,21 @@ def _match(source: PteFile, program: Sequence[tuple[int, m.Tensor]], recorded: S
     found: dict[int, str] = {}
     for ours, theirs in groups.values():
         digests = [c.digest() if c.digest else None for c in theirs]
-        if all(d is not None for d in digests):
-            # The bytes decide; a tensor of the program whose bytes the recording lacks (folded, changed) stays unnamed.
+        if len(ours) == 1 and len(theirs) == 1:
+            index, tensor = ours[0]
+            if digests[0] is None or digests[0] == _digest(source, tensor):
+                found[index] = theirs[0].name  # the only tensor of its dtype and shape on both sides
+        elif digests and all(d is not None for d in digests):
+            # The bytes decide.  A tensor of the program whose bytes the recording lacks (folded, changed) stays
+            # unnamed, and so do tensors with the same bytes: which is which is not recorded anywhere.
             by_digest: dict[Optional[str], tuple[list[int], list[str]]] = {}
             for index, tensor in ours:
                 by_digest.setdefault(_digest(source, tensor), ([], []))[0].append(index)
             for constant, digest in zip(theirs, digests):
                 if digest in by_digest:
                     by_digest[digest][1].append(constant.name)
-            pairs = [(i, n) for digest, (indices, names) in by_digest.items()
-                     if digest is not None and len(indices) == len(names) for i, n in zip(indices, names)]
-        else:
-            pairs = list(zip((i for i, _ in ours), (c.name for c in theirs))) if len(ours) == len(theirs) else []
-        found.update(pairs)
+            found.update((indices[0], names[0]) for digest, (indices, names) in by_digest.items()
+                         if digest is not None and len(indices) == 1 and len(names) == 1)
     return dict(sorted(found.items()))
 
 
