@@ -9,7 +9,7 @@ import typer
 
 from pte_devconst.cli.app import EXIT_ERROR, command, for_each_program, global_options
 from pte_devconst.cli.output import (DataOption, EtrecordOption, constant_label, ProgramsArgument, FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json, fold_hint,
-                                     human_bytes, markdown_table, markup_safe, md_code, md_text, name_cell, printable,
+                                     human_bytes, markdown_table, markup_safe, md_code, md_name, md_text, name_cell, printable,
                                      resolve_format, shape_text, stdout_console, table)
 
 if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
@@ -161,7 +161,7 @@ def render_markdown(report: InspectReport) -> None:
                 "host-to-device per call)", ""]
         if method.constants:
             out += [markdown_table(["value", "name", "dtype", "shape", "bytes", "read by", "verdict"],
-                                   [[c.value, md_code(name_cell(c.name, c.value)), c.dtype, shape_text(c.shape), c.nbytes,
+                                   [[c.value, md_name(c.name, c.value), c.dtype, shape_text(c.shape), c.nbytes,
                                      _readers_cell(c.readers, False), c.verdict] for c in method.constants]), ""]
         if method.folds:
             out += ["Chains of host kernels from constants to device readers (`rewrite --fold`):", "",
@@ -170,7 +170,7 @@ def render_markdown(report: InspectReport) -> None:
         if stays:
             out += ["Copied on every call; the rewrite cannot move them:", "",
                     markdown_table(["value", "name", "device", "bytes/call", "why"],
-                                   [[c.value, md_code(name_cell(c.name, c.value)), c.device, f"{c.bytes_per_call:,}", c.reason]
+                                   [[c.value, md_name(c.name, c.value), c.device, f"{c.bytes_per_call:,}", c.reason]
                                     for c in stays]), ""]
     echo_lines(out)
 

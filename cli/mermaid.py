@@ -11,6 +11,7 @@ with quotes, brackets or backticks can neither break the diagram nor end the cod
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Optional, Sequence
 
@@ -28,9 +29,14 @@ OPS_SHOWN = 2
 _ENTITY = {ch: f"#{ord(ch)};" for ch in '"#<>&`|[]{}'}
 
 
+_LINKS = re.compile(r"(?i)://|\bwww\.")  # what a renderer could turn into a link: the ':' or the '.' goes
+
+
 def mermaid_text(text: object) -> str:
-    """File-derived text for a quoted Mermaid label: printable, every special character an entity code."""
-    return "".join(_ENTITY.get(ch, ch) for ch in printable(text))
+    """File-derived text for a quoted Mermaid label: printable, every special character an entity code, and no
+    URL a renderer could make a link of (``http#58;//``, ``www#46;``)."""
+    escaped = "".join(_ENTITY.get(ch, ch) for ch in printable(text))
+    return _LINKS.sub(lambda match: "#58;//" if match.group() == "://" else match.group()[:3] + "#46;", escaped)
 
 
 @dataclass

@@ -66,6 +66,12 @@ def name_cell(name: str, value: int) -> str:
     return "-" if name == f"value {value}" else name
 
 
+def md_name(name: str, value: int) -> "MarkdownText":
+    """``name_cell`` for a markdown table: the name as code, or a plain ``-``."""
+    cell = name_cell(name, value)
+    return MarkdownText("-") if cell == "-" else md_code(cell)
+
+
 def constant_label(name: str, value: int) -> str:
     """``fc1.weight (v3)``, or ``value 3`` for a constant without a name: where no value column stands beside it."""
     return name if name == f"value {value}" else f"{name} (v{value})"

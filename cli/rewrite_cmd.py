@@ -154,8 +154,8 @@ def render_markdown(result: RewriteResult) -> None:
             lines += [markdown_table(["method", "device", "constants", "bytes", "H2D saved/call"], _moved_rows(result)),
                       "", f"<details><summary>{len(moved)} constant(s) {'would move' if dry else 'moved'}</summary>",
                       "", markdown_table(["method", "value", "name", "device", "bytes", "H2D saved/call"],
-                                         [[md_code(r[0]), r[1], md_code(r[2]), r[3], f"{r[4]:,}", f"{r[5]:,}"]
-                                          for r in moved]), "", "</details>", ""]
+                                         [[md_code(r[0]), r[1], md_code(r[2]) if r[2] != "-" else "-", r[3],
+                                           f"{r[4]:,}", f"{r[5]:,}"] for r in moved]), "", "</details>", ""]
         if plan.folds:
             lines += ["Folded chains:", "", markdown_table(FOLD_COLUMNS, fold_rows(result)), "", cost_line(plan), ""]
         lines += [f"**{human_bytes(plan.bytes_per_call_saved)}** fewer host-to-device bytes per call; "
@@ -169,7 +169,7 @@ def render_markdown(result: RewriteResult) -> None:
     if not_moved:
         lines += ["", "**Left in place:**", "",
                   markdown_table(["method", "value", "name", "bytes", "why"],
-                                 [[md_code(m), v, md_code(name), f"{nbytes:,}", md_text(why)]
+                                 [[md_code(m), v, md_code(name) if name != "-" else "-", f"{nbytes:,}", md_text(why)]
                                   for m, v, name, nbytes, why in not_moved])]
     if result.changed:
         lines += [""] + diagrams(result.flows, "Constants copied host-to-device on every call, before and after "

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from pte_devconst.schema import model as m
+from pte_devconst.schema.executorch import H2D_COPY
 from pte_devconst.schema.record import record
 
 from .analysis import Analysis, MethodAnalysis
@@ -25,7 +26,7 @@ class Flow:
     sources: tuple[str, ...]  # the constants it comes from: their names, or ``value N``
     host_ops: tuple[str, ...]  # the host kernels that computed it (empty: the constant itself is copied)
     device: str
-    delegates: tuple[str, ...]  # the delegates on that device in this method: ``delegate 0 (Backend)``
+    delegates: tuple[str, ...]  # the delegates on that device that read it or its copy: ``delegate 0 (Backend)``
     nbytes: int
     copies_per_call: int
     resident: Optional[bool]  # in device memory from the load on after the rewrite; None: no "after" (inspect)
@@ -41,11 +42,24 @@ class MethodFlows:
     flows: tuple[Flow, ...]
 
 
-def _delegates(method: MethodAnalysis) -> dict[str, tuple[str, ...]]:
-    found: dict[str, list[str]] = {}
-    for delegate in method.delegates:
-        found.setdefault(str(delegate.device), []).append(f"delegate {delegate.index} ({delegate.backend_id})")
-    return {device: tuple(names) for device, names in found.items()}
+def _reached(plan: m.ExecutionPlan, method: MethodAnalysis) -> Callable[[int, str], tuple[str, ...]]:
+    """``reached(value, device)``: the delegates on ``device`` that read ``value`` or an h2d copy of it."""
+    ops = [op.qualified_name for op in plan.operators or ()]
+    copies: dict[int, set[int]] = {}
+    for chain in plan.chains or ():
+        for instruction in chain.instructions or ():
+            if isinstance(instruction, m.KernelCall) and 0 <= instruction.op_index < len(ops) \
+                    and ops[instruction.op_index] == H2D_COPY and len(instruction.args or ()) >= 2:
+                copies.setdefault(instruction.args[0], set()).add(instruction.args[1])
+    backends = {d.index: (d.backend_id, str(d.device)) for d in method.delegates}
+
+    def reached(value: int, device: str) -> tuple[str, ...]:
+        wanted = {value} | copies.get(value, set())
+        found = sorted({site.delegate_index for site in method.call_sites if wanted & set(site.inputs)
+                        and backends.get(site.delegate_index, ("", ""))[1] == device})
+        return tuple(f"delegate {i} ({backends[i][0]})" for i in found)
+
+    return reached
 
 
 def program_flows(program: m.Program, analysis: Analysis,
@@ -55,12 +69,13 @@ def program_flows(program: m.Program, analysis: Analysis,
     plans = program.execution_plan or ()
     result = []
     for method in analysis.methods:
-        delegates = _delegates(method)
+        plan = plans[method.plan_index]
+        reached = _reached(plan, method)
         flows = tuple(
             Flow(copy.value, copy.sources or (copy.name,), copy.host_ops, str(copy.device),
-                 delegates.get(str(copy.device), ()), copy.nbytes, copy.copies_per_call,
+                 reached(copy.value, str(copy.device)), copy.nbytes, copy.copies_per_call,
                  None if resident is None else resident(copy))
-            for copy in method_derived_copies(plans[method.plan_index], method))
+            for copy in method_derived_copies(plan, method))
         if flows:
             result.append(MethodFlows(method.label, flows))
     return tuple(result)
