@@ -126,3 +126,19 @@ def test_a_program_in_memory_has_no_output_path(exported, tmp_path: Path) -> Non
     with pytest.raises(PteDevconstError, match="rewritten in memory"):
         api.rewrite(et.buffer, in_place=True)
     assert not (tmp_path / "x.pte").exists()
+
+
+def test_the_readme_export_example_runs_and_prints_what_it_shows(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    code, shown = re.search(r"### Right after an export\n.*?```python\n(.*?)```\n\nprints\n\n```text\n(.*?)```",
+                            readme, re.S).groups()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "examples"))
+    exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+    assert capsys.readouterr().out == shown
+    assert sorted(os.listdir(tmp_path)) == ["model.etrecord", "model.pte"]
+    assert api.check(tmp_path / "model.pte").passed
