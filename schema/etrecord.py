@@ -122,20 +122,29 @@ class _Unpickler(pickle.Unpickler):
 class _TorchSave:
     """A ``torch.save`` zip (inside the ETRecord): its tensors' storage files, read only to hash one tensor's bytes."""
 
-    def __init__(self, data: bytes) -> None:
-        self.zip = zipfile.ZipFile(io.BytesIO(data))
+    def __init__(self, data: IO[bytes]) -> None:
+        self.zip = zipfile.ZipFile(data)
         names = self.zip.namelist()
         pickles = [n for n in names if n.endswith("data.pkl")]
         if not pickles:
             raise pickle.UnpicklingError("no data.pkl")
         self.prefix = pickles[0][: -len("data.pkl")]
-        loaded = _Unpickler(io.BytesIO(self.zip.read(pickles[0]))).load()
+        info = self.zip.getinfo(pickles[0])
+        if info.file_size > MAX_JSON_BYTES:
+            raise pickle.UnpicklingError("data.pkl is larger than a state dict's index")
+        loaded = _Unpickler(io.BytesIO(self.zip.read(info))).load()
         self.tensors: dict[str, _TensorRecord] = (
             {k: v for k, v in loaded.items() if isinstance(k, str) and isinstance(v, _TensorRecord)}
             if isinstance(loaded, dict) else {})
 
     def digest(self, name: str, element_size: int) -> Optional[str]:
         """sha256 of the tensor's bytes when they are one contiguous run of its storage, else None."""
+        try:
+            return self._digest(name, element_size)
+        except (TypeError, ValueError, OSError, zipfile.BadZipFile, EOFError):  # a malformed record: no bytes
+            return None
+
+    def _digest(self, name: str, element_size: int) -> Optional[str]:
         tensor = self.tensors.get(name)
         if tensor is None or not isinstance(tensor.offset, int):
             return None
@@ -154,7 +163,7 @@ class _TorchSave:
             return None
         hasher = hashlib.sha256()
         with self.zip.open(member) as stream:
-            stream.seek(start)
+            stream.seek(start)  # a stored entry (torch.save's) seeks; a compressed one decompresses up to here
             left = length
             while left:
                 chunk = stream.read(min(left, 8 << 20))
@@ -187,19 +196,22 @@ def _recorded_method(record: zipfile.ZipFile, method: str, entry: str, where: st
         specs = module["signature"]["input_specs"]
         outputs = module["signature"].get("output_specs") or []
         tensors = module["graph"].get("tensor_values") or {}
-    except (ValueError, KeyError, TypeError, zipfile.BadZipFile) as error:
+        if not isinstance(specs, list) or not isinstance(outputs, list) or not isinstance(tensors, dict):
+            raise TypeError("input_specs, output_specs or tensor_values has the wrong type")
+    except (ValueError, KeyError, TypeError, AttributeError, zipfile.BadZipFile) as error:
         raise ETRecordError(f"{entry} is not a serialized ExportedProgram ({type(error).__name__}: {error})",
                             file=where) from None
-    mutated = {spec.get("buffer_mutation", {}).get("buffer_name") for spec in outputs if isinstance(spec, dict)}
+    mutated = {(spec.get("buffer_mutation") or {}).get("buffer_name") for spec in outputs
+               if isinstance(spec, dict) and isinstance(spec.get("buffer_mutation"), dict)}
     stores: dict[str, Optional[_TorchSave]] = {}
 
     def store(suffix: str) -> Optional[_TorchSave]:
         if suffix not in stores:
-            try:
-                stores[suffix] = _TorchSave(record.read(f"{entry}{suffix}"))
+            try:  # streamed from the ETRecord (a stored entry seeks without reading a state dict of GBs)
+                stores[suffix] = _TorchSave(record.open(f"{entry}{suffix}"))
             except (KeyError, pickle.UnpicklingError, zipfile.BadZipFile, EOFError, ValueError, TypeError,
-                    AttributeError, IndexError):
-                stores[suffix] = None  # no bytes to compare: names are then matched by dtype, shape and order
+                    AttributeError, IndexError, OSError, RecursionError, MemoryError):
+                stores[suffix] = None  # no bytes to compare: names are then matched by dtype and shape alone
         return stores[suffix]
 
     constants = []
@@ -210,13 +222,16 @@ def _recorded_method(record: zipfile.ZipFile, method: str, entry: str, where: st
         if kind not in CONSTANT_KINDS or not isinstance(body, dict):
             continue
         name = body.get(CONSTANT_KINDS[kind])
-        placeholder = (body.get("arg") or {}).get("name")
+        arg = body.get("arg")
+        placeholder = arg.get("name") if isinstance(arg, dict) else None
         meta = tensors.get(placeholder) if isinstance(placeholder, str) else None
         if not isinstance(name, str) or not isinstance(meta, dict) or name in mutated:
             continue
-        dtype = TORCH_SERDE_DTYPES.get(meta.get("dtype"))  # type: ignore[arg-type]
-        sizes = tuple(_int(s) for s in meta.get("sizes") or ())
-        if dtype is None or any(s is None for s in sizes):
+        dtype = meta.get("dtype")
+        dtype = TORCH_SERDE_DTYPES.get(dtype) if isinstance(dtype, int) else None
+        raw_sizes = meta.get("sizes")
+        sizes = tuple(_int(s) for s in raw_sizes) if isinstance(raw_sizes, list) else (None,)
+        if dtype is None or any(s is None or s < 0 for s in sizes):
             continue
         suffix = "_constants" if kind == "tensor_constant" else "_state_dict"
 

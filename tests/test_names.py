@@ -215,3 +215,55 @@ def test_api_takes_an_etrecord_as_a_file_object() -> None:
 def test_the_json_names_validate() -> None:
     _, document = invoke_json("inspect", PTE, "--etrecord", RECORD)
     assert json.dumps(document["names"]) and set(document["names"]) == {"source", "named", "unnamed", "notes"}
+
+
+def test_methods_are_found_by_entry_name(tmp_path: Path) -> None:
+    from pte_devconst.schema.etrecord import _method_names
+
+    members = ["ETRECORD_V0", "edge_dialect_exported_program/forward", "edge_dialect_exported_program/forward_state_dict",
+               "edge_dialect_exported_program/decode", "edge_dialect_exported_program/decode_constants",
+               "edge_dialect_exported_program/decode_example_inputs", "exported_program"]
+    assert _method_names(members) == {"forward": "edge_dialect_exported_program/forward",
+                                      "decode": "edge_dialect_exported_program/decode"}
+    assert _method_names(["edge_dialect_exported_program"]) == {"forward": "edge_dialect_exported_program"}
+
+
+def test_any_json_in_the_edge_program_is_names_or_one_error(tmp_path: Path) -> None:
+    """Structure-aware: the fixture's graph with parts replaced by arbitrary JSON never crashes the reader."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    with zipfile.ZipFile(RECORD) as source:
+        original = json.loads(source.read("edge_dialect_exported_program/forward"))
+    leaves = st.none() | st.booleans() | st.integers(-5, 40) | st.text(max_size=5)
+    anything = st.recursive(leaves, lambda inner: st.lists(inner, max_size=3)
+                            | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=12)
+    paths = [("graph_module",), ("graph_module", "signature"), ("graph_module", "signature", "input_specs"),
+             ("graph_module", "signature", "output_specs"), ("graph_module", "graph", "tensor_values"),
+             ("graph_module", "signature", "input_specs", 0), ("graph_module", "signature", "input_specs", 0,
+                                                               "parameter"),
+             ("graph_module", "graph", "tensor_values", "p_proj_weight")]
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.sampled_from(paths), anything)
+    def run(path: tuple, value: object) -> None:
+        document = json.loads(json.dumps(original))
+        target = document
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+        forged = tmp_path / "f.etrecord"
+        with zipfile.ZipFile(RECORD) as record, zipfile.ZipFile(forged, "w") as out:
+            for item in record.infolist():
+                data = (json.dumps(document).encode() if item.filename == "edge_dialect_exported_program/forward"
+                        else record.read(item))
+                out.writestr(item.filename, data)
+        try:
+            names = match_names(source, read_etrecord(forged), "forged")
+        except PteDevconstError as error:
+            assert str(error).startswith(f"{forged}: ") and "\n" not in str(error)
+        else:
+            assert set(names.by_plan.get(0, {}).values()) <= {"inner", "proj.weight", "proj.bias", "scale", "shift"}
+
+    with open_pte(PTE) as source:
+        run()
