@@ -12,6 +12,8 @@ from pte_devconst.cli.output import (DataOption, EtrecordOption, constant_label,
                                      human_bytes, markdown_table, markup_safe, md_code, md_name, md_text, name_cell, printable,
                                      resolve_format, shape_text, stdout_console, table)
 
+from pte_devconst.cli.mermaid import diagrams
+
 if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
     from pte_devconst.api import InspectReport
     from pte_devconst.rewriter.inventory import MethodSummary
@@ -172,6 +174,7 @@ def render_markdown(report: InspectReport) -> None:
                     markdown_table(["value", "name", "device", "bytes/call", "why"],
                                    [[c.value, md_name(c.name, c.value), c.device, f"{c.bytes_per_call:,}", c.reason]
                                     for c in stays]), ""]
+    out += diagrams(report.flows, "Constants copied host-to-device on every call:")
     echo_lines(out)
 
 

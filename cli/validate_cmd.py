@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from pte_devconst.cli.app import EXIT_FINDINGS, command, global_options
-from pte_devconst.cli.output import (FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json, markdown_table,
+from pte_devconst.cli.output import (EtrecordOption, FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json, markdown_table,
                                      markup_safe, md_code, md_text, printable, resolve_format, stdout_console, table)
 from pte_devconst.cli.run_cmd import (InputsOption, ProfileOption, PtdOption, SimulateOption, exact_bytes,
                                       opaque_note)
@@ -133,6 +133,7 @@ def validate_command(
         "--opaque-delegates", help="Run every delegate as an opaque stand-in (seeded outputs from its inputs' "
         "bytes), not only those whose backend has no executor: fast, and enough for a CI gate.")] = False,
     profile: ProfileOption = False,
+    etrecord: EtrecordOption = None,
     fmt: FormatOption = OutputFormat.text,
     json_flag: JsonFlag = False,
 ) -> None:
@@ -150,7 +151,7 @@ def validate_command(
         result = api.validate(original, rewritten, ptd=ptd, rewritten_ptd=rewritten_ptd, inputs=inputs,
                               expected=expected, calls=calls, rtol=rtol, atol=atol, simulate_devices=simulate_devices,
                               methods=method or None, profile=profile, opaque_delegates=opaque_delegates,
-                              progress=progress)
+                              progress=progress, etrecord=etrecord)
     fmt = resolve_format(fmt, json_flag)
     if not quiet:
         warn(result)

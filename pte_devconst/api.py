@@ -31,6 +31,7 @@ from pte_devconst.schema.model import Device
 from pte_devconst.schema.named_enum import NamedEnum
 
 if TYPE_CHECKING:  # only for annotations: keep `import pte_devconst.api` light
+    from pte_devconst.rewriter.flows import MethodFlows
     from pte_devconst.rewriter.names import ProgramNames
     from pte_devconst.schema.pte_file import ProgramBytes, PteFile
     from pte_devconst.rewriter.diff import ProgramDiff
@@ -171,6 +172,7 @@ class InspectReport:
     notes: tuple[str, ...]
     fold_gain: Optional["FoldGain"] = None  # what rewrite --fold would move beyond a plain rewrite
     names: Optional["ProgramNames"] = None  # where the constants' names came from (--etrecord)
+    flows: tuple["MethodFlows", ...] = ()  # the per-call copies of constant-derived values (markdown's diagram)
 
     @property
     def ptd_hint(self) -> str:
@@ -199,6 +201,7 @@ def inspect(pte: ProgramLike, ptd: Optional[PathLike] = None, *, etrecord: Optio
     ``ptd`` is the program's data, else ``NAME.ptd`` next to ``NAME.pte`` (the .ptd rule).  ``etrecord``
     names the constants (a program manager passed as ``pte`` names them itself).
     """
+    from pte_devconst.rewriter.flows import program_flows
     from pte_devconst.rewriter.inventory import summarize
     from pte_devconst.rewriter.load import analyze_opened, opened
     from pte_devconst.rewriter.plan import safe_fold_gain
@@ -210,7 +213,8 @@ def inspect(pte: ProgramLike, ptd: Optional[PathLike] = None, *, etrecord: Optio
         analysis = analyze_opened(source, data)
         notes = analysis.notes + (names.notes if names else ())
         return InspectReport(summarize(source, analysis), data.path if data else None, len(analysis.unknown),
-                             source.load_refusal, notes, safe_fold_gain(source.program, analysis), names)
+                             source.load_refusal, notes, safe_fold_gain(source.program, analysis), names,
+                             program_flows(source.program, analysis))
 
 
 @dataclass(frozen=True)
@@ -340,8 +344,8 @@ def validate(original: ProgramLike, rewritten: ProgramLike, *, ptd: Optional[Pat
              rewritten_ptd: Optional[PathLike] = None, inputs: Any = None, expected: Any = None, calls: int = 2,
              rtol: float = 1e-4, atol: float = 1e-5, simulate_devices: bool = False,
              methods: Optional[Sequence[str]] = None, profile: bool = False,
-             opaque_delegates: bool = False, progress: Optional[Callable[[int, int, str], None]] = None
-             ) -> "ValidationResult":
+             opaque_delegates: bool = False, progress: Optional[Callable[[int, int, str], None]] = None,
+             etrecord: Optional[NamesLike] = None) -> "ValidationResult":
     """Run both programs on the same inputs and check the rewrite's promises (imports torch).
 
     ``inputs``/``expected`` are torch.save files (or loaded objects); ``calls`` (>= 2) per program;
@@ -350,17 +354,43 @@ def validate(original: ProgramLike, rewritten: ProgramLike, *, ptd: Optional[Pat
     ``NAME.ptd`` next to the original, ``rewritten_ptd`` to the rewrite's own sibling, else to the
     original's data (a rewrite keeps external bytes in the same .ptd).  ``progress(done, total, what)`` is
     called before each call of each program.  Either program may be held in memory (bytes, ``et``).
+    ``etrecord`` names the moved constants (``result.methods[].moved[].name``).
     """
     if rtol < 0 or atol < 0:
         raise PteDevconstError("--rtol and --atol must not be negative")
     from pte_devconst.runner.validate import validate as run_validation
 
     first, second = _program(original, "original"), _program(rewritten, "rewritten")
+    namer = _namer(_names_source(original, etrecord))
     data = _data_for(first, ptd)
-    return run_validation(first, second, ptd=data, rewritten_ptd=_data_for(second, rewritten_ptd) or data,
+    result = run_validation(first, second, ptd=data, rewritten_ptd=_data_for(second, rewritten_ptd) or data,
                           inputs=inputs, expected=expected, calls=calls, rtol=rtol, atol=atol,
                           simulate_devices=simulate_devices, methods=methods, profile=profile,
                           opaque_delegates=opaque_delegates, progress=progress)
+    if namer is not None:
+        _name_moved(result, first, namer)
+    return result
+
+
+def _name_moved(result: "ValidationResult", original: "Union[Path, ProgramBytes]",
+                namer: "Callable[[PteFile], Optional[ProgramNames]]") -> None:
+    """Give the moved constants of a validation their names (the runner knows only the program's own)."""
+    from dataclasses import replace
+
+    from pte_devconst.schema.executorch import method_labels
+    from pte_devconst.schema.pte_file import open_pte
+
+    with open_pte(original) as source:
+        names = namer(source)
+        labels = {label: index for index, label in enumerate(method_labels(source.program)[0])}
+    if names is None or not names.count:
+        return
+    for method in result.methods:
+        plan_index = labels.get(method.method)
+        for position, constant in enumerate(method.moved):
+            name = names.name(plan_index, constant.value) if plan_index is not None else None
+            if constant.name is None and name is not None:
+                method.moved[position] = replace(constant, name=name)
 
 
 # --------------------------------------------------------------------------- check

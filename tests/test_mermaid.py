@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from cli_runner import invoke
+from conftest import pte_path
 
 from pte_devconst.cli.mermaid import GROUPS_SHOWN, method_diagram, mermaid_text
 from pte_devconst.rewriter.flows import Flow, MethodFlows
@@ -116,3 +117,12 @@ def test_without_an_after_or_a_move_nothing_is_drawn_as_resident(resident) -> No
     diagram = parse(block[1:-1])
     assert all(kind == "-->" for _, kind, _, _ in diagram["edges"])
     assert len(diagram["subgraphs"]) == (1 if resident is None else 2)
+
+
+def test_inspect_markdown_draws_what_is_copied_now() -> None:
+    shown = invoke("inspect", PTE, "--etrecord", RECORD, "--format", "markdown")
+    (block,) = blocks(shown.stdout)
+    diagram = parse(block)
+    assert list(diagram["subgraphs"].values()) == ["forward: every call"]
+    assert [kind for _, kind, _, _ in diagram["edges"]] == ["-->"]
+    assert blocks(invoke("inspect", pte_path("v_h_cpu_only"), "--format", "markdown").stdout) == []

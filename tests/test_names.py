@@ -267,3 +267,14 @@ def test_any_json_in_the_edge_program_is_names_or_one_error(tmp_path: Path) -> N
 
     with open_pte(PTE) as source:
         run()
+
+
+def test_validate_names_the_moved_constants(expected: dict[int, str], tmp_path: Path) -> None:
+    out = tmp_path / "out.pte"
+    assert invoke("rewrite", PTE, "-o", out).exit_code == 0
+    code, document = invoke_json("validate", PTE, out, "--simulate-devices", "--etrecord", RECORD)
+    assert code == 0, document
+    moved = {c["value"]: c["name"] for m in document["methods"] for c in m["moved_constants"]}
+    assert moved == {v: n for v, n in expected.items() if n.startswith("proj.")}
+    _, plain = invoke_json("validate", PTE, out, "--simulate-devices")
+    assert {c["name"] for m in plain["methods"] for c in m["moved_constants"]} == {None}
