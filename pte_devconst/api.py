@@ -158,7 +158,14 @@ def analyze(pte: ProgramLike, ptd: Optional[PathLike] = None, *, etrecord: Optio
     External constants are judged with ``ptd``, else ``NAME.ptd`` next to ``NAME.pte``; without data
     a constant its readers would move has the verdict ``unknown: ...``.  ``etrecord`` names the constants.
     """
-    return inspect(pte, ptd, etrecord=etrecord).summary
+    from pte_devconst.rewriter.inventory import summarize
+    from pte_devconst.rewriter.load import analyze_opened, opened
+
+    namer = _namer(_names_source(pte, etrecord))
+    source_program = _program(pte)
+    with opened(source_program, _data_for(source_program, ptd)) as (source, data):
+        _name(source, namer)
+        return summarize(source, analyze_opened(source, data))
 
 
 @dataclass(frozen=True)
