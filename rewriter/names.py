@@ -14,8 +14,10 @@ lowering re-creates the placeholders of what it does not delegate in another ord
 export: ``shift`` recorded after ``proj.bias`` became value 0), so positions prove nothing.  A constant is
 named when it is the only one of its dtype, shape and bytes (sha256 of its data) on both sides; without the
 recorded bytes (a state dict this reader cannot parse), when it is the only one of its dtype and shape.
-Tensors with the same bytes stay unnamed: which is which is recorded nowhere.  A name is given only where it
-is certain; the others are counted (``ProgramNames.unnamed``) and said in a note.
+Tensors with the same bytes (two freshly initialised LayerNorms: ones and zeros) cannot be told apart: which
+is which is recorded nowhere; when the program has as many of them as the recording, each is named with
+every candidate (``ln1.weight or ln2.weight``), else they stay unnamed.  A name is given only where it is
+certain; the others are counted (``ProgramNames.unnamed``) and said in a note.
 """
 
 from __future__ import annotations
@@ -102,9 +104,22 @@ def _match(source: PteFile, program: Sequence[tuple[int, m.Tensor]], recorded: S
             for constant, digest in zip(theirs, digests):
                 if digest in by_digest:
                     by_digest[digest][1].append(constant.name)
-            found.update((indices[0], names[0]) for digest, (indices, names) in by_digest.items()
-                         if digest is not None and len(indices) == 1 and len(names) == 1)
+            for digest, (indices, names) in by_digest.items():
+                if digest is None or len(indices) != len(names):
+                    continue  # a delegate took some of these bytes inside: which ones is recorded nowhere
+                joint = names[0] if len(names) == 1 else _either(names)
+                found.update((index, joint) for index in indices)
     return dict(sorted(found.items()))
+
+
+JOINT_NAMES_SHOWN = 3
+
+
+def _either(names: Sequence[str]) -> str:
+    """The name of one of several tensors with the same bytes: every candidate (``ln1.weight or ln2.weight``)."""
+    if len(names) <= JOINT_NAMES_SHOWN:
+        return " or ".join(names)
+    return f"{names[0]} or {len(names) - 1} others with the same bytes"
 
 
 def named_program(program: m.Program, names: Optional[ProgramNames]) -> m.Program:

@@ -278,3 +278,20 @@ def test_validate_names_the_moved_constants(expected: dict[int, str], tmp_path: 
     assert moved == {v: n for v, n in expected.items() if n.startswith("proj.")}
     _, plain = invoke_json("validate", PTE, out, "--simulate-devices")
     assert {c["name"] for m in plain["methods"] for c in m["moved_constants"]} == {None}
+
+
+def test_as_many_tensors_with_the_same_bytes_as_recorded_are_named_with_every_candidate() -> None:
+    """Two fresh LayerNorms hold the same ones: each program tensor with those bytes is 'a or b'."""
+    import hashlib
+
+    from pte_devconst.rewriter.names import _match
+
+    with open_pte(PTE) as source:
+        tensor = source.program.execution_plan[0].values[2]
+        digest = hashlib.sha256(bytes(source.tensor_bytes(tensor))).hexdigest()
+        twins = [RecordedConstant(name, "float32", (8,), lambda: digest) for name in ("ln1.bias", "ln2.bias")]
+        assert _match(source, [(2, tensor), (9, tensor)], twins) == {2: "ln1.bias or ln2.bias",
+                                                                     9: "ln1.bias or ln2.bias"}
+        many = [RecordedConstant(f"l{i}.bias", "float32", (8,), lambda: digest) for i in range(5)]
+        named = _match(source, [(i, tensor) for i in range(5)], many)
+        assert set(named.values()) == {"l0.bias or 4 others with the same bytes"}
