@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 GROUPS_SHOWN = 4  # per side; the others are one node
 NAMES_SHOWN = 3  # per group; "and N more"
 OPS_SHOWN = 2
+DELEGATES_SHOWN = 4  # delegate numbers on a device's node
 
 # Characters Mermaid reads as syntax (quotes end a label, brackets and braces shape nodes, | ends an edge
 # label, # starts an entity, < > & are HTML in labels, ` starts a markdown string and could end the fence).
@@ -42,9 +43,10 @@ def mermaid_text(text: object) -> str:
 @dataclass
 class _Group:
     route: str
-    target: str
+    device: str
     resident: Optional[bool]
     names: list[str] = field(default_factory=list)
+    delegates: list[str] = field(default_factory=list)
     copies: int = 0
     nbytes: int = 0
     bytes_per_call: int = 0
@@ -53,9 +55,26 @@ class _Group:
         for name in flow.sources:
             if name not in self.names:
                 self.names.append(name)
+        for delegate in flow.delegates:
+            if delegate not in self.delegates:
+                self.delegates.append(delegate)
         self.copies += 1
         self.nbytes += flow.nbytes
         self.bytes_per_call += flow.bytes_per_call
+
+    @property
+    def target(self) -> str:
+        """``cuda:0: delegate 0 (Backend)``; several delegates by number (a model has one per layer)."""
+        if not self.delegates:
+            return self.device
+        ordered = sorted(self.delegates, key=lambda d: int(d.split()[1]) if d.split()[1].isdigit() else 0)
+        if len(ordered) <= 2:
+            return f"{self.device}: " + ", ".join(ordered)
+        backends = sorted({d.split(" ", 2)[2] for d in ordered if d.count(" ") >= 2})
+        numbers = [d.split()[1] for d in ordered]
+        shown = ", ".join(numbers[:DELEGATES_SHOWN]) + (f" and {len(numbers) - DELEGATES_SHOWN} more"
+                                                         if len(numbers) > DELEGATES_SHOWN else "")
+        return f"{self.device}: delegates {shown} {' '.join(backends)}".rstrip()
 
 
 def _short(op: str) -> str:
@@ -71,20 +90,14 @@ def _route(flow: "Flow") -> str:
     return f"host kernels {shown}, then copied every call"
 
 
-def _target(flow: "Flow") -> str:
-    if not flow.delegates:
-        return flow.device
-    if len(flow.delegates) > 2:
-        return f"{flow.device}: {len(flow.delegates)} delegates"
-    return f"{flow.device}: " + ", ".join(flow.delegates)
-
-
 def _groups(flows: Sequence["Flow"]) -> list[_Group]:
+    """Flows grouped by how they travel, to which device, and what became of them; the moved ones first, then
+    the largest (the delegates each group reaches are listed on its device's node)."""
     groups: dict[tuple, _Group] = {}
     for flow in sorted(flows, key=lambda f: -f.bytes_per_call):
-        key = (_route(flow), _target(flow), flow.resident)
+        key = (_route(flow), flow.device, flow.resident)
         groups.setdefault(key, _Group(*key)).add(flow)
-    return sorted(groups.values(), key=lambda g: -g.bytes_per_call)
+    return sorted(groups.values(), key=lambda g: (not g.resident, -g.bytes_per_call))
 
 
 def _names(group: _Group) -> str:
