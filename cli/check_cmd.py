@@ -24,6 +24,7 @@ from pte_devconst.cli.app import EXIT_OK, command, global_options
 from pte_devconst.cli.output import (DataOption, ProgramsArgument, GateFormat, GateFormatOption, JsonFlag, echo_lines, emit_json, fold_hint,
                                      github_annotation, human_bytes, markdown_table, md_code, md_text, printable,
                                      stdout_console, table)
+from pte_devconst.cli.output import EtrecordOption
 from pte_devconst.cli.progress import files_progress
 
 if TYPE_CHECKING:  # the analysis is imported when the command runs, not at start-up
@@ -271,6 +272,7 @@ def check_command(
         "--strict", help="Also fail on constant-derived values copied on every call that the rewrite cannot move "
         "(read on the host too, transposed on the host, ...) and on external constants not judged for want of "
         "their .ptd.")] = False,
+    etrecord: EtrecordOption = None,
     fmt: GateFormatOption = GateFormat.text,
     json_flag: JsonFlag = False,
 ) -> None:
@@ -288,7 +290,7 @@ def check_command(
     with files_progress("checking", [str(p) for p in paths], options.quiet) as advance:
         report = api.check(files, ptd=ptd or None, min_bytes=min_bytes, devices=devices, strict=strict,
                            progress=(lambda done, total, name: advance(done, Path(name).name)) if advance else None,
-                           fold=fold)
+                           fold=fold, etrecord=etrecord)
     for failed in report.errors:
         typer.echo(printable(f"pte-devconst: error: {failed.error}"), err=True)
     for problem in report.device_problems:

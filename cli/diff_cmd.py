@@ -8,8 +8,11 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from pte_devconst.cli.app import command, global_options
-from pte_devconst.cli.output import (FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json, human_bytes,
-                                     markdown_table, markup_safe, md_code, resolve_format, stdout_console, table)
+from pte_devconst.cli.output import (EtrecordOption, FormatOption, JsonFlag, OutputFormat, constant_label, echo_lines,
+                                     emit_json, human_bytes, markdown_table, markup_safe, md_code, name_cell,
+                                     resolve_format, stdout_console, table)
+
+from pte_devconst.cli.mermaid import diagrams
 
 if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
     from pte_devconst.rewriter.diff import MethodDiff, ProgramDiff
@@ -55,7 +58,7 @@ def _data_text(change: str, after: object) -> str:
 
 
 def _tensor_rows(method: MethodDiff) -> list[list[str]]:
-    return [[t.value, t.name, t.before.describe() if t.before else "-", t.after.describe() if t.after else "-",
+    return [[t.value, name_cell(t.name, t.value), t.before.describe() if t.before else "-", t.after.describe() if t.after else "-",
              human_bytes((t.after or t.before).nbytes), _data_text(t.data, t.after)] for t in method.tensors]
 
 
@@ -63,7 +66,7 @@ FOLD_COLUMNS = ["v", "from", "kernels (original #)", "device", "bytes", "H2D/cal
 
 
 def _fold_rows(method: MethodDiff) -> list[list[str]]:
-    return [[f"{f.value} (new)" if f.new_value else f.value, f.source_name,
+    return [[f"{f.value} (new)" if f.new_value else f.value, constant_label(f.source_name, f.source),
              ", ".join(f.kernels) or "device copy (shared)", f.device, human_bytes(f.nbytes),
              human_bytes(f.bytes_per_call)] for f in method.folds]
 
@@ -157,6 +160,9 @@ def render_markdown(d: ProgramDiff) -> None:
                       markdown_table(["change", "old #", "new #", "before", "after"],
                                      [[r[0], r[1], r[2], md_code(r[3]), md_code(r[4])]
                                       for r in _instruction_rows(method)]), "", "</details>", ""]
+    if any(f.resident for method in d.flows for f in method.flows):
+        lines += diagrams(d.flows, "Constants the first program copies host-to-device on every call, and what the "
+                          "second makes of them:")
     echo_lines(lines)
 
 
@@ -166,13 +172,20 @@ def diff_command(
     before: Annotated[Path, typer.Argument(help="The original .pte.", show_default=False)],
     after: Annotated[Path, typer.Argument(help="The changed .pte (any .pte, not only a rewrite).",
                                           show_default=False)],
+    etrecord: EtrecordOption = None,
     fmt: FormatOption = OutputFormat.text,
     json_flag: JsonFlag = False,
 ) -> None:
     """Report placement, device, initial data, instruction and segment changes, and per-call copies."""
     from pte_devconst import api
+    from pte_devconst.cli.progress import PROGRESS_THRESHOLD, steps_progress
 
-    d = api.diff(before, after)
+    try:
+        large = before.stat().st_size + after.stat().st_size >= PROGRESS_THRESHOLD
+    except OSError:
+        large = False  # api.diff names the file it cannot read
+    with steps_progress(f"comparing {before.name} and {after.name}", global_options(ctx).quiet, large) as progress:
+        d = api.diff(before, after, etrecord=etrecord, progress=progress)
     fmt = resolve_format(fmt, json_flag)
     if fmt is OutputFormat.json:
         emit_json("diff", d.to_json())

@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING
 import typer
 
 from pte_devconst.cli.app import EXIT_ERROR, command, for_each_program, global_options
-from pte_devconst.cli.output import (DataOption, ProgramsArgument, FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json, fold_hint,
-                                     human_bytes, markdown_table, markup_safe, md_code, md_text, printable,
+from pte_devconst.cli.output import (DataOption, EtrecordOption, constant_label, ProgramsArgument, FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json, fold_hint,
+                                     human_bytes, markdown_table, markup_safe, md_code, md_name, md_text, name_cell, printable,
                                      resolve_format, shape_text, stdout_console, table)
+
+from pte_devconst.cli.mermaid import diagrams
 
 if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
     from pte_devconst.api import InspectReport
@@ -58,20 +60,21 @@ def _method_tables(method: MethodSummary):
                     right=["id", "size", "tensors"])
     if method.constants:
         yield table("constants", ["v", "name", "dtype", "shape", "bytes", "read by", "verdict"],
-                    [[c.value, c.name, c.dtype, shape_text(c.shape), human_bytes(c.nbytes), _readers_cell(c.readers, True),
+                    [[c.value, name_cell(c.name, c.value), c.dtype, shape_text(c.shape), human_bytes(c.nbytes),
+                      _readers_cell(c.readers, True),
                       c.verdict] for c in method.constants], right=["v", "bytes"])
     if method.folds:
         yield table("chains of host kernels from constants to device readers (rewrite --fold)", FOLD_COLUMNS,
                     fold_rows(method), right=["v", "bytes", "per call"])
     if method.initial_data:
         yield table("planned with initial data", ["v", "name", "bytes", "buffer", "offset", "device", "from"],
-                    [[i.value, i.name, human_bytes(i.nbytes), i.memory_id, i.offset, i.device, i.source]
+                    [[i.value, name_cell(i.name, i.value), human_bytes(i.nbytes), i.memory_id, i.offset, i.device, i.source]
                      for i in method.initial_data], right=["v", "bytes", "buffer", "offset"])
     stays = _stays(method)
     if stays:
         yield table("constant-derived copies on every call that the rewrite cannot move",
                     ["v", "name", "device", "bytes/call", "why"],
-                    [[c.value, c.name, c.device, human_bytes(c.bytes_per_call), c.reason] for c in stays],
+                    [[c.value, name_cell(c.name, c.value), c.device, human_bytes(c.bytes_per_call), c.reason] for c in stays],
                     right=["v", "bytes/call"])
 
 
@@ -83,7 +86,7 @@ FOLD_COLUMNS = ["v", "from", "kernels", "read by", "bytes", "per call", "status"
 
 
 def fold_rows(method: MethodSummary) -> list[list[object]]:
-    return [[f.value, f.source_name, ", ".join(f.kernels) or "(none: a shared constant)",
+    return [[f.value, constant_label(f.source_name, f.source), ", ".join(f.kernels) or "(none: a shared constant)",
              f"delegate{'s' if len(f.delegates) > 1 else ''} {', '.join(map(str, f.delegates))} on {f.device}",
              human_bytes(f.nbytes), human_bytes(f.bytes_per_call), f.status] for f in method.folds]
 
@@ -167,7 +170,7 @@ def render_markdown(report: InspectReport) -> None:
                 "host-to-device per call)", ""]
         if method.constants:
             out += [markdown_table(["value", "name", "dtype", "shape", "bytes", "read by", "verdict"],
-                                   [[c.value, md_code(c.name), c.dtype, shape_text(c.shape), c.nbytes,
+                                   [[c.value, md_name(c.name, c.value), c.dtype, shape_text(c.shape), c.nbytes,
                                      _readers_cell(c.readers, False), c.verdict] for c in method.constants]), ""]
         if method.folds:
             out += ["Chains of host kernels from constants to device readers (`rewrite --fold`):", "",
@@ -176,8 +179,9 @@ def render_markdown(report: InspectReport) -> None:
         if stays:
             out += ["Copied on every call; the rewrite cannot move them:", "",
                     markdown_table(["value", "name", "device", "bytes/call", "why"],
-                                   [[c.value, md_code(c.name), c.device, f"{c.bytes_per_call:,}", c.reason]
+                                   [[c.value, md_name(c.name, c.value), c.device, f"{c.bytes_per_call:,}", c.reason]
                                     for c in stays]), ""]
+    out += diagrams(report.flows, "Constants copied host-to-device on every call:")
     echo_lines(out)
 
 
@@ -186,6 +190,7 @@ def inspect_command(
     ctx: typer.Context,
     files: ProgramsArgument,
     ptd: DataOption = None,
+    etrecord: EtrecordOption = None,
     fmt: FormatOption = OutputFormat.text,
     json_flag: JsonFlag = False,
 ) -> None:
@@ -201,7 +206,7 @@ def inspect_command(
     chosen = api.programs(files, ptd or ())
     if chosen.single:  # one program: its report alone, its errors as they are
         (file,) = chosen.paths
-        report = api.inspect(file, chosen.data.get(file))
+        report = api.inspect(file, chosen.data.get(file), etrecord=etrecord)
         if fmt is OutputFormat.json:
             emit_json("inspect", report.to_json())
         else:
@@ -216,7 +221,8 @@ def inspect_command(
             render_text(report)
             stdout_console().print()
 
-    reports, failed = for_each_program(chosen.items, lambda item: api.inspect(item, chosen.data.get(item)), show,
+    reports, failed = for_each_program(chosen.items, lambda item: api.inspect(item, chosen.data.get(item), etrecord=etrecord),
+                                       show,
                                        global_options(ctx).debug)
     if fmt is OutputFormat.json:
         emit_json("inspect", {"reports": [r.to_json() for r in reports]})

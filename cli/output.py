@@ -13,6 +13,7 @@ import enum
 import json
 import re
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Iterable, Optional, Sequence
 
 import typer
@@ -53,6 +54,27 @@ DataOption = Annotated[Optional[list[str]], typer.Option(
     "--ptd", help="The .ptd of a program's external constants (repeatable): DATA.ptd pairs with the program at the "
     "same path (or the only program); PROGRAM.pte=DATA.ptd pairs explicitly [default: NAME.ptd next to NAME.pte, if "
     "there; for NAME.devconst.pte also NAME.ptd].")]
+
+
+EtrecordOption = Annotated[Optional[Path], typer.Option(
+    "--etrecord", help="An ETRecord of the export (executorch.devtools.etrecord): names the constants the program "
+    "leaves unnamed (fc1.weight instead of value 3). Read without torch.", show_default=False)]
+
+
+def name_cell(name: str, value: int) -> str:
+    """A name column beside a value column: the name, or ``-`` when the constant has none (``value N`` is said once)."""
+    return "-" if name == f"value {value}" else name
+
+
+def md_name(name: str, value: int) -> "MarkdownText":
+    """``name_cell`` for a markdown table: the name as code, or a plain ``-``."""
+    cell = name_cell(name, value)
+    return MarkdownText("-") if cell == "-" else md_code(cell)
+
+
+def constant_label(name: str, value: int) -> str:
+    """``fc1.weight (v3)``, or ``value 3`` for a constant without a name: where no value column stands beside it."""
+    return name if name == f"value {value}" else f"{name} (v{value})"
 
 
 def resolve_format(fmt: OutputFormat, json_flag: bool) -> OutputFormat:

@@ -1,11 +1,15 @@
-"""rich progress bars for long writes and many files, shown only when stderr is a terminal and not --quiet."""
+"""rich progress bars for long work, shown only when stderr is a terminal and not --quiet.
+
+Sizes are binary (KiB, MiB, GiB), as every report prints them (``cli.output.human_bytes``).  A rewrite names
+its phases (planning, writing, self-check, fsync), validate each method and call, diff its two reads.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import sys
-from typing import TYPE_CHECKING, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 if TYPE_CHECKING:  # rich.progress is imported only when a bar is drawn
     from rich.console import Console
@@ -34,7 +38,7 @@ def write_progress(label: str, total_bytes: int, quiet: bool) -> Iterator[Option
         return
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(binary_units=True), TimeRemainingColumn())
     with Progress(*columns, transient=True, redirect_stdout=False, console=_stderr()) as bar:
         task = bar.add_task(label, total=total_bytes)
 
@@ -42,6 +46,54 @@ def write_progress(label: str, total_bytes: int, quiet: bool) -> Iterator[Option
             bar.update(task, completed=done, total=max(total, done))
 
         yield update
+
+
+class RewriteBar:
+    """A rewrite's bar: ``phase(name)`` relabels it (planning, writing, self-check, fsync), ``progress`` fills it."""
+
+    def __init__(self, bar: Any, task: Any, name: str) -> None:
+        self.bar, self.task, self.name = bar, task, name
+
+    def phase(self, what: str) -> None:
+        self.bar.update(self.task, description=f"{self.name}: {what}")
+
+    def progress(self, done: int, total: int) -> None:
+        self.bar.update(self.task, completed=done, total=max(total, done))
+
+
+@contextlib.contextmanager
+def rewrite_progress(name: str, total_bytes: int, quiet: bool) -> Iterator[Optional[RewriteBar]]:
+    """A ``RewriteBar`` for rewriting a program of ``total_bytes``, or None when no bar should be drawn."""
+    if not progress_wanted(total_bytes, quiet):
+        yield None
+        return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(binary_units=True), TimeRemainingColumn())
+    with Progress(*columns, transient=True, redirect_stdout=False, console=_stderr()) as bar:
+        yield RewriteBar(bar, bar.add_task(f"{name}: starting", total=total_bytes), name)
+
+
+@contextlib.contextmanager
+def steps_progress(label: str, quiet: bool, wanted: bool = True) -> Iterator[Optional[Callable[[int, int, str], None]]]:
+    """Yield a ``progress(done, total, what)`` callback for work in counted steps (validate's calls), or None.
+
+    Drawn when stderr is a terminal, not ``--quiet``, and ``wanted`` (the caller's judgement that the work is long).
+    """
+    if quiet or not wanted or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[what]}"),
+               TimeElapsedColumn())
+    with Progress(*columns, transient=True, redirect_stdout=False, console=_stderr()) as bar:
+        task = bar.add_task(label, total=None, what="")
+
+        def advance(done: int, total: int, what: str) -> None:
+            bar.update(task, completed=done, total=total, what=what)
+
+        yield advance
 
 
 # Checking this many files takes about a second even when each is small.

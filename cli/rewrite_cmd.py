@@ -13,10 +13,12 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from pte_devconst.cli.app import EXIT_ERROR, EXIT_FINDINGS, command, for_each_program, global_options
-from pte_devconst.cli.output import (DataOption, FormatOption, JsonFlag, OutputFormat, device_memory_line, echo_lines, emit_json, fold_hint,
-                                     human_bytes, markdown_table, markup_safe, md_code, md_text, resolve_format,
-                                     stderr_console, stdout_console, table)
-from pte_devconst.cli.progress import write_progress
+from pte_devconst.cli.output import (DataOption, EtrecordOption, FormatOption, JsonFlag, OutputFormat, constant_label,
+                                     device_memory_line, echo_lines, emit_json, fold_hint, human_bytes, markdown_table,
+                                     markup_safe, md_code, md_text, name_cell, resolve_format, stderr_console,
+                                     stdout_console, table)
+from pte_devconst.cli.mermaid import diagrams
+from pte_devconst.cli.progress import rewrite_progress
 from pte_devconst.schema.errors import PteDevconstError
 
 class VerifyMode(str, enum.Enum):
@@ -35,7 +37,8 @@ def fold_rows(result: RewriteResult) -> list[list[Any]]:
         chain = fold.chain
         value = f"{fold.value} (new)" if fold.appended else str(fold.value)
         kernels = chain.kernels if chain.steps else "device copy (shared)"
-        rows.append([fold.method, value, chain.source_tensor.fqn or f"value {chain.source}", kernels,
+        rows.append([fold.method, value, constant_label(chain.source_tensor.fqn or f"value {chain.source}", chain.source),
+                     kernels,
                      str(chain.device), human_bytes(fold.nbytes), human_bytes(fold.bytes_per_call)])
     return rows
 
@@ -76,14 +79,26 @@ def _not_moved_rows(result: RewriteResult) -> list[list[Any]]:
     """The "left in place" rows: every constant not moved, and why (its verdict, or the option that skipped it),
     and every chain that could fold but did not."""
     plan = result.plan
-    rows = [[c.method, c.value, c.name, c.nbytes, "; ".join(c.reasons)] for c in result.left_in_place()]
-    rows += [[s.verdict.method, s.verdict.value, s.verdict.name, s.verdict.nbytes, s.reason] for s in plan.skipped]
+    rows = [[c.method, c.value, name_cell(c.name, c.value), c.nbytes, "; ".join(c.reasons)]
+            for c in result.left_in_place()]
+    rows += [[s.verdict.method, s.verdict.value, name_cell(s.verdict.name, s.verdict.value), s.verdict.nbytes, s.reason]
+             for s in plan.skipped]
     return rows + [[s.chain.method, s.chain.result, f"{s.chain.kernels or 'copy'} of "
-                    f"{s.chain.source_tensor.fqn or f'value {s.chain.source}'}", s.chain.nbytes, s.reason]
+                    f"{constant_label(s.chain.source_tensor.fqn or f'value {s.chain.source}', s.chain.source)}",
+                    s.chain.nbytes, s.reason]
                    for s in plan.fold_skipped]
 
 
-def render_text(result: RewriteResult, quiet: bool = False) -> None:
+MOVED_COLUMNS = ["method", "v", "name", "device", "bytes", "H2D saved/call"]
+
+
+def moved_constant_rows(result: RewriteResult) -> list[list[Any]]:
+    """One row per moved constant, with its name (the per-device totals say how much; this says which)."""
+    return [[p.method, p.value, name_cell(p.name, p.value), str(p.device), p.nbytes, p.bytes_per_call]
+            for edit in result.plan.methods for p in edit.placements]
+
+
+def render_text(result: RewriteResult, quiet: bool = False, verbose: bool = False) -> None:
     console = stdout_console()
     plan = result.plan
     verb = "would move" if result.output is None else "moved"
@@ -96,6 +111,10 @@ def render_text(result: RewriteResult, quiet: bool = False) -> None:
             console.print(table(f"constants {verb} to device memory", ["method", "device", "constants", "bytes",
                                                                         "H2D saved/call"],
                                 _moved_rows(result), right=["constants", "bytes", "H2D saved/call"]))
+            if verbose:
+                console.print(table(None, MOVED_COLUMNS, [[*row[:4], human_bytes(row[4]), human_bytes(row[5])]
+                                                          for row in moved_constant_rows(result)],
+                                    right=["v", "bytes", "H2D saved/call"]))
         if plan.folds:
             console.print(table(f"chains {'that would fold' if result.output is None else 'folded'} into device "
                                 "memory", FOLD_COLUMNS, fold_rows(result), right=["v", "bytes", "H2D saved/call"]))
@@ -139,8 +158,12 @@ def render_markdown(result: RewriteResult) -> None:
                                            else f" {md_code(result.output)} is an identical copy."))
     else:
         if plan.placements:
+            moved = moved_constant_rows(result)
             lines += [markdown_table(["method", "device", "constants", "bytes", "H2D saved/call"], _moved_rows(result)),
-                      ""]
+                      "", f"<details><summary>{len(moved)} constant(s) {'would move' if dry else 'moved'}</summary>",
+                      "", markdown_table(["method", "value", "name", "device", "bytes", "H2D saved/call"],
+                                         [[md_code(r[0]), r[1], md_code(r[2]) if r[2] != "-" else "-", r[3],
+                                           f"{r[4]:,}", f"{r[5]:,}"] for r in moved]), "", "</details>", ""]
         if plan.folds:
             lines += ["Folded chains:", "", markdown_table(FOLD_COLUMNS, fold_rows(result)), "", cost_line(plan), ""]
         lines += [f"**{human_bytes(plan.bytes_per_call_saved)}** fewer host-to-device bytes per call; "
@@ -159,8 +182,11 @@ def render_markdown(result: RewriteResult) -> None:
     if not_moved:
         lines += ["", "**Left in place:**", "",
                   markdown_table(["method", "value", "name", "bytes", "why"],
-                                 [[md_code(m), v, md_code(name), f"{nbytes:,}", md_text(why)]
+                                 [[md_code(m), v, md_code(name) if name != "-" else "-", f"{nbytes:,}", md_text(why)]
                                   for m, v, name, nbytes, why in not_moved])]
+    if result.changed:
+        lines += [""] + diagrams(result.flows, "Constants copied host-to-device on every call, before and after "
+                                 "the rewrite:")
     hint = fold_hint(result.fold_gain)
     if hint:
         lines += ["", hint]
@@ -201,6 +227,7 @@ def rewrite_command(
     exit_on_change: Annotated[bool, typer.Option(
         "--exit-non-zero-on-change", help="Exit 1 when a program was rewritten (with --dry-run: would be), as a "
         "fixing pre-commit hook does so that the user re-stages the file.")] = False,
+    etrecord: EtrecordOption = None,
     fmt: FormatOption = OutputFormat.text,
     json_flag: JsonFlag = False,
 ) -> None:
@@ -218,10 +245,11 @@ def rewrite_command(
     fmt = resolve_format(fmt, json_flag)
 
     def rewrite_one(file: Path, destination: Optional[Path], data: Optional[Path]) -> RewriteResult:
-        with write_progress(f"writing {file.name}", _size(file), options.quiet) as progress:
+        with rewrite_progress(file.name, _size(file), options.quiet) as bar:
             return api.rewrite(file, destination, ptd=data, devices=devices, min_bytes=min_bytes, dry_run=dry_run,
                                in_place=in_place, fsync=fsync, verify=verify.value if verify else None, fold=fold,
-                               duplicate_shared=duplicate_shared, progress=progress)
+                               duplicate_shared=duplicate_shared, progress=bar.progress if bar else None,
+                               phase=bar.phase if bar else None, etrecord=etrecord)
 
     chosen = api.programs(files, ptd or (), skip_rewrites=not in_place)
     if chosen.single:  # one program: its result alone, its errors as they are
@@ -232,7 +260,7 @@ def rewrite_command(
         elif fmt is OutputFormat.markdown:
             render_markdown(result)
         elif not options.quiet:
-            render_text(result, options.quiet)
+            render_text(result, options.quiet, options.verbose)
         if exit_on_change and result.changed:
             raise typer.Exit(EXIT_FINDINGS)
         return
@@ -247,7 +275,7 @@ def rewrite_command(
         elif fmt is OutputFormat.text and not options.quiet:  # which input each result is about, then it
             stdout_console().print(f"[bold]{markup_safe(result.input)}[/]"
                                    + (" (dry run)" if result.output is None else ""), soft_wrap=True)
-            render_text(result, options.quiet)
+            render_text(result, options.quiet, options.verbose)
 
     results, failed = for_each_program(chosen.items, lambda item: rewrite_one(item, None, chosen.data.get(item)),
                                        show, options.debug)

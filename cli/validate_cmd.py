@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from pte_devconst.cli.app import EXIT_FINDINGS, command, global_options
-from pte_devconst.cli.output import (FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json, markdown_table,
+from pte_devconst.cli.output import (EtrecordOption, FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json, markdown_table,
                                      markup_safe, md_code, md_text, printable, resolve_format, stdout_console, table)
 from pte_devconst.cli.run_cmd import (InputsOption, ProfileOption, PtdOption, SimulateOption, exact_bytes,
                                       opaque_note)
@@ -137,6 +137,7 @@ def validate_command(
         "--opaque-delegates", help="Run every delegate as an opaque stand-in (seeded outputs from its inputs' "
         "bytes), not only those whose backend has no executor: fast, and enough for a CI gate.")] = False,
     profile: ProfileOption = False,
+    etrecord: EtrecordOption = None,
     fmt: FormatOption = OutputFormat.text,
     json_flag: JsonFlag = False,
 ) -> None:
@@ -147,12 +148,15 @@ def validate_command(
     one fails, 2 on bad input.
     """
     from pte_devconst import api
+    from pte_devconst.cli.progress import steps_progress
 
-    result = api.validate(original, rewritten, ptd=ptd, rewritten_ptd=rewritten_ptd, inputs=inputs,
-                          expected=expected, calls=calls, rtol=rtol, atol=atol, simulate_devices=simulate_devices,
-                          methods=method or None, profile=profile, opaque_delegates=opaque_delegates)
-    fmt = resolve_format(fmt, json_flag)
     quiet = global_options(ctx).quiet
+    with steps_progress(f"validating {original.name}", quiet) as progress:  # loading torch alone takes seconds
+        result = api.validate(original, rewritten, ptd=ptd, rewritten_ptd=rewritten_ptd, inputs=inputs,
+                              expected=expected, calls=calls, rtol=rtol, atol=atol, simulate_devices=simulate_devices,
+                              methods=method or None, profile=profile, opaque_delegates=opaque_delegates,
+                              progress=progress, etrecord=etrecord)
+    fmt = resolve_format(fmt, json_flag)
     if not quiet:
         warn(result)
     if fmt is OutputFormat.json:

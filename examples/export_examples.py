@@ -31,29 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from devconst_backend import DevconstPartitioner  # noqa: E402
 
+from pte_devconst.exporting import clone_spec_patch  # noqa: E402,F401 - also imported from here by other scripts
+
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "models"
 SEED = 20240611
-
-
-@contextlib.contextmanager
-def clone_spec_patch() -> Iterator[None]:
-    """Make the h2d copy of a constant an ordinary planned tensor (const=False, no storage) while exporting."""
-    from executorch.exir.passes import propagate_device_pass as pass_module
-
-    original = pass_module._clone_spec_with_device
-
-    def patched(spec, device_type, device_index=0):  # type: ignore[no-untyped-def]
-        clone = original(spec, device_type, device_index)
-        clone.const = False
-        clone.storage = None
-        return clone
-
-    pass_module._clone_spec_with_device = patched
-    try:
-        yield
-    finally:
-        pass_module._clone_spec_with_device = original
 
 
 class MLP(torch.nn.Module):

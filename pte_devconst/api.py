@@ -7,6 +7,12 @@ An export script can call it right after ``to_executorch()``::
     result = rewrite("model.pte")            # writes model.devconst.pte
     assert check([result.output]).passed     # nothing is copied per call any more
 
+Every function that reads a program takes a path, the program's bytes, a binary file object (``io.BytesIO``)
+or the ExecuTorch program manager itself (anything with ``.buffer``): ``rewrite(et)`` rewrites in memory and
+returns the new program in ``result.data``, touching no file.  A manager also names the constants (its graph
+signature), as ``etrecord=`` does for any program (an ETRecord file, an ``ETRecord``, an
+``EdgeProgramManager`` or ``ExecutorchProgramManager``).
+
 Nothing here imports torch except ``run`` and ``validate``, which execute programs (and ``rewrite`` with
 ``fold=True``, to compute folded values).  The command line calls these functions and renders their results;
 the file rules (``paths``) are applied here and the lower layers get explicit paths.
@@ -18,13 +24,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from pte_devconst.schema.errors import PteDevconstError
 from pte_devconst.schema.model import Device
 from pte_devconst.schema.named_enum import NamedEnum
 
 if TYPE_CHECKING:  # only for annotations: keep `import pte_devconst.api` light
+    from pte_devconst.rewriter.flows import MethodFlows
+    from pte_devconst.rewriter.names import ProgramNames
+    from pte_devconst.schema.pte_file import ProgramBytes, PteFile
     from pte_devconst.rewriter.diff import ProgramDiff
     from pte_devconst.rewriter.inventory import ProgramSummary
     from pte_devconst.rewriter.plan import DeviceMemory, FoldGain, RewriteOptions
@@ -34,9 +43,96 @@ if TYPE_CHECKING:  # only for annotations: keep `import pte_devconst.api` light
 
 PathLike = Union[str, "os.PathLike[str]"]
 DeviceLike = Union[str, Device]
+# A program: a path, its bytes, a binary file object, or an ExecuTorch program manager (anything with ``.buffer``).
+ProgramLike = Union[PathLike, bytes, bytearray, memoryview, BinaryIO, Any]
+# Where constants' names come from: an ETRecord file (path or binary file object), an ETRecord object, or a
+# program manager (EdgeProgramManager, ExecutorchProgramManager).
+NamesLike = Union[PathLike, BinaryIO, Any]
 
 __all__ = ["analyze", "inspect", "rewrite", "diff", "check", "run", "validate", "programs", "expand_paths",
            "parse_devices", "CheckReport", "CheckStatus", "FileCheck", "Finding", "InspectReport", "Programs"]
+
+def _program(program: ProgramLike, role: str = "program") -> "Union[Path, ProgramBytes]":
+    """A path as a ``Path``; a program in memory as ``ProgramBytes`` (its bytes, with the name reports give it).
+
+    Anything else is a ``PteDevconstError`` saying what is taken, never a TypeError from deep inside.
+    """
+    from pte_devconst.schema.pte_file import ProgramBytes
+
+    if isinstance(program, ProgramBytes):
+        return program
+    if isinstance(program, (str, os.PathLike)):
+        return Path(program)
+    if isinstance(program, (bytes, bytearray, memoryview)):
+        return ProgramBytes(bytes(program), "<bytes>")
+    read = getattr(program, "read", None)
+    if callable(read):
+        data = read()
+        if not isinstance(data, (bytes, bytearray)):
+            raise PteDevconstError(f"{role}: the file object gives {type(data).__name__}, not bytes (open it in "
+                                   "binary mode: open(path, 'rb'))")
+        name = getattr(program, "name", None)
+        return ProgramBytes(bytes(data), name if isinstance(name, str) else f"<{type(program).__name__}>")
+    buffer = getattr(program, "buffer", None)
+    if isinstance(buffer, (bytes, bytearray, memoryview)):
+        return ProgramBytes(bytes(buffer), f"<{type(program).__name__}>")
+    raise PteDevconstError(f"{role}: expected a path, the program's bytes, a binary file object or an ExecuTorch "
+                           f"program manager (with .buffer), got {type(program).__name__}")
+
+
+def _data_for(pte: "Union[Path, ProgramBytes]", ptd: Optional[PathLike]) -> Optional[Path]:
+    """The .ptd rule for a file; a program in memory has no sibling: its data is ``ptd`` or none."""
+    from pte_devconst.paths import data_for
+
+    if isinstance(pte, Path):
+        return data_for(pte, ptd)
+    return Path(ptd) if ptd is not None else None
+
+
+def _names_source(program: ProgramLike, etrecord: Optional[NamesLike]) -> Optional[NamesLike]:
+    """Where names come from: ``etrecord``, else the program itself when it is a program manager."""
+    if etrecord is not None:
+        return etrecord
+    return program if callable(getattr(program, "exported_program", None)) else None
+
+
+def _namer(source: Optional[NamesLike]) -> "Optional[Callable[[PteFile], Optional[ProgramNames]]]":
+    """``source`` (an ETRecord file or object, a program manager) -> a function naming an opened program's
+    constants.  An ETRecord file is read here, torch-free (``schema.etrecord``), so a bad one fails first."""
+    if source is None:
+        return None
+    from pte_devconst.rewriter.names import match_names, recorded_from_programs
+    from pte_devconst.schema.etrecord import read_etrecord
+
+    if isinstance(source, (str, os.PathLike)) or callable(getattr(source, "read", None)):
+        recorded = read_etrecord(source)
+        origin = f"ETRecord {os.fspath(source) if isinstance(source, (str, os.PathLike)) else '<file object>'}"
+    elif hasattr(source, "edge_dialect_program"):  # executorch.devtools.etrecord.ETRecord
+        programs = source.edge_dialect_program
+        if programs is None:
+            raise PteDevconstError("etrecord: the ETRecord holds no edge program")
+        recorded = recorded_from_programs(programs if isinstance(programs, Mapping) else {"forward": programs})
+        origin = "ETRecord"
+    elif callable(getattr(source, "exported_program", None)) and hasattr(source, "methods"):
+        recorded = recorded_from_programs({m: source.exported_program(m) for m in source.methods})
+        origin = type(source).__name__
+    else:
+        raise PteDevconstError(f"etrecord: expected an ETRecord file (a path or binary file object), an ETRecord, or "
+                               f"an EdgeProgramManager or ExecutorchProgramManager, got {type(source).__name__}")
+    return lambda opened_program: match_names(opened_program, recorded, origin)
+
+
+def _name(source: "PteFile", namer: "Optional[Callable[[PteFile], Optional[ProgramNames]]]") -> "Optional[ProgramNames]":
+    """Name ``source``'s constants for a report: its program becomes one whose constants carry the names."""
+    if namer is None:
+        return None
+    from pte_devconst.rewriter.names import named_program
+
+    names = namer(source)
+    if names is not None and names.count:
+        source.program = named_program(source.program, names)
+    return names
+
 
 def parse_devices(devices: Optional[Iterable[DeviceLike]], option: str = "devices") -> Optional[frozenset[Device]]:
     """``["cuda:0,cuda:1", Device(1, 1)]`` -> a frozenset of non-CPU devices; None stays None (every device)."""
@@ -55,17 +151,20 @@ def parse_devices(devices: Optional[Iterable[DeviceLike]], option: str = "device
     return frozenset(chosen)
 
 
-def analyze(pte: PathLike, ptd: Optional[PathLike] = None) -> "ProgramSummary":
+def analyze(pte: ProgramLike, ptd: Optional[PathLike] = None, *, etrecord: Optional[NamesLike] = None
+            ) -> "ProgramSummary":
     """What ``inspect`` shows: methods, delegates, buffers, segments and every constant's verdict.
 
     External constants are judged with ``ptd``, else ``NAME.ptd`` next to ``NAME.pte``; without data
-    a constant its readers would move has the verdict ``unknown: ...``.
+    a constant its readers would move has the verdict ``unknown: ...``.  ``etrecord`` names the constants.
     """
-    from pte_devconst.paths import data_for
     from pte_devconst.rewriter.inventory import summarize
     from pte_devconst.rewriter.load import analyze_opened, opened
 
-    with opened(pte, data_for(pte, ptd)) as (source, data):
+    namer = _namer(_names_source(pte, etrecord))
+    source_program = _program(pte)
+    with opened(source_program, _data_for(source_program, ptd)) as (source, data):
+        _name(source, namer)
         return summarize(source, analyze_opened(source, data))
 
 
@@ -80,6 +179,8 @@ class InspectReport:
     notes: tuple[str, ...]
     fold_gain: Optional["FoldGain"] = None  # what rewrite --fold would move beyond a plain rewrite
     device_memory: Optional["DeviceMemory"] = None  # planned device memory now and after a plain rewrite
+    names: Optional["ProgramNames"] = None  # where the constants' names came from (--etrecord)
+    flows: tuple["MethodFlows", ...] = ()  # the per-call copies of constant-derived values (markdown's diagram)
 
     @property
     def ptd_hint(self) -> str:
@@ -92,28 +193,38 @@ class InspectReport:
         """``inspect``'s JSON document for this program (cli/report.schema.json)."""
         from pte_devconst.schema.jsonable import to_jsonable
 
+        from pte_devconst.rewriter.rewrite_json import names_json
+
         gain = self.fold_gain
         return {"file": to_jsonable(self.summary), "ptd": self.ptd, "unknown_constants": self.unknown_constants,
+                "names": names_json(self.names),
                 "load_refusal": self.load_refusal, "notes": list(self.notes),
                 "fold_hint": None if gain is None else {"tensors": gain.tensors, "bytes_per_call": gain.bytes_per_call},
                 "device_memory": device_memory_json(self.device_memory)}
 
 
-def inspect(pte: PathLike, ptd: Optional[PathLike] = None) -> InspectReport:
+def inspect(pte: ProgramLike, ptd: Optional[PathLike] = None, *, etrecord: Optional[NamesLike] = None
+            ) -> InspectReport:
     """What ``inspect`` shows: ``analyze``'s summary, with the data used, the runtime's refusal and notes.
 
-    ``ptd`` is the program's data, else ``NAME.ptd`` next to ``NAME.pte`` (the .ptd rule).
+    ``ptd`` is the program's data, else ``NAME.ptd`` next to ``NAME.pte`` (the .ptd rule).  ``etrecord``
+    names the constants (a program manager passed as ``pte`` names them itself).
     """
-    from pte_devconst.paths import data_for
+    from pte_devconst.rewriter.flows import program_flows
     from pte_devconst.rewriter.inventory import summarize
     from pte_devconst.rewriter.load import analyze_opened, opened
     from pte_devconst.rewriter.plan import safe_device_memory, safe_fold_gain
 
-    with opened(pte, data_for(pte, ptd)) as (source, data):
+    namer = _namer(_names_source(pte, etrecord))
+    source_program = _program(pte)
+    with opened(source_program, _data_for(source_program, ptd)) as (source, data):
+        names = _name(source, namer)
         analysis = analyze_opened(source, data)
+        notes = analysis.notes + (names.notes if names else ())
         return InspectReport(summarize(source, analysis), data.path if data else None, len(analysis.unknown),
-                             source.load_refusal, analysis.notes, safe_fold_gain(source.program, analysis),
-                             safe_device_memory(source.program, analysis))
+                             source.load_refusal, notes, safe_fold_gain(source.program, analysis),
+                             safe_device_memory(source.program, analysis), names,
+                             program_flows(source.program, analysis))
 
 
 @dataclass(frozen=True)
@@ -157,10 +268,11 @@ def programs(files: Iterable[PathLike], ptd: Iterable[PathLike] = (), *, skip_re
     return Programs(tuple(items), pairs, False, tuple(left_out + same))
 
 
-def rewrite(pte: PathLike, output: Optional[PathLike] = None, *, ptd: Optional[PathLike] = None,
+def rewrite(pte: ProgramLike, output: Optional[PathLike] = None, *, ptd: Optional[PathLike] = None,
             devices: Optional[Iterable[DeviceLike]] = None, min_bytes: int = 0, dry_run: bool = False,
             in_place: bool = False, fsync: bool = True, verify: Optional[str] = None, fold: bool = False,
-            duplicate_shared: bool = False, progress: Optional[Callable[[int, int], None]] = None
+            duplicate_shared: bool = False, progress: Optional[Callable[[int, int], None]] = None,
+            etrecord: Optional[NamesLike] = None, phase: Optional[Callable[[str], None]] = None
             ) -> "RewriteResult":
     """Move every eligible constant into device memory with initial data (what ``rewrite`` does).
 
@@ -174,33 +286,56 @@ def rewrite(pte: PathLike, output: Optional[PathLike] = None, *, ptd: Optional[P
     when PTE_DEVCONST_FULL_CHECK is set).  ``fold=True`` also folds chains of host kernels that only move
     or cast constants for device delegates (``rewrite --fold``; computing them imports torch);
     ``duplicate_shared=True`` gives device readers of a constant the host also reads their own copy.
-    ``progress(done, total)`` is called as the output is written.
+    ``progress(done, total)`` is called as the output is written, ``phase(name)`` as each step starts
+    (planning, writing, self-check, fsync).
+
+    A program in memory (bytes, a file object, ``et`` from ``to_executorch()``) is rewritten in memory:
+    ``result.data`` holds the new program's bytes and no file is written (``output`` and ``in_place`` are
+    refused).  ``etrecord`` names the constants in the result (a program manager names them itself); the
+    output does not change.
     """
-    from pte_devconst.paths import data_for, default_output
+    from pte_devconst.paths import default_output
     from pte_devconst.rewriter.plan import RewriteOptions
     from pte_devconst.rewriter.rewrite import rewrite_file
 
+    namer = _namer(_names_source(pte, etrecord))
+    source = _program(pte)
+    if not isinstance(source, Path) and (output is not None or in_place):
+        raise PteDevconstError("a program in memory is rewritten in memory (result.data): output and in_place "
+                               "are for files")
     if min_bytes < 0:
         raise PteDevconstError(f"min_bytes must be >= 0, got {min_bytes}")
     if in_place and output is not None:
         raise PteDevconstError("--in-place and --output exclude each other")
     options = RewriteOptions(devices=parse_devices(devices), min_bytes=min_bytes, fold=fold,
                              duplicate_shared=duplicate_shared)
-    destination = None if in_place or dry_run else Path(output) if output is not None else default_output(pte)
-    return rewrite_file(pte, destination, ptd=data_for(pte, ptd), options=options, dry_run=dry_run,
-                        in_place=in_place, durable=fsync, verify=verify, progress=progress)
+    destination = (None if in_place or dry_run or not isinstance(source, Path) else Path(output) if output is not None
+                   else default_output(source))
+    return rewrite_file(source, destination, ptd=_data_for(source, ptd), options=options, dry_run=dry_run,
+                        in_place=in_place, durable=fsync, verify=verify, progress=progress, names=namer, phase=phase)
 
 
-def diff(before: PathLike, after: PathLike) -> "ProgramDiff":
-    """What changed between two programs (any two .pte files): tensors, buffers, instructions, copies."""
+def diff(before: ProgramLike, after: ProgramLike, *, etrecord: Optional[NamesLike] = None,
+         progress: Optional[Callable[[int, int, str], None]] = None) -> "ProgramDiff":
+    """What changed between two programs (any two .pte files): tensors, buffers, instructions, copies.
+
+    ``etrecord`` names the constants of both (a rewrite keeps every value index; a program manager passed as
+    ``before`` names them itself).  ``progress(done, total, what)`` is called as each method is compared.
+    """
     from pte_devconst.rewriter.diff import diff_files
     from pte_devconst.schema.pte_file import open_pte
 
-    with open_pte(before) as a, open_pte(after) as b:
-        return diff_files(a, b)
+    namer = _namer(_names_source(before, etrecord))
+    with open_pte(_program(before, "before")) as a, open_pte(_program(after, "after")) as b:
+        names = _name(a, namer)
+        if names is not None and names.count:
+            from pte_devconst.rewriter.names import named_program
+
+            b.program = named_program(b.program, names)
+        return diff_files(a, b, progress)
 
 
-def run(pte: PathLike, *, ptd: Optional[PathLike] = None, method: Optional[str] = None,
+def run(pte: ProgramLike, *, ptd: Optional[PathLike] = None, method: Optional[str] = None,
         inputs: Optional[PathLike] = None, calls: int = 1, simulate_devices: bool = False,
         opaque_delegates: bool = False, profile: bool = False) -> "RunResult":
     """Run one method ``calls`` times the way the runtime does and count every copy (imports torch).
@@ -208,20 +343,21 @@ def run(pte: PathLike, *, ptd: Optional[PathLike] = None, method: Optional[str] 
     ``ptd`` defaults to ``NAME.ptd`` next to ``NAME.pte``; ``inputs`` is a torch.save file (default:
     deterministic random inputs); ``opaque_delegates`` runs every delegate as a seeded stand-in.
     """
-    from pte_devconst.paths import data_for
     from pte_devconst.runner.delegates import OpaquePolicy
     from pte_devconst.runner.run import run_program
 
-    return run_program(pte, ptd_path=data_for(pte, ptd), method=method, inputs=inputs, calls=calls,
+    source = _program(pte)
+    return run_program(source, ptd_path=_data_for(source, ptd), method=method, inputs=inputs, calls=calls,
                        simulate_devices=simulate_devices, profile=profile,
                        opaque=OpaquePolicy.ALWAYS if opaque_delegates else OpaquePolicy.NEVER)
 
 
-def validate(original: PathLike, rewritten: PathLike, *, ptd: Optional[PathLike] = None,
+def validate(original: ProgramLike, rewritten: ProgramLike, *, ptd: Optional[PathLike] = None,
              rewritten_ptd: Optional[PathLike] = None, inputs: Any = None, expected: Any = None, calls: int = 2,
              rtol: Optional[float] = None, atol: Optional[float] = None, simulate_devices: bool = False,
              methods: Optional[Sequence[str]] = None, profile: bool = False,
-             opaque_delegates: bool = False) -> "ValidationResult":
+             opaque_delegates: bool = False, progress: Optional[Callable[[int, int, str], None]] = None,
+             etrecord: Optional[NamesLike] = None) -> "ValidationResult":
     """Run both programs on the same inputs and check the rewrite's promises (imports torch).
 
     ``inputs``/``expected`` are torch.save files (or loaded objects); ``calls`` (>= 2) per program;
@@ -229,18 +365,45 @@ def validate(original: PathLike, rewritten: PathLike, *, ptd: Optional[PathLike]
     the output's dtype; integer and bool outputs compare exactly); ``methods`` (default: every method
     with inputs).  ``result.passed`` is the verdict.  The .ptd rule applies: ``ptd`` defaults to
     ``NAME.ptd`` next to the original, ``rewritten_ptd`` to the rewrite's own sibling, else to the
-    original's data (a rewrite keeps external bytes in the same .ptd).
+    original's data (a rewrite keeps external bytes in the same .ptd).  ``progress(done, total, what)`` is
+    called before each call of each program.  Either program may be held in memory (bytes, ``et``).
+    ``etrecord`` names the moved constants (``result.methods[].moved[].name``).
     """
     if (rtol is not None and rtol < 0) or (atol is not None and atol < 0):
         raise PteDevconstError("--rtol and --atol must not be negative")
-    from pte_devconst.paths import data_for, rewrite_data_for
     from pte_devconst.runner.validate import validate as run_validation
 
-    data = data_for(original, ptd)
-    return run_validation(original, rewritten, ptd=data, rewritten_ptd=rewrite_data_for(rewritten, data, rewritten_ptd),
+    first, second = _program(original, "original"), _program(rewritten, "rewritten")
+    namer = _namer(_names_source(original, etrecord))
+    data = _data_for(first, ptd)
+    result = run_validation(first, second, ptd=data, rewritten_ptd=_data_for(second, rewritten_ptd) or data,
                           inputs=inputs, expected=expected, calls=calls, rtol=rtol, atol=atol,
                           simulate_devices=simulate_devices, methods=methods, profile=profile,
-                          opaque_delegates=opaque_delegates)
+                          opaque_delegates=opaque_delegates, progress=progress)
+    if namer is not None:
+        _name_moved(result, first, namer)
+    return result
+
+
+def _name_moved(result: "ValidationResult", original: "Union[Path, ProgramBytes]",
+                namer: "Callable[[PteFile], Optional[ProgramNames]]") -> None:
+    """Give the moved constants of a validation their names (the runner knows only the program's own)."""
+    from dataclasses import replace
+
+    from pte_devconst.schema.executorch import method_labels
+    from pte_devconst.schema.pte_file import open_pte
+
+    with open_pte(original) as source:
+        names = namer(source)
+        labels = {label: index for index, label in enumerate(method_labels(source.program)[0])}
+    if names is None or not names.count:
+        return
+    for method in result.methods:
+        plan_index = labels.get(method.method)
+        for position, constant in enumerate(method.moved):
+            name = names.name(plan_index, constant.value) if plan_index is not None else None
+            if constant.name is None and name is not None:
+                method.moved[position] = replace(constant, name=name)
 
 
 # --------------------------------------------------------------------------- check
@@ -479,6 +642,13 @@ def _findings_json(findings: tuple[Finding, ...], reasons: bool = False) -> list
              **({"reason": x.reason} if reasons else {})} for x in findings]
 
 
+def _many(files: Any) -> bool:
+    """Whether ``files`` is a collection of programs rather than one program (bytes and file objects are one)."""
+    return (isinstance(files, (list, tuple, set, frozenset)) or hasattr(files, "__iter__")
+            and not isinstance(files, (bytes, bytearray, memoryview)) and not callable(getattr(files, "read", None))
+            and getattr(files, "buffer", None) is None)
+
+
 def expand_paths(patterns: Iterable[PathLike]) -> tuple[list[Path], list[str]]:
     """Expand glob patterns (``**`` too) and directories (every ``*.pte`` below) into files.
 
@@ -496,7 +666,8 @@ def expand_paths(patterns: Iterable[PathLike]) -> tuple[list[Path], list[str]]:
     return [i for i in items if isinstance(i, Path)], [i for i in items if isinstance(i, str)]
 
 
-def _check_one(pte: Path, ptd: Optional[Path], options: "RewriteOptions", strict: bool) -> FileCheck:
+def _check_one(pte: "Union[Path, ProgramBytes]", ptd: Optional[Path], options: "RewriteOptions", strict: bool,
+               namer: "Optional[Callable[[PteFile], Optional[ProgramNames]]]" = None) -> FileCheck:
     """One program's findings: the placements (and, with fold, folds) of the very plan ``rewrite`` would make.
 
     With ``--device``/``--min-bytes`` the plan is also made without them, so that what they leave out is
@@ -514,6 +685,7 @@ def _check_one(pte: Path, ptd: Optional[Path], options: "RewriteOptions", strict
         refusal = source.load_refusal
         if refusal:
             raise PteDevconstError(refusal, file=str(pte))
+        names = _name(source, namer)
         analysis = analyze_opened(source, data)
         program = source.program
         derived = derived_copies(program, analysis)
@@ -532,11 +704,12 @@ def _check_one(pte: Path, ptd: Optional[Path], options: "RewriteOptions", strict
             filtered += [replace(f, reason=_left_out_by(f, options)) for f in group
                          if (kind, f.method, f.value) not in kept]
     gain = None if options.fold else safe_fold_gain(program, analysis, options)
-    notes = list(analysis.notes)
+    notes = list(analysis.notes) + list(names.notes if names else ())
     if analysis.refusal and findings:
         notes.append(f"rewrite would refuse this program: {analysis.refusal}")
     if unknown:
-        notes.append(f"{len(unknown)} external constant(s) not judged: their data is in a .ptd; {ptd_hint(pte)}")
+        hint = ptd_hint(pte) if isinstance(pte, Path) else "pass ptd=FILE.ptd"
+        notes.append(f"{len(unknown)} external constant(s) not judged: their data is in a .ptd; {hint}")
     return FileCheck(str(pte), str(ptd) if ptd else None, sum(len(m.constants) for m in analysis.methods),
                      tuple(findings), None, "; ".join(notes) or None, tuple(unknown),
                      gain.tensors if gain else 0, gain.bytes_per_call if gain else 0, tuple(stays), strict,
@@ -592,9 +765,11 @@ def _devices_used(program: Any, analysis: Any) -> tuple[str, ...]:
     return tuple(sorted(str(d) for d in used if d is not None and not d.is_cpu))
 
 
-def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[PathLike]]] = None,
+def check(files: Union[ProgramLike, Iterable[ProgramLike]], *,
+          ptd: Optional[Union[PathLike, Sequence[PathLike]]] = None,
           min_bytes: int = 0, devices: Optional[Iterable[DeviceLike]] = None, strict: bool = False,
-          progress: Optional[Callable[[int, int, str], None]] = None, fold: bool = False) -> CheckReport:
+          progress: Optional[Callable[[int, int, str], None]] = None, fold: bool = False,
+          etrecord: Optional[NamesLike] = None) -> CheckReport:
     """Which constants do these programs still copy to a device on every call? (what ``check`` does)
 
     The findings are the constants a rewrite would move.  Every other constant-derived per-call copy
@@ -615,6 +790,9 @@ def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[P
     is 2.  ``progress(done, total, name)`` is called after each file.  ``fold=True`` also counts what
     ``rewrite --fold`` would move (each folded chain, each constant that moves once its kernels go) as
     findings; without it, ``FileCheck.foldable`` says how many more tensors that would be.
+
+    ``files`` may also hold programs in memory (bytes, a binary file object, a program manager), or be one;
+    a single ``ptd`` goes with a single one.  ``etrecord`` names the constants of the programs it matches.
     """
     if min_bytes < 0:
         raise PteDevconstError(f"min_bytes must be >= 0, got {min_bytes}")
@@ -622,10 +800,15 @@ def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[P
     from pte_devconst.rewriter.plan import RewriteOptions
 
     options = RewriteOptions(devices=parse_devices(devices), min_bytes=min_bytes, fold=fold)
+    arguments = list(files) if not isinstance(files, (str, os.PathLike)) and _many(files) else [files]
+    memory = [_program(item, "check") for item in arguments if not isinstance(item, (str, os.PathLike))]
+    namer = _namer(_names_source(arguments[0], etrecord) if len(arguments) == 1 else etrecord)
 
     given = [] if ptd is None else [ptd] if isinstance(ptd, (str, os.PathLike)) else list(ptd)
-    items = expand(files)
-    pairs, problems = pair_data([i for i in items if isinstance(i, Path)], [DataArgument.parse(g) for g in given])
+    paths = [item for item in arguments if isinstance(item, (str, os.PathLike))]
+    items = expand(paths) if paths or not memory else []
+    pairs, problems = pair_data([i for i in items if isinstance(i, Path)],
+                                [DataArgument.parse(g) for g in given] if items or not memory else [])
     items, _ = distinct_pairs(items, pairs)  # a second name of one program with the same data: one check
     programs = [i for i in items if isinstance(i, Path)]
     results: list[FileCheck] = []
@@ -636,7 +819,7 @@ def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[P
             continue
         data = pairs.get(item)
         try:
-            results.append(_check_one(item, data, options, strict))
+            results.append(_check_one(item, data, options, strict, namer))
         except PteDevconstError as error:
             text = " ".join(str(error).split())
             results.append(FileCheck(str(item), str(data) if data else None, 0, (),
@@ -650,6 +833,12 @@ def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[P
     for problem in problems:
         name = problem.split(": --ptd", 1)[0]
         results.append(FileCheck(name, name, 0, (), problem))
+    single_data = Path(given[0]) if len(given) == 1 and len(memory) == 1 and not programs else None
+    for held in memory:
+        try:
+            results.append(_check_one(held, single_data, options, strict, namer))
+        except PteDevconstError as error:
+            results.append(FileCheck(held.name, None, 0, (), " ".join(str(error).split())))
     if not results:
         results.append(FileCheck("", None, 0, (), "no files given"))
     return CheckReport(tuple(results), min_bytes, fold, strict,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 from pte_devconst.program.memory import planned_device_bytes
 from pte_devconst.program.moves import moved_values
@@ -33,6 +33,7 @@ from pte_devconst.schema.span import Span
 from pte_devconst.schema.record import record
 
 from .analysis import analyze_program
+from .flows import MethodFlows, diff_residents, program_flows
 from .fold import Tracer
 from .inventory import segment_roles
 
@@ -192,6 +193,7 @@ class ProgramDiff:
     device_bytes_before: int = 0  # planned device memory (program/memory.py), all methods
     device_bytes_after: int = 0
     constants_moved: int = 0  # constants of the first the second plans with initial data (program/moves.py)
+    flows: tuple[MethodFlows, ...] = ()  # the first program's per-call copies, and which the second removed
 
     @property
     def identical(self) -> bool:
@@ -474,8 +476,12 @@ def _segment_sizes(source: PteFile) -> dict[str, int]:
     return sizes
 
 
-def diff_files(a: PteFile, b: PteFile) -> ProgramDiff:
-    """Compare two opened programs (either may be any .pte)."""
+def diff_files(a: PteFile, b: PteFile, progress: Optional[Callable[[int, int, str], None]] = None) -> ProgramDiff:
+    """Compare two opened programs (either may be any .pte).
+
+    ``progress(done, total, what)`` is called as each method's comparison starts (the bytes of every constant
+    are compared, which takes a while on a large model), and before the named data.
+    """
     analysis_a, analysis_b = analyze_program(a.program), analyze_program(b.program)
     h2d_a = {method.label: method.h2d_bytes_per_call for method in analysis_a.methods}  # labels: names repeat
     h2d_b = {method.label: method.h2d_bytes_per_call for method in analysis_b.methods}
@@ -483,16 +489,24 @@ def diff_files(a: PteFile, b: PteFile) -> ProgramDiff:
     plans_b = dict(zip(method_labels(b.program)[0], b.program.execution_plan or ()))
     names = list(plans_a) + [n for n in plans_b if n not in plans_a]
     digests = (_Digests(a), _Digests(b))
-    methods = tuple(_diff_method(n, plans_a.get(n), plans_b.get(n), (h2d_a.get(n, 0), h2d_b.get(n, 0)), digests)
-                    for n in names)
+    found = []
+    for done, n in enumerate(names):
+        if progress is not None:
+            progress(done, len(names) + 1, f"method {n}")
+        found.append(_diff_method(n, plans_a.get(n), plans_b.get(n), (h2d_a.get(n, 0), h2d_b.get(n, 0)), digests))
+    methods = tuple(found)
+    if progress is not None:
+        progress(len(names), len(names) + 1, "named data and segments")
     seg_a, seg_b = _segment_sizes(a), _segment_sizes(b)
     segments = tuple(SegmentChange(role, seg_a.get(role, 0), seg_b.get(role, 0))
                      for role in list(seg_a) + [r for r in seg_b if r not in seg_a]
                      if seg_a.get(role, 0) != seg_b.get(role, 0))
+    flows = program_flows(a.program, analysis_a, diff_residents(b.program, analysis_b))
     return ProgramDiff(a.path, b.path, a.size, b.size, a.flatbuffer_size, b.flatbuffer_size, methods, segments,
                        tuple(_diff_named_data(a, b, digests)), sum(h2d_a.values()), sum(h2d_b.values()),
                        device_bytes_before=planned_device_bytes(a.program),
                        device_bytes_after=planned_device_bytes(b.program),
                        constants_moved=sum(1 for n in names if n in plans_a and n in plans_b
                                            for v in moved_values(plans_a[n], plans_b[n], devices_only=False)
-                                           if not v.folded))
+                                           if not v.folded),
+                       flows=flows)

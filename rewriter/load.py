@@ -15,7 +15,7 @@ from typing import Iterator, Optional
 
 from pte_devconst.schema.errors import PteDevconstError
 from pte_devconst.schema.ptd_file import PtdFile, open_ptd
-from pte_devconst.schema.pte_file import PteFile, open_pte
+from pte_devconst.schema.pte_file import PteFile, ProgramBytes, open_pte
 
 from .analysis import Analysis, ExternalData, analyze_program
 
@@ -46,9 +46,9 @@ def analyze_file(path: str | os.PathLike[str], ptd: Optional[str | os.PathLike[s
 
 
 @contextlib.contextmanager
-def opened(path: str | os.PathLike[str], ptd: Optional[str | os.PathLike[str]] = None
+def opened(path: "str | os.PathLike[str] | ProgramBytes", ptd: Optional[str | os.PathLike[str]] = None
            ) -> Iterator[tuple[PteFile, Optional[PtdFile]]]:
-    """Open a .pte and, when given, its .ptd; both are closed on exit.
+    """Open a .pte (a file or a program in memory) and, when given, its .ptd; both are closed on exit.
 
     An error raised while they are open (the analysis refusing the program, say) that names no file names
     the program: every command's error line says which file it is about.

@@ -11,6 +11,7 @@ inputs however it is spelled, is refused.
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 from typing import Callable, Optional
@@ -19,7 +20,7 @@ from pte_devconst.schema.atomic import atomic_output, check_destination
 from pte_devconst.schema.errors import FormatError, PteDevconstError, UnsupportedProgramError
 from pte_devconst.schema.limits import over_runtime_limits
 from pte_devconst.schema.ptd_file import PtdFile
-from pte_devconst.schema.pte_file import PteFile
+from pte_devconst.schema.pte_file import PteFile, ProgramBytes
 from pte_devconst.schema.pte_writer import layout_pte, write_piece, write_pte_to_fd
 from pte_devconst.schema.span import Span
 from pte_devconst.schema.record import record
@@ -28,6 +29,8 @@ from .apply import apply_plan
 from .analysis import ConstantVerdict
 from .load import analyze_opened, opened
 from .fold_refusals import fold_refusals, need_torch
+from .flows import MethodFlows, plan_residents, program_flows
+from .names import ProgramNames, named_program
 from .plan import FoldGain, RewriteOptions, RewritePlan, make_plan, safe_fold_gain
 from .verify import VERIFY_MODES, check_copy, check_rewrite, full_by_default, read_back
 from .verify_bytes import WriteRecipe
@@ -46,6 +49,9 @@ class RewriteResult:
     instructions_removed: int
     verified: Optional[str] = None  # how the self-check compared the output: "sampled" or "full" (None: dry run)
     fold_gain: Optional[FoldGain] = None  # without --fold: what --fold would add (None: nothing, or --fold given)
+    data: Optional[bytes] = None  # the rewritten program, for a program rewritten in memory (output is None)
+    names: Optional[ProgramNames] = None  # where the constants' names in the plan came from (an ETRecord)
+    flows: tuple[MethodFlows, ...] = ()  # the input's per-call copies, and which the rewrite removes (the picture)
 
     @property
     def changed(self) -> bool:
@@ -54,7 +60,7 @@ class RewriteResult:
     @property
     def in_place(self) -> bool:
         """Whether the output replaced the input."""
-        return self.output is not None and Path(self.output) == Path(self.input)
+        return self.output is not None and self.data is None and Path(self.output) == Path(self.input)
 
     def left_in_place(self) -> list[ConstantVerdict]:
         """Every constant the rewrite leaves on the host (not eligible, not a folded chain's source)."""
@@ -87,7 +93,9 @@ def full_check(verify: Optional[str]) -> bool:
 def rewrite_file(input_path: str | os.PathLike[str], output_path: Optional[str | os.PathLike[str]] = None, *,
                  ptd: Optional[str | os.PathLike[str]] = None, options: RewriteOptions = RewriteOptions(),
                  dry_run: bool = False, in_place: bool = False, progress: Optional[Progress] = None,
-                 durable: bool = True, verify: Optional[str] = None) -> RewriteResult:
+                 durable: bool = True, verify: Optional[str] = None,
+                 names: Optional[Callable[[PteFile], Optional[ProgramNames]]] = None,
+                 phase: Optional[Callable[[str], None]] = None) -> RewriteResult:
     """Rewrite ``input_path``; write ``output_path`` (required unless ``dry_run`` or ``in_place``).
 
     Paths arrive resolved (``ptd`` is the data itself, not a guess): the API layer applies the .ptd rule and
@@ -96,7 +104,12 @@ def rewrite_file(input_path: str | os.PathLike[str], output_path: Optional[str |
     ``durable=False`` skips the fsyncs (``atomic_output``): still atomic, not power-failure safe;
     refused with ``in_place``, where the file replaced is the only copy of the model.
     ``verify="full"`` makes the self-check compare every byte instead of sampling bulk copies.
+    A program in memory (``ProgramBytes``) is rewritten in memory: ``result.data`` is the output, checked like a
+    file, and nothing touches the disk.  ``names(source)`` names the constants in the result's plan (an
+    ETRecord's names: the report shows them, the output is the same).  ``phase(what)`` names each step as it starts.
     """
+    if isinstance(input_path, ProgramBytes):
+        return _rewrite_in_memory(input_path, ptd, options, dry_run, progress, verify, names, phase)
     input_path = Path(input_path)
     full = full_check(verify)
     if in_place and not durable and not dry_run:
@@ -111,21 +124,103 @@ def rewrite_file(input_path: str | os.PathLike[str], output_path: Optional[str |
         if not in_place:
             inputs.insert(0, ("the input", input_path, " (pass --in-place to replace it)"))
         check_destination(output, inputs=inputs)
+    _phase(phase, "planning")
     with opened(input_path, ptd) as (source, data):
         plan = plan_file(source, data, options)
         removed = sum(len(edit.removed) for edit in plan.methods)
         gain = None if options.fold else safe_fold_gain(source.program, plan.analysis, options)
+        shown, found, flows = _named_plan(source, data, plan, options, names)
         if dry_run:
-            return RewriteResult(str(input_path), None, plan, source.size, None, removed, fold_gain=gain)
+            return RewriteResult(str(input_path), None, shown, source.size, None, removed, fold_gain=gain, names=found,
+                                 flows=flows)
         try:
             if plan.is_empty:
-                size = _copy_unchanged(source, output, progress, durable, full)
+                size = _copy_unchanged(source, output, progress, durable, full, phase)
             else:
-                size = _write_rewrite(source, data, plan, output, progress, durable, full)
+                size = _write_rewrite(source, data, plan, output, progress, durable, full, phase)
         except PteDevconstError as error:
             raise error.with_file(str(input_path)) from None  # e.g. the input shrank while it was copied
-    return RewriteResult(str(input_path), str(output), plan, source.size, size, removed, "full" if full else "sampled",
-                         gain)
+    return RewriteResult(str(input_path), str(output), shown, source.size, size, removed, "full" if full else "sampled",
+                         gain, names=found, flows=flows)
+
+
+def _phase(phase: Optional[Callable[[str], None]], what: str) -> None:
+    if phase is not None:
+        phase(what)
+
+
+def _named_plan(source: PteFile, data: Optional[PtdFile], plan: RewritePlan, options: RewriteOptions,
+                names: Optional[Callable[[PteFile], Optional[ProgramNames]]]
+                ) -> tuple[RewritePlan, Optional[ProgramNames], tuple[MethodFlows, ...]]:
+    """The plan as the report shows it, its names and its picture: made again over the program with its
+    constants named (the plan that is written is ``plan``, over the program as it is, so the names never reach
+    the output)."""
+    found = names(source) if names is not None else None
+    shown, program = plan, source.program
+    if found is not None and found.count:
+        view = copy.copy(source)  # the same bytes, a program with names; never closed (``source`` owns the map)
+        view.program = program = named_program(source.program, found)
+        shown = plan_file(view, data, options)
+    return shown, found, program_flows(program, shown.analysis, plan_residents(shown))
+
+
+def _rewrite_in_memory(program: ProgramBytes, ptd: Optional[str | os.PathLike[str]], options: RewriteOptions,
+                       dry_run: bool, progress: Optional[Progress], verify: Optional[str],
+                       names: Optional[Callable[[PteFile], Optional[ProgramNames]]],
+                       phase: Optional[Callable[[str], None]]) -> RewriteResult:
+    """Rewrite a program held in memory into memory: the output is laid out, written to an anonymous memory
+    file, read back and checked exactly as a file would be; ``result.data`` holds it."""
+    full = full_check(verify)
+    _phase(phase, "planning")
+    with opened(program, ptd) as (source, data):
+        plan = plan_file(source, data, options)
+        removed = sum(len(edit.removed) for edit in plan.methods)
+        gain = None if options.fold else safe_fold_gain(source.program, plan.analysis, options)
+        shown, found, flows = _named_plan(source, data, plan, options, names)
+        if dry_run:
+            return RewriteResult(program.name, None, shown, source.size, None, removed, fold_gain=gain, names=found,
+                                 flows=flows)
+        if plan.is_empty:
+            output = bytes(program)
+        else:
+            program_out, contents = apply_plan(source, plan, data)
+            over = over_runtime_limits(program_out)
+            if over:
+                raise UnsupportedProgramError(f"cannot rewrite: the rewritten program would have {over}",
+                                              file=source.path)
+            layout = layout_pte(program_out, contents)
+            _phase(phase, "writing")
+            output = _to_memory(layout, contents, progress)
+            _phase(phase, "self-check")
+            with PteFile.from_bytes(output, path=f"{program.name} (rewritten)") as written:
+                check_rewrite(source, written, plan, ptd=data, recipe=WriteRecipe.of_layout(layout, contents),
+                              full=full)
+    return RewriteResult(program.name, None, shown, source.size, len(output), removed,
+                         "full" if full else "sampled", gain, output, found, flows)
+
+
+def _to_memory(layout, contents, progress: Optional[Progress]) -> bytes:  # type: ignore[no-untyped-def]
+    """The laid-out program's bytes, written by the file writer into an anonymous memory file (no disk)."""
+    fd = os.memfd_create("pte-devconst-rewrite") if hasattr(os, "memfd_create") else None
+    if fd is None:  # no memfd (not Linux): an unnamed temporary file, removed as it is closed
+        import tempfile
+
+        handle = tempfile.TemporaryFile()
+        fd = os.dup(handle.fileno())
+        handle.close()
+    try:
+        write_pte_to_fd(fd, layout, contents, progress, writeback=False)
+        size = os.lseek(fd, 0, os.SEEK_END)
+        output = bytearray(size)
+        view, done = memoryview(output), 0
+        while done < size:
+            got = os.preadv(fd, [view[done:]], done)
+            if got <= 0:
+                raise PteDevconstError("internal error: the rewritten program could not be read back from memory")
+            done += got
+        return bytes(output)
+    finally:
+        os.close(fd)
 
 
 def _readable(path: Path) -> None:
@@ -137,7 +232,8 @@ def _readable(path: Path) -> None:
 
 
 def _write_rewrite(source: PteFile, data: Optional[PtdFile], plan: RewritePlan, output: Path,
-                   progress: Optional[Progress], durable: bool, full: bool) -> int:
+                   progress: Optional[Progress], durable: bool, full: bool,
+                   phase: Optional[Callable[[str], None]] = None) -> int:
     program, contents = apply_plan(source, plan, data)
     over = over_runtime_limits(program)
     if over:
@@ -147,15 +243,18 @@ def _write_rewrite(source: PteFile, data: Optional[PtdFile], plan: RewritePlan, 
     recipe = WriteRecipe.of_layout(layout, contents)
 
     def check(temp: str) -> None:
+        _phase(phase, "self-check")
         with read_back(temp) as written:
             check_rewrite(source, written, plan, ptd=data, recipe=recipe, full=full)
 
-    with atomic_output(output, check=check, durable=durable) as fd:
+    _phase(phase, "writing")
+    with atomic_output(output, check=check, durable=durable, syncing=lambda: _phase(phase, "fsync")) as fd:
         write_pte_to_fd(fd, layout, contents, progress, writeback=durable)
     return layout.file_size
 
 
-def _copy_unchanged(source: PteFile, output: Path, progress: Optional[Progress], durable: bool, full: bool) -> int:
+def _copy_unchanged(source: PteFile, output: Path, progress: Optional[Progress], durable: bool, full: bool,
+                    phase: Optional[Callable[[str], None]] = None) -> int:
     """Nothing to move: the output is the input, byte for byte (so a second rewrite is a no-op)."""
     if output.exists() and output.resolve() == Path(source.path).resolve():
         return source.size
@@ -163,10 +262,12 @@ def _copy_unchanged(source: PteFile, output: Path, progress: Optional[Progress],
     recipe = WriteRecipe.of_copy(whole)
 
     def check(temp: str) -> None:
+        _phase(phase, "self-check")
         with read_back(temp) as written:
             check_copy(source, written, recipe, full)
 
-    with atomic_output(output, check=check, durable=durable) as fd:
+    _phase(phase, "copying")
+    with atomic_output(output, check=check, durable=durable, syncing=lambda: _phase(phase, "fsync")) as fd:
         write_piece(fd, whole, writeback=durable)
         if progress:
             progress(source.size, source.size)

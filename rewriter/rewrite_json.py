@@ -16,6 +16,13 @@ if TYPE_CHECKING:
     from .rewrite import RewriteResult
 
 
+def names_json(names: Any) -> Optional[dict[str, Any]]:
+    """Where the constants' names came from (``--etrecord``), how many it named and how many it could not."""
+    if names is None:
+        return None
+    return {"source": names.source, "named": names.count, "unnamed": names.unnamed, "notes": list(names.notes)}
+
+
 def left_in_place(plan: "RewritePlan", method: "MethodAnalysis") -> list["ConstantVerdict"]:
     """The constants a rewrite leaves on the host: not eligible, and (with fold) not a source of a folded chain
     or moved once its kernels went."""
@@ -71,7 +78,8 @@ def rewrite_json(result: "RewriteResult") -> dict[str, Any]:
     hint: Optional[dict[str, int]] = None if gain is None else {"tensors": gain.tensors,
                                                                  "bytes_per_call": gain.bytes_per_call}
     return to_jsonable({
-        "input": result.input, "output": result.output, "dry_run": result.output is None, "changed": result.changed,
+        "input": result.input, "output": result.output, "dry_run": result.output is None and result.data is None,
+        "changed": result.changed, "names": names_json(result.names),
         "verified": result.verified,
         "input_size": result.input_size, "output_size": result.output_size,
         "constants_moved": len(plan.placements), "values_folded": len(plan.folds),

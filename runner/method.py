@@ -13,7 +13,7 @@ from pte_devconst.program.dataflow import DelegateCallSite, delegate_call_sites
 from pte_devconst.schema.errors import PteDevconstError
 from pte_devconst.schema.executorch import H2D_COPY, TARGET_DEVICE_KEY, scalar_type_name
 from pte_devconst.schema.ptd_file import PtdFile
-from pte_devconst.schema.pte_file import PteFile
+from pte_devconst.schema.pte_file import PteFile, ProgramBytes, open_pte
 
 from .copies import LOAD, Cause, CopyLedger, Direction
 from .derivation import Derivation
@@ -302,11 +302,11 @@ def _executor_errors(backend_id: str, step: str, where: str) -> Iterator[None]:
 class LoadedProgram:
     """An opened .pte (plus optional .ptd) whose methods load on demand; close it when done."""
 
-    def __init__(self, pte_path: str, ptd_path: Optional[str] = None, *, simulate_devices: bool = False,
+    def __init__(self, pte_path: "str | ProgramBytes", ptd_path: Optional[str] = None, *, simulate_devices: bool = False,
                  opaque: OpaquePolicy = OpaquePolicy.NEVER, transcript: bool = False) -> None:
         self.opaque = opaque
         self.transcript = transcript
-        self.pte = PteFile.open(pte_path)
+        self.pte = open_pte(pte_path)  # a path, or a program in memory (ProgramBytes)
         try:
             self.ptd = PtdFile.open(ptd_path) if ptd_path else None
         except BaseException:

@@ -7,7 +7,7 @@ import hashlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -179,24 +179,25 @@ def default_method(program: LoadedProgram, method: Optional[str]) -> str:
 def run_program(pte_path: str | Path, *, ptd_path: Optional[str | Path] = None, method: Optional[str] = None,
                 inputs: Any = None, calls: int = 1, simulate_devices: bool = False,
                 profile: bool = False, opaque: OpaquePolicy = OpaquePolicy.NEVER,
-                transcript: bool = False) -> RunResult:
+                transcript: bool = False, on_call: Optional[Callable[[int], None]] = None) -> RunResult:
     """Load ``pte_path`` and run ``method`` ``calls`` times (inputs cycle through the given calls).
 
     ``inputs`` is a path to a torch.save file, the loaded object (``{method: [call, ...]}``, a list of
     calls, or one call), or None for deterministic synthetic inputs.  ``profile`` cross-checks the copy
     bytes with torch.profiler's memcpy events (real GPUs only).  ``opaque`` says which delegates run as
     opaque stand-ins; ``transcript`` records every delegate call (``CallResult.delegate_calls``).
+    ``on_call(index)`` is called as each call starts (a progress display).
     """
     try:
         return _run_program(pte_path, ptd_path, method, inputs, calls, simulate_devices, profile, opaque,
-                            transcript)
+                            transcript, on_call)
     except PteDevconstError as error:
         raise error.with_file(str(pte_path))
 
 
 def _run_program(pte_path: str | Path, ptd_path: Optional[str | Path], method: Optional[str], inputs: Any,
                  calls: int, simulate_devices: bool, profile: bool, opaque: OpaquePolicy,
-                 transcript: bool) -> RunResult:
+                 transcript: bool, on_call: Optional[Callable[[int], None]] = None) -> RunResult:
     if calls < 1:
         raise PteDevconstError(f"--calls must be at least 1, got {calls}")
     cuda = not simulate_devices and torch.cuda.is_available()
@@ -204,7 +205,8 @@ def _run_program(pte_path: str | Path, ptd_path: Optional[str | Path], method: O
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         baseline = torch.cuda.memory_allocated()
-    with exact_float_math(), LoadedProgram(str(pte_path), str(ptd_path) if ptd_path else None,
+    with exact_float_math(), LoadedProgram(pte_path if isinstance(pte_path, bytes) else str(pte_path),
+                                           str(ptd_path) if ptd_path else None,
                                            simulate_devices=simulate_devices, opaque=opaque,
                                            transcript=transcript) as program:
         name = default_method(program, method)
@@ -215,6 +217,8 @@ def _run_program(pte_path: str | Path, ptd_path: Optional[str | Path], method: O
         ledger = program.ledger
         results = []
         for index in range(calls):
+            if on_call is not None:
+                on_call(index)
             phase = f"call {index}"
             ledger.phase, ledger.method = phase, name
             try:

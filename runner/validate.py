@@ -38,7 +38,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Collection, Optional, Sequence
+from typing import Any, Callable, Collection, Optional, Sequence
 
 import torch
 
@@ -51,7 +51,7 @@ from pte_devconst.program.moves import moved_values
 from pte_devconst.program.regions import IntervalIndex, planned_region
 from pte_devconst.schema.errors import PteDevconstError
 from pte_devconst.schema.executorch import COPY_KERNELS
-from pte_devconst.schema.pte_file import PteFile
+from pte_devconst.schema.pte_file import PteFile, open_pte
 
 from .copies import LOAD, Cause, CopyEvent, Direction
 from .delegates import OpaquePolicy
@@ -568,11 +568,20 @@ def _check_method(name: str, before: RunResult, after: RunResult, moved: list[Mo
                             boundary, before, after, opaque_backends, tolerances)
 
 
+def _reporter(progress: Optional[Callable[[int, int, str], None]], start: int, total: int, what: str, calls: int
+              ) -> Optional[Callable[[int], None]]:
+    """``run_program``'s ``on_call`` for one program of one method, reporting on the whole validation's scale."""
+    if progress is None:
+        return None
+    return lambda index: progress(start + index, total, f"{what}, call {index + 1}/{calls}")
+
+
 def validate(original: str | Path, rewritten: str | Path, *, ptd: Optional[str | Path] = None,
              rewritten_ptd: Optional[str | Path] = None, inputs: Any = None, expected: Any = None,
              calls: int = 2, rtol: Optional[float] = None, atol: Optional[float] = None,
              simulate_devices: bool = False, methods: Optional[Sequence[str]] = None, profile: bool = False,
-             opaque_delegates: bool = False) -> ValidationResult:
+             opaque_delegates: bool = False, progress: Optional[Callable[[int, int, str], None]] = None
+             ) -> ValidationResult:
     """Run both programs ``calls`` (>= 2) times per method on the same inputs and check the rewrite's promises.
 
     ``inputs``/``expected`` are paths to torch.save files (``{method: [call, ...]}``) or loaded objects;
@@ -583,13 +592,14 @@ def validate(original: str | Path, rewritten: str | Path, *, ptd: Optional[str |
     ``rtol``/``atol`` (None: the dtype's default) apply to floating outputs only: the others compare exactly
     (``output_tolerance``).  ``rewritten_ptd`` defaults to ``ptd``.  Delegates without an
     executor run as opaque stand-ins; ``opaque_delegates=True`` runs every delegate that way.
+    ``progress(done, total, what)`` is called before each call of each program (``forward: original, call 2/3``).
     """
     if calls < 2:
         raise PteDevconstError(f"validate needs --calls of at least 2 (load once, then steady calls), got {calls}")
     if expected is not None and inputs is None:
         raise PteDevconstError("--expected needs --inputs: the expected outputs belong to particular inputs, and "
                                "the synthetic random inputs used without --inputs cannot reproduce them")
-    with PteFile.open(original) as a, PteFile.open(rewritten) as b:
+    with open_pte(original) as a, open_pte(rewritten) as b:
         moved = moved_constants(a.program, b.program)
         names = list(methods) if methods else [p.name or "" for p in a.program.execution_plan or ()]
         for name in names:
@@ -630,8 +640,12 @@ def validate(original: str | Path, rewritten: str | Path, *, ptd: Optional[str |
                 expected_calls = [tuple(c) for c in calls_from(expected_data, name, "expected outputs")]
         common = dict(method=name, inputs=call_inputs, calls=calls, simulate_devices=simulate_devices, profile=profile,
                       opaque=policy, transcript=True)
-        before = run_program(original, ptd_path=ptd, **common)
-        after = run_program(rewritten, ptd_path=rewritten_ptd or ptd, **common)
+        position = names.index(name) * 2 * calls
+        before = run_program(original, ptd_path=ptd, on_call=_reporter(progress, position, len(names) * 2 * calls,
+                                                                       f"{name}: original", calls), **common)
+        after = run_program(rewritten, ptd_path=rewritten_ptd or ptd,
+                            on_call=_reporter(progress, position + calls, len(names) * 2 * calls,
+                                              f"{name}: rewritten", calls), **common)
         exact = signatures[name][0] == signatures[name][1]
         stand_ins = outputs_depending_on(plans[name], set(before.opaque_delegates) | set(after.opaque_delegates))
         results.append(_check_method(name, before, after, moved[name], exact, expected_calls, rtol, atol,

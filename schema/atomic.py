@@ -185,22 +185,24 @@ def _untouched(error: PteDevconstError, dest: Path, temp: str, *, about_output: 
 
 @contextlib.contextmanager
 def atomic_output(destination: str | os.PathLike[str], *, check: Optional[Callable[[str], None]] = None,
-                  mode: Optional[int] = None, durable: bool = True) -> Iterator[int]:
+                  mode: Optional[int] = None, durable: bool = True,
+                  syncing: Optional[Callable[[], None]] = None) -> Iterator[int]:
     """Yield a writable fd; on normal exit fsync it, run ``check(temp_path)``, then rename over ``destination``.
 
     ``mode`` defaults to the permissions of the file being replaced, else 0o644 (less the umask).
     ``durable=False`` skips the two fsyncs (file and folder): the replacement is still atomic for every
     process (none sees a partial file, a killed writer leaves the old destination), but a power failure
     soon after may lose the new file's data. On a large file that saves the wait for the disk.
+    ``syncing()`` is called as the wait for the disk starts (a progress display names it).
     """
     with _termination_removes_temp():
-        with _atomic_output(Path(destination), check, mode, durable) as fd:
+        with _atomic_output(Path(destination), check, mode, durable, syncing) as fd:
             yield fd
 
 
 @contextlib.contextmanager
 def _atomic_output(dest: Path, check: Optional[Callable[[str], None]], mode: Optional[int],
-                   durable: bool) -> Iterator[int]:
+                   durable: bool, syncing: Optional[Callable[[], None]] = None) -> Iterator[int]:
     existing = _existing(dest)
     if existing is not None and not stat.S_ISREG(existing.st_mode):
         raise OutputError(f"the output is {_file_kind(existing.st_mode)}, not a regular file; refusing to replace "
@@ -217,6 +219,8 @@ def _atomic_output(dest: Path, check: Optional[Callable[[str], None]], mode: Opt
                 yield fd
                 _keep_metadata(fd, dest, mode)
                 if durable:
+                    if syncing is not None:
+                        syncing()
                     os.fsync(fd)
             except OSError as error:
                 raise OutputError(f"writing failed: {_describe(error)}; the destination was left untouched",

@@ -119,6 +119,25 @@ class PteFile(MappedFile):
         return None
 
 
-def open_pte(path: str | os.PathLike[str]) -> PteFile:
-    """Open and fully check a .pte; raises ``FormatError`` naming the file and the problem."""
+class ProgramBytes(bytes):
+    """A program held in memory (an export's ``buffer``), with the name reports give it (``str()`` is the name)."""
+
+    name: str
+
+    def __new__(cls, data: bytes, name: str = "<bytes>") -> "ProgramBytes":
+        made = super().__new__(cls, data)
+        made.name = name
+        return made
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"ProgramBytes({self.name!r}, {len(self)} bytes)"
+
+
+def open_pte(path: "str | os.PathLike[str] | ProgramBytes") -> PteFile:
+    """Open and fully check a .pte (a file, or a program in memory); raises ``FormatError`` naming it and the problem."""
+    if isinstance(path, ProgramBytes):
+        return PteFile.from_bytes(path, path=path.name)
     return PteFile.open(Path(path))

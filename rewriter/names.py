@@ -1,0 +1,187 @@
+"""The names users know for a program's constants: matching recorded placeholders to value indices.
+
+A .pte names only its external constants (``ExtraTensorInfo.fully_qualified_name``, the .ptd key); every
+other constant is a bare value index.  The exporter knew the names: ExecuTorch's emitter walks each
+method's graph and emits one value per placeholder, in graph order (``_Emitter.placeholder`` in
+exir/emit/_emitter.py), taking the tensor behind each parameter, buffer or lifted constant from the graph
+signature (``inputs_to_parameters``, ``inputs_to_buffers``, ``inputs_to_lifted_tensor_constants``).  So the
+constant values of a method are its recorded constant placeholders, in order, less those a delegate took
+inside its blob (and plus none: lowering and ``to_executorch`` remove placeholders, they add no constant).
+
+The recorded program may be the final one (``ExecutorchProgramManager.exported_program``) or an earlier
+one (an ETRecord holds the edge program from before lowering, ``EdgeProgramManager`` likewise), and
+lowering re-creates the placeholders of what it does not delegate in another order (measured on a 1.5.1
+export: ``shift`` recorded after ``proj.bias`` became value 0), so positions prove nothing.  A constant is
+named when it is the only one of its dtype, shape and bytes (sha256 of its data) on both sides; without the
+recorded bytes (a state dict this reader cannot parse), when it is the only one of its dtype and shape.
+Tensors with the same bytes (two freshly initialised LayerNorms: ones and zeros) cannot be told apart: which
+is which is recorded nowhere; when the program has as many of them as the recording, each is named with
+every candidate (``ln1.weight or ln2.weight``), else they stay unnamed.  A name is given only where it is
+certain; the others are counted (``ProgramNames.unnamed``) and said in a note.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Optional, Sequence
+
+from pte_devconst.schema import model as m
+from pte_devconst.schema.etrecord import RecordedConstant, RecordedMethod
+from pte_devconst.schema.executorch import method_name, scalar_type_name
+from pte_devconst.schema.pte_file import PteFile
+
+
+@dataclass(frozen=True)
+class ProgramNames:
+    """Names for a program's unnamed constants: plan index -> value index -> fully qualified name."""
+
+    by_plan: Mapping[int, Mapping[int, str]]
+    source: str  # where they came from: ``ETRecord model.etrecord``, ``ExecutorchProgramManager``
+    unnamed: int = 0  # constants of the program the recording could not name with certainty
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def count(self) -> int:
+        return sum(len(values) for values in self.by_plan.values())
+
+    def name(self, plan_index: int, value: int) -> Optional[str]:
+        return self.by_plan.get(plan_index, {}).get(value)
+
+
+def _digest(source: PteFile, tensor: m.Tensor) -> Optional[str]:
+    data = source.tensor_bytes(tensor)
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+def match_names(source: PteFile, recorded: Mapping[str, RecordedMethod], origin: str) -> ProgramNames:
+    """Name the program's unnamed constants from ``recorded`` (method -> its constant placeholders, in order)."""
+    by_plan: dict[int, dict[int, str]] = {}
+    unnamed = 0
+    notes = []
+    for plan_index, plan in enumerate(source.program.execution_plan or ()):
+        name = method_name(plan.name, plan_index)
+        values = plan.values or ()
+        constants = [(i, v) for i, v in enumerate(values) if isinstance(v, m.Tensor) and v.is_constant]
+        unnamed_here = [(i, v) for i, v in constants if not v.fqn]
+        method = recorded.get(name)
+        if method is None:
+            if unnamed_here:
+                notes.append(f"{origin} has no method {name!r}")
+                unnamed += len(unnamed_here)
+            continue
+        known = {v.fqn for _, v in constants if v.fqn}
+        found = _match(source, unnamed_here, [c for c in method.constants if c.name not in known])
+        by_plan[plan_index] = found
+        unnamed += len(unnamed_here) - len(found)
+    if unnamed:
+        notes.append(f"{unnamed} constant(s) not named: {origin} does not tell them apart with certainty")
+    return ProgramNames(by_plan, origin, unnamed, tuple(notes))
+
+
+def _match(source: PteFile, program: Sequence[tuple[int, m.Tensor]], recorded: Sequence[RecordedConstant]
+           ) -> dict[int, str]:
+    groups: dict[tuple, tuple[list[tuple[int, m.Tensor]], list[RecordedConstant]]] = {}
+    for index, tensor in program:
+        key = (scalar_type_name(tensor.scalar_type), tuple(tensor.sizes or ()))
+        groups.setdefault(key, ([], []))[0].append((index, tensor))
+    for constant in recorded:
+        if constant.key in groups:
+            groups[constant.key][1].append(constant)
+    found: dict[int, str] = {}
+    for ours, theirs in groups.values():
+        digests = [c.digest() if c.digest else None for c in theirs]
+        if len(ours) == 1 and len(theirs) == 1:
+            index, tensor = ours[0]
+            if digests[0] is None or digests[0] == _digest(source, tensor):
+                found[index] = theirs[0].name  # the only tensor of its dtype and shape on both sides
+        elif digests and all(d is not None for d in digests):
+            # The bytes decide.  A tensor of the program whose bytes the recording lacks (folded, changed) stays
+            # unnamed, and so do tensors with the same bytes: which is which is not recorded anywhere.
+            by_digest: dict[Optional[str], tuple[list[int], list[str]]] = {}
+            for index, tensor in ours:
+                by_digest.setdefault(_digest(source, tensor), ([], []))[0].append(index)
+            for constant, digest in zip(theirs, digests):
+                if digest in by_digest:
+                    by_digest[digest][1].append(constant.name)
+            for digest, (indices, names) in by_digest.items():
+                if digest is None or len(indices) != len(names):
+                    continue  # a delegate took some of these bytes inside: which ones is recorded nowhere
+                joint = names[0] if len(names) == 1 else _either(names)
+                found.update((index, joint) for index in indices)
+    return dict(sorted(found.items()))
+
+
+JOINT_NAMES_SHOWN = 3
+
+
+def _either(names: Sequence[str]) -> str:
+    """The name of one of several tensors with the same bytes: every candidate (``ln1.weight or ln2.weight``)."""
+    if len(names) <= JOINT_NAMES_SHOWN:
+        return " or ".join(names)
+    return f"{names[0]} or {len(names) - 1} others with the same bytes"
+
+
+def named_program(program: m.Program, names: Optional[ProgramNames]) -> m.Program:
+    """``program`` with each named constant's name in its ``ExtraTensorInfo``: for reports only, never written.
+
+    Every report takes a constant's name from ``fully_qualified_name``; a constant of the program's own keeps it.
+    """
+    if names is None or not names.count:
+        return program
+    plans = list(program.execution_plan or ())
+    for plan_index, values_named in names.by_plan.items():
+        if not values_named:
+            continue
+        plan = plans[plan_index]
+        values = list(plan.values or ())
+        for index, name in values_named.items():
+            value = values[index]
+            if isinstance(value, m.Tensor) and not value.fqn:
+                info = value.extra_tensor_info or m.ExtraTensorInfo()
+                values[index] = replace(value, extra_tensor_info=replace(info, fully_qualified_name=name))
+        plans[plan_index] = replace(plan, values=tuple(values))
+    return replace(program, execution_plan=tuple(plans))
+
+
+def recorded_from_programs(programs: Mapping[str, object]) -> dict[str, RecordedMethod]:
+    """method -> its constants, from live ``torch.export.ExportedProgram`` objects (an API caller's managers).
+
+    Reads the graph signature and each placeholder's ``meta["val"]``; the bytes come from ``state_dict``
+    and ``constants``.  The caller holds torch objects, so torch is loaded already; nothing here imports it.
+    """
+    methods = {}
+    for method, program in programs.items():
+        signature = getattr(program, "graph_signature")
+        mutated = set(getattr(signature, "buffers_to_mutate", {}).values())
+        placeholders = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}  # type: ignore[attr-defined]
+        state = {**getattr(program, "constants", {}), **getattr(program, "state_dict", {})}
+        constants = []
+        for spec in signature.input_specs:
+            kind = getattr(spec.kind, "name", "")
+            if kind not in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR") or spec.target is None or spec.target in mutated:
+                continue
+            node = placeholders.get(getattr(spec.arg, "name", None))
+            value = node.meta.get("val") if node is not None else None
+            if value is None or not hasattr(value, "dtype"):
+                continue
+            try:
+                sizes = tuple(int(s) for s in value.shape)
+            except TypeError:  # a symbolic size
+                continue
+            tensor = state.get(spec.target)
+            constants.append(RecordedConstant(spec.target, str(value.dtype).removeprefix("torch."), sizes,
+                                              (lambda t=tensor: _tensor_digest(t)) if tensor is not None else None))
+        methods[method] = RecordedMethod(method, tuple(constants))
+    return methods
+
+
+def _tensor_digest(tensor: object) -> Optional[str]:
+    """sha256 of a torch tensor's bytes, as the emitter writes them (contiguous)."""
+    try:
+        import torch  # the caller's object is a torch tensor: torch is loaded
+
+        data = tensor.detach().contiguous().reshape(-1).view(torch.uint8)  # type: ignore[attr-defined]
+        return hashlib.sha256(data.numpy().tobytes()).hexdigest()
+    except Exception:  # noqa: BLE001 - a tensor we cannot read (a fake one): match without its bytes
+        return None
