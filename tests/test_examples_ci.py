@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -78,9 +79,35 @@ def user_repo(tmp_path: Path) -> Path:
 
 
 def _offline_venv(path: Path) -> None:
-    """A virtual environment over the system's site-packages and without pip of its own: ``python -m pip`` is
-    then the system's (with its setuptools), installing into this environment, no index needed."""
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(path)], check=True)
+    """A virtual environment that sees the packages of the environment running the tests and has no pip of its
+    own: ``python -m pip`` is then that environment's pip, installing into this one, no index needed.
+
+    ``--system-site-packages`` would show the *base* interpreter's packages instead: from a virtual environment
+    (``python3 -m venv v && v/bin/pip install -e ".[test]"``) those lack typer, rich and a recent setuptools, and
+    every install here failed.  A ``.pth`` that adds the running environment's site folders (with their own
+    ``.pth`` files, as ``site`` adds a system site folder) shows exactly what the tests themselves see.
+    """
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    folders = [*site.getsitepackages()] + ([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])
+    (own,) = path.glob("lib/python*/site-packages")
+    (own / "_running_environment.pth").write_text(
+        f"import site; list(map(site.addsitedir, {[f for f in folders if Path(f).is_dir()]!r}))\n")
+
+
+def _can_build_offline() -> bool:
+    """Whether this environment can build the wheel itself (``--no-build-isolation``): pyproject's setuptools, and
+    a ``bdist_wheel`` (setuptools 70.1 has its own; older ones need the ``wheel`` package).  A fresh virtual
+    environment has pip's setuptools 65 and no wheel: pip then builds in isolation, from the index."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def release(name: str) -> tuple[int, ...]:
+        try:
+            return tuple(int(part) for part in re.findall(r"\d+", version(name))[:2])
+        except PackageNotFoundError:
+            return ()
+
+    tools = release("setuptools")
+    return tools >= (68,) and (tools >= (70, 1) or release("wheel") != ())
 
 
 def source_copy(folder: Path) -> Path:
@@ -93,13 +120,16 @@ def source_copy(folder: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """This checkout as a wheel, built once (what pip builds from a URL of the repository)."""
+    """This checkout as a wheel, built once (what pip builds from a URL of the repository): offline where this
+    environment has the build requirements, else as pip builds any source, in isolation (from the index)."""
     folder = tmp_path_factory.mktemp("wheel")
     builder = folder / "venv"
     _offline_venv(builder)
-    subprocess.run([str(builder / "bin" / "python"), "-m", "pip", "wheel", "-q", "--no-deps", "--no-index",
-                    "--no-build-isolation", "-w", str(folder), str(source_copy(folder))], check=True,
-                   capture_output=True, timeout=300)
+    offline = _can_build_offline()
+    build = subprocess.run([str(builder / "bin" / "python"), "-m", "pip", "wheel", "-q", "--no-deps",
+                            *(["--no-index", "--no-build-isolation"] if offline else []), "-w", str(folder),
+                            str(source_copy(folder))], capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stdout + build.stderr
     (built,) = folder.glob("pte_devconst-*.whl")
     return built
 
@@ -301,3 +331,20 @@ def test_pre_commit_try_repo_runs_the_hooks(tmp_path: Path) -> None:
     second = try_repo("pte-devconst-rewrite")
     assert second.returncode == 0, second.stdout
     assert try_repo("pte-devconst-check").returncode == 0
+
+
+# --- the first run: the README's test command in a virtual environment -----------------------------
+
+def test_helper_environments_see_the_running_environment(tmp_path: Path) -> None:
+    """The jobs' offline environments see what the tests see, also when they run in a virtual environment (a
+    ``--system-site-packages`` environment saw the base interpreter's packages: no typer, setuptools 65, no wheel,
+    and the wheel's build failed with ``invalid command 'bdist_wheel'``)."""
+    import sysconfig
+
+    helper = tmp_path / "helper"
+    _offline_venv(helper)
+    seen = subprocess.run([str(helper / "bin" / "python"), "-c", "import sys; print('\\n'.join(sys.path))"],
+                          capture_output=True, text=True, check=True).stdout.splitlines()
+    assert sysconfig.get_path("purelib") in seen
+    assert str(next(helper.glob("lib/python*/site-packages"))) in seen  # its own first: what pip installs wins
+    assert seen.index(str(next(helper.glob("lib/python*/site-packages")))) < seen.index(sysconfig.get_path("purelib"))
