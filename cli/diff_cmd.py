@@ -9,7 +9,7 @@ import typer
 
 from pte_devconst.cli.app import command, global_options
 from pte_devconst.cli.output import (FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json, human_bytes,
-                                     markdown_table, markup_safe, md_code, resolve_format, stdout_console, table)
+                                     markdown_table, markup_safe, name_cell, md_code, resolve_format, stdout_console, table)
 
 if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
     from pte_devconst.rewriter.diff import MethodDiff, ProgramDiff
@@ -52,7 +52,7 @@ def _data_text(change: str, after: object) -> str:
 
 
 def _tensor_rows(method: MethodDiff) -> list[list[str]]:
-    return [[t.value, t.name, t.before.describe() if t.before else "-", t.after.describe() if t.after else "-",
+    return [[t.value, name_cell(t.name, t.value), t.before.describe() if t.before else "-", t.after.describe() if t.after else "-",
              human_bytes((t.after or t.before).nbytes), _data_text(t.data, t.after)] for t in method.tensors]
 
 

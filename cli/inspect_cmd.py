@@ -10,7 +10,7 @@ import typer
 from pte_devconst.cli.app import EXIT_ERROR, command, for_each_program, global_options
 from pte_devconst.cli.output import (DataOption, ProgramsArgument, FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json, fold_hint,
                                      human_bytes, markdown_table, markup_safe, md_code, md_text, printable,
-                                     resolve_format, shape_text, stdout_console, table)
+                                     name_cell, resolve_format, shape_text, stdout_console, table)
 
 if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
     from pte_devconst.api import InspectReport
@@ -58,20 +58,20 @@ def _method_tables(method: MethodSummary):
                     right=["id", "size", "tensors"])
     if method.constants:
         yield table("constants", ["v", "name", "dtype", "shape", "bytes", "read by", "verdict"],
-                    [[c.value, c.name, c.dtype, shape_text(c.shape), human_bytes(c.nbytes), _readers_cell(c.readers, True),
+                    [[c.value, name_cell(c.name, c.value), c.dtype, shape_text(c.shape), human_bytes(c.nbytes), _readers_cell(c.readers, True),
                       c.verdict] for c in method.constants], right=["v", "bytes"])
     if method.folds:
         yield table("chains of host kernels from constants to device readers (rewrite --fold)", FOLD_COLUMNS,
                     fold_rows(method), right=["v", "bytes", "per call"])
     if method.initial_data:
         yield table("planned with initial data", ["v", "name", "bytes", "buffer", "offset", "device", "from"],
-                    [[i.value, i.name, human_bytes(i.nbytes), i.memory_id, i.offset, i.device, i.source]
+                    [[i.value, name_cell(i.name, i.value), human_bytes(i.nbytes), i.memory_id, i.offset, i.device, i.source]
                      for i in method.initial_data], right=["v", "bytes", "buffer", "offset"])
     stays = _stays(method)
     if stays:
         yield table("constant-derived copies on every call that the rewrite cannot move",
                     ["v", "name", "device", "bytes/call", "why"],
-                    [[c.value, c.name, c.device, human_bytes(c.bytes_per_call), c.reason] for c in stays],
+                    [[c.value, name_cell(c.name, c.value), c.device, human_bytes(c.bytes_per_call), c.reason] for c in stays],
                     right=["v", "bytes/call"])
 
 

@@ -257,10 +257,43 @@ class Finding:
     nbytes: int
     copies_per_call: int
     reason: str = ""  # why it stays copied (``FileCheck.stays``); empty for a finding
+    accepted: str = ""  # in ``FileCheck.accepted``: the reason the project gave for accepting it
 
     @property
     def bytes_per_call(self) -> int:
         return self.nbytes * self.copies_per_call
+
+
+@dataclass(frozen=True, slots=True)
+class Acceptance:
+    """A finding a project accepts, with its reason (``[[tool.pte-devconst.accept]]``): ``check`` reports it as
+    accepted instead of failing on it.
+
+    ``program`` is a glob (``models/*.pte``) relative to ``root`` (the config file's folder); ``method`` one method
+    (None: any); ``constant`` a name (``encoder.weight``) or ``value`` an index (``value 3``), at least one of them.
+    """
+
+    program: str
+    reason: str
+    method: Optional[str] = None
+    constant: Optional[str] = None
+    value: Optional[int] = None
+    root: Optional[str] = None
+    origin: str = ""  # where it was written (``pyproject.toml: accept[2]``), for the warning when it matches nothing
+
+    def matches(self, finding: Finding) -> bool:
+        from pte_devconst.paths import matches_glob
+
+        return ((self.method is None or self.method == finding.method)
+                and (self.constant is None or self.constant == finding.name)
+                and (self.value is None or self.value == finding.value)
+                and matches_glob(finding.file, self.program, self.root))
+
+    def describe(self) -> str:
+        what = [f"program {self.program!r}"] + ([f"method {self.method!r}"] if self.method is not None else [])
+        what += [f"constant {self.constant!r}"] if self.constant is not None else []
+        what += [f"value {self.value}"] if self.value is not None else []
+        return ", ".join(what)
 
 
 class CheckStatus(NamedEnum):
@@ -287,6 +320,7 @@ class FileCheck:
     foldable_bytes_per_call: int = 0
     stays: tuple[Finding, ...] = ()  # constant-derived copies the rewrite cannot remove, each with its reason
     strict: bool = False  # stays count as findings
+    accepted: tuple[Finding, ...] = ()  # findings (or stays, or unknown) the project accepts, each with its reason
 
     @property
     def failing(self) -> tuple[Finding, ...]:
@@ -318,10 +352,15 @@ class CheckReport:
     min_bytes: int
     fold: bool = False  # findings include what rewrite --fold would move
     strict: bool = False
+    unused_accepts: tuple[Acceptance, ...] = ()  # accepted findings that matched nothing (a warning, as ruff's RUF100)
 
     @property
     def findings(self) -> tuple[Finding, ...]:
         return tuple(f for file in self.files for f in file.findings)
+
+    @property
+    def accepted(self) -> tuple[Finding, ...]:
+        return tuple(f for file in self.files for f in file.accepted)
 
     @property
     def unknown(self) -> tuple[Finding, ...]:
@@ -390,11 +429,16 @@ class CheckReport:
             "unknown": len(self.unknown),
             "stays": len(self.stays),
             "stays_bytes_per_call": self.stays_bytes_per_call,
+            "accepted": len(self.accepted),
+            "unused_accepts": [{"program": a.program, "method": a.method, "constant": a.constant, "value": a.value,
+                                "reason": a.reason, "origin": a.origin} for a in self.unused_accepts],
             "files": [{
                 "file": f.file, "ptd": f.ptd, "status": f.status, "constants": f.constants,
                 "bytes_per_call": f.bytes_per_call, "error": f.error, "note": f.note,
                 "findings": _findings_json(f.findings), "unknown": _findings_json(f.unknown),
                 "stays": _findings_json(f.stays, reasons=True), "stays_bytes_per_call": f.stays_bytes_per_call,
+                "accepted": [{**item, "accepted": x.accepted, "reason": x.reason}
+                             for item, x in zip(_findings_json(f.accepted), f.accepted)],
             } for f in self.files],
         }
 
@@ -472,7 +516,9 @@ def _check_one(pte: Path, ptd: Optional[Path], options: "RewriteOptions", strict
 
 def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[PathLike]]] = None,
           min_bytes: int = 0, devices: Optional[Iterable[DeviceLike]] = None, strict: bool = False,
-          progress: Optional[Callable[[int, int, str], None]] = None, fold: bool = False) -> CheckReport:
+          progress: Optional[Callable[[int, int, str], None]] = None, fold: bool = False,
+          accept: Sequence[Acceptance] = (), exclude: Sequence[str] = (),
+          exclude_root: Optional[PathLike] = None) -> CheckReport:
     """Which constants do these programs still copy to a device on every call? (what ``check`` does)
 
     The findings are the constants a rewrite would move.  Every other constant-derived per-call copy
@@ -489,6 +535,11 @@ def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[P
     is 2.  ``progress(done, total, name)`` is called after each file.  ``fold=True`` also counts what
     ``rewrite --fold`` would move (each folded chain, each constant that moves once its kernels go) as
     findings; without it, ``FileCheck.foldable`` says how many more tensors that would be.
+
+    ``accept`` moves each matching finding (or copy that stays, or constant not judged) to ``FileCheck.accepted``
+    (it no longer fails the check); an acceptance that matches nothing is in ``report.unused_accepts``.
+    ``exclude`` leaves out every program a glob names (relative to ``exclude_root``; ``paths.matches_glob``),
+    also one named explicitly.
     """
     if min_bytes < 0:
         raise PteDevconstError(f"min_bytes must be >= 0, got {min_bytes}")
@@ -498,10 +549,11 @@ def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[P
     options = RewriteOptions(devices=parse_devices(devices), min_bytes=min_bytes, fold=fold)
 
     given = [] if ptd is None else [ptd] if isinstance(ptd, (str, os.PathLike)) else list(ptd)
-    items = expand(files)
+    items = excluded(expand(files), exclude, exclude_root)
     programs = [i for i in items if isinstance(i, Path)]
     pairs, problems = pair_data(programs, [DataArgument.parse(g) for g in given])
     results: list[FileCheck] = []
+    used: set[int] = set()
     done = 0
     for item in items:
         if isinstance(item, str):
@@ -509,7 +561,7 @@ def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[P
             continue
         data = pairs.get(item)
         try:
-            results.append(_check_one(item, data, options, strict))
+            results.append(_accepting(_check_one(item, data, options, strict), accept, used))
         except PteDevconstError as error:
             text = " ".join(str(error).split())
             results.append(FileCheck(str(item), str(data) if data else None, 0, (),
@@ -525,4 +577,36 @@ def check(files: Iterable[PathLike], *, ptd: Optional[Union[PathLike, Sequence[P
         results.append(FileCheck(name, name, 0, (), problem))
     if not results:
         results.append(FileCheck("", None, 0, (), "no files given"))
-    return CheckReport(tuple(results), min_bytes, fold, strict)
+    return CheckReport(tuple(results), min_bytes, fold, strict,
+                       tuple(a for index, a in enumerate(accept) if index not in used))
+
+
+def excluded(items: list[Union[Path, str]], exclude: Sequence[str], root: Optional[PathLike]) -> list[Union[Path, str]]:
+    """``items`` without the programs an ``exclude`` glob names (problems, ``str``, stay)."""
+    from pte_devconst.paths import matches_glob
+
+    return [i for i in items if not isinstance(i, Path) or not any(matches_glob(i, g, root) for g in exclude)]
+
+
+def _accepting(checked: FileCheck, accept: Sequence[Acceptance], used: set[int]) -> FileCheck:
+    """``checked`` with what ``accept`` matches moved to ``accepted`` (the first matching entry's reason); the
+    indices of the entries that matched are added to ``used``."""
+    if not accept:
+        return checked
+    from dataclasses import replace
+
+    taken: list[Finding] = []
+
+    def keep(findings: tuple[Finding, ...]) -> tuple[Finding, ...]:
+        kept = []
+        for finding in findings:
+            index = next((k for k, a in enumerate(accept) if a.matches(finding)), None)
+            if index is None:
+                kept.append(finding)
+            else:
+                used.add(index)
+                taken.append(replace(finding, accepted=accept[index].reason))
+        return tuple(kept)
+
+    findings, stays, unknown = keep(checked.findings), keep(checked.stays), keep(checked.unknown)
+    return replace(checked, findings=findings, stays=stays, unknown=unknown, accepted=tuple(taken))

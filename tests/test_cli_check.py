@@ -182,9 +182,14 @@ def test_markdown_is_a_pull_request_summary() -> None:
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
     assert lines[0].startswith("### ") and "check" in lines[0]
-    assert "| file | method | constant | device | bytes/call |" in lines
-    assert any(line.startswith(f"| `{pte_path('v_c_shared_host_copy')}` | `forward` |") for line in lines)
-    assert "<details>" in result.stdout and "</details>" in result.stdout
+    # The summary first: one row per file, numbers right-aligned, then each file's details, collapsed.
+    header = lines.index("| file | status | still copied | bytes/call | cannot move | accepted | fold gain |")
+    assert lines[header + 1] == "|---|---|---:|---:|---:|---:|---:|"
+    assert lines[header + 2].startswith(f"| `{pte_path('v_c_shared_host_copy')}` | ❌ copied | 1 | 96 B |")
+    assert lines[header + 3].startswith(f"| `{pte_path('v_h_cpu_only')}` | ✅ ok | 0 | 0 B |")
+    details = lines.index("| method | constant | device | bytes/call |")
+    assert details > header and lines[details + 2].startswith("| `forward` | `value 2` | `cuda:0` | 96 B |")
+    assert result.stdout.index("<details><summary>") > result.stdout.index("| file | status |")
     ok = invoke("check", pte_path("v_h_cpu_only"), "-f", "markdown")
     assert ok.exit_code == 0 and "✅" in ok.stdout.splitlines()[0]
 
