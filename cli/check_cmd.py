@@ -249,6 +249,9 @@ CUT_NOTE = "*… {chars:,} characters ({lines:,} lines) of these details cut to 
            "`--format json` has them all.*"
 
 
+LEAST_BODY = 600  # a block cut shorter than this says too little: fewer blocks are shown instead
+
+
 def fit_blocks(blocks: list[tuple[str, list[str], str]], budget: int) -> list[str]:
     """The blocks' lines within ``budget`` characters: while they do not fit, the longest bodies are cut to one
     length (the largest that fits), each at a line, with a line saying how much was cut; when even the bare blocks
@@ -261,9 +264,12 @@ def fit_blocks(blocks: list[tuple[str, list[str], str]], budget: int) -> list[st
         return sum(b + min(n, cap) + (note_room if n > cap else 0) for b, n in zip(bare[:kept], bodies[:kept]))
 
     lines: list[str] = []
-    kept = len(blocks)
-    while kept and total(kept, 0) > budget:  # not even every block's head fits: the last ones go
-        kept -= 1
+    kept, used = 0, 0
+    for b, n in zip(bare, bodies):  # as many blocks as fit with a useful part of each body (else the last go)
+        need = b + min(n, LEAST_BODY) + (note_room if n > LEAST_BODY else 0)
+        if used + need > budget:
+            break
+        kept, used = kept + 1, used + need
     low, high = 0, max(bodies[:kept], default=0)
     while low < high:  # the largest length every body is cut to that fits
         middle = (low + high + 1) // 2
@@ -280,6 +286,8 @@ def fit_blocks(blocks: list[tuple[str, list[str], str]], budget: int) -> list[st
                     break
                 shown.append(line)
                 used += len(line) + 1
+            while shown and body[len(shown)].startswith("|--"):
+                shown.pop()  # a table's header without its rows reads as a broken table
             cut = body[len(shown):]
             lines += shown + ["", CUT_NOTE.format(chars=sum(len(x) + 1 for x in cut), lines=len(cut),
                                                   limit=MARKDOWN_LIMIT), ""]
