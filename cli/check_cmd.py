@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional, Sequence
 import typer
 
 from pte_devconst.cli.app import EXIT_ERROR, EXIT_OK, command, global_options
+from pte_devconst.cli.config import ConfigOption, IsolatedOption
 from pte_devconst.cli.output import (DataOption, GateFormat, GateFormatOption, JsonFlag, echo_lines, emit_json, fold_hint,
                                      github_annotation, human_bytes, markdown_table, md_code, md_text, printable,
                                      stdout_console, table)
@@ -483,10 +484,8 @@ def check_command(
     max_annotations: Annotated[int, typer.Option(
         "--max-annotations", min=0, help="--format github: annotate at most this many files, the worst first "
         "(0: all).")] = DEFAULT_ANNOTATIONS,
-    config: Annotated[Optional[str], typer.Option(
-        "--config", metavar="FILE", help="Read the settings from this file (a pyproject.toml's [tool.pte-devconst], "
-        "or a TOML file's top level) instead of the pyproject.toml found from the working folder up.")] = None,
-    isolated: Annotated[bool, typer.Option("--isolated", help="Ignore every configuration file.")] = False,
+    config: ConfigOption = None,
+    isolated: IsolatedOption = False,
 ) -> None:
     """Exit 1 when a program still copies a constant to a device on every call (for CI and pre-commit).
 
@@ -499,8 +498,6 @@ def check_command(
 
     options = global_options(ctx)
     settings = load(config, isolated)
-    if isolated and config:
-        raise typer.BadParameter("--config and --isolated exclude each other", param_hint="--isolated")
     given = files or settings.files()
     if not given:
         raise typer.BadParameter("no programs: name them, or set paths in [tool.pte-devconst]", param_hint="FILES")

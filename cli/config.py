@@ -17,7 +17,9 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
+
+import typer
 
 from pte_devconst.schema.errors import PteDevconstError
 
@@ -37,6 +39,10 @@ KEYS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "output-format": (str, "one of " + ", ".join(FORMATS)),
     "accept": (list, "an array of tables ([[tool.pte-devconst.accept]])"),
 }
+ConfigOption = Annotated[Optional[str], typer.Option(
+    "--config", metavar="FILE", help="Read the settings from this file (a pyproject.toml's [tool.pte-devconst], or a "
+    "TOML file's top level) instead of the pyproject.toml found from the working folder up.")]
+IsolatedOption = Annotated[bool, typer.Option("--isolated", help="Ignore every configuration file.")]
 ACCEPT_KEYS = {"program": str, "method": str, "constant": str, "value": int, "reason": str}
 
 
@@ -108,6 +114,8 @@ def discover(start: Optional[Path] = None) -> Optional[Path]:
 
 def load(config: Optional[str] = None, isolated: bool = False, start: Optional[Path] = None) -> Config:
     """The configuration a command runs with: ``--config FILE``, else the discovered pyproject, else none."""
+    if isolated and config:
+        raise typer.BadParameter("--config and --isolated exclude each other", param_hint="--isolated")
     if isolated:
         return Config()
     path = Path(config) if config else discover(start)

@@ -65,7 +65,7 @@ def user_repo(tmp_path: Path) -> Path:
     repo = tmp_path / "acme-vision"
     (repo / "src" / "acme").mkdir(parents=True)
     (repo / "pyproject.toml").write_text('[project]\nname = "acme-vision"\nversion = "1.0.0"\n'
-                                         'dependencies = ["numpy"]\n')
+                                         'dependencies = ["numpy"]\n\n[tool.pte-devconst]\npaths = ["models"]\n')
     (repo / "src" / "acme" / "__init__.py").write_text('"""Acme vision models."""\n')
     (repo / "models").mkdir()
     shutil.copy(EXAMPLES / "mlp_copy.pte", repo / "models" / COPYING)
@@ -285,7 +285,9 @@ def test_the_hooks_install_without_torch_and_match_programs_only() -> None:
 def _entry(hook: dict[str, Any], files: list[str], repo: Path) -> subprocess.CompletedProcess:
     """What pre-commit runs: the entry, then the staged file names its `files` pattern matches."""
     names = [f for f in files if re.search(hook["files"], f)]
-    tool = shutil.which("pte-devconst") or str(Path(sys.executable).parent / "pte-devconst")
+    # The script of the environment running the tests (a `pte-devconst` elsewhere on PATH may be another checkout's).
+    script = Path(sys.executable).parent / "pte-devconst"
+    tool = str(script) if script.exists() else shutil.which("pte-devconst") or "pte-devconst"
     command = [tool, *hook["entry"].split()[1:], *names]
     return subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=120)
 
@@ -294,10 +296,19 @@ def test_the_fixing_hook_rewrites_in_place_fails_once_then_passes(tmp_path: Path
     repo = user_repo(tmp_path)
     staged = [f"models/{COPYING}", f"models/{CLEAN}", "pyproject.toml"]
     hooks = _hooks()
-    assert _entry(hooks["pte-devconst-check"], staged, repo).returncode == 1
+    check = _entry(hooks["pte-devconst-check"], staged, repo)
+    assert check.returncode == 1
+    # One line per file, then the summary (the tables with -v).
+    assert check.stdout.splitlines()[:2] == [
+        f"models/{COPYING}: 4 constant(s) copied to a device on every call (3.2 KiB per call); fix: pte-devconst "
+        f"rewrite --in-place models/{COPYING}", f"models/{CLEAN}: ok (4 constant(s))"]
+    assert len(check.stdout.splitlines()) == 3
     before = (repo / "models" / CLEAN).read_bytes()
     first = _entry(hooks["pte-devconst-rewrite"], staged, repo)
     assert first.returncode == 1, first.stderr  # it changed a file: the user re-stages it
+    assert first.stdout.splitlines() == [
+        f"models/{COPYING}: 4 tensor(s) moved to device memory (3.2 KiB fewer host-to-device bytes per call); "
+        "rewritten in place", f"models/{CLEAN}: nothing to move"]
     changed = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout
     assert changed.split() == ["M", f"models/{COPYING}"]  # in place: no NAME.devconst.pte left behind
     assert (repo / "models" / CLEAN).read_bytes() == before
@@ -349,3 +360,24 @@ def test_helper_environments_see_the_running_environment(tmp_path: Path) -> None
     assert sysconfig.get_path("purelib") in seen
     assert str(next(helper.glob("lib/python*/site-packages"))) in seen  # its own first: what pip installs wins
     assert seen.index(str(next(helper.glob("lib/python*/site-packages")))) < seen.index(sysconfig.get_path("purelib"))
+
+
+def test_the_hooks_read_the_projects_config(tmp_path: Path) -> None:
+    """The settings in the repository's pyproject reach the hooks: an accepted finding passes the check, an
+    excluded program is neither checked nor rewritten, even though pre-commit names it."""
+    repo = user_repo(tmp_path)
+    pyproject = repo / "pyproject.toml"
+    staged = [f"models/{COPYING}", f"models/{CLEAN}"]
+    pyproject.write_text(pyproject.read_text() + "".join(
+        f'\n[[tool.pte-devconst.accept]]\nprogram = "models/{COPYING}"\nvalue = {v}\nreason = "host fallback"\n'
+        for v in range(4)))
+    hooks = _hooks()
+    check = _entry(hooks["pte-devconst-check"], staged, repo)
+    assert check.returncode == 0, check.stdout
+    assert f"models/{COPYING}: ok (4 constant(s); 4 accepted)" in check.stdout
+    pyproject.write_text(pyproject.read_text().split("[[tool")[0] + f'exclude = ["models/{COPYING}"]\n')
+    assert _entry(hooks["pte-devconst-check"], staged, repo).returncode == 0
+    before = (repo / "models" / COPYING).read_bytes()
+    rewrite = _entry(hooks["pte-devconst-rewrite"], staged, repo)
+    assert rewrite.returncode == 0 and (repo / "models" / COPYING).read_bytes() == before
+    assert COPYING not in rewrite.stdout
