@@ -325,7 +325,8 @@ def test_pre_commit_try_repo_runs_the_hooks(tmp_path: Path) -> None:
     """The real pre-commit, installing this checkout as the hook repository (from the index, into its own
     environment, where torch cannot be installed): the fixing hook fails once ("files were modified by this
     hook"), then passes."""
-    pre_commit = shutil.which("pre-commit") or pytest.skip("pre-commit is not installed")
+    own = Path(sys.executable).parent / "pre-commit"  # this environment's, as for the hooks' script
+    pre_commit = str(own) if own.exists() else shutil.which("pre-commit") or pytest.skip("pre-commit is not installed")
     repo = user_repo(tmp_path)
     no_torch = tmp_path / "constraints.txt"
     no_torch.write_text("torch<0\n")  # any hook install that asks for torch fails to resolve
