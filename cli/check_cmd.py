@@ -117,7 +117,7 @@ def render_text(report: CheckReport, quiet: bool = False, verbose: bool = False)
             console.print(printable(f"{f.file}: {len(f.accepted)} accepted (the project's config accepts them)"),
                           markup=False, soft_wrap=True)
             console.print(table(None, ["method", "constant", "device", "bytes/call", "accepted because"],
-                                [row + [f.accepted] for row, f in zip(_finding_rows(f.accepted), f.accepted)],
+                                [row + [x.accepted] for row, x in zip(_finding_rows(f.accepted), f.accepted)],
                                 right=["bytes/call"]))
     if verbose:
         for f in report.files:
@@ -137,24 +137,27 @@ def _kind(report: CheckReport) -> str:
     return "tensor" if report.fold else "constant"
 
 
-def file_line(report: CheckReport, f: FileCheck) -> str:
-    """One file in one line (``--format concise``, what the pre-commit hook prints): its status and totals."""
+def file_status(report: CheckReport, f: FileCheck) -> str:
+    """A file's status and totals in a few words (after its name in ``file_line`` and the markdown details)."""
     accepted = f"; {len(f.accepted)} accepted" if f.accepted else ""
     if f.error:
-        return printable(f"{f.error}" if f.file and f.error.startswith(f.file) else f"{f.file}: {f.error}")
+        return f.error[len(f.file) + 2:] if f.file and f.error.startswith(f"{f.file}: ") else f.error
     if f.findings:
         fix = f"pte-devconst rewrite {'--fold ' if report.fold else ''}--in-place {shlex.quote(f.file)}"
-        line = (f"{f.file}: {len(f.findings)} {_kind(report)}(s) copied to a device on every call "
+        return (f"{len(f.findings)} {_kind(report)}(s) copied to a device on every call "
                 f"({human_bytes(f.bytes_per_call)} per call){accepted}; fix: {fix}")
-    elif f.failing:  # --strict: what stays or is not judged
-        line = (f"{f.file}: {len(f.failing)} constant-derived value(s) copied on every call that the rewrite "
-                f"cannot move or could not judge (--strict){accepted}")
-    elif f.unknown:
-        line = f"{f.file}: {len(f.unknown)} external constant(s) not judged (no .ptd){accepted}"
-    else:
-        stays = f"; {len(f.stays)} copy(ies) stay for a stated reason" if f.stays else ""
-        line = f"{f.file}: ok ({f.constants} constant(s){stays}{accepted})"
-    return printable(line)
+    if f.failing:  # --strict: what stays or is not judged
+        return (f"{len(f.failing)} constant-derived value(s) copied on every call that the rewrite cannot move or "
+                f"could not judge (--strict){accepted}")
+    if f.unknown:
+        return f"{len(f.unknown)} external constant(s) not judged (no .ptd){accepted}"
+    stays = f"; {len(f.stays)} copy(ies) stay for a stated reason" if f.stays else ""
+    return f"ok ({f.constants} constant(s){stays}{accepted})"
+
+
+def file_line(report: CheckReport, f: FileCheck) -> str:
+    """One file in one line (``--format concise``, what the pre-commit hook prints): its name, status and totals."""
+    return printable(f"{f.file}: {file_status(report, f)}" if f.file else file_status(report, f))
 
 
 def render_concise(report: CheckReport) -> None:
@@ -210,7 +213,7 @@ def _summary_html(text: str) -> str:
 
 def file_details(report: CheckReport, f: FileCheck) -> tuple[str, list[str], str]:
     """A file's details as a collapsed block: (opening, body lines, closing), the body cut first when too long."""
-    head = f"<details><summary><code>{_summary_html(f.file)}</code>: {_summary_html(file_line(report, f).split(': ', 1)[-1])}</summary>"
+    head = f"<details><summary><code>{_summary_html(f.file)}</code>: {_summary_html(file_status(report, f))}</summary>"
     body: list[str] = [""]
     if f.error:
         body += [md_text(f.error), ""]

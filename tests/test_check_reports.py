@@ -165,3 +165,14 @@ def test_output_format_is_format_on_every_command(tmp_path: Path) -> None:
         done = cli(tmp_path, *args, "--output-format", "json")
         assert done.returncode in (0, 1), (args, done.stderr)
         assert json.loads(done.stdout)["command"] == args[0]
+
+
+def test_hostile_names_stay_text_in_the_summary_table_and_the_details() -> None:
+    """The details' ``<summary>`` is HTML, where markdown escaping does not hold: names are HTML-escaped there."""
+    name = "models/</summary></details><script>alert(1)</script>`|x.pte"
+    finding = Finding(name, "forward", 0, "<img src=x onerror=alert(1)>", "cuda:0", 8, 1)
+    markdown = render_markdown(CheckReport((FileCheck(name, None, 1, (finding,)),), 0))
+    html = _html(markdown)
+    assert "<script>" not in html and "<img" not in html  # in code spans and escaped HTML: text
+    assert html.count("<details>") == html.count("</details>") == 1
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
