@@ -509,7 +509,12 @@ def check_command(
     strict_on = strict if strict is not None else bool(settings.strict)
     least = min_bytes if min_bytes is not None else settings.min_bytes or 0
     exclude_root = settings.root
-    paths = [p for p in api.excluded(list(api.expand_paths(given)[0]), settings.exclude, exclude_root)]
+    found, problems = api.expand_paths(given)
+    paths = [p for p in api.excluded(list(found), settings.exclude, exclude_root)]
+    if found and not paths and not problems:  # pre-commit named only excluded programs: nothing to check
+        if not options.quiet:
+            typer.echo(printable(f"nothing to check: every program named is excluded by {settings.path}"), err=True)
+        return
     with files_progress("checking", [str(p) for p in paths], options.quiet) as advance:
         report = api.check(given, ptd=ptd or None, min_bytes=least, devices=devices, strict=strict_on,
                            progress=(lambda done, total, name: advance(done, Path(name).name)) if advance else None,

@@ -378,6 +378,8 @@ def test_the_hooks_read_the_projects_config(tmp_path: Path) -> None:
     assert f"models/{COPYING}: ok (4 constant(s); 4 accepted)" in check.stdout
     pyproject.write_text(pyproject.read_text().split("[[tool")[0] + f'exclude = ["models/{COPYING}"]\n')
     assert _entry(hooks["pte-devconst-check"], staged, repo).returncode == 0
+    only = _entry(hooks["pte-devconst-check"], [f"models/{COPYING}"], repo)  # nothing left to check: passes
+    assert only.returncode == 0 and only.stdout == "" and "excluded" in only.stderr
     before = (repo / "models" / COPYING).read_bytes()
     rewrite = _entry(hooks["pte-devconst-rewrite"], staged, repo)
     assert rewrite.returncode == 0 and (repo / "models" / COPYING).read_bytes() == before
