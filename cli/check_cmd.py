@@ -501,9 +501,7 @@ def check_command(
 
     options = global_options(ctx)
     settings = load(config, isolated)
-    given = files or settings.files()
-    if not given:
-        raise typer.BadParameter("no programs: name them, or set paths in [tool.pte-devconst]", param_hint="FILES")
+    given = settings.programs(files, ctx)
     devices = api.parse_devices(device or settings.device or None, "--device")
     fold_on = fold if fold is not None else bool(settings.fold)
     strict_on = strict if strict is not None else bool(settings.strict)

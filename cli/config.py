@@ -70,6 +70,17 @@ class Config:
         root = self.root or Path.cwd()
         return [p if os.path.isabs(p) else os.path.relpath(root / p) for p in self.paths or ()]
 
+    def programs(self, files: Optional[list[str]], ctx: Any) -> list[str]:
+        """The programs a command works on: those named, else ``paths``; neither is click's usage error."""
+        given = files or self.files()
+        if not given:
+            from pte_devconst.cli.app import UsageError
+
+            where = f" and {self.path} sets no paths" if self.path else ""
+            raise UsageError(f"Missing argument 'FILES...' (name the programs, or set paths in "
+                             f"[tool.{TABLE}]){where}", ctx)
+        return given
+
 
 def _toml() -> Any:
     if sys.version_info >= (3, 11):

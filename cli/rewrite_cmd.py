@@ -234,9 +234,7 @@ def rewrite_command(
 
     options = global_options(ctx)
     settings = load_config(config, isolated)
-    given = files or settings.files()
-    if not given:
-        raise typer.BadParameter("no programs: name them, or set paths in [tool.pte-devconst]", param_hint="FILES")
+    given = settings.programs(files, ctx)
     devices = api.parse_devices(device or settings.device or None, "--device")
     min_bytes = min_bytes if min_bytes is not None else settings.min_bytes or 0
     fold = fold if fold is not None else bool(settings.fold)

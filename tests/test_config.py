@@ -99,7 +99,7 @@ def test_the_command_line_overrides_the_config(tmp_path: Path) -> None:
 def test_isolated_and_config_file(tmp_path: Path) -> None:
     root = repo(tmp_path, '[tool.pte-devconst]\npaths = ["models"]\nmin-bytes = 1000000\n')
     isolated = cli(root, "check", "--isolated")
-    assert isolated.returncode == 2 and "no programs" in isolated.stderr  # no config: no paths
+    assert isolated.returncode == 2 and "Missing argument 'FILES...'" in isolated.stderr  # no config: no paths
     assert cli(root, "check", "models", "--isolated").returncode == 1  # nor its min-bytes
     other = root / "ci" / "gate.toml"  # a file of its own is read at its top level, relative to its folder
     other.parent.mkdir()
