@@ -502,7 +502,8 @@ def check_command(
     options = global_options(ctx)
     settings = load(config, isolated)
     given = settings.programs(files, ctx)
-    devices = api.parse_devices(device or settings.device or None, "--device")
+    devices = api.parse_devices(device or settings.device or None,
+                                "--device" if device or not settings.device else f"{settings.path}: device")
     fold_on = fold if fold is not None else bool(settings.fold)
     strict_on = strict if strict is not None else bool(settings.strict)
     least = min_bytes if min_bytes is not None else settings.min_bytes or 0

@@ -235,7 +235,8 @@ def rewrite_command(
     options = global_options(ctx)
     settings = load_config(config, isolated)
     given = settings.programs(files, ctx)
-    devices = api.parse_devices(device or settings.device or None, "--device")
+    devices = api.parse_devices(device or settings.device or None,
+                                "--device" if device or not settings.device else f"{settings.path}: device")
     min_bytes = min_bytes if min_bytes is not None else settings.min_bytes or 0
     fold = fold if fold is not None else bool(settings.fold)
     fmt = RewriteFormat.json if json_flag else fmt

@@ -128,6 +128,7 @@ def test_the_search_stops_at_the_repository_root(tmp_path: Path) -> None:
     ('[[tool.pte-devconst.accept]]\nprogram = "m.pte"\nvalue = 1\nreason = "x"\nline = 3\n',
      "accept[0].line: unknown key"),
     ('[tool.pte-devconst\n', "not valid TOML"),
+    ('[tool.pte-devconst]\ndevice = "cpu"\n', "device: constants only move to non-CPU devices"),
 ])
 def test_a_bad_config_is_one_line_naming_the_file_and_the_key(tmp_path: Path, table: str, where: str) -> None:
     root = repo(tmp_path, table)
