@@ -20,7 +20,6 @@ import typer
 
 if TYPE_CHECKING:  # rich is imported when something is printed, not at start-up
     from rich.console import Console
-    from rich.table import Table
 
 JSON_FORMAT_VERSION = 1
 
@@ -32,19 +31,25 @@ class OutputFormat(str, enum.Enum):
 
 
 class GateFormat(str, enum.Enum):
-    """``check``'s formats: the common three, and GitHub workflow commands (inline annotations)."""
+    """``check``'s formats: the common three, one line per file (hooks), GitHub annotations and SARIF."""
 
     text = "text"
+    concise = "concise"
     markdown = "markdown"
     json = "json"
     github = "github"
+    sarif = "sarif"
 
 
+# --output-format is ruff's name for the option; --format and -f are this tool's own.
 FormatOption = Annotated[OutputFormat, typer.Option(
-    "--format", "-f", case_sensitive=False, help="text (rich tables), markdown (for pull requests) or json (for CI).")]
-GateFormatOption = Annotated[GateFormat, typer.Option(
-    "--format", "-f", case_sensitive=False, help="text (rich tables), markdown (for pull requests), json (for CI) or "
-    "github (GitHub Actions annotations, one ::error line per finding).")]
+    "--format", "--output-format", "-f", case_sensitive=False,
+    help="text (rich tables), markdown (for pull requests) or json (for CI).")]
+GateFormatOption = Annotated[Optional[GateFormat], typer.Option(
+    "--format", "--output-format", "-f", case_sensitive=False, show_default=False,
+    help="text (rich tables), concise (one line per file), markdown (for pull requests), json (for CI), github "
+    "(GitHub Actions annotations, one per file) or sarif (SARIF 2.1.0, for code scanning) [default: "
+    "output-format of the config file, else text].")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Shorthand for --format json.")]
 
 
@@ -212,28 +217,131 @@ def markup_safe(text: Any) -> str:
     return escape(printable(text))
 
 
+_SEPARATORS = frozenset(":./,=;-)]}>")
+
+
+def atoms(line: str) -> list[str]:
+    """A line cut where a table may wrap it: at spaces (kept with the word before) and after a separator
+    (``eligible:`` ``cuda:0``, ``_h2d_copy.`` ``out``), never before a digit: not inside a device (``cuda:0``) or a
+    number (``12.0``, ``1,024``)."""
+    pieces: list[str] = []
+    current = ""
+    for index, ch in enumerate(line):
+        current += ch
+        after = line[index + 1] if index + 1 < len(line) else ""
+        if ch.isspace():
+            if after and not after.isspace():
+                pieces.append(current)
+                current = ""
+        elif ch in _SEPARATORS and after and not after.isspace() and after not in _SEPARATORS \
+                and not after.isdigit():
+            pieces.append(current)
+            current = ""
+    if current:
+        pieces.append(current)
+    return pieces
+
+
+def wrap_cell(text: str, width: int) -> str:
+    """``text`` in lines of at most ``width`` characters, broken only where ``atoms`` allows; a piece longer than
+    the width alone is folded (the last resort, when no width lets the table fit)."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        current = ""
+        for piece in atoms(line):
+            if len((current + piece).rstrip()) <= width:
+                current += piece
+                continue
+            if current.strip():
+                out.append(current.rstrip())
+            current = piece.lstrip()
+            while len(current.rstrip()) > width:
+                out.append(current[:width])
+                current = current[width:]
+        out.append(current.rstrip())
+    return "\n".join(out)
+
+
+def fit_widths(natural: Sequence[int], least: Sequence[int], available: int) -> list[int]:
+    """Column widths that fit ``available``: the widest column that can shrink gives one character at a time, none
+    below its longest unbreakable piece (``least``) while another can still give; only then are pieces folded."""
+    widths = list(natural)
+    floor = [min(n, max(1, m)) for n, m in zip(natural, least)]
+    while sum(widths) > available:
+        shrinkable = [i for i, w in enumerate(widths) if w > floor[i]] or [i for i, w in enumerate(widths) if w > 1]
+        if not shrinkable:
+            break
+        widest = max(shrinkable, key=lambda i: widths[i])
+        widths[widest] -= 1
+    return widths
+
+
+class FitTable:
+    """A rich table laid out for the width it is printed at: cells wrap at spaces and after separators, never
+    inside a name or number (rich alone folds ``eligible:cuda:0`` into ``eligible:cuda:`` / ``0``)."""
+
+    def __init__(self, title: Optional[str], columns: Sequence[str], rows: Iterable[Sequence[Any]],
+                 right: Sequence[str] = ()) -> None:
+        from rich.text import Text
+
+        self.title = title
+        self.columns = list(columns)
+        self.right = set(right)
+        # Cells are data, never markup: strings become plain Text (made printable); styled Text passes through.
+        self.rows = [[cell if isinstance(cell, Text) else Text(printable(cell)) for cell in row] for row in rows]
+
+    def measure(self) -> tuple[list[int], list[int]]:
+        """Each column's natural width (its longest line) and least width (its longest unbreakable piece)."""
+        natural, least = [], []
+        for index, header in enumerate(self.columns):
+            texts = [header] + [row[index].plain for row in self.rows if index < len(row)]
+            lines = [line for text in texts for line in text.split("\n")]
+            natural.append(max((len(line) for line in lines), default=1))
+            least.append(max((len(piece.rstrip()) for line in lines for piece in atoms(line)), default=1))
+        return natural, least
+
+    def layout(self, max_width: int) -> tuple[list[int], bool]:
+        """The column widths for ``max_width``, and whether the table is drawn compact: without vertical rules,
+        one space between columns, when the boxed table cannot fit without breaking a piece."""
+        natural, least = self.measure()
+        columns = len(self.columns)
+        boxed = (columns + 1) + 2 * columns - 2  # rules, and one space each side of a cell but the edges
+        compact = sum(min(n, m) for n, m in zip(natural, least)) > max_width - boxed
+        overhead = columns - 1 if compact else boxed
+        return fit_widths(natural, least, max(columns, max_width - overhead)), compact
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich import box
+        from rich.table import Table
+        from rich.text import Text
+
+        widths, compact = self.layout(options.max_width)
+        t = Table(title=None if self.title is None else Text(printable(self.title), style="table.title"),
+                  title_justify="left", show_lines=False, expand=False, pad_edge=False,
+                  **({"box": box.SIMPLE_HEAD, "show_edge": False, "padding": (0, 0)} if compact else {}))
+        for column, width in zip(self.columns, widths):
+            t.add_column(wrap_cell(column, width), justify="right" if column in self.right else "left",
+                         width=width, overflow="fold")
+        for row in self.rows:
+            t.add_row(*[Text(wrap_cell(cell.plain, width), style=cell.style, justify=cell.justify)
+                        if not cell.spans else cell for cell, width in zip(row, widths)])
+        yield t
+
+
 def table(title: Optional[str], columns: Sequence[str], rows: Iterable[Sequence[Any]], *,
-          right: Sequence[str] = ()) -> "Table":
-    from rich.table import Table
-    from rich.text import Text
-
-    t = Table(title=None if title is None else Text(printable(title), style="table.title"), title_justify="left",
-              show_lines=False, expand=False, pad_edge=False)
-    for column in columns:
-        t.add_column(column, justify="right" if column in right else "left", overflow="fold")
-    for row in rows:
-        # Cells are data, never markup: strings become plain Text; styled Text passes through.
-        t.add_row(*[cell if isinstance(cell, Text) else Text(printable(cell)) for cell in row])
-    return t
+          right: Sequence[str] = ()) -> FitTable:
+    """A table for the terminal (``FitTable``): wraps at separators to fit the width, never inside a token."""
+    return FitTable(title, columns, rows, right)
 
 
-def markdown_table(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """A GitHub table; a cell is escaped with ``md_text`` (pipes included) unless it is ``MarkdownText`` already."""
+def markdown_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], right: Sequence[str] = ()) -> str:
+    """A GitHub table; a cell is escaped with ``md_text`` (pipes included) unless it is ``MarkdownText`` already
+    (``md_code``).  The ``right`` columns (numbers) are right-aligned."""
 
     def cell(value: Any) -> str:
         return value if isinstance(value, MarkdownText) else md_text(value)
 
-    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---:" if c in right else "---" for c in columns) + "|"]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
 

@@ -6,6 +6,7 @@ One program (``-o`` names its output) or several (files, patterns, folders): eac
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
@@ -13,13 +14,28 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from pte_devconst.cli.app import EXIT_ERROR, EXIT_FINDINGS, command, for_each_program, global_options
-from pte_devconst.cli.output import (DataOption, EtrecordOption, FormatOption, JsonFlag, OutputFormat, constant_label,
-                                     device_memory_line, echo_lines, emit_json, fold_hint, human_bytes, markdown_table,
-                                     markup_safe, md_code, md_text, name_cell, resolve_format, stderr_console,
-                                     stdout_console, table)
+from pte_devconst.cli.config import ConfigOption, IsolatedOption, load as load_config
+from pte_devconst.cli.output import (DataOption, EtrecordOption, JsonFlag, constant_label, device_memory_line,
+                                     echo_lines, emit_json, fold_hint, human_bytes, markdown_table, markup_safe,
+                                     md_code, md_text, name_cell, printable, stderr_console, stdout_console, table)
 from pte_devconst.cli.mermaid import diagrams
 from pte_devconst.cli.progress import rewrite_progress
 from pte_devconst.schema.errors import PteDevconstError
+
+class RewriteFormat(str, enum.Enum):
+    """``rewrite``'s formats: the common three, and one line per program (what the pre-commit hook prints)."""
+
+    text = "text"
+    concise = "concise"
+    markdown = "markdown"
+    json = "json"
+
+
+RewriteFormatOption = Annotated[RewriteFormat, typer.Option(
+    "--format", "--output-format", "-f", case_sensitive=False,
+    help="text (rich tables), concise (one line per program; -v: the tables), markdown (for pull requests) or json "
+    "(for CI).")]
+
 
 class VerifyMode(str, enum.Enum):
     sampled = "sampled"
@@ -149,6 +165,18 @@ def render_text(result: RewriteResult, quiet: bool = False, verbose: bool = Fals
                       f"{human_bytes(result.input_size)}), {checked}.", soft_wrap=True)
 
 
+def concise_line(result: RewriteResult) -> str:
+    """One program in one line (``--format concise``, what the pre-commit hook prints)."""
+    plan = result.plan
+    if plan.is_empty:
+        return printable(f"{result.input}: nothing to move")
+    moved = len(plan.placements) + len(plan.folds)
+    where = ("dry run, nothing written" if result.output is None else "rewritten in place" if result.in_place
+             else f"wrote {result.output}")
+    return printable(f"{result.input}: {moved} tensor(s) moved to device memory "
+                     f"({human_bytes(plan.bytes_per_call_saved)} fewer host-to-device bytes per call); {where}")
+
+
 def render_markdown(result: RewriteResult) -> None:
     plan = result.plan
     dry = result.output is None
@@ -196,20 +224,21 @@ def render_markdown(result: RewriteResult) -> None:
 @command("rewrite")
 def rewrite_command(
     ctx: typer.Context,
-    files: Annotated[list[str], typer.Argument(
+    files: Annotated[Optional[list[str]], typer.Argument(
         help="The .pte program(s) to rewrite: files, glob patterns ('**/*.pte') or directories (never modified "
-        "unless --in-place).", show_default=False)],
+        "unless --in-place) [default: paths of the config file].", show_default=False)] = None,
     output: Annotated[Optional[Path], typer.Option(
         "-o", "--output", help="Output file [default: NAME.devconst.pte]; one input only.")] = None,
     ptd: DataOption = None,
     device: Annotated[Optional[list[str]], typer.Option(
         "--device", help="Only move constants to this device (repeatable, e.g. cuda:0).")] = None,
-    min_bytes: Annotated[int, typer.Option("--min-bytes", min=0,
-                                           help="Leave constants smaller than this in place.")] = 0,
-    fold: Annotated[bool, typer.Option(
-        "--fold", help="Also fold chains of host kernels that only move or cast a constant (permute_copy, "
+    min_bytes: Annotated[Optional[int], typer.Option("--min-bytes", min=0, show_default=False,
+                                                     help="Leave constants smaller than this in place [default: "
+                                                     "0].")] = None,
+    fold: Annotated[Optional[bool], typer.Option(
+        "--fold/--no-fold", show_default=False, help="Also fold chains of host kernels that only move or cast a constant (permute_copy, "
         "view_copy, _to_copy, ...) before device delegates read it: compute the result once, offline, and store "
-        "it as device-resident initial data.")] = False,
+        "it as device-resident initial data [default: no].")] = None,
     duplicate_shared: Annotated[bool, typer.Option(
         "--duplicate-shared", help="Give device delegates that read a constant the host also reads their own "
         "device-resident copy (the file and the device each hold one more copy of it).")] = False,
@@ -228,8 +257,10 @@ def rewrite_command(
         "--exit-non-zero-on-change", help="Exit 1 when a program was rewritten (with --dry-run: would be), as a "
         "fixing pre-commit hook does so that the user re-stages the file.")] = False,
     etrecord: EtrecordOption = None,
-    fmt: FormatOption = OutputFormat.text,
+    fmt: RewriteFormatOption = RewriteFormat.text,
     json_flag: JsonFlag = False,
+    config: ConfigOption = None,
+    isolated: IsolatedOption = False,
 ) -> None:
     """Find constants read only by delegates on one device and move them into device memory with initial data.
 
@@ -241,8 +272,15 @@ def rewrite_command(
     from pte_devconst import api
 
     options = global_options(ctx)
-    devices = api.parse_devices(device or None, "--device")
-    fmt = resolve_format(fmt, json_flag)
+    settings = load_config(config, isolated)
+    given = settings.programs(files, ctx)
+    devices = api.parse_devices(device or settings.device or None,
+                                "--device" if device or not settings.device else f"{settings.path}: device")
+    min_bytes = min_bytes if min_bytes is not None else settings.min_bytes or 0
+    fold = fold if fold is not None else bool(settings.fold)
+    fmt = RewriteFormat.json if json_flag else fmt
+    if fmt is RewriteFormat.concise and options.verbose:  # -v: the tables
+        fmt = RewriteFormat.text
 
     def rewrite_one(file: Path, destination: Optional[Path], data: Optional[Path]) -> RewriteResult:
         with rewrite_progress(file.name, _size(file), options.quiet) as bar:
@@ -251,14 +289,23 @@ def rewrite_command(
                                duplicate_shared=duplicate_shared, progress=bar.progress if bar else None,
                                phase=bar.phase if bar else None, etrecord=etrecord)
 
-    chosen = api.programs(files, ptd or (), skip_rewrites=not in_place)
+    chosen = api.programs(given, ptd or (), skip_rewrites=not in_place)
+    if settings.exclude:  # as ruff's --force-exclude: also files named on the command line (pre-commit names them)
+        kept = tuple(api.excluded(list(chosen.items), settings.exclude, settings.root))
+        chosen = dataclasses.replace(chosen, items=kept, single=chosen.single and bool(kept))
+        if not kept:
+            if fmt is RewriteFormat.json:
+                emit_json("rewrite", {"results": [], "skipped_inputs": list(chosen.left_out)})
+            return
     if chosen.single:  # one program: its result alone, its errors as they are
         (file,) = chosen.paths
         result = rewrite_one(file, output, chosen.data.get(file))
-        if fmt is OutputFormat.json:
+        if fmt is RewriteFormat.json:
             emit_json("rewrite", result.to_json())
-        elif fmt is OutputFormat.markdown:
+        elif fmt is RewriteFormat.markdown:
             render_markdown(result)
+        elif fmt is RewriteFormat.concise:
+            typer.echo(concise_line(result))
         elif not options.quiet:
             render_text(result, options.quiet, options.verbose)
         if exit_on_change and result.changed:
@@ -269,17 +316,19 @@ def rewrite_command(
                                "several to their default names (NAME.devconst.pte) or with --in-place")
 
     def show(result: RewriteResult) -> None:
-        if fmt is OutputFormat.markdown:
+        if fmt is RewriteFormat.markdown:
             render_markdown(result)
             typer.echo("")
-        elif fmt is OutputFormat.text and not options.quiet:  # which input each result is about, then it
+        elif fmt is RewriteFormat.concise:
+            typer.echo(concise_line(result))
+        elif fmt is RewriteFormat.text and not options.quiet:  # which input each result is about, then it
             stdout_console().print(f"[bold]{markup_safe(result.input)}[/]"
                                    + (" (dry run)" if result.output is None else ""), soft_wrap=True)
             render_text(result, options.quiet, options.verbose)
 
     results, failed = for_each_program(chosen.items, lambda item: rewrite_one(item, None, chosen.data.get(item)),
                                        show, options.debug)
-    if fmt is OutputFormat.json:
+    if fmt is RewriteFormat.json:
         emit_json("rewrite", {"results": [r.to_json() for r in results], "skipped_inputs": list(chosen.left_out)})
     elif chosen.left_out and not options.quiet:
         echo_lines(chosen.left_out)

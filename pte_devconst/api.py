@@ -426,10 +426,43 @@ class Finding:
     nbytes: int
     copies_per_call: int
     reason: str = ""  # why it stays copied (``FileCheck.stays``); empty for a finding
+    accepted: str = ""  # in ``FileCheck.accepted``: the reason the project gave for accepting it
 
     @property
     def bytes_per_call(self) -> int:
         return self.nbytes * self.copies_per_call
+
+
+@dataclass(frozen=True, slots=True)
+class Acceptance:
+    """A finding a project accepts, with its reason (``[[tool.pte-devconst.accept]]``): ``check`` reports it as
+    accepted instead of failing on it.
+
+    ``program`` is a glob (``models/*.pte``) relative to ``root`` (the config file's folder); ``method`` one method
+    (None: any); ``constant`` a name (``encoder.weight``) or ``value`` an index (``value 3``), at least one of them.
+    """
+
+    program: str
+    reason: str
+    method: Optional[str] = None
+    constant: Optional[str] = None
+    value: Optional[int] = None
+    root: Optional[str] = None
+    origin: str = ""  # where it was written (``pyproject.toml: accept[2]``), for the warning when it matches nothing
+
+    def matches(self, finding: Finding) -> bool:
+        from pte_devconst.paths import matches_glob
+
+        return ((self.method is None or self.method == finding.method)
+                and (self.constant is None or self.constant == finding.name)
+                and (self.value is None or self.value == finding.value)
+                and matches_glob(finding.file, self.program, self.root))
+
+    def describe(self) -> str:
+        what = [f"program {self.program!r}"] + ([f"method {self.method!r}"] if self.method is not None else [])
+        what += [f"constant {self.constant!r}"] if self.constant is not None else []
+        what += [f"value {self.value}"] if self.value is not None else []
+        return ", ".join(what)
 
 
 class CheckStatus(NamedEnum):
@@ -472,6 +505,7 @@ class FileCheck:
         """--device names only devices this program does not use: nothing in it was judged."""
         return (self.error is None and self.device_selection is not None
                 and not set(self.device_selection) & set(self.devices))
+    accepted: tuple[Finding, ...] = ()  # findings (or stays, or unknown) the project accepts, each with its reason
 
     @property
     def failing(self) -> tuple[Finding, ...]:
@@ -504,6 +538,7 @@ class CheckReport:
     fold: bool = False  # findings include what rewrite --fold would move
     strict: bool = False
     devices: Optional[tuple[str, ...]] = None  # --device, when given
+    unused_accepts: tuple[Acceptance, ...] = ()  # accepted findings that matched nothing (a warning, as ruff's RUF100)
 
     @property
     def findings(self) -> tuple[Finding, ...]:
@@ -542,6 +577,10 @@ class CheckReport:
         return tuple(f"{f.file}: uses none of the devices selected (--device {', '.join(f.device_selection or ())}); "
                      f"it uses {', '.join(f.devices) or 'no device'}: nothing in it was judged"
                      for f in self.files if f.unused_selection)
+
+    @property
+    def accepted(self) -> tuple[Finding, ...]:
+        return tuple(f for file in self.files for f in file.accepted)
 
     @property
     def unknown(self) -> tuple[Finding, ...]:
@@ -616,6 +655,9 @@ class CheckReport:
             "devices": None if self.devices is None else list(self.devices),
             "device_problems": list(self.device_problems),
             "warnings": list(self.warnings),
+            "accepted": len(self.accepted),
+            "unused_accepts": [{"program": a.program, "method": a.method, "constant": a.constant, "value": a.value,
+                                "reason": a.reason, "origin": a.origin} for a in self.unused_accepts],
             "files": [{
                 "file": f.file, "ptd": f.ptd, "status": f.status, "constants": f.constants,
                 "bytes_per_call": f.bytes_per_call, "error": f.error, "note": f.note,
@@ -624,6 +666,8 @@ class CheckReport:
                 "device_memory": device_memory_json(f.device_memory),
                 "filtered": _findings_json(f.filtered, reasons=True),
                 "filtered_bytes_per_call": f.filtered_bytes_per_call, "devices": list(f.devices),
+                "accepted": [{**item, "accepted": x.accepted, "reason": x.reason}
+                             for item, x in zip(_findings_json(f.accepted), f.accepted)],
             } for f in self.files],
         }
 
@@ -769,7 +813,10 @@ def check(files: Union[ProgramLike, Iterable[ProgramLike]], *,
           ptd: Optional[Union[PathLike, Sequence[PathLike]]] = None,
           min_bytes: int = 0, devices: Optional[Iterable[DeviceLike]] = None, strict: bool = False,
           progress: Optional[Callable[[int, int, str], None]] = None, fold: bool = False,
-          etrecord: Optional[NamesLike] = None) -> CheckReport:
+          etrecord: Optional[NamesLike] = None,
+
+          accept: Sequence[Acceptance] = (), exclude: Sequence[str] = (),
+          exclude_root: Optional[PathLike] = None) -> CheckReport:
     """Which constants do these programs still copy to a device on every call? (what ``check`` does)
 
     The findings are the constants a rewrite would move.  Every other constant-derived per-call copy
@@ -793,6 +840,10 @@ def check(files: Union[ProgramLike, Iterable[ProgramLike]], *,
 
     ``files`` may also hold programs in memory (bytes, a binary file object, a program manager), or be one;
     a single ``ptd`` goes with a single one.  ``etrecord`` names the constants of the programs it matches.
+    ``accept`` moves each matching finding (or copy that stays, or constant not judged) to ``FileCheck.accepted``
+    (it no longer fails the check); an acceptance that matches nothing is in ``report.unused_accepts``.
+    ``exclude`` leaves out every program a glob names (relative to ``exclude_root``; ``paths.matches_glob``),
+    also one named explicitly.
     """
     if min_bytes < 0:
         raise PteDevconstError(f"min_bytes must be >= 0, got {min_bytes}")
@@ -806,12 +857,13 @@ def check(files: Union[ProgramLike, Iterable[ProgramLike]], *,
 
     given = [] if ptd is None else [ptd] if isinstance(ptd, (str, os.PathLike)) else list(ptd)
     paths = [item for item in arguments if isinstance(item, (str, os.PathLike))]
-    items = expand(paths) if paths or not memory else []
+    items = excluded(expand(paths), exclude, exclude_root) if paths or not memory else []
     pairs, problems = pair_data([i for i in items if isinstance(i, Path)],
                                 [DataArgument.parse(g) for g in given] if items or not memory else [])
     items, _ = distinct_pairs(items, pairs)  # a second name of one program with the same data: one check
     programs = [i for i in items if isinstance(i, Path)]
     results: list[FileCheck] = []
+    used: set[int] = set()
     done = 0
     for item in items:
         if isinstance(item, str):
@@ -819,7 +871,7 @@ def check(files: Union[ProgramLike, Iterable[ProgramLike]], *,
             continue
         data = pairs.get(item)
         try:
-            results.append(_check_one(item, data, options, strict, namer))
+            results.append(_accepting(_check_one(item, data, options, strict, namer), accept, used))
         except PteDevconstError as error:
             text = " ".join(str(error).split())
             results.append(FileCheck(str(item), str(data) if data else None, 0, (),
@@ -836,10 +888,42 @@ def check(files: Union[ProgramLike, Iterable[ProgramLike]], *,
     single_data = Path(given[0]) if len(given) == 1 and len(memory) == 1 and not programs else None
     for held in memory:
         try:
-            results.append(_check_one(held, single_data, options, strict, namer))
+            results.append(_accepting(_check_one(held, single_data, options, strict, namer), accept, used))
         except PteDevconstError as error:
             results.append(FileCheck(held.name, None, 0, (), " ".join(str(error).split())))
     if not results:
         results.append(FileCheck("", None, 0, (), "no files given"))
     return CheckReport(tuple(results), min_bytes, fold, strict,
-                       None if options.devices is None else tuple(sorted(str(d) for d in options.devices)))
+                       devices=None if options.devices is None else tuple(sorted(str(d) for d in options.devices)),
+                       unused_accepts=tuple(a for index, a in enumerate(accept) if index not in used))
+
+
+def excluded(items: list[Union[Path, str]], exclude: Sequence[str], root: Optional[PathLike]) -> list[Union[Path, str]]:
+    """``items`` without the programs an ``exclude`` glob names (problems, ``str``, stay)."""
+    from pte_devconst.paths import matches_glob
+
+    return [i for i in items if not isinstance(i, Path) or not any(matches_glob(i, g, root) for g in exclude)]
+
+
+def _accepting(checked: FileCheck, accept: Sequence[Acceptance], used: set[int]) -> FileCheck:
+    """``checked`` with what ``accept`` matches moved to ``accepted`` (the first matching entry's reason); the
+    indices of the entries that matched are added to ``used``."""
+    if not accept:
+        return checked
+    from dataclasses import replace
+
+    taken: list[Finding] = []
+
+    def keep(findings: tuple[Finding, ...]) -> tuple[Finding, ...]:
+        kept = []
+        for finding in findings:
+            index = next((k for k, a in enumerate(accept) if a.matches(finding)), None)
+            if index is None:
+                kept.append(finding)
+            else:
+                used.add(index)
+                taken.append(replace(finding, accepted=accept[index].reason))
+        return tuple(kept)
+
+    findings, stays, unknown = keep(checked.findings), keep(checked.stays), keep(checked.unknown)
+    return replace(checked, findings=findings, stays=stays, unknown=unknown, accepted=tuple(taken))

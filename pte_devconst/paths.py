@@ -289,3 +289,18 @@ def pair_data(programs: Sequence[Path], given: Sequence[DataArgument]) -> tuple[
             if sibling is not None:
                 pairs[program] = sibling
     return pairs, problems
+
+
+def matches_glob(path: PathLike, pattern: str, root: Optional[PathLike] = None) -> bool:
+    """Whether ``pattern`` (a glob: ``*`` and ``?`` stay within a folder, ``**`` crosses folders) names ``path``
+    or a folder above it.  A relative pattern is relative to ``root`` (a config file's folder; default: the working
+    folder), an absolute one is matched as it is; ``models/legacy`` matches every file below that folder."""
+    base = Path(root) if root is not None else Path.cwd()
+    absolute = Path(os.path.abspath(path))
+    target = Path(os.path.abspath(base / pattern)) if not os.path.isabs(pattern) else Path(pattern)
+    wanted = target.parts
+    candidate = absolute.parts
+    for end in range(len(candidate), 0, -1):
+        if _match_parts(candidate[:end], wanted):
+            return True
+    return False

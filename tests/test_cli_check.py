@@ -182,10 +182,17 @@ def test_markdown_is_a_pull_request_summary() -> None:
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
     assert lines[0].startswith("### ") and "check" in lines[0]
-    assert "| file | method | constant | device | bytes/call |" in lines
+    # The summary first: one row per file, numbers right-aligned, then each file's details, collapsed.
+    header = lines.index("| file | status | still copied | bytes/call | cannot move | accepted | fold gain "
+                         "| device memory now | after a rewrite |")
+    assert lines[header + 1] == "|---|---|---:|---:|---:|---:|---:|---:|---:|"
     html = rendered(result.stdout)
-    assert f"<td><code>{pte_path('v_c_shared_host_copy')}</code></td>\n<td><code>forward</code></td>" in html
-    assert "<details>" in result.stdout and "</details>" in result.stdout
+    assert f"<td><code>{pte_path('v_c_shared_host_copy')}</code></td>\n<td>❌ copied</td>" in html
+    assert f"<td><code>{pte_path('v_h_cpu_only')}</code></td>\n<td>✅ ok</td>" in html
+    assert lines[header + 2].endswith("| 288 B | 384 B |") and lines[header + 3].endswith("| - | - |")
+    details = lines.index("| method | constant | device | bytes/call |")
+    assert details > header and lines[details + 2] == "| <code>forward</code> | <code>value 2</code> | <code>cuda:0</code> | 96 B |"
+    assert result.stdout.index("<details><summary>") > result.stdout.index("| file | status |")
     ok = invoke("check", pte_path("v_h_cpu_only"), "-f", "markdown")
     assert ok.exit_code == 0 and "✅" in ok.stdout.splitlines()[0]
 

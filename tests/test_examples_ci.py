@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -65,7 +66,7 @@ def user_repo(tmp_path: Path) -> Path:
     repo = tmp_path / "acme-vision"
     (repo / "src" / "acme").mkdir(parents=True)
     (repo / "pyproject.toml").write_text('[project]\nname = "acme-vision"\nversion = "1.0.0"\n'
-                                         'dependencies = ["numpy"]\n')
+                                         'dependencies = ["numpy"]\n\n[tool.pte-devconst]\npaths = ["models"]\n')
     (repo / "src" / "acme" / "__init__.py").write_text('"""Acme vision models."""\n')
     (repo / "models").mkdir()
     shutil.copy(EXAMPLES / "mlp_copy.pte", repo / "models" / COPYING)
@@ -79,9 +80,35 @@ def user_repo(tmp_path: Path) -> Path:
 
 
 def _offline_venv(path: Path) -> None:
-    """A virtual environment over the system's site-packages and without pip of its own: ``python -m pip`` is
-    then the system's (with its setuptools), installing into this environment, no index needed."""
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(path)], check=True)
+    """A virtual environment that sees the packages of the environment running the tests and has no pip of its
+    own: ``python -m pip`` is then that environment's pip, installing into this one, no index needed.
+
+    ``--system-site-packages`` would show the *base* interpreter's packages instead: from a virtual environment
+    (``python3 -m venv v && v/bin/pip install -e ".[test]"``) those lack typer, rich and a recent setuptools, and
+    every install here failed.  A ``.pth`` that adds the running environment's site folders (with their own
+    ``.pth`` files, as ``site`` adds a system site folder) shows exactly what the tests themselves see.
+    """
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    folders = [*site.getsitepackages()] + ([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])
+    (own,) = path.glob("lib/python*/site-packages")
+    (own / "_running_environment.pth").write_text(
+        f"import site; list(map(site.addsitedir, {[f for f in folders if Path(f).is_dir()]!r}))\n")
+
+
+def _can_build_offline() -> bool:
+    """Whether this environment can build the wheel itself (``--no-build-isolation``): pyproject's setuptools, and
+    a ``bdist_wheel`` (setuptools 70.1 has its own; older ones need the ``wheel`` package).  A fresh virtual
+    environment has pip's setuptools 65 and no wheel: pip then builds in isolation, from the index."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def release(name: str) -> tuple[int, ...]:
+        try:
+            return tuple(int(part) for part in re.findall(r"\d+", version(name))[:2])
+        except PackageNotFoundError:
+            return ()
+
+    tools = release("setuptools")
+    return tools >= (68,) and (tools >= (70, 1) or release("wheel") != ())
 
 
 def source_copy(folder: Path) -> Path:
@@ -94,13 +121,16 @@ def source_copy(folder: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """This checkout as a wheel, built once (what pip builds from a URL of the repository)."""
+    """This checkout as a wheel, built once (what pip builds from a URL of the repository): offline where this
+    environment has the build requirements, else as pip builds any source, in isolation (from the index)."""
     folder = tmp_path_factory.mktemp("wheel")
     builder = folder / "venv"
     _offline_venv(builder)
-    subprocess.run([str(builder / "bin" / "python"), "-m", "pip", "wheel", "-q", "--no-deps", "--no-index",
-                    "--no-build-isolation", "-w", str(folder), str(source_copy(folder))], check=True,
-                   capture_output=True, timeout=300)
+    offline = _can_build_offline()
+    build = subprocess.run([str(builder / "bin" / "python"), "-m", "pip", "wheel", "-q", "--no-deps",
+                            *(["--no-index", "--no-build-isolation"] if offline else []), "-w", str(folder),
+                            str(source_copy(folder))], capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stdout + build.stderr
     (built,) = folder.glob("pte_devconst-*.whl")
     return built
 
@@ -187,7 +217,8 @@ def test_gate_fails_on_the_copying_model(tmp_path: Path, wheel: Path) -> None:
     assert gate.job("gate") == CHECK_STEP  # the pull request that ships a copying program fails
     annotations = gate.output(CHECK_STEP).splitlines()
     errors = [line for line in annotations if line.startswith("::error ")]
-    assert len(errors) == 4 and all(line.startswith(f"::error file=models/{COPYING},") for line in errors)
+    (error,) = errors  # one annotation per file: its worst constant and the totals
+    assert error.startswith(f"::error file=models/{COPYING},") and "4 constant(s) copied" in error
     assert not any(CLEAN in line for line in annotations)
     assert "torch" not in " ".join(gate.own_packages())  # the gate's install has no torch
     summary = gate.summary.read_text()
@@ -255,7 +286,9 @@ def test_the_hooks_install_without_torch_and_match_programs_only() -> None:
 def _entry(hook: dict[str, Any], files: list[str], repo: Path) -> subprocess.CompletedProcess:
     """What pre-commit runs: the entry, then the staged file names its `files` pattern matches."""
     names = [f for f in files if re.search(hook["files"], f)]
-    tool = shutil.which("pte-devconst") or str(Path(sys.executable).parent / "pte-devconst")
+    # The script of the environment running the tests (a `pte-devconst` elsewhere on PATH may be another checkout's).
+    script = Path(sys.executable).parent / "pte-devconst"
+    tool = str(script) if script.exists() else shutil.which("pte-devconst") or "pte-devconst"
     command = [tool, *hook["entry"].split()[1:], *names]
     return subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=120)
 
@@ -264,10 +297,19 @@ def test_the_fixing_hook_rewrites_in_place_fails_once_then_passes(tmp_path: Path
     repo = user_repo(tmp_path)
     staged = [f"models/{COPYING}", f"models/{CLEAN}", "pyproject.toml"]
     hooks = _hooks()
-    assert _entry(hooks["pte-devconst-check"], staged, repo).returncode == 1
+    check = _entry(hooks["pte-devconst-check"], staged, repo)
+    assert check.returncode == 1
+    # One line per file, then the summary (the tables with -v).
+    assert check.stdout.splitlines()[:2] == [
+        f"models/{COPYING}: 4 constant(s) copied to a device on every call (3.2 KiB per call); fix: pte-devconst "
+        f"rewrite --in-place models/{COPYING}", f"models/{CLEAN}: ok (4 constant(s))"]
+    assert len(check.stdout.splitlines()) == 3
     before = (repo / "models" / CLEAN).read_bytes()
     first = _entry(hooks["pte-devconst-rewrite"], staged, repo)
     assert first.returncode == 1, first.stderr  # it changed a file: the user re-stages it
+    assert first.stdout.splitlines() == [
+        f"models/{COPYING}: 4 tensor(s) moved to device memory (3.2 KiB fewer host-to-device bytes per call); "
+        "rewritten in place", f"models/{CLEAN}: nothing to move"]
     changed = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout
     assert changed.split() == ["M", f"models/{COPYING}"]  # in place: no NAME.devconst.pte left behind
     assert (repo / "models" / CLEAN).read_bytes() == before
@@ -284,7 +326,8 @@ def test_pre_commit_try_repo_runs_the_hooks(tmp_path: Path) -> None:
     """The real pre-commit, installing this checkout as the hook repository (from the index, into its own
     environment, where torch cannot be installed): the fixing hook fails once ("files were modified by this
     hook"), then passes."""
-    pre_commit = shutil.which("pre-commit") or pytest.skip("pre-commit is not installed")
+    own = Path(sys.executable).parent / "pre-commit"  # this environment's, as for the hooks' script
+    pre_commit = str(own) if own.exists() else shutil.which("pre-commit") or pytest.skip("pre-commit is not installed")
     repo = user_repo(tmp_path)
     no_torch = tmp_path / "constraints.txt"
     no_torch.write_text("torch<0\n")  # any hook install that asks for torch fails to resolve
@@ -302,3 +345,43 @@ def test_pre_commit_try_repo_runs_the_hooks(tmp_path: Path) -> None:
     second = try_repo("pte-devconst-rewrite")
     assert second.returncode == 0, second.stdout
     assert try_repo("pte-devconst-check").returncode == 0
+
+
+# --- the first run: the README's test command in a virtual environment -----------------------------
+
+def test_helper_environments_see_the_running_environment(tmp_path: Path) -> None:
+    """The jobs' offline environments see what the tests see, also when they run in a virtual environment (a
+    ``--system-site-packages`` environment saw the base interpreter's packages: no typer, setuptools 65, no wheel,
+    and the wheel's build failed with ``invalid command 'bdist_wheel'``)."""
+    import sysconfig
+
+    helper = tmp_path / "helper"
+    _offline_venv(helper)
+    seen = subprocess.run([str(helper / "bin" / "python"), "-c", "import sys; print('\\n'.join(sys.path))"],
+                          capture_output=True, text=True, check=True).stdout.splitlines()
+    assert sysconfig.get_path("purelib") in seen
+    assert str(next(helper.glob("lib/python*/site-packages"))) in seen  # its own first: what pip installs wins
+    assert seen.index(str(next(helper.glob("lib/python*/site-packages")))) < seen.index(sysconfig.get_path("purelib"))
+
+
+def test_the_hooks_read_the_projects_config(tmp_path: Path) -> None:
+    """The settings in the repository's pyproject reach the hooks: an accepted finding passes the check, an
+    excluded program is neither checked nor rewritten, even though pre-commit names it."""
+    repo = user_repo(tmp_path)
+    pyproject = repo / "pyproject.toml"
+    staged = [f"models/{COPYING}", f"models/{CLEAN}"]
+    pyproject.write_text(pyproject.read_text() + "".join(
+        f'\n[[tool.pte-devconst.accept]]\nprogram = "models/{COPYING}"\nvalue = {v}\nreason = "host fallback"\n'
+        for v in range(4)))
+    hooks = _hooks()
+    check = _entry(hooks["pte-devconst-check"], staged, repo)
+    assert check.returncode == 0, check.stdout
+    assert f"models/{COPYING}: ok (4 constant(s); 4 accepted)" in check.stdout
+    pyproject.write_text(pyproject.read_text().split("[[tool")[0] + f'exclude = ["models/{COPYING}"]\n')
+    assert _entry(hooks["pte-devconst-check"], staged, repo).returncode == 0
+    only = _entry(hooks["pte-devconst-check"], [f"models/{COPYING}"], repo)  # nothing left to check: passes
+    assert only.returncode == 0 and only.stdout == "" and "excluded" in only.stderr
+    before = (repo / "models" / COPYING).read_bytes()
+    rewrite = _entry(hooks["pte-devconst-rewrite"], staged, repo)
+    assert rewrite.returncode == 0 and (repo / "models" / COPYING).read_bytes() == before
+    assert COPYING not in rewrite.stdout
