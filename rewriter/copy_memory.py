@@ -136,10 +136,6 @@ class CopyMemory:
 
     def problem(self, copy: Step, dst: int, readers: list[Step]) -> Optional[Problem]:
         """Why removing the copy at ``copy`` into ``dst`` (read at ``readers``) could change the method, or None."""
-        copy_at = self.effects.position(copy)
-        other_write = self._other_write(copy_at, dst)
-        if other_write is not None:  # first: a delegate writing D is also among its "readers"
-            return other_write
         early = [r for r in readers if r <= copy]
         if early:
             return ("its device copy is read before the _h2d_copy runs",
@@ -150,6 +146,10 @@ class CopyMemory:
             return ("a jump can skip its _h2d_copy",
                     f"the jump at instruction {skip[0]} to {skip[1]} can skip the _h2d_copy at instruction "
                     f"{copy[1]} and still reach a reader of its device copy (value {dst})")
+        copy_at = self.effects.position(copy)
+        other_write = self._other_write(copy_at, dst)
+        if other_write is not None:
+            return other_write
         return self._shared_memory(copy_at, dst, self.effects.position(max(readers)))
 
     def _other_write(self, copy_at: int, dst: int) -> Optional[Problem]:
