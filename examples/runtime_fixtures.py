@@ -16,7 +16,10 @@ Small one-purpose programs on which the runner once disagreed with ExecuTorch's 
 * ``caller_outputs.pte``: exported with ``MemoryPlanningPass(alloc_graph_output=False)``, so its outputs
   are the caller's buffers; ``caller_outputs_all_legacy.pte``: the same, delegated to a device (legacy
   style: the delegate writes the caller's buffers.  In copy style 1.5.1's exporter leaves the delegate's
-  device outputs unplanned, a program no runtime can run).
+  device outputs unplanned, a program no runtime can run);
+* ``loose_bound_mm_legacy.pte``: a dynamic shape whose planned bound no call reaches (``h - h % 4`` rows of
+  an input of ``h <= 30`` rows, planned for 30), read by a device delegate: ``inspect``'s per-call figure is
+  a bound there, not the bytes of the largest call (``tests/test_estimate_vs_runner.py``).
 """
 
 from __future__ import annotations
@@ -132,14 +135,26 @@ def caller_inputs(g: torch.Generator) -> tuple[torch.Tensor, ...]:
     return torch.randn(3, 8, generator=g), torch.randn(3, 8, generator=g)
 
 
+class LooseBound(nn.Module):
+    """Whole windows of 4 rows: ``h - h % 4`` rows, whose interval bound (30 for ``h <= 30``) no call reaches."""
+
+    def __init__(self, g: torch.Generator) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(16, 16, generator=g) / 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.shape[1]
+        return x[:, : rows - rows % 4] @ self.weight
+
+
 def export(model: nn.Module, example: tuple, *, partition: bool = False, copy_style: bool = False,
-           alloc_graph_output: bool = True) -> bytes:
+           alloc_graph_output: bool = True, dynamic_shapes: Any = None, ops: Optional[frozenset] = None) -> bytes:
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower
     from executorch.exir.passes import MemoryPlanningPass
 
     with torch.no_grad():
-        program = torch.export.export(model, example, strict=False)
-    edge = to_edge_transform_and_lower(program, partitioner=[DevconstPartitioner(None, "cuda:0", "outside")]
+        program = torch.export.export(model, example, dynamic_shapes=dynamic_shapes, strict=False)
+    edge = to_edge_transform_and_lower(program, partitioner=[DevconstPartitioner(ops, "cuda:0", "outside")]
                                        if partition else None,
                                        compile_config=EdgeCompileConfig(_check_ir_validity=False))
     config = ExecutorchBackendConfig(enable_non_cpu_memory_planning=copy_style,
@@ -171,6 +186,10 @@ def main(out: Optional[Path] = None) -> int:
     written["caller_outputs"] = export(CallerOutputs(), example, alloc_graph_output=False)
     written["caller_outputs_all_legacy"] = export(CallerOutputs(), example, partition=True,
                                                   alloc_graph_output=False)
+    g = torch.Generator().manual_seed(SEED)
+    written["loose_bound_mm_legacy"] = export(
+        LooseBound(g), (torch.randn(1, 10, 16, generator=g),), partition=True,
+        dynamic_shapes=({1: torch.export.Dim.AUTO(min=4, max=30)},), ops=frozenset({"aten.mm", "aten.bmm"}))
     for name, data in written.items():
         (out / f"{name}.pte").write_bytes(data)
         print(f"{name}.pte: {len(data)} bytes")

@@ -79,3 +79,37 @@ def test_estimate_matches_runner_before_and_after_rewrite(pte: Path, ptd: Option
                 # program alone (schema/dataflow.py), not by the blob: they must copy the same bytes.
                 opaque = _measured(path, ptd, method.name, call, OpaquePolicy.ALWAYS)
                 assert method.h2d_bytes_per_call == opaque, (path.name, method.name, "opaque")
+
+
+def _measured_by_value(pte: Path, call: list[Any]) -> dict[int, int]:
+    """The runner's host-to-device bytes of one call, by the program value they came from."""
+    result = run_program(pte, inputs=[call], calls=1, simulate_devices=True)
+    found: dict[int, int] = {}
+    for event in result.events:
+        if event.phase != "load" and event.direction.value == "h2d":
+            found[event.source_value] = found.get(event.source_value, 0) + event.nbytes
+    return found
+
+
+def test_a_dynamic_bound_no_call_reaches_makes_the_figure_a_bound() -> None:
+    """``h - h % 4`` rows of an input of h <= 30 rows: planned for 30, never more than 28.  At the largest
+    input the delegate copies 28 rows of it: the figure counts 30, and says so (``Transfer.bound``); every
+    static copy is exact, value by value."""
+    from pte_devconst.schema.transfers import per_call_transfers
+
+    path = FIXTURES / "runtime_ops" / "loose_bound_mm_legacy.pte"
+    with open_pte(path) as pte:
+        plan = pte.program.plan("forward")
+    transfers = per_call_transfers(plan)
+    call = _at_upper_bounds(plan, [torch.randn(1, 4, 16)])
+    assert tuple(call[0].shape) == (1, 30, 16)
+    measured = _measured_by_value(path, call)
+    assert set(measured) == {t.value for t in transfers}
+    loose = [t for t in transfers if t.bound]
+    assert [plan.values[t.value].sizes for t in loose] == [(30, 16)]
+    for transfer in transfers:
+        if transfer.bound:
+            assert measured[transfer.value] == 28 * 16 * 4 < transfer.nbytes == 30 * 16 * 4
+        else:
+            assert measured[transfer.value] == transfer.nbytes
+    assert analyze_file(path, None).methods[0].h2d_bytes_per_call == sum(t.nbytes for t in transfers)
