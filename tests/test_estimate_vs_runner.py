@@ -113,3 +113,15 @@ def test_a_dynamic_bound_no_call_reaches_makes_the_figure_a_bound() -> None:
         else:
             assert measured[transfer.value] == transfer.nbytes
     assert analyze_file(path, None).methods[0].h2d_bytes_per_call == sum(t.nbytes for t in transfers)
+
+
+def test_inspect_shows_a_bound_figure_as_one() -> None:
+    """``inspect`` says ``<=`` (JSON: h2d_per_call_is_bound) exactly when a dynamic tensor counts at its bound."""
+    from cli_runner import invoke
+    from pte_devconst import api
+
+    loose = FIXTURES / "runtime_ops" / "loose_bound_mm_legacy.pte"
+    assert api.analyze(loose).methods[0].h2d_per_call_is_bound
+    assert not api.analyze(REAL / "vit_mm_legacy.pte").methods[0].h2d_per_call_is_bound
+    shown = invoke("inspect", "--format", "markdown", str(loose))
+    assert shown.exit_code == 0 and "(legacy style, <= 2.9 KiB host-to-device per call)" in shown.stdout
