@@ -125,3 +125,18 @@ def test_inspect_shows_a_bound_figure_as_one() -> None:
     assert not api.analyze(REAL / "vit_mm_legacy.pte").methods[0].h2d_per_call_is_bound
     shown = invoke("inspect", "--format", "markdown", str(loose))
     assert shown.exit_code == 0 and "(legacy style, <= 2.9 KiB host-to-device per call)" in shown.stdout
+
+
+def test_h2d_by_value_names_the_value_a_figure_counts_at_its_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    """examples/h2d_by_value.py, the tool for a program whose figure and measurement differ, points at the value."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("h2d_by_value", Path(__file__).resolve().parents[1] / "examples"
+                                                  / "h2d_by_value.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.main([str(FIXTURES / "runtime_ops" / "loose_bound_mm_legacy.pte")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "static 2944 B, measured 2816 B, difference -128 B" in lines[0]
+    assert [line.split()[0] for line in lines[2:] if line.endswith("<- bound")] == ["13"]
+    assert not any(line.endswith("<- differs") for line in lines)
