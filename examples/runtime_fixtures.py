@@ -11,7 +11,8 @@ Small one-purpose programs on which the runner once disagreed with ExecuTorch's 
   float32 (its portable formula differs from ATen's in the last bit);
 * ``quantized.pte``: ExecuTorch's quantized kernels (``quantized_decomposed::*.out``): a weight-only int8
   linear layer, per-tensor and per-channel quantize/dequantize (int8 and uint8, zero points, a float16
-  output), ``embedding_byte`` with grouped scales; ``quantized_all_legacy.pte``: the same model wholly
+  output), ``embedding_byte`` with grouped scales, ``choose_qparams`` per tensor and per token with the
+  quantize/dequantize that use them; ``quantized_all_legacy.pte``: the same model wholly
   delegated to the reference backend, whose graph calls the functional quantized operators;
 * ``caller_outputs.pte``: exported with ``MemoryPlanningPass(alloc_graph_output=False)``, so its outputs
   are the caller's buffers; ``caller_outputs_all_legacy.pte``: the same, delegated to a device (legacy
@@ -112,11 +113,20 @@ class Quantized(nn.Module):
         y = torch.nn.functional.linear(x, weight, self.bias)
         q = qd.quantize_per_tensor(y * 3, 0.173, 7, -128, 127, torch.int8)
         qc = qd.quantize_per_channel(y.t() * 5, self.c_scale, self.c_zero, 0, 0, 255, torch.uint8)
+        # Dynamic quantization: parameters chosen per call, for the tensor and per token (of the input, which
+        # both runtimes hold bit for bit; y's float32 sums differ from ATen's in the last bits).
+        scale, zero = qd.choose_qparams(x, -128, 127, 1e-7, torch.int8)
+        qt = qd.quantize_per_tensor(x, scale, zero, -128, 127, torch.int8)
+        token_scale, token_zero = qd.choose_qparams_per_token_asymmetric(x, torch.int8)
+        qk = qd.quantize_per_token(x, token_scale, token_zero, -128, 127, torch.int8)
         return (weight, q, qd.dequantize_per_tensor(q, 0.173, 7, -128, 127, torch.int8), qc,
                 qd.dequantize_per_channel(qc, self.c_scale.float(), self.c_zero, 0, 0, 255, torch.uint8),
                 qd.dequantize_per_channel(self.u8, self.u8_scale, self.u8_zero, 0, 0, 255, torch.uint8,
                                           out_dtype=torch.float16),
-                qd.embedding_byte(self.table, self.table_scale, self.table_zero, -128, 127, tokens))
+                qd.embedding_byte(self.table, self.table_scale, self.table_zero, -128, 127, tokens),
+                scale, zero, qd.dequantize_per_tensor(qt, scale, zero, -128, 127, torch.int8), token_scale,
+                token_zero, qd.dequantize_per_token(qk, token_scale, token_zero, -128, 127, torch.int8,
+                                                    torch.float32))
 
 
 def quantized_inputs(g: torch.Generator) -> tuple[torch.Tensor, ...]:

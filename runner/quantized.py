@@ -18,8 +18,12 @@ ExecuTorch's ``kernels/quantized/quantized.yaml`` declares, and computed in the 
   when the scales are 2-d).
 
 The reference delegate runs the functional variants (``.default``, ``.tensor``) with the same arithmetic.
-Not implemented (the runner names them as unknown): ``choose_qparams*``, ``quantized_decomposed::add``,
-``mixed_mm``, ``mixed_linear`` and the 2-bit and 4-bit embeddings.
+* **choose_qparams** (per tensor, and per token in [-128, 127]): float min and max (widened to include 0),
+  ``scale = ((double)max - min) / (qmax - qmin)`` with the kernel's guards for a zero or tiny scale, and
+  the zero point nudged from the side with the smaller error, as ``calculate_scale_and_zero_point`` does.
+
+Not implemented (the runner names them as unknown): ``quantized_decomposed::add``, ``mixed_mm``,
+``mixed_linear``, the 2-bit and 4-bit embeddings, and ``choose_qparams_symmetric``.
 """
 
 from __future__ import annotations
@@ -138,6 +142,74 @@ def embedding_byte(weight: torch.Tensor, weight_scales: torch.Tensor, weight_zer
     return result.reshape(*indices.shape, weight.shape[1])
 
 
+_SMALL_SCALE = 6.1e-5  # SMALL_SCALE_THRESHOLD, a float constant
+
+
+def _float(value: float) -> float:
+    """A C++ float: ``value`` rounded to float32 (and back to a Python float, exactly)."""
+    return torch.tensor(value, dtype=torch.float64).to(torch.float32).item()
+
+
+def _scale_and_zero_point(low: float, high: float, qmin: int, qmax: int) -> tuple[float, int]:
+    """calculate_scale_and_zero_point (op_choose_qparams.cpp): float bounds, a double scale, a nudged zero point."""
+    low, high = min(low, 0.0), max(high, 0.0)
+    scale = (high - low) / (qmax - qmin)  # static_cast<double>(max) - min, in double
+    scale_f = _float(scale)
+    if scale_f == 0.0 or torch.isinf(torch.tensor(1.0, dtype=torch.float32) / scale_f).item():
+        scale = 0.1
+    threshold = _float(_SMALL_SCALE)
+    if scale < threshold:
+        original = _float(scale)
+        scale = threshold
+        if low == 0.0:
+            high = _float(threshold * (qmax - qmin))
+        elif high == 0.0:
+            low = _float(-threshold * (qmax - qmin))
+        else:
+            amplifier = _float(threshold / original)
+            low, high = _float(low * amplifier), _float(high * amplifier)
+    from_min, from_max = qmin - low / scale, qmax - high / scale
+    initial = from_min if abs(qmin) - abs(low / scale) < abs(qmax) - abs(high / scale) else from_max
+    if initial < qmin:
+        return scale, qmin
+    if initial > qmax:
+        return scale, qmax
+    return scale, int(torch.round(torch.tensor(initial, dtype=torch.float64).to(torch.float32)).item())
+
+
+def _rows_qparams(rows: torch.Tensor, qmin: int, qmax: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scale (double) and zero point (int64) of each row of a float tensor, from its float min and max."""
+    lows, highs = rows.amin(dim=1).tolist(), rows.amax(dim=1).tolist()
+    pairs = [_scale_and_zero_point(low, high, qmin, qmax) for low, high in zip(lows, highs)]
+    return (torch.tensor([p[0] for p in pairs], dtype=torch.float64),
+            torch.tensor([p[1] for p in pairs], dtype=torch.int64))
+
+
+def choose_qparams(input: torch.Tensor, quant_min: int, quant_max: int, eps: float, dtype: torch.dtype
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """choose_qparams.tensor: one scale and zero point for the whole tensor (``eps`` unused, as in the kernel)."""
+    scale, zero = _rows_qparams(input.reshape(1, -1), quant_min, quant_max)
+    return scale, zero
+
+
+def choose_qparams_per_token_asymmetric(input: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """One scale and zero point per token (every dim but the last), in [-128, 127] whatever ``dtype``."""
+    scale, zero = _rows_qparams(input.reshape(-1, input.shape[-1]), -128, 127)
+    shape = (*input.shape[:-1], 1)
+    return scale.reshape(shape), zero.reshape(shape)
+
+
+def _qparams_out(compute: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> Callable[..., Any]:
+    def out_variant(*args: Any, scale_out: torch.Tensor, zero_point_out: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+        scale, zero = compute(*args)
+        if scale_out.numel() == scale.numel() and scale_out.dim() != scale.dim():
+            scale, zero = scale.reshape(scale_out.shape), zero.reshape(zero_point_out.shape)
+        return _write(scale_out, scale), _write(zero_point_out, zero)
+
+    return out_variant
+
+
 # --- the .out operators of kernels/quantized/quantized.yaml, with their schemas --------------------------
 
 
@@ -185,6 +257,12 @@ _OUT_SCHEMAS: dict[str, tuple[str, Callable[..., Any]]] = {
     "dequantize_per_token.out": (
         "(Tensor input, Tensor scales, Tensor zero_points, int quant_min, int quant_max, ScalarType dtype, "
         "ScalarType output_dtype, *, Tensor(a!) out) -> Tensor(a!)", _dequantize_per_token_out),
+    "choose_qparams.Tensor_out": (
+        "(Tensor input, int quant_min, int quant_max, float eps, ScalarType dtype, *, Tensor(a!) scale_out, "
+        "Tensor(b!) zero_point_out) -> (Tensor(a!), Tensor(b!))", _qparams_out(choose_qparams)),
+    "choose_qparams_per_token_asymmetric.out": (
+        "(Tensor input, ScalarType dtype, *, Tensor(a!) scale_out, Tensor(b!) zero_point_out) -> "
+        "(Tensor(a!), Tensor(b!))", _qparams_out(choose_qparams_per_token_asymmetric)),
     "embedding_byte.out": (
         "(Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, int weight_quant_min, "
         "int weight_quant_max, Tensor indices, *, Tensor(a!) out) -> Tensor(a!)", _out(embedding_byte, "dtype")),
@@ -216,5 +294,7 @@ FUNCTIONAL: dict[str, Callable[..., Any]] = {
         "dequantize_per_channel.default": dequantize_per_channel,
         "quantize_per_token.default": quantize_per_token, "dequantize_per_token.default": dequantize_per_token,
         "embedding_byte.default": embedding_byte, "embedding_byte.dtype": embedding_byte,
+        "choose_qparams.tensor": choose_qparams,
+        "choose_qparams_per_token_asymmetric.default": choose_qparams_per_token_asymmetric,
     }.items()
 }
