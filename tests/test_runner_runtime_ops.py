@@ -125,3 +125,17 @@ def test_quantized_kernels_need_neither_executorch_nor_torch_ao() -> None:
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["13", "13"]
+
+
+@pytest.mark.parametrize("name", ["quantized_all_legacy", "caller_outputs_all_legacy"])
+def test_rewrite_then_validate_passes_on_the_device_programs(name: str, tmp_path: Path) -> None:
+    """The rewrite moves the constants these delegates read; validate runs both programs (quantized ops in the
+    delegate, outputs the caller owns) and every check passes."""
+    from pte_devconst.rewriter.rewrite import rewrite_file
+    from pte_devconst.runner.validate import validate
+
+    rewritten = tmp_path / f"{name}.devconst.pte"
+    rewrite_file(FIXTURES / f"{name}.pte", rewritten)
+    report = validate(str(FIXTURES / f"{name}.pte"), str(rewritten), calls=2, simulate_devices=True)
+    assert report.passed, [(c.name, c.status, c.detail) for method in report.methods for c in method.checks]
+    assert any(c.status == "pass" and "moved" in c.name for method in report.methods for c in method.checks)
