@@ -113,6 +113,11 @@ def _conv_transposed(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tens
     return out
 
 
+def _pair(values: Sequence[int], default: int) -> tuple[int, int]:
+    values = tuple(values)
+    return (values * 2)[:2] if values else (default, default)
+
+
 def convolution_out(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Sequence[int],
                     padding: Sequence[int], dilation: Sequence[int], transposed: bool, output_padding: Sequence[int],
                     groups: int, *, out: torch.Tensor) -> torch.Tensor:
@@ -123,12 +128,11 @@ def convolution_out(input: torch.Tensor, weight: torch.Tensor, bias: Optional[to
     one_d = input.dim() == 3
     x, w = (input.unsqueeze(2), weight.unsqueeze(2)) if one_d else (input, weight)
     if one_d:  # a 1-d convolution is a 2-d one of height 1 (convolution_wrapper's unsqueeze)
-        stride, padding = (1, stride[0]), (0, padding[0])
-        dilation = (1, dilation[0] if len(dilation) else 1)
-    else:
-        stride, padding = tuple(stride), tuple(padding)
-        dilation = tuple(dilation) if len(dilation) else (1, 1)
-    output_padding = (0, output_padding[0]) if one_d else tuple(output_padding)
+        stride, padding = (1, _pair(stride, 1)[0]), (0, _pair(padding, 0)[0])
+        dilation = (1, _pair(dilation, 1)[0])
+    else:  # val_at: one value stands for both dims; no padding is 0
+        stride, padding, dilation = _pair(stride, 1), _pair(padding, 0), _pair(dilation, 1)
+    output_padding = (0, _pair(output_padding, 0)[0]) if one_d else _pair(output_padding, 0)
     # The output's sizes as ATen (and get_convolution_out_target_size) compute them, without computing.
     target = torch.ops.aten.convolution.default(torch.empty(x.shape, device="meta"), torch.empty(w.shape, device="meta"),
                                                 None, stride, padding, dilation, transposed, output_padding,
