@@ -44,10 +44,15 @@ def _readers_cell(readers: tuple[str, ...], shorten: bool) -> str:
     return "; ".join(shown + ([f"and {rest:,} more"] if rest > 0 else [])) or "-"
 
 
+def _per_call(method: MethodSummary) -> str:
+    """The per-call figure; ``<=`` when dynamic tensors count at bounds a call may not reach."""
+    return ("<= " if method.h2d_per_call_is_bound else "") + human_bytes(method.h2d_bytes_per_call)
+
+
 def _method_tables(method: MethodSummary):
     yield table(None, ["method", "style", "values", "instructions", "H2D/call (est.)"],
                 [[method.name, method.style, method.values, method.instructions,
-                  human_bytes(method.h2d_bytes_per_call)]], right=["values", "instructions", "H2D/call (est.)"])
+                  _per_call(method)]], right=["values", "instructions", "H2D/call (est.)"])
     yield table(None, ["inputs", "outputs"], [[_io(method.inputs), _io(method.outputs)]])
     if method.delegates:
         yield table("delegates", ["#", "backend", "device", "size", "calls at"],
@@ -166,7 +171,7 @@ def render_markdown(report: InspectReport) -> None:
     out += [f"> {md_text(line)}" for line in _warnings(report) + closing_lines(report)]
     out.append("")
     for method in summary.methods:
-        out += [f"#### method {md_code(method.name)} ({method.style} style, {human_bytes(method.h2d_bytes_per_call)} "
+        out += [f"#### method {md_code(method.name)} ({method.style} style, {_per_call(method)} "
                 "host-to-device per call)", ""]
         if method.constants:
             out += [markdown_table(["value", "name", "dtype", "shape", "bytes", "read by", "verdict"],

@@ -19,8 +19,13 @@ its planned buffer's device, the host for a constant, its device tag for an
 unplanned input; a MoveCall gives its destination the source's memory, and an
 ``_h2d_copy``'s return slot takes its ``out``'s.
 
-Sizes are the planned (upper-bound) sizes: for DYNAMIC_BOUND tensors the figure
-is what a call at the largest shapes copies.  A chain with jumps (``torch.cond``)
+Sizes are the planned sizes.  For a DYNAMIC_BOUND tensor they are its upper bound,
+which is all a program records of a dynamic shape (not the expression that computes
+it), so the figure is a bound on what a call copies, exact when every such tensor
+a call copies is at its bound.  The exporter's bounds are interval bounds: a tensor
+of ``h - h % 4`` rows, ``h <= 30``, is planned for 30 rows and never holds more than
+28, so even a call at the largest inputs copies less than the figure (``Transfer.bound``
+marks those copies).  Static programs' figures are exact.  A chain with jumps (``torch.cond``)
 copies what its costliest path does: a forward jump on a runtime condition may go
 either way, a jump on a constant ``False`` always goes.  ``tests/test_estimate_vs_runner.py``
 holds the total equal to the runner's measured copies on every fixture.
@@ -28,7 +33,7 @@ holds the total equal to the runner's measured copies on every fixture.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 from pte_devconst.schema import model as m
@@ -57,6 +62,7 @@ class Transfer:
     nbytes: int
     device: m.Device  # the device side
     arg_pos: int = -1  # the DelegateCall argument position (delegate kinds)
+    bound: bool = False  # a DYNAMIC_BOUND tensor: ``nbytes`` is its upper bound; a call may copy less
 
 
 def work(plan: m.ExecutionPlan) -> int:
@@ -76,6 +82,10 @@ def work(plan: m.ExecutionPlan) -> int:
                 if isinstance(value, (m.TensorList, m.OptionalTensorList)):
                     steps += len(value.items or ())
     return steps
+
+
+def _bound(value: m.EValue) -> bool:
+    return isinstance(value, m.Tensor) and value.shape_dynamism != m.TensorShapeDynamism.STATIC
 
 
 def _nbytes(value: m.EValue) -> int:
@@ -187,7 +197,7 @@ def per_call_transfers(plan: m.ExecutionPlan, sites: Optional[Sequence[DelegateC
             if path is not None:
                 found = [t for t in found if t.instruction in path]
         transfers.extend(found)
-    return transfers
+    return [replace(t, bound=True) if _bound(values[t.value]) else t for t in transfers]
 
 
 def h2d_bytes_per_call(plan: m.ExecutionPlan) -> int:

@@ -143,6 +143,8 @@ class MethodSummary:
     h2d_bytes_per_call: int
     per_call_copies: tuple[PerCallCopySummary, ...] = ()  # the constant-derived part of h2d_bytes_per_call
     folds: tuple[FoldSummary, ...] = ()
+    # some copy is of a dynamic tensor, counted at its planned bound: h2d_bytes_per_call bounds what a call copies
+    h2d_per_call_is_bound: bool = False
 
 
 @record
@@ -270,7 +272,7 @@ def summarize(source: PteFile, analysis: Analysis) -> ProgramSummary:
             method.label, tuple(value_summary(plan, i) for i in plan.inputs or ()),
             tuple(value_summary(plan, i) for i in plan.outputs or ()), len(values), instructions, operators,
             tuple(delegates), buffers, constants, tuple(initial), method.style, method.h2d_bytes_per_call,
-            tuple(copies_of.get(method.plan_index, ())), chains))
+            tuple(copies_of.get(method.plan_index, ())), chains, any(t.bound for t in method.transfers)))
     roles = segment_roles(program)
     segments = tuple(SegmentSummary(i, roles.get(i, "unused"), source.segment_base + s.offset, s.size)
                      for i, s in enumerate(program.segments or ()))

@@ -7,7 +7,10 @@ slot: see ``return_slots``), so ``.out`` kernels, TensorList outs included,
 write straight into planned memory.  An output that a kernel gives another
 shape is resized by ExecuTorch's rules (``RuntimeValues.resize``).  A host
 kernel that would touch device memory is refused, as ExecuTorch's CPU
-kernels cannot read it.
+kernels cannot read it.  Where ExecuTorch's runtime computes differently from
+ATen (half-precision convolution, addmm, batch norm: ``portable.py``) or torch
+lacks the operator (ExecuTorch's quantized kernels: ``quantized.py``), the
+runner's own function computes, bound by the same schema.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from pte_devconst.schema.executorch import (CLONE_DIM_ORDER, D2H_COPY, EMPTY_DIM
                                             PRIM_PREFIX, TO_DIM_ORDER_COPY)
 
 from .copies import Cause, Direction
+from .portable import PORTABLE_KERNELS
+from .quantized import out_kernel
 from .values import ListRef, RunnerError, RuntimeValues
 
 Kernel = Callable[[RuntimeValues, tuple[int, ...], str], None]
@@ -200,7 +205,7 @@ class Parameter:
     name: str
     kwarg_only: bool
     is_out: bool
-    type_name: str
+    type_name: str  # the declared type (``real_type``: ScalarType, MemoryFormat), where ``type`` says int
 
 
 @dataclass(frozen=True)
@@ -213,10 +218,16 @@ class TorchKernel:
     slots: int
 
     @classmethod
-    def of(cls, name: str, op: Any) -> "TorchKernel":
-        schema = op._schema
-        parameters = tuple(Parameter(a.name, a.kwarg_only, a.is_out, str(a.type)) for a in schema.arguments)
-        return cls(name, op, parameters, return_slots(schema))
+    def of(cls, name: str, op: Any, compute: Optional[Callable[..., Any]] = None) -> "TorchKernel":
+        """``op`` bound by its schema; ``compute`` (same signature) computes instead of it when given."""
+        return cls.bind(name, op._schema, compute if compute is not None else op)
+
+    @classmethod
+    def bind(cls, name: str, schema: Any, compute: Callable[..., Any]) -> "TorchKernel":
+        """``compute`` called as torch calls an operator of ``schema`` (a ``torch._C.FunctionSchema``)."""
+        parameters = tuple(Parameter(a.name, a.kwarg_only, a.is_out, str(getattr(a, "real_type", a.type)))
+                           for a in schema.arguments)
+        return cls(name, compute, parameters, return_slots(schema))
 
     def __call__(self, rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
         n_args, slots = len(self.parameters), self.slots
@@ -308,6 +319,9 @@ def resolve_kernel(operator_: m.Operator, where: str) -> Kernel:
         if prim is None:
             raise RunnerError(f"unknown operator {name}: the runner does not implement this prim op", where=where)
         return _guarded(name, prim)
+    quantized = out_kernel(name)
+    if quantized is not None:
+        return TorchKernel.bind(name, *quantized)
     namespace, _, rest = (operator_.name or "").partition("::")
     try:
         packet = getattr(getattr(torch.ops, namespace), rest)
@@ -316,4 +330,4 @@ def resolve_kernel(operator_: m.Operator, where: str) -> Kernel:
     except (AttributeError, RuntimeError):
         raise RunnerError(f"unknown operator {name}: torch has no such operator (load the library that "
                           f"defines it, or this program cannot run here)", where=where) from None
-    return TorchKernel.of(name, overload)
+    return TorchKernel.of(name, overload, PORTABLE_KERNELS.get(name))

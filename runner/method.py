@@ -69,6 +69,7 @@ class LoadedMethod:
         self.rv = RuntimeValues(self.name, len(plan.values or ()), devices, ledger, plan.values or ())
         for index, value in enumerate(plan.values or ()):
             self._load_value(data, index, value)
+        self._bind_caller_outputs()
         self.derivation = Derivation(plan)
         self.rv.derivation = self.derivation
         self.opaque_policy = opaque
@@ -135,6 +136,24 @@ class LoadedMethod:
             rv.set(index, ListRef(ListKind.OPTIONAL_TENSOR, tuple(value.items or ())))
         else:  # pragma: no cover - the decoder knows no other kinds
             raise RunnerError(f"unsupported value kind {type(value).__name__}", where=where)
+
+    def _bind_caller_outputs(self) -> None:
+        """Give each output tensor the program does not plan a buffer of its own, as the caller does.
+
+        A program exported with ``MemoryPlanningPass(alloc_graph_output=False)`` leaves its outputs unplanned:
+        their memory is the caller's, bound with ``Method::set_output_data_ptr`` before ``execute``.
+        ExecuTorch's Python runtime allocates one zero-filled host buffer per such output, of the output's
+        (upper-bound) size, once per loaded method (``pybindings.cpp``: ``allocate_output_storages``); so does
+        the runner.  An output that is also a method input is bound by the input instead.
+        """
+        inputs = set(self.plan.inputs or ())
+        for position, index in enumerate(self.plan.outputs or ()):
+            spec = self.plan.values[index]
+            if index in inputs or not isinstance(spec, m.Tensor) or self.rv.values[index] is not NOT_BOUND:
+                continue
+            where = f"{self.where}: output {position} (value {index})"
+            storage = torch.zeros(spec.nbytes, dtype=torch.uint8)
+            self.rv.set(index, typed_view(storage, 0, spec, where), m.CPU)
 
     def _init_delegate(self, data: ProgramData, index: int, delegate: m.BackendDelegate) -> _Delegate:
         where = f"{self.where}: delegate {index} ({delegate.id})"

@@ -23,6 +23,7 @@ from pte_devconst.schema import model as m
 from .delegates import DelegateArg, DelegateContext, DelegateExecutor, DelegateInitContext
 from .dtypes import dtype_name
 from .memory import host_bytes
+from .quantized import FUNCTIONAL as QUANTIZED_FUNCTIONS
 from .values import RunnerError
 
 BACKEND_ID = "PteDevconstReference"
@@ -78,6 +79,9 @@ class ReferenceProgram:
 
 
 def _op(name: str, where: str) -> Any:
+    quantized = QUANTIZED_FUNCTIONS.get(name)
+    if quantized is not None:  # ExecuTorch's quantized kernels' arithmetic, with or without torch's definition
+        return quantized
     qualified, _, overload = name.partition(".")
     namespace, _, op = qualified.partition("::")
     try:

@@ -79,3 +79,64 @@ def test_estimate_matches_runner_before_and_after_rewrite(pte: Path, ptd: Option
                 # program alone (program/dataflow.py), not by the blob: they must copy the same bytes.
                 opaque = _measured(path, ptd, method.name, call, OpaquePolicy.ALWAYS)
                 assert method.h2d_bytes_per_call == opaque, (path.name, method.name, "opaque")
+
+
+def _measured_by_value(pte: Path, call: list[Any]) -> dict[int, int]:
+    """The runner's host-to-device bytes of one call, by the program value they came from."""
+    result = run_program(pte, inputs=[call], calls=1, simulate_devices=True)
+    found: dict[int, int] = {}
+    for event in result.events:
+        if event.phase != "load" and event.direction.value == "h2d":
+            found[event.source_value] = found.get(event.source_value, 0) + event.nbytes
+    return found
+
+
+def test_a_dynamic_bound_no_call_reaches_makes_the_figure_a_bound() -> None:
+    """``h - h % 4`` rows of an input of h <= 30 rows: planned for 30, never more than 28.  At the largest
+    input the delegate copies 28 rows of it: the figure counts 30, and says so (``Transfer.bound``); every
+    static copy is exact, value by value."""
+    from pte_devconst.schema.transfers import per_call_transfers
+
+    path = FIXTURES / "runtime_ops" / "loose_bound_mm_legacy.pte"
+    with open_pte(path) as pte:
+        plan = pte.program.plan("forward")
+    transfers = per_call_transfers(plan)
+    call = _at_upper_bounds(plan, [torch.randn(1, 4, 16)])
+    assert tuple(call[0].shape) == (1, 30, 16)
+    measured = _measured_by_value(path, call)
+    assert set(measured) == {t.value for t in transfers}
+    loose = [t for t in transfers if t.bound]
+    assert [plan.values[t.value].sizes for t in loose] == [(30, 16)]
+    for transfer in transfers:
+        if transfer.bound:
+            assert measured[transfer.value] == 28 * 16 * 4 < transfer.nbytes == 30 * 16 * 4
+        else:
+            assert measured[transfer.value] == transfer.nbytes
+    assert analyze_file(path, None).methods[0].h2d_bytes_per_call == sum(t.nbytes for t in transfers)
+
+
+def test_inspect_shows_a_bound_figure_as_one() -> None:
+    """``inspect`` says ``<=`` (JSON: h2d_per_call_is_bound) exactly when a dynamic tensor counts at its bound."""
+    from cli_runner import invoke
+    from pte_devconst import api
+
+    loose = FIXTURES / "runtime_ops" / "loose_bound_mm_legacy.pte"
+    assert api.analyze(loose).methods[0].h2d_per_call_is_bound
+    assert not api.analyze(REAL / "vit_mm_legacy.pte").methods[0].h2d_per_call_is_bound
+    shown = invoke("inspect", "--format", "markdown", str(loose))
+    assert shown.exit_code == 0 and "(legacy style, <= 2.9 KiB host-to-device per call)" in shown.stdout
+
+
+def test_h2d_by_value_names_the_value_a_figure_counts_at_its_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    """examples/h2d_by_value.py, the tool for a program whose figure and measurement differ, points at the value."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("h2d_by_value", Path(__file__).resolve().parents[1] / "examples"
+                                                  / "h2d_by_value.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.main([str(FIXTURES / "runtime_ops" / "loose_bound_mm_legacy.pte")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "static 2944 B, measured 2816 B, difference -128 B" in lines[0]
+    assert [line.split()[0] for line in lines[2:] if line.endswith("<- bound")] == ["13"]
+    assert not any(line.endswith("<- differs") for line in lines)

@@ -1,0 +1,211 @@
+"""ExecuTorch's portable kernels where their arithmetic differs from ATen's: half-precision products.
+
+ExecuTorch's Python runtime (1.5.1) runs ``convolution``, ``addmm`` and batch norm with the portable kernels
+(``kernels/portable/cpu/op_convolution.cpp``, ``op_addmm.cpp`` with ``vec_ops.h``,
+``op_native_batch_norm.cpp``).  They compute in the tensor's own C++ type ``CTYPE``: for ``bfloat16`` and
+``float16`` every product and every partial sum is rounded to that type (``c10::BFloat16``'s operators
+compute in float and round the result), where ATen accumulates a whole dot product in float and rounds once.
+On a one-op program the two differ by up to 0.25 in bfloat16.  The functions here reproduce the portable
+loops with torch ops in the same dtype and order, so each step rounds exactly as the C++ does:
+
+* ``sum += a * b`` over the reduction index in the kernel's order (one vectorized step per index, over all
+  outputs at once: the order of a reduction matters, the order of independent outputs does not);
+* scalars (``alpha``, ``beta``, ``invstd``) are ``CTYPE`` values made from a double as C++ makes them
+  (double -> float -> ``CTYPE``).
+
+Other dtypes keep ATen's kernels (for ``float32`` the portable loops also sum in order, so results differ
+from ATen's blocked sums in the last bits only; the real-model tests allow 1e-5 relative for that), except
+batch norm, whose portable formula is elementwise and is reproduced for every floating dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+
+HALF_TYPES = (torch.bfloat16, torch.float16)
+_FLOAT_TYPES = (torch.float32, torch.float64) + HALF_TYPES
+
+
+def _ctype_scalar(value: float, dtype: torch.dtype) -> torch.Tensor:
+    """A C++ ``CTYPE x = double_value``: the double rounds to float first for the half types."""
+    scalar = torch.tensor(float(value), dtype=torch.float64)
+    if dtype in HALF_TYPES:
+        scalar = scalar.to(torch.float32)
+    return scalar.to(dtype)
+
+
+def _write(out: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
+    """Store a result into an out tensor, resizing it as torch's out= kernels do (the runner checks the size)."""
+    if out.shape != result.shape:
+        out.resize_(result.shape)
+    out.copy_(result)
+    return out
+
+
+# --- convolution (op_convolution.cpp) ------------------------------------------------------------------
+
+
+def _conv_direct(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], stride: Sequence[int],
+                 padding: Sequence[int], dilation: Sequence[int], groups: int, out_hw: tuple[int, int]
+                 ) -> torch.Tensor:
+    """conv2d_impl, not transposed: per output, ``accum += in * w`` over (in_c, w_y, w_x), then the bias."""
+    n, c, _, _ = x.shape
+    oc, cg, kh, kw = w.shape
+    k = cg * kh * kw
+    # im2col orders a column's rows as (channel, kernel y, kernel x): the kernel's loop order.  The copy is
+    # exact (float32 holds every bfloat16/float16 value); padded positions hold 0.
+    cols = F.unfold(x.float(), (kh, kw), dilation=tuple(dilation), padding=tuple(padding), stride=tuple(stride))
+    cols = cols.to(x.dtype).reshape(n, groups, 1, k, -1)
+    weights = w.reshape(groups, oc // groups, k, 1)
+    valid = None
+    if not bool(torch.isfinite(w).all()):
+        # The kernel skips padded positions; 0 * inf would be NaN where it adds nothing.
+        ones = torch.ones((1, c, x.shape[2], x.shape[3]))
+        valid = F.unfold(ones, (kh, kw), dilation=tuple(dilation), padding=tuple(padding),
+                         stride=tuple(stride)).reshape(1, groups, 1, k, -1) != 0
+    accum = torch.zeros((n, groups, oc // groups, cols.shape[-1]), dtype=x.dtype)
+    for index in range(k):
+        product = cols[:, :, :, index, :] * weights[:, :, index]
+        if valid is None:
+            accum.add_(product)
+        else:
+            accum = torch.where(valid[:, :, :, index, :], accum + product, accum)
+    accum = accum.reshape(n, oc, -1)
+    if bias is not None:
+        accum = accum + bias.to(x.dtype).reshape(1, oc, 1)
+    return accum.reshape(n, oc, *out_hw)
+
+
+def _conv_transposed(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tensor], stride: Sequence[int],
+                     padding: Sequence[int], dilation: Sequence[int], groups: int, out_hw: tuple[int, int]
+                     ) -> torch.Tensor:
+    """conv2d_impl, transposed: ``out += in * w`` over (in_y, in_x, in_c, w_y, w_x), from the bias (or 0).
+
+    For one output element, in_y falls as w_y rises, so its terms arrive in the order w_y descending, w_x
+    descending, in_c ascending: the same order for every output, which lets one step cover all of them.
+    """
+    n, c, in_h, in_w = x.shape
+    _, ocg, kh, kw = w.shape  # weight: (in channels, out channels per group, kh, kw)
+    oc, cg = ocg * groups, c // groups
+    out = torch.zeros((n, oc, *out_hw), dtype=x.dtype)
+    if bias is not None:
+        out += bias.to(x.dtype).reshape(1, oc, 1, 1)
+    (sy, sx), (py, px), (dy, dx) = stride, padding, dilation
+    for ky in reversed(range(kh)):
+        ys = [(iy, sy * iy + dy * ky - py) for iy in range(in_h)]
+        ys = [(iy, oy) for iy, oy in ys if 0 <= oy < out_hw[0]]
+        for kx in reversed(range(kw)):
+            xs = [(ix, sx * ix + dx * kx - px) for ix in range(in_w)]
+            xs = [(ix, ox) for ix, ox in xs if 0 <= ox < out_hw[1]]
+            if not ys or not xs:
+                continue
+            iy0, oy0, ix0, ox0 = ys[0][0], ys[0][1], xs[0][0], xs[0][1]
+            iy_slice, ix_slice = slice(iy0, ys[-1][0] + 1), slice(ix0, xs[-1][0] + 1)
+            oy_slice, ox_slice = slice(oy0, ys[-1][1] + 1, sy), slice(ox0, xs[-1][1] + 1, sx)
+            for group in range(groups):
+                target = out[:, group * ocg:(group + 1) * ocg, oy_slice, ox_slice]
+                for in_c in range(group * cg, (group + 1) * cg):
+                    value = x[:, in_c, iy_slice, ix_slice].unsqueeze(1)
+                    target.add_(value * w[in_c, :, ky, kx].reshape(1, ocg, 1, 1))
+    return out
+
+
+def _pair(values: Sequence[int], default: int) -> tuple[int, int]:
+    values = tuple(values)
+    return (values * 2)[:2] if values else (default, default)
+
+
+def convolution_out(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Sequence[int],
+                    padding: Sequence[int], dilation: Sequence[int], transposed: bool, output_padding: Sequence[int],
+                    groups: int, *, out: torch.Tensor) -> torch.Tensor:
+    """aten::convolution.out as the portable kernel computes it for half types (ATen's for the others)."""
+    if input.dtype not in HALF_TYPES or input.dim() not in (3, 4):
+        return torch.ops.aten.convolution.out(input, weight, bias, stride, padding, dilation, transposed,
+                                              output_padding, groups, out=out)
+    one_d = input.dim() == 3
+    x, w = (input.unsqueeze(2), weight.unsqueeze(2)) if one_d else (input, weight)
+    if one_d:  # a 1-d convolution is a 2-d one of height 1 (convolution_wrapper's unsqueeze)
+        stride, padding = (1, _pair(stride, 1)[0]), (0, _pair(padding, 0)[0])
+        dilation = (1, _pair(dilation, 1)[0])
+    else:  # val_at: one value stands for both dims; no padding is 0
+        stride, padding, dilation = _pair(stride, 1), _pair(padding, 0), _pair(dilation, 1)
+    output_padding = (0, _pair(output_padding, 0)[0]) if one_d else _pair(output_padding, 0)
+    # The output's sizes as ATen (and get_convolution_out_target_size) compute them, without computing.
+    target = torch.ops.aten.convolution.default(torch.empty(x.shape, device="meta"), torch.empty(w.shape, device="meta"),
+                                                None, stride, padding, dilation, transposed, output_padding,
+                                                groups).shape
+    compute = _conv_transposed if transposed else _conv_direct
+    result = compute(x, w, bias, stride, padding, dilation, groups, (target[2], target[3]))
+    return _write(out, result.squeeze(2) if one_d else result)
+
+
+# --- addmm (op_addmm.cpp, vec_ops.h) -------------------------------------------------------------------
+
+
+def _matmul_in_order(mat1: torch.Tensor, mat2: torch.Tensor) -> torch.Tensor:
+    """vec_matmul: ``sum += x[i][k] * y[k][j]`` for k in order, in the tensors' dtype."""
+    accum = torch.zeros((mat1.shape[0], mat2.shape[1]), dtype=mat1.dtype)
+    for k in range(mat1.shape[1]):
+        accum.add_(mat1[:, k:k + 1] * mat2[k:k + 1, :])
+    return accum
+
+
+def addmm_out(self: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, *, beta: Any = 1, alpha: Any = 1,
+              out: torch.Tensor) -> torch.Tensor:
+    """aten::addmm.out as the portable kernel computes it for half types (ATen's for the others).
+
+    ``vec_addmm`` (no broadcasting) and ``vec_matmul`` then an elementwise function (``self`` broadcast to the
+    output) both store ``sum * alpha + self * beta``, each operation rounded to the dtype.
+    """
+    if mat1.dtype not in HALF_TYPES:
+        return torch.ops.aten.addmm.out(self, mat1, mat2, beta=beta, alpha=alpha, out=out)
+    dtype = mat1.dtype
+    product = _matmul_in_order(mat1, mat2)
+    result = product * _ctype_scalar(alpha, dtype) + self.to(dtype) * _ctype_scalar(beta, dtype)
+    return _write(out, result)
+
+
+# --- batch norm (op_native_batch_norm.cpp) -------------------------------------------------------------
+
+
+def batch_norm_no_training_out(input: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+                               running_mean: torch.Tensor, running_var: torch.Tensor, momentum: float, eps: float,
+                               *, out0: torch.Tensor, out1: torch.Tensor, out2: torch.Tensor
+                               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """_native_batch_norm_legit_no_training.out as the portable kernel computes it, for floating dtypes.
+
+    Per channel ``invstd = 1.0 / std::sqrt(var + eps)`` in double, stored as ``CTYPE``; per element
+    ``(in - mean) * invstd * weight + bias``, each operation rounded to ``CTYPE``.  ``mean_out`` and
+    ``invstd_out`` are resized to 0 elements, as the kernel does.
+    """
+    dtype = input.dtype
+    if dtype not in _FLOAT_TYPES or input.dim() < 1:
+        return torch.ops.aten._native_batch_norm_legit_no_training.out(
+            input, weight, bias, running_mean, running_var, momentum, eps, out0=out0, out1=out1, out2=out2)
+    channels = input.shape[1] if input.dim() >= 2 else input.shape[0]
+    shape = [1] * input.dim()
+    shape[1 if input.dim() >= 2 else 0] = channels
+    invstd = 1.0 / torch.sqrt(running_var.to(torch.float64) + float(eps))
+    if dtype in HALF_TYPES:
+        invstd = invstd.to(torch.float32)
+    invstd = invstd.to(dtype).reshape(shape)
+    result = (input - running_mean.to(dtype).reshape(shape)) * invstd
+    if weight is not None:
+        result = result * weight.to(dtype).reshape(shape)
+    # With no bias the kernel still adds its bias_val = 0 (which turns -0.0 into 0.0).
+    result = result + (bias.to(dtype).reshape(shape) if bias is not None else torch.zeros((), dtype=dtype))
+    _write(out0, result)
+    out1.resize_((0,))
+    out2.resize_((0,))
+    return out0, out1, out2
+
+
+# The operators whose portable arithmetic the runner reproduces, by qualified name.
+PORTABLE_KERNELS: dict[str, Callable[..., Any]] = {
+    "aten::convolution.out": convolution_out,
+    "aten::addmm.out": addmm_out,
+    "aten::_native_batch_norm_legit_no_training.out": batch_norm_no_training_out,
+}

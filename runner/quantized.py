@@ -1,0 +1,300 @@
+"""ExecuTorch's quantized kernels (``executorch/kernels/quantized``), computed as its C++ computes them.
+
+Weight-only int8 programs call ``quantized_decomposed::dequantize_per_channel.out`` on their weights, and
+quantize/dequantize pairs appear around quantized activations.  torch defines these operators only when
+ExecuTorch's ``quantized_ops_aot_lib`` (or ``torch.ao``'s Python decompositions) has been loaded, and then
+with their own arithmetic; the runner needs neither: every operator below is ours, bound by the schema
+ExecuTorch's ``kernels/quantized/quantized.yaml`` declares, and computed in the order and precision of
+``kernels/quantized/cpu/op_quantize.cpp``, ``op_dequantize.cpp`` and ``op_embedding.cpp`` (x86 paths):
+
+* **quantize**: ``inv_scale = 1.0f / (float)scale``; ``q = (int32)zero_point + nearbyint((float)(inv_scale *
+  value))`` (the sum is a float sum), clamped to ``[quant_min, quant_max]``.  A ``double`` input multiplies
+  in double, then rounds to float.
+* **dequantize**: ``(q - (int32)zero_point) * (float)scale`` in float, then cast to the output dtype (a
+  per-channel dequantize of a 1-d tensor casts ``q - zero_point`` to the output dtype first, as its C++
+  does).  Per-channel scales are read as float (a double scale is cast).
+* **per token**: the input as a 2-d tensor (every dim but the last), quantized per channel along dim 0.
+* **embedding_byte**: ``((float)w - (float)zero_point) * (float)scale`` per row (and per group of columns
+  when the scales are 2-d).
+
+The reference delegate runs the functional variants (``.default``, ``.tensor``) with the same arithmetic.
+* **choose_qparams** (per tensor, and per token in [-128, 127]): float min and max (widened to include 0),
+  ``scale = ((double)max - min) / (qmax - qmin)`` with the kernel's guards for a zero or tiny scale, and
+  the zero point nudged from the side with the smaller error, as ``calculate_scale_and_zero_point`` does.
+
+Not implemented (the runner names them as unknown): ``quantized_decomposed::add``, ``mixed_mm``,
+``mixed_linear``, the 2-bit and 4-bit embeddings, and ``choose_qparams_symmetric``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+
+NAMESPACE = "quantized_decomposed"
+
+
+def _f32(value: float) -> torch.Tensor:
+    """A C++ ``static_cast<float>(double_value)``."""
+    return torch.tensor(float(value), dtype=torch.float64).to(torch.float32)
+
+
+def _along(values: torch.Tensor, dim: int, rank: int) -> torch.Tensor:
+    """Per-channel parameters shaped to broadcast along ``dim`` of a rank-``rank`` tensor."""
+    shape = [1] * rank
+    shape[dim] = -1
+    return values.reshape(shape)
+
+
+def _quantize(input: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor, quant_min: int, quant_max: int,
+              dtype: torch.dtype) -> torch.Tensor:
+    """quantize_val with ``scale`` (double) and ``zero_point`` (int64) broadcast to the input."""
+    inv_scale = 1.0 / scale.to(torch.float64).to(torch.float32)  # 1.0f / static_cast<float>(scale), in float
+    if input.dtype == torch.float64:
+        scaled = (input * inv_scale.to(torch.float64)).to(torch.float32)
+    else:
+        scaled = input.to(torch.float32) * inv_scale
+    # static_cast<int32_t>(zero_point) + std::nearbyint(...): an int plus a float is a float sum.
+    qvalue = (zero_point.to(torch.int32).to(torch.float32) + torch.round(scaled)).to(torch.int64)
+    return qvalue.clamp(quant_min, quant_max).to(dtype)
+
+
+def _dequantize(input: torch.Tensor, scale: torch.Tensor, zero_point: Optional[torch.Tensor], out_dtype: torch.dtype,
+                cast_first: bool = False) -> torch.Tensor:
+    """``(q - (int32)zero_point) * (float)scale`` in float, then the output dtype."""
+    shifted = input.to(torch.int32)
+    if zero_point is not None:
+        shifted = shifted - zero_point.to(torch.int32)
+    base = shifted.to(out_dtype).to(torch.float32) if cast_first else shifted.to(torch.float32)
+    return (base * scale.to(torch.float32)).to(out_dtype)
+
+
+def _write(out: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
+    if out.shape != result.shape:
+        out.resize_(result.shape)
+    out.copy_(result)
+    return out
+
+
+# --- the computations, one per operator (functional form) ---------------------------------------------
+
+
+def quantize_per_tensor(input: torch.Tensor, scale: Any, zero_point: Any, quant_min: int, quant_max: int,
+                        dtype: torch.dtype) -> torch.Tensor:
+    scale = scale.reshape(()) if isinstance(scale, torch.Tensor) else torch.tensor(float(scale), dtype=torch.float64)
+    zero_point = zero_point.reshape(()) if isinstance(zero_point, torch.Tensor) else torch.tensor(int(zero_point))
+    return _quantize(input, scale, zero_point, quant_min, quant_max, dtype)
+
+
+def dequantize_per_tensor(input: torch.Tensor, scale: Any, zero_point: Any, quant_min: int, quant_max: int,
+                          dtype: torch.dtype, *, out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    scale = _f32(scale.reshape(()).item()) if isinstance(scale, torch.Tensor) else _f32(scale)
+    zero_point = zero_point.reshape(()) if isinstance(zero_point, torch.Tensor) else torch.tensor(int(zero_point))
+    return _dequantize(input, scale, zero_point, out_dtype or torch.float32)
+
+
+def quantize_per_channel(input: torch.Tensor, scales: torch.Tensor, zero_points: torch.Tensor, axis: int,
+                         quant_min: int, quant_max: int, dtype: torch.dtype) -> torch.Tensor:
+    axis = axis % input.dim()
+    return _quantize(input, _along(scales, axis, input.dim()), _along(zero_points, axis, input.dim()),
+                     quant_min, quant_max, dtype)
+
+
+def dequantize_per_channel(input: torch.Tensor, scales: torch.Tensor, zero_points: Optional[torch.Tensor], axis: int,
+                           quant_min: int, quant_max: int, dtype: torch.dtype, *,
+                           out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    axis = axis % input.dim()
+    scale = _along(scales.to(torch.float32), axis, input.dim())  # get_scale: a double scale is cast to float
+    zero = None if zero_points is None else _along(zero_points, axis, input.dim())
+    optimized = input.dtype == torch.int8 and out_dtype in (None, torch.float32)
+    return _dequantize(input, scale, zero, out_dtype or torch.float32,
+                       cast_first=input.dim() == 1 and not optimized)
+
+
+def quantize_per_token(input: torch.Tensor, scales: torch.Tensor, zero_points: torch.Tensor, quant_min: int,
+                       quant_max: int, dtype: torch.dtype) -> torch.Tensor:
+    rows = input.reshape(-1, input.shape[-1])
+    return quantize_per_channel(rows, scales.reshape(-1), zero_points.reshape(-1), 0, quant_min, quant_max,
+                                dtype).reshape(input.shape)
+
+
+def dequantize_per_token(input: torch.Tensor, scales: torch.Tensor, zero_points: torch.Tensor, quant_min: int,
+                         quant_max: int, dtype: torch.dtype, output_dtype: torch.dtype) -> torch.Tensor:
+    rows = input.reshape(-1, input.shape[-1])
+    return dequantize_per_channel(rows, scales.reshape(-1), zero_points.reshape(-1), 0, quant_min, quant_max, dtype,
+                                  out_dtype=output_dtype).reshape(input.shape)
+
+
+def embedding_byte(weight: torch.Tensor, weight_scales: torch.Tensor, weight_zero_points: Optional[torch.Tensor],
+                   weight_quant_min: int, weight_quant_max: int, indices: torch.Tensor, *,
+                   dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    scales = weight_scales if weight_scales.dim() == 2 else weight_scales.reshape(-1, 1)
+    groups = scales.shape[1]
+    group_size = weight.shape[1] // groups
+    column_group = torch.arange(weight.shape[1]) // group_size
+    rows = weight[indices.reshape(-1)].to(torch.float32)
+    scale = scales[indices.reshape(-1)][:, column_group].to(torch.float32)
+    if weight_zero_points is not None:
+        zeros = weight_zero_points if weight_zero_points.dim() == 2 else weight_zero_points.reshape(-1, 1)
+        rows = rows - zeros[indices.reshape(-1)][:, column_group].to(torch.float32)
+    result = (rows * scale).to(dtype or weight_scales.dtype)
+    return result.reshape(*indices.shape, weight.shape[1])
+
+
+_SMALL_SCALE = 6.1e-5  # SMALL_SCALE_THRESHOLD, a float constant
+
+
+def _float(value: float) -> float:
+    """A C++ float: ``value`` rounded to float32 (and back to a Python float, exactly)."""
+    return torch.tensor(value, dtype=torch.float64).to(torch.float32).item()
+
+
+def _scale_and_zero_point(low: float, high: float, qmin: int, qmax: int) -> tuple[float, int]:
+    """calculate_scale_and_zero_point (op_choose_qparams.cpp): float bounds, a double scale, a nudged zero point."""
+    low, high = min(low, 0.0), max(high, 0.0)
+    scale = (high - low) / (qmax - qmin)  # static_cast<double>(max) - min, in double
+    scale_f = _float(scale)
+    if scale_f == 0.0 or torch.isinf(torch.tensor(1.0, dtype=torch.float32) / scale_f).item():
+        scale = 0.1
+    threshold = _float(_SMALL_SCALE)
+    if scale < threshold:
+        original = _float(scale)
+        scale = threshold
+        if low == 0.0:
+            high = _float(threshold * (qmax - qmin))
+        elif high == 0.0:
+            low = _float(-threshold * (qmax - qmin))
+        else:
+            amplifier = _float(threshold / original)
+            low, high = _float(low * amplifier), _float(high * amplifier)
+    from_min, from_max = qmin - low / scale, qmax - high / scale
+    initial = from_min if abs(qmin) - abs(low / scale) < abs(qmax) - abs(high / scale) else from_max
+    if initial < qmin:
+        return scale, qmin
+    if initial > qmax:
+        return scale, qmax
+    return scale, int(torch.round(torch.tensor(initial, dtype=torch.float64).to(torch.float32)).item())
+
+
+def _rows_qparams(rows: torch.Tensor, qmin: int, qmax: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scale (double) and zero point (int64) of each row of a float tensor, from its float min and max."""
+    lows, highs = rows.amin(dim=1).tolist(), rows.amax(dim=1).tolist()
+    pairs = [_scale_and_zero_point(low, high, qmin, qmax) for low, high in zip(lows, highs)]
+    return (torch.tensor([p[0] for p in pairs], dtype=torch.float64),
+            torch.tensor([p[1] for p in pairs], dtype=torch.int64))
+
+
+def choose_qparams(input: torch.Tensor, quant_min: int, quant_max: int, eps: float, dtype: torch.dtype
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """choose_qparams.tensor: one scale and zero point for the whole tensor (``eps`` unused, as in the kernel)."""
+    scale, zero = _rows_qparams(input.reshape(1, -1), quant_min, quant_max)
+    return scale, zero
+
+
+def choose_qparams_per_token_asymmetric(input: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """One scale and zero point per token (every dim but the last), in [-128, 127] whatever ``dtype``."""
+    scale, zero = _rows_qparams(input.reshape(-1, input.shape[-1]), -128, 127)
+    shape = (*input.shape[:-1], 1)
+    return scale.reshape(shape), zero.reshape(shape)
+
+
+def _qparams_out(compute: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> Callable[..., Any]:
+    def out_variant(*args: Any, scale_out: torch.Tensor, zero_point_out: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+        scale, zero = compute(*args)
+        if scale_out.numel() == scale.numel() and scale_out.dim() != scale.dim():
+            scale, zero = scale.reshape(scale_out.shape), zero.reshape(zero_point_out.shape)
+        return _write(scale_out, scale), _write(zero_point_out, zero)
+
+    return out_variant
+
+
+# --- the .out operators of kernels/quantized/quantized.yaml, with their schemas --------------------------
+
+
+def _out(compute: Callable[..., torch.Tensor], dtype_keyword: Optional[str] = None) -> Callable[..., torch.Tensor]:
+    """An out variant: ``compute`` on the arguments, stored into ``out`` (whose dtype is the result's when
+    ``dtype_keyword`` names the argument that would otherwise choose it)."""
+
+    def out_variant(*args: Any, out: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        if dtype_keyword is not None:
+            kwargs[dtype_keyword] = out.dtype
+        return _write(out, compute(*args, **kwargs))
+
+    return out_variant
+
+
+def _dequantize_per_token_out(input: torch.Tensor, scales: torch.Tensor, zero_points: torch.Tensor, quant_min: int,
+                              quant_max: int, dtype: torch.dtype, output_dtype: torch.dtype, *,
+                              out: torch.Tensor) -> torch.Tensor:
+    return _write(out, dequantize_per_token(input, scales, zero_points, quant_min, quant_max, dtype, out.dtype))
+
+
+_OUT_SCHEMAS: dict[str, tuple[str, Callable[..., Any]]] = {
+    "quantize_per_tensor.out": (
+        "(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype, *, "
+        "Tensor(a!) out) -> Tensor(a!)", _out(quantize_per_tensor)),
+    "quantize_per_tensor.Tensor_out": (
+        "(Tensor input, Tensor scale, Tensor zero_point, int quant_min, int quant_max, ScalarType dtype, *, "
+        "Tensor(a!) out) -> Tensor(a!)", _out(quantize_per_tensor)),
+    "dequantize_per_tensor.out": (
+        "(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype, *, "
+        "ScalarType? out_dtype=None, Tensor(a!) out) -> Tensor(a!)", _out(dequantize_per_tensor, "out_dtype")),
+    "dequantize_per_tensor.Tensor_out": (
+        "(Tensor input, Tensor scale, Tensor zero_point, int quant_min, int quant_max, ScalarType dtype, *, "
+        "ScalarType? out_dtype=None, Tensor(a!) out) -> Tensor(a!)", _out(dequantize_per_tensor, "out_dtype")),
+    "quantize_per_channel.out": (
+        "(Tensor input, Tensor scales, Tensor zero_points, int axis, int quant_min, int quant_max, "
+        "ScalarType dtype, *, Tensor(a!) out) -> Tensor(a!)", _out(quantize_per_channel)),
+    "dequantize_per_channel.out": (
+        "(Tensor input, Tensor scales, Tensor? zero_points, int axis, int quant_min, int quant_max, "
+        "ScalarType dtype, *, ScalarType? out_dtype=None, Tensor(a!) out) -> Tensor(a!)",
+        _out(dequantize_per_channel, "out_dtype")),
+    "quantize_per_token.out": (
+        "(Tensor input, Tensor scales, Tensor zero_points, int quant_min, int quant_max, ScalarType dtype, *, "
+        "Tensor(a!) out) -> Tensor(a!)", _out(quantize_per_token)),
+    "dequantize_per_token.out": (
+        "(Tensor input, Tensor scales, Tensor zero_points, int quant_min, int quant_max, ScalarType dtype, "
+        "ScalarType output_dtype, *, Tensor(a!) out) -> Tensor(a!)", _dequantize_per_token_out),
+    "choose_qparams.Tensor_out": (
+        "(Tensor input, int quant_min, int quant_max, float eps, ScalarType dtype, *, Tensor(a!) scale_out, "
+        "Tensor(b!) zero_point_out) -> (Tensor(a!), Tensor(b!))", _qparams_out(choose_qparams)),
+    "choose_qparams_per_token_asymmetric.out": (
+        "(Tensor input, ScalarType dtype, *, Tensor(a!) scale_out, Tensor(b!) zero_point_out) -> "
+        "(Tensor(a!), Tensor(b!))", _qparams_out(choose_qparams_per_token_asymmetric)),
+    "embedding_byte.out": (
+        "(Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, int weight_quant_min, "
+        "int weight_quant_max, Tensor indices, *, Tensor(a!) out) -> Tensor(a!)", _out(embedding_byte, "dtype")),
+    "embedding_byte.dtype_out": (
+        "(Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, int weight_quant_min, "
+        "int weight_quant_max, Tensor indices, *, ScalarType? dtype=None, Tensor(a!) out) -> Tensor(a!)",
+        _out(embedding_byte, "dtype")),
+}
+
+
+def out_kernel(qualified_name: str) -> Optional[tuple[Any, Callable[..., Any]]]:
+    """(parsed schema, function) of a quantized out operator ``quantized_decomposed::name.overload``, if ours."""
+    namespace, _, short = qualified_name.partition("::")
+    entry = _OUT_SCHEMAS.get(short) if namespace == NAMESPACE else None
+    if entry is None:
+        return None
+    schema, function = entry
+    return torch._C.parse_schema(f"{qualified_name.split('.')[0]}{schema}"), function
+
+
+# The functional overloads (torch.ao.quantization.fx._decomposed's), as a delegate's graph names them.
+FUNCTIONAL: dict[str, Callable[..., Any]] = {
+    f"{NAMESPACE}::{name}": function for name, function in {
+        "quantize_per_tensor.default": quantize_per_tensor, "quantize_per_tensor.tensor": quantize_per_tensor,
+        "quantize_per_tensor.tensor2": quantize_per_tensor,
+        "dequantize_per_tensor.default": dequantize_per_tensor, "dequantize_per_tensor.tensor": dequantize_per_tensor,
+        "dequantize_per_tensor.tensor2": dequantize_per_tensor,
+        "quantize_per_channel.default": quantize_per_channel,
+        "dequantize_per_channel.default": dequantize_per_channel,
+        "quantize_per_token.default": quantize_per_token, "dequantize_per_token.default": dequantize_per_token,
+        "embedding_byte.default": embedding_byte, "embedding_byte.dtype": embedding_byte,
+        "choose_qparams.tensor": choose_qparams,
+        "choose_qparams_per_token_asymmetric.default": choose_qparams_per_token_asymmetric,
+    }.items()
+}
