@@ -21,7 +21,7 @@ import typer
 
 from pte_devconst import __version__
 from pte_devconst.schema.env import env_flag
-from pte_devconst.schema.errors import PteDevconstError
+from pte_devconst.schema.errors import PteDevconstError, ReportedError
 
 DEBUG_ENV = "PTE_DEVCONST_DEBUG"  # set (not 0, false, no, off): as --debug
 
@@ -107,7 +107,7 @@ def fail(error: BaseException, debug: bool = False) -> "typer.Exit":
     """Print one line for an error and return the exit to raise (``debug`` re-raises instead)."""
     if debug:
         raise error
-    if isinstance(error, PteDevconstError):
+    if isinstance(error, ReportedError):  # a user's problem, or a bug our own checks caught ("internal error: ...")
         message = str(error)
     elif isinstance(error, OSError) and error.filename is not None:  # the system refused a file: not a bug
         message = f"{error.filename}: {error.strerror or error}"
@@ -136,7 +136,7 @@ def for_each_program(items: Sequence[Union[Path, str]], work: Callable[[Path], T
             if isinstance(item, str):
                 raise PteDevconstError(item)
             result = work(item)
-        except (PteDevconstError, OSError) as error:
+        except (ReportedError, OSError) as error:  # a bug our checks caught is one line too, the rest still run
             fail(error, debug)
             failed = True
             continue
@@ -181,17 +181,39 @@ GLOBAL_FLAGS = frozenset({"--debug", "--quiet", "-q", "--verbose", "-v", "--vers
 def hoist_global_flags(argv: list[str]) -> list[str]:
     """Let ``pte-devconst rewrite model.pte -q`` mean ``pte-devconst -q rewrite model.pte``.
 
-    The global flags take no value and no command defines them, so moving them in
-    front of the command changes nothing else (``--version`` then prints the version,
-    wherever it stands); ``--`` ends the search.
+    The global flags take no value and no command defines them, so moving them in front of the command
+    changes nothing else (``--version`` then prints the version, wherever it stands); ``--`` ends the search.
+    An option of the command that takes a value keeps it, whatever it looks like (``-o -v`` writes to ``-v``).
     """
+    if not any(arg in GLOBAL_FLAGS for arg in argv):
+        return argv
+    takes_value = _value_options(argv)
     flags, rest = [], []
-    for position, arg in enumerate(argv):
+    position, count = 0, len(argv)
+    while position < count:
+        arg = argv[position]
         if arg == "--":
             rest.extend(argv[position:])
             break
+        if arg in takes_value and position + 1 < count:
+            rest.extend(argv[position:position + 2])
+            position += 2
+            continue
         (flags if arg in GLOBAL_FLAGS else rest).append(arg)
+        position += 1
     return flags + rest
+
+
+def _value_options(argv: list[str]) -> frozenset[str]:
+    """The option names of the command named in ``argv`` that take a value (``-o``, ``--ptd``, ...)."""
+    group = typer.main.get_command(app)  # typer's own click: looked at by attribute, not by class
+    name = next((arg for arg in argv if not arg.startswith("-")), None)
+    command = getattr(group, "commands", {}).get(name) if name else None
+    if command is None:
+        return frozenset()
+    return frozenset(opt for param in command.params
+                     if getattr(param, "param_type_name", "") == "option" and not getattr(param, "is_flag", False)
+                     and not getattr(param, "count", False) for opt in (*param.opts, *param.secondary_opts))
 
 
 def main(argv: Optional[list[str]] = None, prog_name: str = "pte-devconst") -> None:

@@ -721,7 +721,7 @@ def _check_one(pte: "Union[Path, ProgramBytes]", ptd: Optional[Path], options: "
 
     from pte_devconst.paths import ptd_hint
     from pte_devconst.rewriter.derived import derived_copies
-    from pte_devconst.rewriter.fold_refusals import fold_refusals, torch_found
+    from pte_devconst.rewriter.fold_refusals import NOT_JUDGED, fold_refusals, torch_found
     from pte_devconst.rewriter.load import analyze_opened, opened
     from pte_devconst.rewriter.plan import make_plan, safe_fold_gain, skip_reason
 
@@ -735,10 +735,19 @@ def _check_one(pte: "Union[Path, ProgramBytes]", ptd: Optional[Path], options: "
         derived = derived_copies(program, analysis)
         # As rewrite --fold plans: chains whose data it refuses (a NaN cast to int) do not fold.  Without torch
         # no fold computes at all, so the gate counts every chain (rewrite --fold asks for torch first).
-        refusals = fold_refusals(source, data, analysis) if options.fold and torch_found() else {}
+        refusals = fold_refusals(source, data, analysis, judge=torch_found()) if options.fold else {}
     # The very plan rewrite makes; its refusal (a buffer past the reader's limit) is this file's error.
     plan = make_plan(program, analysis, options, refusals)
     findings, unknown, stays = _judged(pte, plan, analysis, derived, options)
+    # Chains whose data needs torch to judge (a float-to-int cast): not judged, never a silent answer either way.
+    unjudged = {key for key, why in refusals.items() if why == NOT_JUDGED}
+    chains = [chain for method in analysis.methods for chain in (method.folds.chains if method.folds else ())
+              if (chain.plan_index, chain.result) in unjudged]
+    unknown += [Finding(str(pte), chain.method, chain.result, f"{chain.kernels} of "
+                        f"{chain.source_tensor.fqn or f'value {chain.source}'}", str(chain.device), chain.nbytes,
+                        chain.copies_per_call, NOT_JUDGED) for chain in chains]
+    not_judged = {(chain.method, chain.result) for chain in chains}
+    stays = [f for f in stays if (f.method, f.value) not in not_judged]
     filtered: list[Finding] = []
     if options.devices is not None or options.min_bytes:
         everything = replace(options, devices=None, min_bytes=0)
@@ -751,9 +760,12 @@ def _check_one(pte: "Union[Path, ProgramBytes]", ptd: Optional[Path], options: "
     notes = list(analysis.notes) + list(names.notes if names else ())
     if analysis.refusal and findings:
         notes.append(f"rewrite would refuse this program: {analysis.refusal}")
-    if unknown:
+    external = [f for f in unknown if f.reason != NOT_JUDGED]
+    if external:
         hint = ptd_hint(pte) if isinstance(pte, Path) else "pass ptd=FILE.ptd"
-        notes.append(f"{len(unknown)} external constant(s) not judged: their data is in a .ptd; {hint}")
+        notes.append(f"{len(external)} external constant(s) not judged: their data is in a .ptd; {hint}")
+    if chains:
+        notes.append(f"{len(chains)} folded chain(s) not judged: {NOT_JUDGED.removeprefix('not judged: ')}")
     return FileCheck(str(pte), str(ptd) if ptd else None, sum(len(m.constants) for m in analysis.methods),
                      tuple(findings), None, "; ".join(notes) or None, tuple(unknown),
                      gain.tensors if gain else 0, gain.bytes_per_call if gain else 0, tuple(stays), strict,

@@ -33,14 +33,24 @@ def need_torch() -> None:
                                "pip install 'pte-devconst[runner]'")
 
 
-def fold_refusals(source: PteFile, ptd: Optional[PtdFile], analysis: Analysis) -> dict[tuple[int, int], str]:
+NOT_JUDGED = ("not judged: it casts floats to integers, and judging whether that is defined reads the data "
+              "with torch, which is not installed (pip install 'pte-devconst[runner]')")
+
+
+def fold_refusals(source: PteFile, ptd: Optional[PtdFile], analysis: Analysis, *, judge: bool = True
+                  ) -> dict[tuple[int, int], str]:
     """Chains whose data the fold cannot compute as C++ defines it (a float cast to an integer type of NaN,
     inf or an out-of-range value), by (plan index, result value).  Reads data (and imports torch) only for
-    chains that cast floats to integers."""
+    chains that cast floats to integers; with ``judge=False`` (``check`` without torch) such a chain is
+    refused as ``NOT_JUDGED`` rather than counted either way, so the gate never answers differently without
+    saying so."""
     refusals: dict[tuple[int, int], str] = {}
     for method in analysis.methods:
         for chain in method.folds.chains if method.folds else ():
             if chain.problem is None and chain.casts_float_to_int:
+                if not judge:
+                    refusals[(chain.plan_index, chain.result)] = NOT_JUDGED
+                    continue
                 need_torch()
                 from .fold_compute import SourceBytes, cast_problem  # torch, only for such a chain
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from pte_devconst.schema.atomic import atomic_output, check_destination
-from pte_devconst.schema.errors import FormatError, PteDevconstError, UnsupportedProgramError
+from pte_devconst.schema.errors import FormatError, PteDevconstError, ReportedError, UnsupportedProgramError
 from pte_devconst.schema.limits import over_runtime_limits
 from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile, ProgramBytes
@@ -138,7 +138,7 @@ def rewrite_file(input_path: str | os.PathLike[str], output_path: Optional[str |
                 size = _copy_unchanged(source, output, progress, durable, full, phase)
             else:
                 size = _write_rewrite(source, data, plan, output, progress, durable, full, phase)
-        except PteDevconstError as error:
+        except ReportedError as error:
             raise error.with_file(str(input_path)) from None  # e.g. the input shrank while it was copied
     return RewriteResult(str(input_path), str(output), shown, source.size, size, removed, "full" if full else "sampled",
                          gain, names=found, flows=flows)

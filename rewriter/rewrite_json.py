@@ -49,7 +49,7 @@ def fold_json(fold: "FoldPlacement") -> dict[str, Any]:
 def _methods_json(plan: "RewritePlan") -> list[dict[str, Any]]:
     methods = []
     for edit in plan.methods:
-        method = plan.analysis.method(edit.name)
+        method = plan.analysis.method(edit.plan_index)  # by index: labels are names, and names can repeat
         methods.append({
             "name": edit.name,
             "style": method.style,

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.errors import FormatError, PteDevconstError
+from pte_devconst.schema.errors import FormatError, InternalError, PteDevconstError
 from pte_devconst.schema.executorch import H2D_COPY, delegate_target_device
 from pte_devconst.schema.gc_pause import gc_paused
 from pte_devconst.schema.header import TENSOR_ALIGNMENT
@@ -66,7 +66,7 @@ _KEPT_WHEN_MOVED = operator.attrgetter("scalar_type", "sizes", "dim_order", "req
 VERIFY_MODES = ("sampled", "full")
 
 
-class RewriteCheckError(PteDevconstError):
+class RewriteCheckError(InternalError):
     """The written file is not the input with exactly the plan's changes (a bug; the destination is untouched)."""
 
 

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
-from .errors import OutputError, PteDevconstError
+from .errors import OutputError, PteDevconstError, ReportedError
 
 TEMP_PREFIX = ".pte-devconst-"
 
@@ -164,7 +164,7 @@ def _keep_metadata(fd: int, dest: Path, mode: Optional[int]) -> None:
     os.fchmod(fd, permissions)  # after fchown, which may clear the set-id bits
 
 
-def _untouched(error: PteDevconstError, dest: Path, temp: str, *, about_output: bool) -> PteDevconstError:
+def _untouched(error: ReportedError, dest: Path, temp: str, *, about_output: bool) -> ReportedError:
     """Name what the user asked for (never the vanished temporary file) and say that it was left untouched.
 
     ``about_output``: a check's error without a file is about the written file, so it is named after the
@@ -232,7 +232,7 @@ def _atomic_output(dest: Path, check: Optional[Callable[[str], None]], mode: Opt
         if check is not None:
             try:
                 check(temp)
-            except PteDevconstError as error:
+            except ReportedError as error:  # a user's problem or the self-check's (InternalError)
                 raise _untouched(error, dest, temp, about_output=True)
         try:
             os.replace(temp, dest)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Optional
 
 
-class PteDevconstError(Exception):
-    """Base of every error the tool reports to a user (never a bug)."""
+class ReportedError(Exception):
+    """An error reported as one line naming its file and where in it: a user's problem (``PteDevconstError``)
+    or one of the tool's own bugs caught by its checks (``InternalError``)."""
 
     def __init__(self, what: str, *, file: Optional[str] = None, where: Optional[str] = None) -> None:
         super().__init__(what)
@@ -14,7 +15,7 @@ class PteDevconstError(Exception):
         self.file = file
         self.where = where
 
-    def with_file(self, file: str) -> "PteDevconstError":
+    def with_file(self, file: str) -> "ReportedError":
         if self.file is None:
             self.file = file
         return self
@@ -22,6 +23,16 @@ class PteDevconstError(Exception):
     def __str__(self) -> str:
         parts = [p for p in (self.file, self.where) if p]
         return ": ".join(parts + [self.what])
+
+
+class PteDevconstError(ReportedError):
+    """Base of every error the tool reports to a user: bad input, a refused program, an output it cannot write
+    (never a bug)."""
+
+
+class InternalError(ReportedError):
+    """A bug in this tool caught by its own checks (the self-check before a write): reported as one line
+    starting ``internal error:``, and never a ``PteDevconstError``, which promises the fault is not ours."""
 
 
 class FormatError(PteDevconstError):

@@ -173,6 +173,14 @@ def method_labels(program: "Program") -> tuple[list[str], tuple[str, ...]]:
     for i, name in enumerate(names):
         plans_of[name].append(i)
     labels = [f"{name} (plan {i})" if len(plans_of[name]) > 1 else name for i, name in enumerate(names)]
+    taken: set[str] = set()
+    for i, label in enumerate(labels):  # a plan may be *named* like another's label (``forward (plan 1)``)
+        candidate, k = label, 1
+        while candidate in taken:
+            candidate = f"{names[i]} [plan {i}]" + (f" #{k}" if k > 1 else "")
+            k += 1
+        taken.add(candidate)
+        labels[i] = candidate
     notes = []
     for name, plans in plans_of.items():
         if len(plans) > 1:

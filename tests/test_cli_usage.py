@@ -48,6 +48,21 @@ def test_global_flags_work_after_the_command(tmp_path) -> None:
     assert debug.returncode != 0 and "Traceback" in debug.stderr and "FormatError" in debug.stderr
 
 
+def test_an_option_value_that_looks_like_a_global_flag_stays_with_its_option(tmp_path) -> None:
+    """``-o -v`` writes to a file named ``-v``: the value is not hoisted as --verbose (it was: "Option '-o'
+    requires an argument")."""
+    from conftest import pte_path
+
+    from pte_devconst.cli.app import hoist_global_flags
+
+    assert hoist_global_flags(["rewrite", "m.pte", "--dry-run", "-o", "-v"]) == ["rewrite", "m.pte", "--dry-run",
+                                                                                "-o", "-v"]
+    assert hoist_global_flags(["check", "m.pte", "--ptd", "-q", "-v"]) == ["-v", "check", "m.pte", "--ptd", "-q"]
+    done = subprocess.run([sys.executable, "-m", "pte_devconst", "rewrite", str(pte_path("v_a_dtypes_copy")), "-o",
+                           "-v", "-q"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0 and (tmp_path / "-v").exists(), done.stderr
+
+
 def test_no_arguments_print_the_usage_and_exit_2() -> None:
     done = _run()
     assert done.returncode == 2 and done.stdout.startswith("Usage: ") and "Commands" in done.stdout, done.stderr

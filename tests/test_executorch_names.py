@@ -76,3 +76,28 @@ def test_closed_sets_print_and_serialize_as_their_values() -> None:
     for member in (ReaderKind.KERNEL_CALL, MethodStyle.LEGACY, DataComparison.NOT_COMPARED):
         assert str(member) == f"{member}" == f"{member:>0}" == member.value == to_jsonable(member)
         assert json.dumps({"k": member}) == json.dumps({"k": member.value})
+
+
+def test_labels_stay_unique_when_a_name_looks_like_a_label(tmp_path) -> None:
+    """Plans named ``forward (plan 1)``, ``forward``, ``forward``: the second's label was ``forward (plan 1)``
+    too, and ``rewrite --format json`` reported the first method's figures for it (found reading the code)."""
+    from dataclasses import replace
+
+    from pte_devconst import api
+    from pte_devconst.schema.pte_writer import unchanged_segments, write_pte
+
+    with open_pte(pte_path("v_f_multi_method_copy")) as pte:
+        program = pte.program
+        plans = program.execution_plan
+        forged = replace(program, execution_plan=(replace(plans[0], name="forward (plan 1)"),
+                                                  replace(plans[1], name="forward"), replace(plans[0], name="forward")))
+        labels, _ = et.method_labels(forged)
+        assert len(set(labels)) == 3 and labels[0] == "forward (plan 1)"
+        write_pte(tmp_path / "named.pte", forged, unchanged_segments(pte))
+    result = api.rewrite(tmp_path / "named.pte", dry_run=True)
+    doc = result.to_json()
+    analysis = result.plan.analysis
+    for entry, method in zip(doc["methods"], analysis.methods):
+        assert entry["name"] == method.label
+        assert entry["h2d_bytes_per_call_before"] == method.h2d_bytes_per_call  # each method's own figure
+    assert [m["h2d_bytes_per_call_before"] for m in doc["methods"]] != [doc["methods"][0]["h2d_bytes_per_call_before"]] * 3

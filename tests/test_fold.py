@@ -608,3 +608,23 @@ def test_a_weight_the_device_also_reads_as_it_is_moves_once_its_transpose_folds(
     assert result.plan.methods[0].released == ()  # it moved: its entry's bytes are its initial data now
     run = _validated(source, out).methods[0]
     assert [c.folded for c in run.moved] == [False, True] and run.calls[-1].derived_after == 0
+
+
+def test_check_fold_without_torch_says_what_it_could_not_judge() -> None:
+    """``nan_copy`` casts NaN to an integer type: with torch the data refuses the fold (exit 0, nothing that
+    can move); without torch that cannot be judged, and the gate says so (exit 3, the chain as not judged)
+    instead of counting the chain as a finding (exit 1), as it did."""
+    import subprocess
+    import sys
+
+    script = ("import sys, json\nsys.modules['torch'] = None\nfrom pte_devconst import api\n"
+              "r = api.check([sys.argv[1]], fold=True)\n"
+              "print(json.dumps([r.exit_code, len(r.findings), [u.reason for u in r.unknown], r.files[0].note]))")
+    pte = FOLD / "nan_copy.pte"
+    done = subprocess.run([sys.executable, "-c", script, str(pte)], capture_output=True, text=True, check=True)
+    code, findings, reasons, note = json.loads(done.stdout)
+    assert (code, findings) == (3, 0) and len(reasons) == 1 and "not judged" in reasons[0] and "torch" in note
+    from pte_devconst import api
+
+    judged = api.check([pte], fold=True)
+    assert judged.exit_code == 0 and not judged.findings and not judged.unknown

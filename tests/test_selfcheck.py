@@ -29,7 +29,7 @@ from pte_devconst.rewriter.rewrite import plan_file, rewrite_file
 from pte_devconst.rewriter.verify import RewriteCheckError
 from pte_devconst.schema import limits
 from pte_devconst.schema import model as m
-from pte_devconst.schema.errors import UnsupportedProgramError
+from pte_devconst.schema.errors import InternalError, PteDevconstError, UnsupportedProgramError
 from pte_devconst.schema.model import Device
 from pte_devconst.schema.ptd_model import PtdNamedData, TensorLayout
 from pte_devconst.schema.ptd_file import PtdFile
@@ -469,6 +469,8 @@ def test_verify_option_is_checked_in_the_api(tmp_path: Path) -> None:
 def test_the_check_raises_a_rewrite_check_error_in_the_library(monkeypatch: pytest.MonkeyPatch,
                                                                tmp_path: Path) -> None:
     _corrupt_apply(monkeypatch, _operators_renamed)
+    # A bug caught by the tool's own check, never a PteDevconstError (documented as never a bug).
+    assert issubclass(RewriteCheckError, InternalError) and not issubclass(RewriteCheckError, PteDevconstError)
     with pytest.raises(RewriteCheckError, match="its operators changed"):
         rewrite_file(pte_path("v_a_dtypes_copy"), tmp_path / "out.pte")
     assert list(tmp_path.iterdir()) == []
