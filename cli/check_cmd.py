@@ -176,7 +176,7 @@ def render_text(report: CheckReport, quiet: bool = False, verbose: bool = False)
         console.print(hint, markup=False)
     memory = _memory_line(report)
     if memory:
-        console.print(printable(memory), markup=False, soft_wrap=True)
+        console.print(printable(memory), markup=False)
 
 
 def _kind(report: CheckReport) -> str:

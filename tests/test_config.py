@@ -72,7 +72,7 @@ def test_accepted_findings_pass_and_show_in_every_format(tmp_path: Path) -> None
     assert concise.returncode == 0 and f"models/{COPYING}: ok (4 constant(s); 4 accepted)" in concise.stdout
     markdown = cli(root, "check", "-f", "markdown").stdout
     assert "**Accepted (the project's config):**" in markdown and markdown.count("kept for the CPU fallback") == 4
-    assert f"| `models/{COPYING}` | ✅ ok | 0 | 0 B | 0 | 4 |" in markdown
+    assert f"| <code>models/{COPYING}</code> | ✅ ok | 0 | 0 B | 0 | 4 |" in markdown
     github = cli(root, "check", "--format", "github").stdout
     assert "::error" not in github and "4 accepted by the project's config" in github
     sarif = json.loads(cli(root, "check", "--format", "sarif").stdout)

@@ -97,7 +97,8 @@ def test_names_reach_every_command_and_format(expected: dict[int, str], tmp_path
     _, checked_json = invoke_json("check", PTE, "--etrecord", RECORD)
     assert {f["value"]: f["name"] for f in checked_json["files"][0]["findings"]} == moved
     _, diffed_json = invoke_json("diff", PTE, out, "--etrecord", RECORD)
-    assert {t["value"]: t["name"] for t in diffed_json["diff"]["methods"][0]["tensors"]} == moved
+    assert {t["value"]: t["name"] for t in diffed_json["diff"]["methods"][0]["tensors"]
+            if t["before"] and t["before"]["kind"] == "constant"} == moved  # relaid activations move too, unnamed
 
 
 def test_the_names_never_reach_the_rewritten_file(tmp_path: Path) -> None:
