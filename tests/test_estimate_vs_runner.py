@@ -95,7 +95,7 @@ def test_a_dynamic_bound_no_call_reaches_makes_the_figure_a_bound() -> None:
     """``h - h % 4`` rows of an input of h <= 30 rows: planned for 30, never more than 28.  At the largest
     input the delegate copies 28 rows of it: the figure counts 30, and says so (``Transfer.bound``); every
     static copy is exact, value by value."""
-    from pte_devconst.schema.transfers import per_call_transfers
+    from pte_devconst.program.transfers import per_call_transfers
 
     path = FIXTURES / "runtime_ops" / "loose_bound_mm_legacy.pte"
     with open_pte(path) as pte:
