@@ -1,7 +1,8 @@
 """The static per-call host-to-device figure (inspect, diff, check) equals what the runner measures.
 
-Every committed program: the corpus, the examples and the real-model fixtures (copy and legacy style,
-``all`` and ``mm`` partitions, CPU programs), each before and after its rewrite.  The runner counts
+Every committed program: the corpus, the examples, the real-model fixtures (copy and legacy style,
+``all`` and ``mm`` partitions, CPU programs) and the MoE and Swin ``mm`` exports (tests/fixtures/moe_swin),
+each before and after its rewrite.  The runner counts
 every copy as it happens (``runner/copies.py``), with the backends' own executors and with opaque
 stand-ins; the figure is computed from the program alone (``program/transfers.py``).  Sizes of dynamic shapes are their upper bounds, so a dynamic program is
 measured on a call at its largest shapes.
@@ -25,6 +26,7 @@ from pte_devconst.runner import run_program  # noqa: E402
 from pte_devconst.runner.delegates import OpaquePolicy  # noqa: E402
 
 REAL = FIXTURES / "real_models"
+MOE_SWIN = FIXTURES / "moe_swin"  # examples/moe_swin_models.py: matmul-only partitions of a Mixtral and a Swin
 
 
 def _cases():
@@ -34,6 +36,8 @@ def _cases():
         yield pytest.param(EXAMPLES / f"{name}.pte", None, EXAMPLES / f"{name}.inputs.pt", id=f"example-{name}")
     for name in shipped(REAL):
         yield pytest.param(REAL / f"{name}.pte", None, REAL / f"{name}.inputs.pt", id=f"real-{name}")
+    for name in shipped(MOE_SWIN):
+        yield pytest.param(MOE_SWIN / f"{name}.pte", None, MOE_SWIN / f"{name}.inputs.pt", id=f"moe_swin-{name}")
 
 
 def _at_upper_bounds(plan: m.ExecutionPlan, call: list[Any]) -> list[Any]:
@@ -140,3 +144,53 @@ def test_h2d_by_value_names_the_value_a_figure_counts_at_its_bound(capsys: pytes
     assert "static 2944 B, measured 2816 B, difference -128 B" in lines[0]
     assert [line.split()[0] for line in lines[2:] if line.endswith("<- bound")] == ["13"]
     assert not any(line.endswith("<- differs") for line in lines)
+
+
+@pytest.mark.parametrize("name", shipped(MOE_SWIN))
+def test_moe_and_swin_matmul_partitions_are_exact_value_by_value(name: str) -> None:
+    """Issue 19 reported the figure a few KiB off the runner on legacy matmul-only MoE and Swin programs.  On
+    real exports of both (examples/moe_swin_models.py, static shapes) every value a call copies counts exactly
+    what the runner copies of it, on every call of the inputs file (the experts each call picks differ), and
+    ``inspect`` does not call the figure a bound.  The copies include constant-derived ones (the experts' gathered
+    weights, Swin's attention mask and position bias), the ones a rule about where constants live would miss."""
+    from pte_devconst import api
+    from pte_devconst.program.transfers import per_call_transfers
+
+    path = MOE_SWIN / f"{name}.pte"
+    with open_pte(path) as pte:
+        plan = pte.program.plan("forward")
+    static: dict[int, int] = {}
+    for transfer in per_call_transfers(plan):
+        assert not transfer.bound, transfer
+        static[transfer.value] = static.get(transfer.value, 0) + transfer.nbytes
+    calls = torch.load(MOE_SWIN / f"{name}.inputs.pt", weights_only=False)["forward"]
+    assert len(calls) >= 2
+    assert _measured_by_value(path, list(calls[0])) == static
+    result = run_program(path, inputs=[list(c) for c in calls], calls=len(calls), simulate_devices=True)
+    expected = torch.load(MOE_SWIN / f"{name}.expected.pt", weights_only=False)["forward"]
+    for call, want in zip(result.calls, expected, strict=True):
+        assert call.copies.h2d.nbytes == sum(static.values())
+        assert call.copies.constant_derived_h2d.nbytes > 0
+        for got, ref in zip(call.outputs, want, strict=True):  # the runner ran the model, not a stand-in
+            assert torch.allclose(got, ref, rtol=1e-4, atol=1e-5)
+    method = api.analyze(path).methods[0]
+    assert method.h2d_bytes_per_call == sum(static.values()) and not method.h2d_per_call_is_bound
+
+
+def test_the_moe_and_swin_fixtures_are_current_and_small() -> None:
+    """tests/fixtures/moe_swin/manifest.json names every program there, with each file's sha256 (so the
+    generator's output and the committed files are one), and the folder stays small."""
+    import hashlib
+    import json
+
+    manifest = json.loads((MOE_SWIN / "manifest.json").read_text())
+    assert {e["name"] for e in manifest["fixtures"]} == set(shipped(MOE_SWIN))
+    assert {e["architecture"] for e in manifest["fixtures"]} >= {"mixtral", "swin"}
+    total = 0
+    for entry in manifest["fixtures"]:
+        assert entry["partition"] == "mm" and entry["style"] in ("legacy", "copy")
+        for file in entry["files"]:
+            data = (MOE_SWIN / file["file"]).read_bytes()
+            assert hashlib.sha256(data).hexdigest() == file["sha256"], file["file"]
+            total += len(data)
+    assert total < 600_000
