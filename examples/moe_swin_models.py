@@ -15,6 +15,8 @@ partition (only matrix products delegated), legacy and copy style:
   not in the core ATen opset, and ``eager`` loops over the experts a call hits, a data-dependent count
   (``GuardOnDataDependentSymNode``);
 * ``qwen2moe``: ``Qwen2MoeForCausalLM``, the same experts plus a shared expert behind a sigmoid gate;
+* ``et_moe``: ExecuTorch's LLaMA with ``moe=True``, exported the way its recipe does (a dynamic token
+  count: a 3-token prefill, then one-token decode steps): its figure is a bound (``<=``);
 * ``swin``: ``SwinForImageClassification``, one stage of two blocks (the second shifts its windows, so
   the attention mask and the relative-position bias index are constant-derived host tensors the
   device reads every call).
@@ -32,10 +34,29 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
+from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import real_models as rm  # noqa: E402
+
+
+
+class ETMoE(rm.ETLlama):
+    """ExecuTorch's own LLaMA with its MoE feed-forward (4 experts, top 2), exported by its recipe: a dynamic
+    token count, so the tokens each expert sees and the expert weights gathered for them are DYNAMIC_BOUND."""
+
+    def __init__(self) -> None:
+        nn.Module.__init__(self)
+        from executorch.examples.models.llama.llama_transformer import construct_transformer
+        from executorch.examples.models.llama.model_args import ModelArgs
+
+        args = ModelArgs(dim=8, n_layers=1, n_heads=2, n_kv_heads=1, vocab_size=32, hidden_dim=16,
+                         max_batch_size=1, max_seq_len=self.MAX_SEQ_LEN, max_context_len=self.MAX_SEQ_LEN,
+                         use_kv_cache=True, generate_full_logits=False, enable_dynamic_shape=True,
+                         moe=True, num_experts=4, num_activated_experts=2)
+        self.model = construct_transformer(args)
+
 
 DEFAULT_OUT = rm.ROOT / "tests" / "fixtures" / "moe_swin"
 VARIANTS = (rm.Variant("mm", "legacy"), rm.Variant("mm", "copy"))
@@ -52,6 +73,7 @@ ARCHITECTURES = (
                                        num_key_value_heads=1, max_position_embeddings=16, num_experts=4,
                                        num_experts_per_tok=2, experts_implementation="batched_mm"),
                     rm._repeat(rm._tokens(32, 1, 6))),
+    rm.Architecture("et_moe", ETMoE, rm._generation(3, 3), dynamic_shapes=rm._token_dim),
     rm.Architecture("swin", rm._hf("SwinConfig", "SwinForImageClassification", ("pixel_values",), ("logits",),
                                    image_size=8, patch_size=2, num_channels=3, embed_dim=8, depths=[2],
                                    num_heads=[2], window_size=2, num_labels=4),
@@ -67,6 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     fixtures = []
     for arch in ARCHITECTURES:
         for entry in rm.export_architecture(arch, args.out, VARIANTS):
+            entry["dynamic"] = arch.dynamic_shapes is not None
             fixtures.append(entry)
             print(f"{entry['name']}: {entry['files'][0]['size']} B, {len(entry['operators'])} operators")
     manifest = {"generator": "examples/moe_swin_models.py", "seed": rm.SEED, "versions": rm._versions(),
