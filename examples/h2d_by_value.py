@@ -3,7 +3,7 @@
     python examples/h2d_by_value.py MODEL.pte [MODEL.inputs.pt] [--method forward] [--ptd MODEL.ptd]
 
 For one call (the first of the inputs file, or random inputs at the declared shapes), prints each program
-value that the static figure (``schema/transfers.py``) or the runner (``--simulate-devices``, delegates
+value that the static figure (``program/transfers.py``) or the runner (``--simulate-devices``, delegates
 without an executor run opaque) copies host-to-device, with both byte counts, and marks the values where
 they differ (``bound``: a dynamic tensor counted at its planned upper bound).  ``tests/test_estimate_vs_runner.py``
 holds the totals equal on every committed program; this is the tool for a program where they are not.
@@ -20,7 +20,7 @@ import torch
 from pte_devconst.runner import run_program
 from pte_devconst.runner.delegates import OpaquePolicy
 from pte_devconst.schema.pte_file import open_pte
-from pte_devconst.schema.transfers import per_call_transfers
+from pte_devconst.program.transfers import per_call_transfers
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -20,7 +20,8 @@ from pte_devconst.schema.pte_file import open_pte
 
 REAL = CORPUS.parent / "real_models"
 PROGRAMS = ([EXAMPLES / f"{n}.pte" for n in shipped(EXAMPLES)] + [pte_path(n) for n in CASES]
-            + [REAL / f"{n}.pte" for n in shipped(REAL)])
+            + [REAL / f"{n}.pte" for n in shipped(REAL)]
+            + [CORPUS.parent / "moe_swin" / f"{n}.pte" for n in shipped(CORPUS.parent / "moe_swin")])
 
 
 def _stated_inputs(backend: str, blob: bytes, n_args: int) -> int | None:
