@@ -13,7 +13,7 @@ import enum
 import json
 import re
 import sys
-from typing import TYPE_CHECKING, Annotated, Any, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Iterable, Iterator, Optional, Sequence
 
 import typer
 
@@ -74,7 +74,18 @@ def stderr_console() -> "Console":
 def emit_json(command: str, payload: dict[str, Any]) -> None:
     """Print one JSON document: the envelope, then a result's ``to_json()`` (the renderers format, never build)."""
     document = {"format_version": JSON_FORMAT_VERSION, "command": command, **payload}
-    sys.stdout.write(json.dumps(document, indent=2) + "\n")
+    # Written in the encoder's chunks, never as one string: a program of a million values makes a document of
+    # hundreds of megabytes, which must not be held twice.
+    pending: list[str] = []
+    size = 0
+    for chunk in json.JSONEncoder(indent=2).iterencode(document):
+        pending.append(chunk)
+        size += len(chunk)
+        if size > 1 << 20:
+            sys.stdout.write("".join(pending))
+            pending, size = [], 0
+    pending.append("\n")
+    sys.stdout.write("".join(pending))
 
 
 def human_bytes(count: int) -> str:
@@ -166,6 +177,23 @@ def markup_safe(text: Any) -> str:
     return escape(printable(text))
 
 
+# The most rows a text or markdown table shows; the rest are counted in a last row (``--json`` lists all). A
+# terminal table of a million rows takes minutes and gigabytes to lay out and nobody reads it.
+MAX_TABLE_ROWS = 2000
+
+
+def _bounded(rows: Iterable[Sequence[Any]], columns: int) -> Iterator[Sequence[Any]]:
+    """The first ``MAX_TABLE_ROWS`` rows, then one row that says how many more there were."""
+    rest = 0
+    for index, row in enumerate(rows):
+        if index < MAX_TABLE_ROWS:
+            yield row
+        else:
+            rest += 1
+    if rest:
+        yield [f"... and {rest:,} more rows (--json lists them all)"] + [""] * (columns - 1)
+
+
 def table(title: Optional[str], columns: Sequence[str], rows: Iterable[Sequence[Any]], *,
           right: Sequence[str] = ()) -> "Table":
     from rich.table import Table
@@ -175,7 +203,7 @@ def table(title: Optional[str], columns: Sequence[str], rows: Iterable[Sequence[
               show_lines=False, expand=False, pad_edge=False)
     for column in columns:
         t.add_column(column, justify="right" if column in right else "left", overflow="fold")
-    for row in rows:
+    for row in _bounded(rows, len(columns)):
         # Cells are data, never markup: strings become plain Text; styled Text passes through.
         t.add_row(*[cell if isinstance(cell, Text) else Text(printable(cell)) for cell in row])
     return t
@@ -188,7 +216,7 @@ def markdown_table(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> str
         return (value if isinstance(value, MarkdownText) else md_text(value)).replace("|", "\\|")
 
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in _bounded(rows, len(columns))]
     return "\n".join(lines)
 
 

@@ -62,3 +62,42 @@ def flip_byte(source: Path, out: Path, offset: int, mask: int = 0x01) -> Path:
     data[offset] ^= mask
     out.write_bytes(bytes(data))
     return out
+
+
+def aliased_values(source: Path, out: Path, copies: int) -> Path:
+    """``source`` with ``copies`` more values in its first plan, every one an offset to the table of one tensor
+    value the program already has: a file of 4 bytes a value whose decoded program has ``copies`` tensors.
+
+    Written by the project's builder, with the values vector (the one offset vector of its length) extended
+    by repeats of its last offset, so a file of tens of megabytes takes a second to make.
+    """
+    from fuzz.structure import _assemble_with
+
+    from pte_devconst.schema.flatbuf_builder import Builder
+    from pte_devconst.schema.generated.encoders import PROGRAM_IDENTIFIER, write_program
+
+    data = source.read_bytes()
+    with open_pte(source) as pte:
+        program = pte.program
+    plan = program.execution_plan[0]
+    values = tuple(plan.values or ())
+    tensor = next(v for v in values if isinstance(v, m.Tensor))
+    marked = len(values) + 1
+    program = m.replace(program, execution_plan=(m.replace(plan, values=values + (tensor,)),)
+                        + tuple(program.execution_plan[1:]))
+
+    class Aliasing(Builder):
+        expanded = 0
+
+        def offsets(self, targets: Sequence[int]) -> int:
+            if len(targets) == marked:
+                self.expanded += 1
+                targets = list(targets) + [targets[-1]] * copies
+            return super().offsets(targets)
+
+    builder = Aliasing(4 * (marked + copies) + 4096)
+    flat = builder.finish(write_program(builder, program), PROGRAM_IDENTIFIER)
+    if builder.expanded != 1:
+        raise RuntimeError(f"{builder.expanded} offset vectors of {marked} items; expected only the values")
+    out.write_bytes(_assemble_with(flat, data))
+    return out
