@@ -219,3 +219,54 @@ def test_diff_of_200_mib_stays_small(tmp_path: Path) -> None:
     """The issue's figure: a 200 MiB program and its rewrite (29 MiB peak measured; 437 MiB before)."""
     big, small = _diff_rss(tmp_path, 200)
     assert big - small < 32 * 1024, (big, small)
+
+
+# --- --fold: a chain that expands a constant ------------------------------------------------------------------------
+
+def test_a_fold_that_would_expand_a_constant_to_64_gib_is_refused_alone(tmp_path: Path) -> None:
+    """A 7 KB program whose expand_copy turns a 512-byte constant into 64 GiB: that chain stays on the host with
+    the figures (inspect, check --fold, rewrite --fold), the program's other chain still folds, and
+    ``rewrite --fold`` under ``ulimit -v 3000000`` writes a small file. Was: ``internal error: MemoryError``, and
+    ``inspect`` advertised 64 GiB more per call with --fold."""
+    from forge import expanding_fold
+    from pte_devconst.rewriter import fold
+    from pte_devconst.rewriter.load import analyze_file
+
+    path = expanding_fold(Path(__file__).parent / "fixtures" / "fold" / "steps_copy.pte", tmp_path / "expand.pte",
+                          1 << 27)
+    assert path.stat().st_size < 16 * 1024
+    chains = {c.result: c for c in analyze_file(path).methods[0].folds.chains}
+    huge = next(c for c in chains.values() if c.nbytes == 64 << 30)
+    assert huge.problem == fold.growth_problem(huge.source_tensor, huge.result_tensor)
+    assert f"would be {64 << 30:,} bytes from a constant of {huge.source_tensor.nbytes:,}" in huge.problem
+    others = [c for c in chains.values() if c is not huge and c.steps]
+    assert others and all(c.problem is None for c in others)
+
+    out = tmp_path / "out.pte"
+    result, seconds = _cli("rewrite", "--fold", path, "-o", out, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "internal error" not in result.stderr and seconds < 60
+    assert out.stat().st_size < 64 * 1024
+    with PteFile.open(out) as written:  # the small chain folded, the expansion stayed
+        kernels = {op.name for op in written.program.execution_plan[0].operators}
+        names = [written.program.execution_plan[0].operators[i.op_index].name
+                 for i in written.program.execution_plan[0].chains[0].instructions if isinstance(i, m.KernelCall)]
+    assert "aten::expand_copy" in names and "aten::select_copy" not in names, (kernels, names)
+    hint = invoke("inspect", path, env={"COLUMNS": "400"})
+    assert "1 more tensor (512 bytes per call) would move with --fold" in hint.stdout, hint.stdout[-600:]
+
+
+def test_the_fold_bound_keeps_ordinary_growth() -> None:
+    """Casts to wider types and modest expansions fold: up to 16 times the constant, or 64 MiB."""
+    from pte_devconst.rewriter.fold import FOLD_FLOOR, FOLD_GROWTH, growth_problem
+
+    def tensor(numel: int, dtype: m.ScalarType = m.ScalarType.FLOAT) -> m.Tensor:
+        return m.Tensor(scalar_type=dtype, storage_offset=0, sizes=(numel,), dim_order=(0,), requires_grad=False,
+                        data_buffer_idx=1, allocation_info=None, layout=0, shape_dynamism=0, extra_tensor_info=None)
+
+    big = 1 << 26
+    assert growth_problem(tensor(big, m.ScalarType.HALF), tensor(big, m.ScalarType.DOUBLE)) is None  # x4
+    assert growth_problem(tensor(big), tensor(big * FOLD_GROWTH)) is None
+    assert growth_problem(tensor(big), tensor(big * FOLD_GROWTH + 1)) is not None
+    assert growth_problem(tensor(1), tensor(FOLD_FLOOR // 4)) is None
+    assert growth_problem(tensor(1), tensor(FOLD_FLOOR // 4 + 1)) is not None
