@@ -63,6 +63,12 @@ def test_aliasing_past_the_readers_bound_is_refused_in_one_line(tmp_path: Path) 
     reader made a record per reference: ``inspect`` ended in ``internal error: MemoryError`` after minutes."""
     path = aliased_values(pte_path("v_a_dtypes_copy"), tmp_path / "aliased.pte", 4_000_000)
     assert path.stat().st_size > 16_000_000
+    from pte_devconst.schema.errors import FormatError
+
+    start = time.process_time()
+    with pytest.raises(FormatError, match="more than 2,000,000 flatbuffer tables"):
+        PteFile.open(path)
+    assert time.process_time() - start < 3  # a run of one offset costs a comparison each (about 0.3 s here)
     for command in ("check", "inspect"):
         result, seconds = _cli(command, path, timeout=120)
         assert result.returncode == 2, (command, result.stderr[-2000:])
