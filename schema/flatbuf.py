@@ -255,7 +255,7 @@ class Table:
         if count < 0:
             return None
         reader = self.r
-        relative = struct.unpack_from(f"<{count}I", reader.buf, start)
+        relative = (rel for (rel,) in U32.iter_unpack(memoryview(reader.buf)[start: start + 4 * count]))
         out = []
         # A run of offsets to the table just decoded (a values vector naming one tensor a million times) costs a
         # comparison and a count each, not a memo lookup: the reader's bound is reached in a fraction of a second.
