@@ -598,7 +598,7 @@ def aliasing_value_table(w: Work) -> Optional[str]:
 
 
 def expanding_fold(w: Work) -> Optional[str]:
-    """An ``expand_copy`` whose first size becomes huge (up to 2^40 rows): its output and every copy of it grow,
+    """An ``expand_copy`` whose first size becomes huge (up to 2^31 - 1 rows, the format's int32): its output and every copy of it grow,
     moved to the end of their planned buffers; a fold of it would expand a small constant to gigabytes."""
     def expands(plan: m.ExecutionPlan) -> list:
         return [s for s in e.sites(plan, m.KernelCall) if e.operator_name(plan, e.instruction(plan, s)) ==
@@ -618,7 +618,7 @@ def expanding_fold(w: Work) -> Optional[str]:
     except Exception:  # noqa: BLE001 - an unknown dtype: leave it
         return None
     # small: just past the fold bound (64 MiB) and no more, so that running both programs stays cheap
-    rows = max(2, (96 << 20) // max(1, row)) if w.small else w.rng.choice((1 << 10, 1 << 20, 1 << 27, 1 << 40))
+    rows = max(2, (96 << 20) // max(1, row)) if w.small else w.rng.choice((1 << 10, 1 << 20, 1 << 27, (1 << 31) - 1))
     values[size_list.items[0]] = m.Int(rows)
     sizes = (rows,) + tuple(values[out].sizes[1:])
     readers = [e.instruction(plan, s).args[1] for s, pos in e.arg_uses(plan, out, m.KernelCall)
