@@ -599,7 +599,8 @@ def aliasing_value_table(w: Work) -> Optional[str]:
 
 def expanding_fold(w: Work) -> Optional[str]:
     """An ``expand_copy`` whose first size becomes huge (up to 2^31 - 1 rows, the format's int32): its output and
-    every copy of it grow, moved to the end of their planned buffers; a fold of it would expand a small constant to gigabytes."""
+    every copy of it grow, moved to the end of their planned buffers; a fold of it would expand a small constant
+    to gigabytes."""
     def expands(plan: m.ExecutionPlan) -> list:
         return [s for s in e.sites(plan, m.KernelCall) if e.operator_name(plan, e.instruction(plan, s)) ==
                 "aten::expand_copy.out" and len(e.instruction(plan, s).args or ()) == 5]
