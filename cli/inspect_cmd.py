@@ -65,9 +65,8 @@ def _method_tables(method: MethodSummary):
                     right=["id", "size", "tensors"])
     if method.constants:
         yield table("constants", ["v", "name", "dtype", "shape", "bytes", "read by", "verdict"],
-                    [[c.value, name_cell(c.name, c.value), c.dtype, shape_text(c.shape), human_bytes(c.nbytes),
-                      _readers_cell(c.readers, True),
-                      c.verdict] for c in method.constants], right=["v", "bytes"])
+                    ([c.value, name_cell(c.name, c.value), c.dtype, shape_text(c.shape), human_bytes(c.nbytes),
+                      _readers_cell(c.readers, True), c.verdict] for c in method.constants), right=["v", "bytes"])
     if method.folds:
         yield table("chains of host kernels from constants to device readers (rewrite --fold)", FOLD_COLUMNS,
                     fold_rows(method), right=["v", "bytes", "per call"])
@@ -175,8 +174,8 @@ def render_markdown(report: InspectReport) -> None:
                 "host-to-device per call)", ""]
         if method.constants:
             out += [markdown_table(["value", "name", "dtype", "shape", "bytes", "read by", "verdict"],
-                                   [[c.value, md_name(c.name, c.value), c.dtype, shape_text(c.shape), c.nbytes,
-                                     _readers_cell(c.readers, False), c.verdict] for c in method.constants]), ""]
+                                   ([c.value, md_name(c.name, c.value), c.dtype, shape_text(c.shape), c.nbytes,
+                                     _readers_cell(c.readers, False), c.verdict] for c in method.constants)), ""]
         if method.folds:
             out += ["Chains of host kernels from constants to device readers (`rewrite --fold`):", "",
                     markdown_table(FOLD_COLUMNS, fold_rows(method)), ""]

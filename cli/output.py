@@ -14,7 +14,7 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Iterable, Iterator, Optional, Sequence
 
 import typer
 
@@ -110,7 +110,18 @@ def stderr_console() -> "Console":
 def emit_json(command: str, payload: dict[str, Any]) -> None:
     """Print one JSON document: the envelope, then a result's ``to_json()`` (the renderers format, never build)."""
     document = {"format_version": JSON_FORMAT_VERSION, "command": command, **payload}
-    sys.stdout.write(json.dumps(document, indent=2) + "\n")
+    # Written in the encoder's chunks, never as one string: a program of a million values makes a document of
+    # hundreds of megabytes, which must not be held twice.
+    pending: list[str] = []
+    size = 0
+    for chunk in json.JSONEncoder(indent=2).iterencode(document):
+        pending.append(chunk)
+        size += len(chunk)
+        if size > 1 << 20:
+            sys.stdout.write("".join(pending))
+            pending, size = [], 0
+    pending.append("\n")
+    sys.stdout.write("".join(pending))
 
 
 def human_bytes(count: int) -> str:
@@ -215,6 +226,23 @@ def markup_safe(text: Any) -> str:
     from rich.markup import escape
 
     return escape(printable(text))
+
+
+# The most rows a text or markdown table shows; the rest are counted in a last row (``--json`` lists all). A
+# terminal table of a million rows takes minutes and gigabytes to lay out and nobody reads it.
+MAX_TABLE_ROWS = 2000
+
+
+def _bounded(rows: Iterable[Sequence[Any]], columns: int) -> Iterator[Sequence[Any]]:
+    """The first ``MAX_TABLE_ROWS`` rows, then one row that says how many more there were."""
+    rest = 0
+    for index, row in enumerate(rows):
+        if index < MAX_TABLE_ROWS:
+            yield row
+        else:
+            rest += 1
+    if rest:
+        yield [f"... and {rest:,} more rows (--json lists them all)"] + [""] * (columns - 1)
 
 
 _SEPARATORS = frozenset(":./,=;-)]}>")
@@ -331,7 +359,7 @@ class FitTable:
 def table(title: Optional[str], columns: Sequence[str], rows: Iterable[Sequence[Any]], *,
           right: Sequence[str] = ()) -> FitTable:
     """A table for the terminal (``FitTable``): wraps at separators to fit the width, never inside a token."""
-    return FitTable(title, columns, rows, right)
+    return FitTable(title, columns, _bounded(rows, len(columns)), right)
 
 
 def markdown_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], right: Sequence[str] = ()) -> str:
@@ -342,7 +370,7 @@ def markdown_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], right:
         return value if isinstance(value, MarkdownText) else md_text(value)
 
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---:" if c in right else "---" for c in columns) + "|"]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in _bounded(rows, len(columns))]
     return "\n".join(lines)
 
 

@@ -38,6 +38,7 @@ from pte_devconst.program.dataflow import DelegateCallSite, delegate_call_sites
 from pte_devconst.schema.gc_pause import gc_paused
 from pte_devconst.schema.model import CPU, Device
 from pte_devconst.schema.named_enum import NamedEnum
+from pte_devconst.schema.ptd_file import tensor_key
 from pte_devconst.schema.record import record
 from pte_devconst.schema.executorch import H2D_COPY, delegate_target_device, method_labels, method_name
 from pte_devconst.program.transfers import Transfer, per_call_transfers
@@ -564,7 +565,7 @@ def _only_read_by_this_copy(ctx: _MethodContext, value: int, copy: Reader, kerne
 def _external_problem(tensor: m.Tensor, external: Optional[ExternalData]) -> Optional[str]:
     if external is None:
         return NO_PTD
-    key = tensor.fqn or ""
+    key = tensor_key(tensor.fqn or "")  # what the runtime looks up (schema/ptd_file.py, the one resolution)
     if key not in external.layouts:
         return f"external key {key!r} is not in the .ptd"
     layout = external.layouts[key]

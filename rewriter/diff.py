@@ -2,7 +2,8 @@
 
 Works on any two .pte files.  Methods are matched by name and values by index
 (a rewrite keeps value indices, so its diff lists exactly the moved
-constants); instructions are aligned by kind and operator with difflib, so
+constants); instructions are aligned by kind and operator (``align``: identical
+instructions first, then the rest by kind and operator, in near-linear time), so
 removed copy kernels show up as removals and retargeted delegate arguments as
 changes, and the old-to-new instruction index map is reported for tools that
 key on instruction indices.
@@ -11,15 +12,17 @@ Data is compared too, by SHA-256: the bytes each tensor ships (a constant's
 entry, or a planned tensor's initial data), every delegate blob and every
 named-data entry.  A rewrite must keep a moved constant's bytes, so a tensor
 whose data differs is listed even when nothing else about it changed.
-Hashing runs in C over the mapped file (no Python loop over bytes), once per
-distinct byte range.
+Hashing runs in C over bounded blocks read with ``preadv`` (``MappedFile.sha256``),
+never through the memory map, so diffing two multi-gigabyte files keeps a few MiB
+resident; each distinct byte range is hashed once.
 """
 
 from __future__ import annotations
 
-import difflib
+import bisect
 import hashlib
-from typing import Callable, Mapping, Optional
+from collections import Counter, deque
+from typing import Callable, Hashable, Mapping, Optional, Sequence
 
 from pte_devconst.program.memory import planned_device_bytes
 from pte_devconst.program.moves import moved_values
@@ -233,7 +236,7 @@ class _Digests:
             return None
         key = (span.offset, span.size)
         if key not in self._done:
-            self._done[key] = hashlib.sha256(self.source.read(span)).hexdigest()
+            self._done[key] = self.source.sha256(span)
         return self._done[key]
 
     def tensor(self, tensor: m.Tensor) -> Optional[str]:
@@ -291,6 +294,108 @@ def _instruction_key(plan: m.ExecutionPlan, ins: m.Instruction) -> str:
     return text.split("(")[0] if isinstance(ins, (m.KernelCall, m.DelegateCall)) else text.split(" ")[0]
 
 
+def align(a: Sequence[Hashable], b: Sequence[Hashable]) -> list[tuple[str, int, int, int, int]]:
+    """Opcodes (``"equal"`` or ``"replace"``, i1, i2, j1, j2) that pair equal items of ``a`` and ``b`` in order,
+    in near-linear time on any input.
+
+    ``difflib.SequenceMatcher(autojunk=False)`` took minutes on a few thousand instructions whose operator names
+    repeat (its longest-match search is quadratic or worse there). Here: the common prefix and suffix; then,
+    between them, the items that occur exactly once in each side, kept where their order agrees (the longest
+    increasing run of their positions, patience diff) as anchors, each gap aligned the same way; a gap with no
+    such item (a run of one operator) pairs equal items greedily in order. A work budget proportional to the
+    input turns the remaining gaps greedy, so nested gaps cannot add up to quadratic work.
+    """
+    pairs: list[tuple[int, int]] = []
+    budget = 16 * (len(a) + len(b)) + 1024
+    stack = [(0, len(a), 0, len(b))]
+    while stack:
+        a1, a2, b1, b2 = stack.pop()
+        while a1 < a2 and b1 < b2 and a[a1] == b[b1]:
+            pairs.append((a1, b1))
+            a1, b1 = a1 + 1, b1 + 1
+        while a1 < a2 and b1 < b2 and a[a2 - 1] == b[b2 - 1]:
+            a2, b2 = a2 - 1, b2 - 1
+            pairs.append((a2, b2))
+        if a1 == a2 or b1 == b2:
+            continue
+        budget -= (a2 - a1) + (b2 - b1)
+        anchors = _unique_anchors(a, a1, a2, b, b1, b2) if budget > 0 else []
+        if not anchors:
+            pairs.extend(_greedy_pairs(a, a1, a2, b, b1, b2))
+            continue
+        start_a, start_b = a1, b1
+        for i, j in anchors:
+            stack.append((start_a, i, start_b, j))
+            pairs.append((i, j))
+            start_a, start_b = i + 1, j + 1
+        stack.append((start_a, a2, start_b, b2))
+    pairs.sort()
+    opcodes: list[tuple[str, int, int, int, int]] = []
+    i = j = 0
+    k = 0
+    while k < len(pairs):
+        x, y = pairs[k]
+        if x > i or y > j:
+            opcodes.append(("replace", i, x, j, y))
+        run = 1
+        while k + run < len(pairs) and pairs[k + run] == (x + run, y + run):
+            run += 1
+        opcodes.append(("equal", x, x + run, y, y + run))
+        i, j, k = x + run, y + run, k + run
+    if i < len(a) or j < len(b):
+        opcodes.append(("replace", i, len(a), j, len(b)))
+    return opcodes
+
+
+def _unique_anchors(a: Sequence[Hashable], a1: int, a2: int, b: Sequence[Hashable], b1: int, b2: int
+                    ) -> list[tuple[int, int]]:
+    """Pairs (i, j) of items occurring once in ``a[a1:a2]`` and once in ``b[b1:b2]``, the longest run in order."""
+    count_a = Counter(a[a1:a2])
+    count_b = Counter(b[b1:b2])
+    where_b = {b[j]: j for j in range(b1, b2) if count_b[b[j]] == 1}
+    candidates = [(i, where_b[a[i]]) for i in range(a1, a2) if count_a[a[i]] == 1 and a[i] in where_b]
+    if not candidates:
+        return []
+    # longest increasing subsequence of the b positions (patience sorting), O(k log k)
+    tails: list[int] = []  # tails[n]: b position ending the best run of length n + 1
+    tail_at: list[int] = []  # index into candidates of that end
+    previous = [-1] * len(candidates)
+    for index, (_, j) in enumerate(candidates):
+        n = bisect.bisect_left(tails, j)
+        if n == len(tails):
+            tails.append(j)
+            tail_at.append(index)
+        else:
+            tails[n] = j
+            tail_at[n] = index
+        previous[index] = tail_at[n - 1] if n else -1
+    run = []
+    index = tail_at[-1]
+    while index >= 0:
+        run.append(candidates[index])
+        index = previous[index]
+    return run[::-1]
+
+
+def _greedy_pairs(a: Sequence[Hashable], a1: int, a2: int, b: Sequence[Hashable], b1: int, b2: int
+                  ) -> list[tuple[int, int]]:
+    """Equal items paired in order, each ``a`` item with the next unused equal ``b`` item: linear, not minimal."""
+    positions: dict[Hashable, deque[int]] = {}
+    for j in range(b1, b2):
+        positions.setdefault(b[j], deque()).append(j)
+    pairs = []
+    j = b1
+    for i in range(a1, a2):
+        queue = positions.get(a[i])
+        while queue and queue[0] < j:
+            queue.popleft()
+        if queue:
+            j = queue.popleft()
+            pairs.append((i, j))
+            j += 1
+    return pairs
+
+
 def _diff_instructions(a: m.ExecutionPlan, b: m.ExecutionPlan
                        ) -> tuple[list[InstructionChange], list[tuple[int, Optional[int]]]]:
     changes: list[InstructionChange] = []
@@ -305,13 +410,11 @@ def _diff_instructions(a: m.ExecutionPlan, b: m.ExecutionPlan
         keys_b = [_instruction_key(b, i) for i in ins_b]
         # Align identical instructions first; inside each differing block, pair by kind and operator,
         # so a retargeted delegate call reads as "changed" and a deleted copy as "removed".
-        outer = difflib.SequenceMatcher(None, texts_a, texts_b, autojunk=False)
-        for tag, i1, i2, j1, j2 in outer.get_opcodes():
+        for tag, i1, i2, j1, j2 in align(texts_a, texts_b):
             if tag == "equal":
                 mapping.extend((i, j) for i, j in zip(range(i1, i2), range(j1, j2)) if c == 0 and i != j)
                 continue
-            inner = difflib.SequenceMatcher(None, keys_a[i1:i2], keys_b[j1:j2], autojunk=False)
-            for itag, x1, x2, y1, y2 in inner.get_opcodes():
+            for itag, x1, x2, y1, y2 in align(keys_a[i1:i2], keys_b[j1:j2]):
                 if itag == "equal":
                     for i, j in zip(range(i1 + x1, i1 + x2), range(j1 + y1, j1 + y2)):
                         changes.append(InstructionChange(c, Change.CHANGED, i, j, texts_a[i], texts_b[j]))

@@ -52,6 +52,12 @@ INT64_MAX = sys.maxsize
 # Kernels per chain: exported programs use a few (a transpose, a view, a cast); a hostile one could chain
 # thousands, each with a device reader, and every chain's recipe repeats its prefix.
 MAX_CHAIN = 64
+# What one folded value may weigh: a fold writes its value into the file (and device memory), so a chain that
+# expands a constant (expand_copy, casts to wider types) may produce at most FOLD_GROWTH times its constant's
+# bytes, or FOLD_FLOOR when that is more; past it the chain stays on the host, with the figures. A 4 KiB file
+# whose expand_copy turns a constant into 64 GiB otherwise made ``rewrite --fold`` compute 64 GiB.
+FOLD_GROWTH = 16
+FOLD_FLOOR = 64 << 20
 # ExecuTorch's MemoryFormat (runtime/core/portable_type/tensor_options.h): the portable clone and _to_copy
 # kernels accept none or Contiguous.
 CONTIGUOUS_FORMAT = 0
@@ -62,6 +68,15 @@ CASTABLE = frozenset({m.ScalarType.BYTE, m.ScalarType.CHAR, m.ScalarType.SHORT, 
 FLOATING = frozenset({m.ScalarType.HALF, m.ScalarType.FLOAT, m.ScalarType.DOUBLE, m.ScalarType.BFLOAT16})
 INTEGRAL = frozenset({m.ScalarType.BYTE, m.ScalarType.CHAR, m.ScalarType.SHORT, m.ScalarType.INT,
                       m.ScalarType.LONG})
+
+
+def growth_problem(source: m.Tensor, result: m.Tensor) -> Optional[str]:
+    """Why folding ``source`` into ``result`` would produce too much (``FOLD_GROWTH``, ``FOLD_FLOOR``), or None."""
+    limit = max(FOLD_FLOOR, FOLD_GROWTH * source.nbytes)
+    if result.nbytes <= limit:
+        return None
+    return (f"the folded value would be {result.nbytes:,} bytes from a constant of {source.nbytes:,} (a fold may "
+            f"produce at most {FOLD_GROWTH} times its constant's bytes, or {FOLD_FLOOR >> 20} MiB)")
 
 
 class Unfoldable(Exception):
@@ -792,10 +807,11 @@ class _Finder:
                     continue
                 steps = self._path(node)
                 copy_problem = self._copy_layout(node)
+                result = self._result(node)
                 found.append(FoldChain(
-                    self.ctx.name, self.ctx.plan_index, root, tensor, steps, node.value, self._result(node),
+                    self.ctx.name, self.ctx.plan_index, root, tensor, steps, node.value, result,
                     node.device, node.copies, node.delegate_args, node.device_reads, node.delegates,
-                    self._stays(root, steps), problem or copy_problem))
+                    self._stays(root, steps), problem or copy_problem or growth_problem(tensor, result)))
         return tuple(found)
 
     def _path(self, node: FoldNode) -> tuple[FoldStep, ...]:

@@ -45,7 +45,7 @@ from pte_devconst.schema.executorch import H2D_COPY, delegate_target_device
 from pte_devconst.schema.gc_pause import gc_paused
 from pte_devconst.schema.header import TENSOR_ALIGNMENT
 from pte_devconst.schema.limits import over_runtime_limits
-from pte_devconst.schema.ptd_file import PtdFile
+from pte_devconst.schema.ptd_file import PtdFile, tensor_key
 from pte_devconst.schema.pte_file import PteFile, open_pte
 from pte_devconst.schema.span import Span
 
@@ -688,12 +688,15 @@ def _readers(plan: m.ExecutionPlan, watched: set[int]) -> list[tuple[int, str, O
 
 def external_entry_problem(ptd: PtdFile, tensor: m.Tensor) -> Optional[str]:
     """Why the .ptd entry the runtime would load for ``tensor`` (the first with its key) is not its data."""
-    key = tensor.fqn
-    entries = [e for e in ptd.flat_tensor.named_data or () if e.key == key]
-    if len(entries) != 1:
-        return (f"its key {key!r} appears {len(entries)} times in {ptd.path} (the runtime uses the first, so "
-                "the .ptd is ambiguous)" if entries else f"its key {key!r} is not in {ptd.path}")
-    entry = entries[0]
+    key = tensor.fqn or ""
+    entry = ptd.entry(key)
+    if entry is None:
+        return f"its key {key!r} is not in {ptd.path}"
+    reached = tensor_key(key)  # the name the runtime looks up (its C string); ``entry`` resolves it the same way
+    twins = sum(1 for e in ptd.flat_tensor.named_data or () if e.key == reached)
+    if twins != 1:
+        return (f"its key {key!r} appears {twins} times in {ptd.path} (the runtime uses the first, so the .ptd is "
+                "ambiguous)")
     layout = entry.tensor_layout
     if layout is not None and (layout.scalar_type, tuple(layout.sizes or ()), tuple(layout.dim_order or ())) != \
             (tensor.scalar_type, tuple(tensor.sizes or ()), tuple(tensor.dim_order or ())):

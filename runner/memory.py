@@ -127,7 +127,7 @@ class ProgramData:
         """Named data for delegates: the program's own entries, then the .ptd's (ExecuTorch merges both)."""
         data = self.pte.named_data(key)
         if data is None and self.ptd is not None:
-            data = self.ptd.tensor_bytes(key)
+            data = self.ptd.named_bytes(key)
         return data
 
 

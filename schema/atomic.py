@@ -4,8 +4,9 @@ Killing the process at any moment leaves either the old destination or none;
 a failed write (disk full, RLIMIT_FSIZE, permissions) or check removes the
 temporary file and raises with the destination untouched.  Only a regular file
 or a new path is ever replaced (never a device, FIFO, socket or directory), and
-a replaced file keeps its owner, group and permission bits, as ``sed -i`` does;
-where the owner cannot be kept (not permitted), nothing is replaced.
+a replaced file keeps its owner, group, permission bits and extended attributes
+(its POSIX ACL among them), as ``sed -i`` does; where one cannot be kept (not
+permitted, not supported where the new file is written), nothing is replaced.
 """
 
 from __future__ import annotations
@@ -162,6 +163,45 @@ def _keep_metadata(fd: int, dest: Path, mode: Optional[int]) -> None:
     else:
         permissions = (0o644 if mode is None else mode) & ~_umask()
     os.fchmod(fd, permissions)  # after fchown, which may clear the set-id bits
+    if replaced is not None:
+        _keep_xattrs(fd, dest)  # after fchmod: an ACL's mask entry and the group bits are one setting
+
+
+def _keep_xattrs(fd: int, dest: Path) -> None:
+    """Copy every extended attribute of the file ``dest`` names onto the temporary file, or refuse.
+
+    The POSIX ACL lives in the ``system.posix_acl_access`` attribute: a model that an ACL lets another account
+    read would otherwise become unreadable to it after the rename. ``user.*``, ``security.*`` and ``trusted.*``
+    attributes (labels, checksums, a backup tool's marks) are kept the same way. An attribute the new file
+    already has with the same value (a security label the system gave it) is left alone; one that cannot be
+    set stops the replacement, as for an owner that cannot be kept.
+    """
+    try:
+        names = os.listxattr(dest)
+    except OSError as error:
+        if error.errno in (errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOENT):
+            return  # no extended attributes on that file system (or the file went away: nothing to keep)
+        raise OutputError(f"cannot read its extended attributes: {_describe(error)}; the destination was left "
+                          "untouched", file=str(dest)) from None
+    for name in names:
+        try:
+            value = os.getxattr(dest, name)
+        except OSError as error:
+            if error.errno == errno.ENODATA:
+                continue  # removed since it was listed
+            raise OutputError(f"cannot read its extended attribute {name}: {_describe(error)}; the destination "
+                              "was left untouched", file=str(dest)) from None
+        try:
+            if os.getxattr(fd, name) == value:
+                continue
+        except OSError:
+            pass
+        try:
+            os.setxattr(fd, name, value)
+        except OSError as error:
+            raise OutputError(f"cannot keep its extended attribute {name} ({_describe(error)}); the destination "
+                              "was left untouched (run as its owner or as root, or write a new file)",
+                              file=str(dest)) from None
 
 
 def _untouched(error: ReportedError, dest: Path, temp: str, *, about_output: bool) -> ReportedError:

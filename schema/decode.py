@@ -13,8 +13,9 @@ from __future__ import annotations
 from typing import Callable, TypeVar
 
 from . import model as m
-from .flatbuf import FlatbufferError, FlatReader, Table
+from .flatbuf import FlatbufferError, FlatReader, Table, TableLimitError
 from .gc_pause import gc_paused
+from .limits import MAX_TABLES, READ_MAX_TABLES
 from .generated.decoders import FLAT_TENSOR_IDENTIFIER, PROGRAM_IDENTIFIER, read_flat_tensor, read_program
 from .ptd_model import FlatTensor
 
@@ -32,11 +33,17 @@ def decode_root(flatbuffer: bytes | memoryview, identifier: bytes, read: Callabl
     does, a shared table each time it is reached (``tests/test_verifier_limits.py`` holds it to
     ``schema.limits.count_tables`` and to the runtime's own verifier).
     """
-    reader = FlatReader(flatbuffer)
+    reader = FlatReader(flatbuffer, max_tables=READ_MAX_TABLES)
     root = reader.root()
     if reader.identifier() != identifier:
         raise FlatbufferError(f"file identifier is {reader.identifier()!r}, not {identifier!r}")
-    return read(root), reader.tables
+    try:
+        return read(root), reader.tables
+    except TableLimitError as error:
+        error.what = (f"the file refers to more than {error.limit:,} flatbuffer tables (a shared table counting each "
+                      f"time it is reached, as ExecuTorch's verifier counts them; it accepts {MAX_TABLES:,}); "
+                      "refused before reading further")
+        raise
 
 
 def decode_program(flatbuffer: bytes | memoryview) -> m.Program:

@@ -17,7 +17,7 @@ propagates (see ``FlatbufferError.at``).
 from __future__ import annotations
 
 import struct
-from typing import Callable, Optional, TypeVar
+from typing import Any, Callable, Optional, TypeVar
 
 T = TypeVar("T")
 
@@ -56,20 +56,41 @@ class FlatbufferError(Exception):
         return text
 
 
+_ABSENT = object()
+
+
+class TableLimitError(FlatbufferError):
+    """The buffer refers to more tables than the reader was allowed to visit."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"refers to more than {limit:,} tables (a shared table counting each time it is reached)")
+        self.limit = limit
+
+
 class FlatReader:
     """A buffer plus the work budget shared by every table read from it.
 
     ``tables`` counts the tables visited, a table reached twice (shared) counting twice: the number
     the flatbuffers ``Verifier`` compares with its ``max_tables`` limit.
+
+    A table reached again (the same position, decoded as the same type) is not decoded again: the first
+    record is handed out once more and its subtree's table count added, so a file whose offsets name one
+    table millions of times costs one record and a reference per offset, not millions of records (the
+    records are frozen, so sharing them is safe). ``max_tables`` refuses a buffer whose count passes it
+    as soon as the count does, before the rest is read.
     """
 
-    __slots__ = ("buf", "size", "budget", "tables")
+    __slots__ = ("buf", "size", "budget", "tables", "max_tables", "_decoded", "_subtree")
 
-    def __init__(self, buf: bytes | memoryview, budget: Optional[int] = None) -> None:
+    def __init__(self, buf: bytes | memoryview, budget: Optional[int] = None, max_tables: Optional[int] = None) -> None:
         self.buf = buf
         self.size = len(buf)
         self.budget = budget if budget is not None else 2 * self.size + 4096
         self.tables = 0
+        self.max_tables = max_tables
+        # decode function -> {table position: record}; tables a record's subtree counts, where not 1
+        self._decoded: dict[Callable[..., Any], dict[int, Any]] = {}
+        self._subtree: dict[tuple[Callable[..., Any], int], int] = {}
 
     def spend(self, amount: int) -> None:
         self.budget -= amount
@@ -98,7 +119,36 @@ class FlatReader:
             raise FlatbufferError(f"table at {pos} claims {obj_len} bytes past the buffer end")
         self.spend(1)
         self.tables += 1
+        if self.max_tables is not None and self.tables > self.max_tables:
+            raise TableLimitError(self.max_tables)
         return Table(self, pos, vt, vt_len, obj_len)
+
+    def decoded(self, pos: int, decode: Callable[["Table"], T], name: Optional[str] = None) -> T:
+        """``decode`` of the table at ``pos``, decoded once however often the buffer refers to it
+        (``name`` is added to the path of an error inside the table, not of one in reaching it)."""
+        seen = self._decoded.get(decode)
+        if seen is None:
+            seen = self._decoded[decode] = {}
+        record = seen.get(pos, _ABSENT)
+        if record is not _ABSENT:
+            self.spend(1)
+            self.tables += self._subtree.get((decode, pos), 1)
+            if self.max_tables is not None and self.tables > self.max_tables:
+                raise TableLimitError(self.max_tables)
+            return record
+        before = self.tables
+        table = self.table_at(pos)
+        if name is None:
+            record = decode(table)
+        else:
+            try:
+                record = decode(table)
+            except FlatbufferError as error:
+                raise error.at(name)
+        seen[pos] = record
+        if self.tables - before != 1:
+            self._subtree[(decode, pos)] = self.tables - before
+        return record
 
 
 class Table:
@@ -151,6 +201,11 @@ class Table:
         target = self._indirect(slot)
         return self.r.table_at(target) if target else None
 
+    def decoded_table(self, slot: int, decode: Callable[["Table"], T]) -> Optional[T]:
+        """``decode`` of the sub-table in ``slot`` (None when absent), shared with every other reference to it."""
+        target = self._indirect(slot)
+        return self.r.decoded(target, decode) if target else None
+
     def _vector_header(self, slot: int, elem_size: int) -> tuple[int, int]:
         """(start of the elements, count), or (0, -1) when absent."""
         target = self._indirect(slot)
@@ -199,14 +254,29 @@ class Table:
         start, count = self._vector_header(slot, 4)
         if count < 0:
             return None
-        buf, reader = self.r.buf, self.r
+        reader = self.r
+        relative = (rel for (rel,) in U32.iter_unpack(memoryview(reader.buf)[start: start + 4 * count]))
         out = []
-        for i in range(count):
-            at = start + 4 * i
+        # A run of offsets to the table just decoded (a values vector naming one tensor a million times) costs a
+        # comparison and a count each, not a memo lookup: the reader's bound is reached in a fraction of a second.
+        previous, record, subtree = -1, None, 0
+        for i, rel in enumerate(relative):
+            target = start + 4 * i + rel
             try:
-                out.append(decode(reader.table_at(at + U32.unpack_from(buf, at)[0])))
+                if target == previous:
+                    reader.budget -= 1
+                    reader.tables += subtree
+                    if reader.budget < 0:
+                        reader.spend(0)
+                    if reader.max_tables is not None and reader.tables > reader.max_tables:
+                        raise TableLimitError(reader.max_tables)
+                else:
+                    before = reader.tables
+                    record = reader.decoded(target, decode)
+                    previous, subtree = target, reader.tables - before
             except FlatbufferError as error:
                 raise error.at(f"[{i}]").at(name)
+            out.append(record)
         return tuple(out)
 
     def union(self, type_slot: int, decoders: dict[int, Callable[["Table"], T]], name: str) -> tuple[int, Optional[T]]:
@@ -217,18 +287,14 @@ class Table:
         decode = decoders.get(tag)
         if decode is None:
             raise FlatbufferError(f"unknown union type {tag}").at(name)
-        member = self.table(type_slot + 1)
-        if member is None:
+        target = self._indirect(type_slot + 1)
+        if not target:
             raise FlatbufferError(f"union type {tag} has no value").at(name)
-        try:
-            return tag, decode(member)
-        except FlatbufferError as error:
-            raise error.at(name)
+        return tag, self.r.decoded(target, decode, name)
 
     def child(self, slot: int, decode: Callable[["Table"], T], name: str) -> Optional[T]:
         """Decode an optional sub-table, adding ``name`` to any error's path."""
         try:
-            sub = self.table(slot)
-            return None if sub is None else decode(sub)
+            return self.decoded_table(slot, decode)
         except FlatbufferError as error:
             raise error.at(name)

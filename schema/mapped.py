@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import mmap
 import os
 import stat
@@ -111,6 +112,28 @@ class MappedFile:
         chunk = self.data[offset: offset + len(view)]
         view[: len(chunk)] = chunk
         return len(chunk)
+
+    def sha256(self, span: Span, block: int = 1 << 20) -> str:
+        """SHA-256 of ``span``'s bytes, read in ``block``-sized pieces with ``read_into`` into one reused buffer.
+
+        Never through the memory map: hashing a mapped range makes every page of it resident in this process
+        (``diff`` of a 240 MiB program and its rewrite peaked near 500 MiB), whereas this keeps one block.
+        """
+        if span.end > self.size:
+            raise FormatError(f"[{span.offset}, {span.end}) lies past the end of the file ({self.size} bytes)",
+                              file=self.path)
+        digest = hashlib.sha256()
+        buffer = memoryview(bytearray(min(block, span.size)))
+        offset, left = span.offset, span.size
+        while left:
+            view = buffer[: min(left, len(buffer))]
+            got = self.read_into(offset, view)
+            if got <= 0:
+                raise FormatError(f"[{offset}, {span.end}) could not be read: the file shrank while it was read",
+                                  file=self.path)
+            digest.update(view[:got])
+            offset, left = offset + got, left - got
+        return digest.hexdigest()
 
     def piece(self, span: Span) -> Piece:
         """The bytes of ``span`` for the writer: a file range (streamed by the kernel) or, for in-memory input, bytes."""

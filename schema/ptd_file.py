@@ -34,9 +34,10 @@ class PtdFile(MappedFile):
         except FormatError as error:
             self.close()
             raise error.with_file(path)
-        self._by_key: dict[str, PtdNamedData] = {}
+        # The entry each lookup reaches: the first of its class under the runtime's comparison (``_match_class``).
+        self._first: dict[tuple[int, str, bool], PtdNamedData] = {}
         for entry in self.flat_tensor.named_data or ():
-            self._by_key.setdefault(entry.key, entry)  # the first entry of a key wins, as in the runtime
+            self._first.setdefault(_match_class(entry.key), entry)
 
     def _check(self) -> None:
         """The rules of ExecuTorch 1.5.1's ``FlatTensorDataMap`` (extension/flat_tensor/flat_tensor_data_map.cpp).
@@ -56,14 +57,14 @@ class PtdFile(MappedFile):
         # get_named_data first bounds offset + size by segment_base_offset + segment_data_size (sic).
         header = self.header
         available = min(self.size - header.segment_base_offset, header.segment_base_offset + header.segment_data_size)
-        seen: set[str] = set()
+        seen: set[tuple[int, str, bool]] = set()
         for i, entry in enumerate(ft.named_data):
             where = f"named_data[{i}]"
             if entry.key is None:
                 raise FormatError("entry has no key", where=where)
-            if entry.key in seen:
-                continue  # shadowed by an earlier entry: the runtime never reads it
-            seen.add(entry.key)
+            if _match_class(entry.key) in seen:
+                continue  # shadowed by an earlier entry the runtime's comparison finds first: never read
+            seen.add(_match_class(entry.key))
             if entry.segment_index >= len(ft.segments):
                 raise FormatError(f"segment_index {entry.segment_index} is out of range ({len(ft.segments)} segments)",
                                   where=where)
@@ -80,24 +81,57 @@ class PtdFile(MappedFile):
                                       f"{seg.size}", where=where)
 
     def keys(self) -> list[str]:
-        return list(self._by_key)
+        """The keys a program's tensor can reach: the first entry of each, and none with a NUL in it."""
+        return [entry.key for (_, _, nul), entry in self._first.items() if not nul]
 
-    def entry(self, key: str) -> Optional[PtdNamedData]:
-        return self._by_key.get(key)
+    def lookup(self, key: str) -> Optional[PtdNamedData]:
+        """The entry ``FlatTensorDataMap::get_named_data(key)`` returns for a ``string_view`` key (a delegate's)."""
+        return self._first.get(_match_class(key))
 
-    def span(self, key: str) -> Optional[Span]:
-        entry = self._by_key.get(key)
+    def entry(self, fqn: str) -> Optional[PtdNamedData]:
+        """The entry the runtime loads for a tensor whose ``fully_qualified_name`` is ``fqn``.
+
+        The one resolution every caller uses (analysis, plan, apply, the self-check, folding, the runner): the
+        runtime passes the name's ``c_str()`` (tensor_parser_exec_aten.cpp, method.cpp
+        ``parse_external_constants``), so the key ends at the name's first NUL, then searches as ``lookup``.
+        """
+        return self.lookup(tensor_key(fqn))
+
+    def span(self, fqn: str) -> Optional[Span]:
+        entry = self.entry(fqn)
         if entry is None:
             return None
         seg = self.flat_tensor.segments[entry.segment_index]
         return Span(self.header.segment_base_offset + seg.offset, seg.size)
 
-    def tensor_bytes(self, key: str, nbytes: Optional[int] = None) -> Optional[memoryview]:
-        span = self.span(key)
+    def tensor_bytes(self, fqn: str, nbytes: Optional[int] = None) -> Optional[memoryview]:
+        span = self.span(fqn)
         if span is None:
             return None
         size = span.size if nbytes is None else min(nbytes, span.size)
         return self.data[span.offset: span.offset + size]
+
+    def named_bytes(self, key: str) -> Optional[memoryview]:
+        """The bytes ``get_data(key)`` returns for a ``string_view`` key (named data a delegate asks for)."""
+        entry = self.lookup(key)
+        if entry is None:
+            return None
+        seg = self.flat_tensor.segments[entry.segment_index]
+        start = self.header.segment_base_offset + seg.offset
+        return self.data[start: start + seg.size]
+
+
+def tensor_key(fqn: str) -> str:
+    """The key the runtime looks up for a tensor's ``fully_qualified_name``: the C string, up to its first NUL."""
+    return fqn.partition("\0")[0]
+
+
+def _match_class(key: str) -> tuple[int, str, bool]:
+    """Keys that ``get_named_data``'s comparison finds equal share this: ``key.size() == entry.size() &&
+    strncmp(entry.c_str(), key.data(), entry.size()) == 0`` (flat_tensor_data_map.cpp, ExecuTorch 1.5), i.e. the
+    same length in bytes and the same bytes up to and including the first NUL (strncmp stops there)."""
+    head, nul, _ = key.partition("\0")
+    return len(key.encode("utf-8")), head, bool(nul)
 
 
 def open_ptd(path: str | os.PathLike[str]) -> PtdFile:

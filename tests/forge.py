@@ -62,3 +62,67 @@ def flip_byte(source: Path, out: Path, offset: int, mask: int = 0x01) -> Path:
     data[offset] ^= mask
     out.write_bytes(bytes(data))
     return out
+
+
+def aliased_values(source: Path, out: Path, copies: int) -> Path:
+    """``source`` with ``copies`` more values in its first plan, every one an offset to the table of one tensor
+    value the program already has: a file of 4 bytes a value whose decoded program has ``copies`` tensors.
+
+    Written by the project's builder, with the values vector (the one offset vector of its length) extended
+    by repeats of its last offset, so a file of tens of megabytes takes a second to make.
+    """
+    from fuzz.structure import _assemble_with
+
+    from pte_devconst.schema.flatbuf_builder import Builder
+    from pte_devconst.schema.generated.encoders import PROGRAM_IDENTIFIER, write_program
+
+    data = source.read_bytes()
+    with open_pte(source) as pte:
+        program = pte.program
+    plan = program.execution_plan[0]
+    values = tuple(plan.values or ())
+    tensor = next(v for v in values if isinstance(v, m.Tensor))
+    marked = len(values) + 1
+    program = m.replace(program, execution_plan=(m.replace(plan, values=values + (tensor,)),)
+                        + tuple(program.execution_plan[1:]))
+
+    class Aliasing(Builder):
+        expanded = 0
+
+        def offsets(self, targets: Sequence[int]) -> int:
+            if len(targets) == marked:
+                self.expanded += 1
+                targets = list(targets) + [targets[-1]] * copies
+            return super().offsets(targets)
+
+    builder = Aliasing(4 * (marked + copies) + 4096)
+    flat = builder.finish(write_program(builder, program), PROGRAM_IDENTIFIER)
+    if builder.expanded != 1:
+        raise RuntimeError(f"{builder.expanded} offset vectors of {marked} items; expected only the values")
+    out.write_bytes(_assemble_with(flat, data))
+    return out
+
+
+def expanding_fold(source: Path, out: Path, rows: int) -> Path:
+    """``source`` (the fold fixture ``steps_copy``: a constant selected, permuted, unsqueezed and expanded into a
+    device delegate) with the expand's first size set to ``rows``: its output and that output's device copy grow to
+    ``rows`` × the unexpanded bytes, each moved to the end of its planned buffer, which grows to hold it. The file stays a few KiB."""
+    def edit(plan: m.ExecutionPlan) -> m.ExecutionPlan:
+        values = list(plan.values)
+        ops = [op.name for op in plan.operators]
+        ins = next(i for i in plan.chains[0].instructions
+                   if isinstance(i, m.KernelCall) and ops[i.op_index] == "aten::expand_copy")
+        size_list, out = values[ins.args[1]], ins.args[-2]
+        values[size_list.items[0]] = m.Int(rows)
+        sizes = (rows,) + tuple(values[out].sizes[1:])
+        copies = [i.args[1] for i in plan.chains[0].instructions
+                  if isinstance(i, m.KernelCall) and ops[i.op_index] == "et_copy::_h2d_copy" and i.args[0] == out]
+        buffers = list(plan.non_const_buffer_sizes)
+        for index in [out, *copies]:  # each grown tensor at the end of its buffer, overlapping nothing
+            grown = m.replace(values[index], sizes=sizes)
+            info = grown.allocation_info
+            values[index] = m.replace(grown, allocation_info=m.replace(info, memory_offset=buffers[info.memory_id]))
+            buffers[info.memory_id] += grown.nbytes
+        return m.replace(plan, values=tuple(values), non_const_buffer_sizes=tuple(buffers))
+
+    return edit_program(source, out, lambda program: edit_plans(program, edit))

@@ -168,6 +168,83 @@ def test_an_owner_that_cannot_be_kept_replaces_nothing(model: Path, monkeypatch:
     _no_temporary_files(model.parent)
 
 
+# --- replacing a file keeps its extended attributes and POSIX ACL ---------------------------------------------
+
+def _xattrs_supported(folder: Path) -> None:
+    probe = folder / "xattr-probe"
+    probe.write_bytes(b"")
+    try:
+        os.setxattr(probe, "user.pte-devconst-probe", b"1")
+    except (OSError, AttributeError) as error:
+        pytest.skip(f"this file system keeps no extended attributes here: {error}")
+    finally:
+        probe.unlink()
+
+
+def _rewrite_over(how: str, model: Path) -> Path:
+    """Rewrite ``model`` in place or with ``-o`` over an existing copy; the replaced file."""
+    target = model if how == "--in-place" else model.parent / "out.pte"
+    if how == "-o" and not target.exists():
+        shutil.copyfile(model, target)
+    return target
+
+
+@pytest.mark.parametrize("how", ["--in-place", "-o"])
+def test_replacing_keeps_user_extended_attributes(how: str, model: Path) -> None:
+    _xattrs_supported(model.parent)
+    target = _rewrite_over(how, model)
+    os.setxattr(target, "user.origin", b"release-42")
+    os.setxattr(target, "user.checksum.sha256", bytes(range(32)))
+    before = _digest(target)
+    args = ["--in-place", model] if how == "--in-place" else [model, "-o", target]
+    result = invoke("rewrite", *args, "--ptd", model.with_suffix(".ptd"))
+    assert result.exit_code == 0, result.stderr
+    assert _digest(target) != before  # replaced, not skipped
+    assert os.getxattr(target, "user.origin") == b"release-42"
+    assert os.getxattr(target, "user.checksum.sha256") == bytes(range(32))
+    _no_temporary_files(model.parent)
+
+
+@pytest.mark.parametrize("how", ["--in-place", "-o"])
+def test_replacing_keeps_the_posix_acl(how: str, model: Path) -> None:
+    """An ACL entry that lets another account read the model survives the rewrite (as with ``sed -i``)."""
+    import subprocess
+
+    _xattrs_supported(model.parent)
+    if shutil.which("setfacl") is None or shutil.which("getfacl") is None:
+        pytest.skip("setfacl/getfacl are not installed (apt-get install acl)")
+    target = _rewrite_over(how, model)
+    os.chmod(target, 0o600)
+    done = subprocess.run(["setfacl", "-m", "u:4321:r,g:8765:r", str(target)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"setfacl failed here: {done.stderr.strip()}")
+    acl = os.getxattr(target, "system.posix_acl_access")
+    args = ["--in-place", model] if how == "--in-place" else [model, "-o", target]
+    result = invoke("rewrite", *args, "--ptd", model.with_suffix(".ptd"))
+    assert result.exit_code == 0, result.stderr
+    assert os.getxattr(target, "system.posix_acl_access") == acl
+    listing = subprocess.run(["getfacl", "-n", str(target)], capture_output=True, text=True).stdout
+    assert "user:4321:r--" in listing and "group:8765:r--" in listing, listing
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o640  # the ACL's mask shows in the group bits, as before
+    _no_temporary_files(model.parent)
+
+
+def test_an_extended_attribute_that_cannot_be_kept_replaces_nothing(model: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    _xattrs_supported(model.parent)
+    os.setxattr(model, "user.origin", b"release-42")
+    before = _digest(model)
+
+    def not_permitted(*args: object, **kwargs: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "setxattr", not_permitted)
+    _one_line(invoke("rewrite", "--in-place", model, "--ptd", model.with_suffix(".ptd")),
+              f"{model}: cannot keep its extended attribute user.origin", "the destination was left untouched")
+    assert _digest(model) == before and os.getxattr(model, "user.origin") == b"release-42"
+    _no_temporary_files(model.parent)
+
+
 # --- messages --------------------------------------------------------------------------------------------
 
 def test_names_longer_than_the_os_allows(model: Path) -> None:

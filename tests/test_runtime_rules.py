@@ -177,6 +177,46 @@ def test_a_repeated_ptd_key_means_its_first_entry_as_in_the_runtime(tmp_path: Pa
         torch.testing.assert_close(call.outputs[0], live[0])  # ...and so does the tool
 
 
+def test_a_key_is_the_runtimes_c_string_so_two_entries_can_answer_one_name(tmp_path: Path) -> None:
+    """The runtime looks an external tensor up by its name's ``c_str()`` (the key ends at the first NUL) and
+    compares with ``strncmp``: a tensor named ``"w\\0x"`` loads the entry ``"w"``, even behind an entry named
+    exactly ``"w\\0x"``. Was: the tool took the exact name, so ``run``, ``validate`` and the analysis judged other
+    bytes than the runtime loads. Every lookup now goes through ``PtdFile.entry``."""
+    torch = pytest.importorskip("torch")
+    from et_oracle import run_with_executorch
+    from forge import edit_plans, edit_program
+    from pte_devconst.rewriter.load import analyze_file
+    from pte_devconst.runner import run_program
+
+    with open_ptd(CORPUS / f"{EXTERNAL}.ptd") as ptd:
+        w, only_dev = ptd.entry("w"), ptd.entry("only_dev")
+        tensors = {key: torch.frombuffer(bytearray(ptd.tensor_bytes(key)), dtype=torch.float32).reshape(4, 4)
+                   for key in ("w", "b", "only_dev")}
+    renamed = "w\0x"
+
+    def rename(plan: m.ExecutionPlan) -> m.ExecutionPlan:
+        values = tuple(replace(v, extra_tensor_info=replace(v.extra_tensor_info, fully_qualified_name=renamed))
+                       if isinstance(v, m.Tensor) and v.fqn == "w" else v for v in plan.values)
+        return replace(plan, values=values)
+
+    pte = edit_program(pte_path(EXTERNAL), tmp_path / "renamed.pte", lambda p: edit_plans(p, rename))
+    # An entry named exactly like the tensor, holding only_dev's bytes, in front of the real "w".
+    forged = _forged_ptd(tmp_path, replace(w, key=renamed, segment_index=only_dev.segment_index))
+    with open_ptd(forged) as data:
+        assert data.entry(renamed) is data.entry("w") and data.entry("w").segment_index == w.segment_index
+        assert bytes(data.tensor_bytes(renamed)) == tensors["w"].numpy().tobytes()
+        assert "w\0x" not in data.keys()  # no tensor name can reach it
+    inputs = _calls(EXTERNAL, "inputs")
+    result = run_program(pte, ptd_path=forged, method="forward", inputs=inputs, calls=len(inputs))
+    for (x,), call in zip(inputs, result.calls):
+        live = run_with_executorch(pte, "forward", (x,), forged)
+        expected = (x + tensors["w"] + tensors["b"] + tensors["only_dev"]) * tensors["b"]
+        torch.testing.assert_close(live[0], expected)  # the runtime loaded the entry "w"...
+        torch.testing.assert_close(call.outputs[0], live[0])  # ...and so does the tool
+    verdicts = {c.name: c for c in analyze_file(pte, forged, host_placement=True).methods[0].constants}
+    assert not any("not in the .ptd" in r for c in verdicts.values() for r in c.reasons), verdicts
+
+
 def test_the_layout_of_a_repeated_key_is_judged_from_its_first_entry(tmp_path: Path) -> None:
     """A first entry whose layout does not match makes the runtime refuse to load: it is not movable."""
     from pte_devconst.rewriter.load import analyze_file

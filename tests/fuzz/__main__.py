@@ -32,8 +32,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-mb", type=int, default=3072,
                         help="address-space limit per worker, so a huge allocation fails loudly (0: none)")
     parser.add_argument("--only", type=int, help="replay one case and print its outcome")
+    parser.add_argument("--family", default="",
+                        help="structure and real suites: apply only this family (e.g. aliasing_value_table)")
     parser.add_argument("--show", type=int, default=10, help="failures to print in full")
     args = parser.parse_args(argv)
+    if args.family:
+        os.environ["PTE_FUZZ_FAMILY"] = args.family  # read by structure._families, inherited by the workers
     commands = set(filter(None, args.commands.split(","))) or None
 
     if args.only is not None:

@@ -17,12 +17,14 @@ has nothing it applies to (then another family is drawn).
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.decode import decode_flat_tensor, decode_program
+from pte_devconst.schema.executorch import H2D_COPY
 from pte_devconst.schema.flatbuf import I32, I64
 from pte_devconst.schema.limits import MAX_TABLES, count_tables
 from pte_devconst.schema.ptd_model import FlatTensor
@@ -40,6 +42,8 @@ class Work:
     program: m.Program
     ptd: Optional[FlatTensor]
     shared_vectors: bool = False  # encode with identical vectors and tables written once
+    aliased: Optional[tuple[int, int]] = None  # (plan, copies): its last value's table named ``copies`` more times
+    small: bool = False  # the default test suite's smoke sample: the issue-19 families draw only their small sizes
 
     def plan_index(self, want: Callable[[m.ExecutionPlan], list]) -> Optional[tuple[int, list]]:
         """A random plan for which ``want`` finds candidates, with them (None when no plan has any)."""
@@ -574,11 +578,140 @@ def huge_counts(w: Work) -> Optional[str]:
     return _put(w, p, plan, f"{count} Null values: {count_tables(e.with_plan(w.program, p, plan)):,} tables")
 
 
+# --- inputs that cost far more than their size (issue 19) ------------------------------------------
+
+
+def aliasing_value_table(w: Work) -> Optional[str]:
+    """A values vector naming one tensor's table thousands to a million times (4 bytes a reference): below and
+    above the reader's bound of twice the verifier's 1,000,000 tables."""
+    picked = w.pick(lambda plan: e.tensors(plan))
+    if picked is None:
+        return None
+    p, plan, t = picked
+    # Accepted sizes stay small: the library check re-encodes every accepted program, and the writer writes each
+    # reference as a table of its own (it does not share records); past the reader's bound it refuses.
+    copies = w.rng.choice((1000,) if w.small else (1000, 3000, 1050000, 4000000))
+    plan, last = e.add_values(plan, plan.values[t])
+    w.put(p, plan)
+    w.aliased = (p, copies)
+    return f"value {t}'s table named {copies + 1} times at the end of plan {p}'s values (from {last})"
+
+
+def expanding_fold(w: Work) -> Optional[str]:
+    """An ``expand_copy`` whose first size becomes huge (up to 2^31 - 1 rows, the format's int32): its output and
+    every copy of it grow, moved to the end of their planned buffers; a fold of it would expand a small constant
+    to gigabytes."""
+    def expands(plan: m.ExecutionPlan) -> list:
+        return [s for s in e.sites(plan, m.KernelCall) if e.operator_name(plan, e.instruction(plan, s)) ==
+                "aten::expand_copy.out" and len(e.instruction(plan, s).args or ()) == 5]
+    picked = w.pick(expands)
+    if picked is None:
+        return None
+    p, plan, site = picked
+    ins = e.instruction(plan, site)
+    values = list(plan.values)
+    size_list, out = values[ins.args[1]], ins.args[3]
+    if not isinstance(size_list, m.IntList) or not size_list.items or not isinstance(values[out], m.Tensor) \
+            or not values[out].sizes or values[out].allocation_info is None:
+        return None
+    try:
+        row = values[out].nbytes // max(1, values[out].sizes[0])
+    except Exception:  # noqa: BLE001 - an unknown dtype: leave it
+        return None
+    # small: just past the fold bound (64 MiB) and no more, so that running both programs stays cheap
+    rows = max(2, (96 << 20) // max(1, row)) if w.small else w.rng.choice((1 << 10, 1 << 20, 1 << 27, (1 << 31) - 1))
+    values[size_list.items[0]] = m.Int(rows)
+    sizes = (rows,) + tuple(values[out].sizes[1:])
+    readers = [e.instruction(plan, s).args[1] for s, pos in e.arg_uses(plan, out, m.KernelCall)
+               if pos == 0 and e.operator_name(plan, e.instruction(plan, s)) == H2D_COPY]
+    buffers = list(plan.non_const_buffer_sizes or ())
+    for index in [out, *readers]:
+        tensor = values[index]
+        if not isinstance(tensor, m.Tensor) or tensor.allocation_info is None \
+                or tensor.allocation_info.memory_id >= len(buffers):
+            continue
+        grown = m.replace(tensor, sizes=sizes)
+        info = grown.allocation_info
+        try:
+            nbytes = grown.nbytes
+        except Exception:  # noqa: BLE001 - an unknown dtype: leave it
+            return None
+        values[index] = m.replace(grown, allocation_info=m.replace(info, memory_offset=buffers[info.memory_id]))
+        buffers[info.memory_id] = min(buffers[info.memory_id] + nbytes, 1 << 62)
+    w.put(p, m.replace(plan, values=tuple(values), non_const_buffer_sizes=tuple(buffers)))
+    return f"expand_copy at {site} of plan {p} to {rows} rows"
+
+
+def repetitive_operators(w: Work) -> Optional[str]:
+    """A run of hundreds to thousands of calls of one kernel, some with another kernel between them (the diff
+    of such a program and its rewrite aligns runs of one operator name)."""
+    picked = w.pick(lambda plan: e.sites(plan, m.KernelCall))
+    if picked is None:
+        return None
+    p, plan, site = picked
+    run = w.rng.choice((300,) if w.small else (300, 3000, 10000))
+    first = e.instruction(plan, site)
+    others = [e.instruction(plan, s) for s in e.sites(plan, m.KernelCall)]
+    every = w.rng.choice((0, 2, 3, 7))
+    other = w.rng.choice(others)
+    new = [other if every and k % every == 0 else first for k in range(run)]
+    w.put(p, e.insert_instructions(plan, site, new))
+    return f"{run} calls of instruction {site} before it in plan {p}" + (f", every {every}th another" if every else "")
+
+
+def runtime_keys(w: Work) -> Optional[str]:
+    """External tensor names and .ptd keys that only the runtime's lookup tells apart: a name with a NUL (the
+    runtime looks up the C string before it), .ptd entries named with a NUL, repeated keys in front."""
+    if w.ptd is None or not w.ptd.named_data:
+        return None
+    named = list(w.ptd.named_data)
+    choice = w.rng.randrange(3)
+    k = w.rng.randrange(len(named))
+    if choice == 0:
+        found = w.plan_index(lambda plan: [i for i in e.tensors(plan, constant=True) if plan.values[i].is_external])
+        if found is None:
+            return None
+        p, external = found
+        plan = w.plan(p)
+        t = w.rng.choice(external)
+        tensor = plan.values[t]
+        name = (tensor.fqn or "") + "\0" + w.rng.choice(("x", "", tensor.fqn or "y"))
+        w.put(p, e.set_value(plan, t, m.replace(tensor, extra_tensor_info=m.replace(
+            tensor.extra_tensor_info, fully_qualified_name=name))))
+        if w.rng.random() < 0.5:  # and an entry named exactly so, with other data, in front
+            other = named[w.rng.randrange(len(named))]
+            named.insert(0, m.replace(other, key=name))
+            w.ptd = m.replace(w.ptd, named_data=tuple(named))
+        return f"external value {t} of plan {p} named {name!r}"
+    if choice == 1:
+        other = named[w.rng.randrange(len(named))]
+        named.insert(w.rng.choice((0, k)), m.replace(other, key=named[k].key + "\0" + other.key))
+        w.ptd = m.replace(w.ptd, named_data=tuple(named))
+        return f".ptd entry {named[k].key!r} + NUL + {other.key!r} added"
+    other = named[w.rng.randrange(len(named))]
+    count = w.rng.choice((2, 10) if w.small else (2, 10, 1000))
+    named[0:0] = [m.replace(other, key=named[k].key)] * count
+    w.ptd = m.replace(w.ptd, named_data=tuple(named))
+    return f".ptd key {named[k].key!r} repeated {count} times in front (with {other.key!r}'s data)"
+
+
 FAMILIES: tuple[tuple[Family, int], ...] = (
     (alias_copy_destination, 10), (alias_planned_region, 6), (alias_constant_entry, 8), (share_segment, 10),
     (duplicate_names, 8), (copy_slots, 10), (second_writer, 8), (out_return_slot, 6), (jumps, 8),
     (moves_and_frees, 6), (odd_devices, 6), (list_sharing, 6), (huge_counts, 4),
+    (aliasing_value_table, 3), (expanding_fold, 4), (repetitive_operators, 4), (runtime_keys, 4),
 )
+
+
+def _families() -> tuple[tuple[Family, int], ...]:
+    """``FAMILIES``, or only the one ``PTE_FUZZ_FAMILY`` names (``python -m tests.fuzz --family NAME``)."""
+    only = os.environ.get("PTE_FUZZ_FAMILY")
+    if not only:
+        return FAMILIES
+    chosen = tuple((f, weight) for f, weight in FAMILIES if f.__name__ == only)
+    if not chosen:
+        raise ValueError(f"no structure family {only!r}: {', '.join(f.__name__ for f, _ in FAMILIES)}")
+    return chosen
 
 
 # --- cases -----------------------------------------------------------------------------------------
@@ -615,8 +748,33 @@ def _shared_program(program: m.Program) -> bytes:
     return builder.finish(write_program(builder, program), PROGRAM_IDENTIFIER)
 
 
+def _aliased_program(program: m.Program, p: int, copies: int) -> Optional[bytes]:
+    """``program`` encoded with plan ``p``'s values vector extended by ``copies`` repeats of its last offset (one
+    table named ``copies`` more times); None when another offset vector has the same length (no unique mark)."""
+    from pte_devconst.schema.flatbuf_builder import Builder
+    from pte_devconst.schema.generated.encoders import PROGRAM_IDENTIFIER, write_program
+
+    marked = len(program.execution_plan[p].values)
+
+    class Aliasing(Builder):
+        seen = 0
+
+        def offsets(self, targets):  # noqa: ANN001, ANN202
+            if len(targets) == marked:
+                self.seen += 1
+                targets = list(targets) + [targets[-1]] * copies
+            return super().offsets(targets)
+
+    builder = Aliasing(4 * (marked + copies) + 4096)
+    flat = builder.finish(write_program(builder, program), PROGRAM_IDENTIFIER)
+    return flat if builder.seen == 1 else None
+
+
 def _encode(w: Work, seed: Seed) -> tuple[bytes, Optional[bytes]]:
-    if w.shared_vectors:
+    aliased = _aliased_program(w.program, *w.aliased) if w.aliased else None
+    if aliased is not None:
+        data = _assemble_with(aliased, seed.data)
+    elif w.shared_vectors:
         data = _assemble_with(_shared_program(w.program), seed.data)
     else:
         data = assemble_pte(w.program, seed.data)
@@ -656,7 +814,7 @@ def make_structure_case(seed: int, index: int, suite: str = "structure") -> Case
     w = Work(rng, decode_program(source.data[:fb_end]),
              decode_flat_tensor(source.ptd[:_header_info(source.ptd)[0]]) if source.ptd else None)
     notes = []
-    families, weights = zip(*FAMILIES)
+    families, weights = zip(*_families())
     for _ in range(rng.choice((1, 1, 1, 2, 2, 3))):
         for _attempt in range(8):
             note = rng.choices(families, weights)[0](w)

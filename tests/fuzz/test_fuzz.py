@@ -27,7 +27,7 @@ from .differential import check_differential
 from .harness import CliHarness, check_library, scratch_folder
 from .mutate import Case, _header_info, make_case
 from .runner import prepare_differential, run_cases, run_parallel
-from .seeds import REPO, Seed, load_seeds, program_seeds
+from .seeds import REPO, Seed, load_seeds, program_seeds, real_model_seeds
 from .structure import make_structure_case
 
 BOUNDED_CASES = int(os.environ.get("PTE_FUZZ_CI_CASES", "400"))
@@ -144,7 +144,8 @@ def one_torch_thread():  # noqa: ANN201
 def _family_case(family: structure.Family, seed: Seed, key: str) -> Optional[Case]:
     """``family`` applied once to ``seed`` (None when it does not apply there)."""
     w = structure.Work(random.Random(key), decode_program(seed.data[:_header_info(seed.data)[0]]),
-                       None if seed.ptd is None else decode_flat_tensor(seed.ptd[:_header_info(seed.ptd)[0]]))
+                       None if seed.ptd is None else decode_flat_tensor(seed.ptd[:_header_info(seed.ptd)[0]]),
+                       small=True)
     note = family(w)
     if note is None or "tables" in note:  # the table-limit shape takes a minute through every check
         return None
@@ -161,6 +162,10 @@ def _family_cases() -> list[Case]:
             found = (_family_case(family, seed, f"smoke:{family.__name__}") for seed in program_seeds()
                      if ("cpu" in seed.name) == cpu)
             case = next((c for c in found if c is not None), None)
+            if case is None and family is structure.expanding_fold:  # no corpus program expands: a real model
+                found = (_family_case(family, seed, f"smoke:{family.__name__}")
+                         for seed in sorted(real_model_seeds(), key=lambda s: len(s.data)) if ("cpu" in seed.name) == cpu)
+                case = next((c for c in found if c is not None), None)
             if case is not None:
                 cases.append(case)
     return cases
