@@ -386,7 +386,7 @@ def section_dryrun(rounds: int, report: Report) -> None:
     }
     walls = {n: Series() for n in cases}
     rss = {n: Series() for n in cases}
-    for r in range(rounds):
+    for _r in range(rounds):
         for name, cmd in cases.items():
             sample = run_child(cmd)
             walls[name].values.append(sample.wall)
@@ -401,7 +401,7 @@ def section_dryrun(rounds: int, report: Report) -> None:
         "",
         f"Inputs: `big_4m.pte` ({BIG_4M.stat().st_size:,} B) and `big_4g.pte` ({BIG_4G.stat().st_size:,} B), both made by"
         " `bench/synth.py` from the exported 1 GiB program (2-row and 2048-row tensors). Page cache warm.",
-        f"Commands: `pte-devconst inspect --json FILE`, `pte-devconst rewrite --dry-run FILE` (whole process).",
+        "Commands: `pte-devconst inspect --json FILE`, `pte-devconst rewrite --dry-run FILE` (whole process).",
         "",
         "| figure | median (min-max) | target | verdict |",
         "|---|---|---|---|",
@@ -761,7 +761,7 @@ def section_fold(rounds: int, report: Report) -> None:
         "|---|---|---|",
         *[f"| `{n}` | {walls[n].text()} | {rss[n].text('MiB', 1 / 1024, 1)} |" for n in names],
         "",
-        f"| figure | median (min-max) | target | verdict |",
+        "| figure | median (min-max) | target | verdict |",
         "|---|---|---|---|",
         f"| --fold / plain, both --no-fsync | {ratio.text('x', digits=2)} | (context) | |",
         f"| --fold peak RSS, 1 GiB of folds - 1.5 KiB of folds | {growth.text('MiB', 1 / 2**20, 1)} | <= largest"

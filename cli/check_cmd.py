@@ -30,7 +30,7 @@ from pte_devconst.cli.output import EtrecordOption
 from pte_devconst.cli.progress import files_progress
 
 if TYPE_CHECKING:  # the analysis is imported when the command runs, not at start-up
-    from pte_devconst.api import Acceptance, CheckReport, FileCheck, Finding
+    from pte_devconst.api import CheckReport, FileCheck, Finding
 
 
 def constant_label(name: str, value: int) -> str:
@@ -388,7 +388,7 @@ def render_markdown(report: CheckReport, limit: int = MARKDOWN_LIMIT) -> str:
         shown.append(line)
         used += len(line) + 1
     left = len(table_lines) - len(shown)
-    lines = head + shown + ([f"", f"*… {left:,} more file(s) not listed; `--format json` lists them all.*"]
+    lines = head + shown + (["", f"*… {left:,} more file(s) not listed; `--format json` lists them all.*"]
                             if left else []) + [""]
     details = [file_details(report, f) for f in report.files
                if f.error or f.findings or f.unknown or f.stays or f.accepted or f.filtered or f.note]

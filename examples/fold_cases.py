@@ -214,7 +214,7 @@ def export(case: Case, style: str, out: Path) -> list[Path]:
     written = [out / f"{name}.pte"]
     written[0].write_bytes(program.buffer)
     if case.external:
-        for key, data in program._tensor_data.items():  # one .ptd: the default external constant tag
+        for _key, data in program._tensor_data.items():  # one .ptd: the default external constant tag
             path = out / f"{name}.ptd"
             path.write_bytes(bytes(data))
             written.append(path)

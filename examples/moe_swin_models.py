@@ -33,7 +33,6 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -152,7 +152,7 @@ def storage_groups(effects: MethodEffects, memory_ids: Iterable[int],
     for index in regions:
         members[union.find(index)].append(index)
     groups: dict[int, list[StorageGroup]] = defaultdict(list)
-    for root, indices in members.items():
+    for _root, indices in members.items():
         first, last = end + 1, -2
         first_use: Optional[tuple[int, bool]] = None  # (position, writes) of the group's first use
         keeps_state = False
@@ -330,7 +330,7 @@ def layout_problems(groups: Sequence[StorageGroup], size: int) -> list[str]:
             problems.append(f"value {group.members[0]} [{group.extent.start}, {group.extent.end}) overruns the "
                             f"buffer's {size:,} bytes")
     resident = sorted((g.extent.start, g.extent.end, g.members[0]) for g in placed if g.resident)
-    for (s1, e1, v1), (s2, e2, v2) in zip(resident, resident[1:]):
+    for (_s1, e1, v1), (s2, e2, v2) in zip(resident, resident[1:]):
         if s2 < e1:
             problems.append(f"resident values {v1} and {v2} share bytes [{s2}, {min(e1, e2)})")
     starts = [r[0] for r in resident]

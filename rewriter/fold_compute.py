@@ -229,7 +229,7 @@ def cast_problem(recipe: FoldRecipe, source: SourceBytes) -> Optional[str]:
     """Why a cast in the chain has no defined result (a float to an integer type of NaN, inf or out of range)."""
     current = recipe.source.scalar_type
     casts = []
-    for position, (key, _, out) in enumerate(recipe.kernels):
+    for position, (_key, _, out) in enumerate(recipe.kernels):
         if out.scalar_type != current and current in FLOATING and out.scalar_type in INTEGRAL:
             casts.append(position)
         current = out.scalar_type

@@ -152,7 +152,7 @@ def recorded_from_programs(programs: Mapping[str, object]) -> dict[str, Recorded
     """
     methods = {}
     for method, program in programs.items():
-        signature = getattr(program, "graph_signature")
+        signature = program.graph_signature
         mutated = set(getattr(signature, "buffers_to_mutate", {}).values())
         placeholders = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}  # type: ignore[attr-defined]
         state = {**getattr(program, "constants", {}), **getattr(program, "state_dict", {})}

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.errors import FormatError, InternalError, PteDevconstError
+from pte_devconst.schema.errors import FormatError, InternalError
 from pte_devconst.schema.executorch import H2D_COPY, delegate_target_device
 from pte_devconst.schema.gc_pause import gc_paused
 from pte_devconst.schema.header import TENSOR_ALIGNMENT

@@ -31,7 +31,7 @@ from pte_devconst.schema.executorch import (CLONE_DIM_ORDER, D2H_COPY, EMPTY_DIM
 from .copies import Cause, Direction
 from .portable import PORTABLE_KERNELS
 from .quantized import out_kernel
-from .values import ListRef, RunnerError, RuntimeValues
+from .values import RunnerError, RuntimeValues
 
 Kernel = Callable[[RuntimeValues, tuple[int, ...], str], None]
 

@@ -13,7 +13,7 @@ from pte_devconst.program.dataflow import DelegateCallSite, delegate_call_sites
 from pte_devconst.schema.errors import PteDevconstError
 from pte_devconst.schema.executorch import H2D_COPY, TARGET_DEVICE_KEY, scalar_type_name
 from pte_devconst.schema.ptd_file import PtdFile
-from pte_devconst.schema.pte_file import PteFile, ProgramBytes, open_pte
+from pte_devconst.schema.pte_file import ProgramBytes, open_pte
 
 from .copies import LOAD, Cause, CopyLedger, Direction
 from .derivation import Derivation

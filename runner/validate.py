@@ -504,7 +504,6 @@ def _check_method(name: str, before: RunResult, after: RunResult, moved: list[Mo
     """All checks of one method.  ``stand_ins``: output positions that depend on opaque delegates;
     ``expected_missing``: why the expected outputs given hold nothing for this method (a failed check: outputs
     the user asked to compare were not compared)."""
-    moved_ids = {c.value for c in moved}
     opaque_backends = sorted(set(before.opaque_backends) | set(after.opaque_backends))
     checks: list[Check] = []
     problems = [f"call {i}: {why}" for i, (a, b) in enumerate(zip(before.calls, after.calls))

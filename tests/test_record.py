@@ -65,7 +65,7 @@ def test_equality_hash_and_order_are_over_the_fields_of_one_class() -> None:
     assert Version(1, 2) != (1, 2) and m.Int(1) != m.Bool(True)  # another class is never equal
     assert sorted([Version(2, 0), Version(1, 5), Version(1, 2)]) == [Version(1, 2), Version(1, 5), Version(2, 0)]
     with pytest.raises(TypeError):
-        Pair(1) < Pair(2)  # type: ignore[operator]  # ordering only when asked
+        Pair(1) < Pair(2)  # type: ignore[operator]  # noqa: B015 - ordering only when asked
     with pytest.raises(TypeError, match="unhashable"):
         hash(Pair(1))  # a dict field makes it unhashable, as with a dataclass
 

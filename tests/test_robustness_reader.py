@@ -19,7 +19,7 @@ import pytest
 from pte_devconst.schema import model as m
 from pte_devconst.schema.errors import FormatError
 from pte_devconst.schema.ptd_file import PtdFile, open_ptd
-from pte_devconst.schema.ptd_model import FlatTensor, PtdNamedData, TensorLayout
+from pte_devconst.schema.ptd_model import TensorLayout
 from pte_devconst.schema.ptd_writer import write_ptd
 from pte_devconst.schema.pte_file import PteFile, open_pte
 from pte_devconst.schema.pte_writer import SegmentContent, unchanged_segments, write_pte

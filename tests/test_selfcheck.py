@@ -20,8 +20,8 @@ from typing import Callable
 import pytest
 
 from cli_runner import invoke
-from selfcheck_helpers import OLD_OUTPUT, corrupt_apply as _corrupt_apply, refused as _refused, use_plan as _use_plan
-from conftest import CASES, CORPUS, ptd_path, pte_path, shipped
+from selfcheck_helpers import corrupt_apply as _corrupt_apply, refused as _refused, use_plan as _use_plan
+from conftest import CASES, ptd_path, pte_path, shipped
 from pte_devconst.rewriter import rewrite as rewrite_module
 from pte_devconst.rewriter.load import analyze_opened, opened
 from pte_devconst.rewriter.plan import RewriteOptions, RewritePlan, make_plan
@@ -173,7 +173,6 @@ def test_ptd_with_duplicate_keys(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     """The runtime loads the first entry with a key; the tool must not move a constant whose key is ambiguous."""
     ptd_source = ptd_path("v_g_external_copy")
     data = ptd_source.read_bytes()
-    from pte_devconst.schema.ptd_file import PtdFile
     with PtdFile.from_bytes(data) as ptd:
         flat = ptd.flat_tensor
     plan = _plan_of("v_g_external_copy")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,6 @@ from pte_devconst.rewriter import rewrite_file
 from pte_devconst.runner.copies import LOAD, Cause, CopyEvent, Direction, PhaseCopies
 from pte_devconst.runner.run import CallResult, RunResult
 from pte_devconst.runner.validate import MovedConstant, _check_method, _outputs_equal, moved_constants, validate
-from pte_devconst.schema import model as m
 from pte_devconst.schema.errors import PteDevconstError
 from pte_devconst.schema.pte_file import open_pte
 

@@ -23,7 +23,7 @@ from pte_devconst.schema.decode import decode_flat_tensor, decode_program
 from pte_devconst.schema.encode import encode_flat_tensor, encode_program
 from pte_devconst.schema.header import (PTD_HEADER_PADDED, SEGMENT_ALIGNMENT, ExtendedHeader, PtdHeader, align_up)
 from pte_devconst.schema.pte_writer import insert_extended_header
-from pte_devconst.schema.ptd_model import FlatTensor, PtdNamedData, TensorLayout
+from pte_devconst.schema.ptd_model import FlatTensor
 
 from .seeds import Seed, foreign_files, load_seeds
 
