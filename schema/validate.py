@@ -153,6 +153,20 @@ def _check_device(device_type: int, device_index: int, where: str) -> None:
         raise _fail(where, f"negative device index {device_index}")
 
 
+# The items of every list value of a method, each list counted at every value that names it (the runtime builds
+# each one): real programs hold thousands; a small file naming one 20,000-item list thousands of times asks for
+# tens of millions, which every pass over the method would walk.  Refused past this, with the figure.
+READ_MAX_LIST_ITEMS = 4_000_000
+
+
+def list_items_problem(items: int) -> str | None:
+    """Why a method's lists are too large to read, or None."""
+    if items <= READ_MAX_LIST_ITEMS:
+        return None
+    return (f"its value lists hold {items:,} items in all (a list counted at every value that names it, as the "
+            f"runtime builds each), over the {READ_MAX_LIST_ITEMS:,} this tool reads")
+
+
 def _check_index(index: int, count: int, where: str, what: str, allow_none: bool = False) -> None:
     if not (0 <= index < count or (allow_none and index == -1)):
         raise _fail(where, f"{what} {index} is out of range (0..{count - 1})")
@@ -174,10 +188,18 @@ def _check_plan(ctx: _TensorCheckContext, plan: m.ExecutionPlan, where: str) -> 
         ew = f"{where}.non_const_buffer_device[{i}]"
         _check_index(entry.buffer_idx, len(plan.non_const_buffer_sizes), ew, "buffer_idx")
         _check_device(entry.device_type, entry.device_index, ew)
+    items = sum(len(v.items or ()) for v in values if isinstance(v, (m.TensorList, m.OptionalTensorList, m.IntList)))
+    problem = list_items_problem(items)
+    if problem:
+        raise _fail(f"{where}.values", problem)
+    checked: set[int] = set()  # a table the file names many times is decoded once (shared): check it once
     for i, value in enumerate(values):
         vw = f"{where}.values[{i}]"
         if value is None:
             raise _fail(vw, "value has no type (union type NONE); the runtime rejects it")
+        if id(value) in checked:
+            continue
+        checked.add(id(value))
         if isinstance(value, m.Tensor):
             _check_tensor(ctx, plan, value, vw)
         elif isinstance(value, (m.TensorList, m.OptionalTensorList, m.IntList)):

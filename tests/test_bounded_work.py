@@ -276,3 +276,21 @@ def test_the_fold_bound_keeps_ordinary_growth() -> None:
     assert growth_problem(tensor(big), tensor(big * FOLD_GROWTH + 1)) is not None
     assert growth_problem(tensor(1), tensor(FOLD_FLOOR // 4)) is None
     assert growth_problem(tensor(1), tensor(FOLD_FLOOR // 4 + 1)) is not None
+
+
+def test_a_list_named_thousands_of_times_is_refused_with_the_figure(tmp_path: Path) -> None:
+    """Fuzz structure case 290 (seed 0): a 99 KB program whose value table names one 20,000-item tensor list
+    3,001 times.  The reader now decodes the list once, but every pass over the method walked 60 million items
+    (the readers' table ran out of memory after 84 s of CPU); it is refused at open, in milliseconds."""
+    import time
+
+    from fuzz.structure import make_structure_case
+    from pte_devconst import api
+    from pte_devconst.schema.errors import PteDevconstError
+
+    path = tmp_path / "lists.pte"
+    path.write_bytes(make_structure_case(0, 290).data)
+    start = time.process_time()
+    with pytest.raises(PteDevconstError, match="value lists hold 60,020,000 items"):
+        api.analyze(path)
+    assert time.process_time() - start < 5
