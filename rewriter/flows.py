@@ -52,11 +52,14 @@ def _reached(plan: m.ExecutionPlan, method: MethodAnalysis) -> Callable[[int, st
                     and ops[instruction.op_index] == H2D_COPY and len(instruction.args or ()) >= 2:
                 copies.setdefault(instruction.args[0], set()).add(instruction.args[1])
     backends = {d.index: (d.backend_id, str(d.device)) for d in method.delegates}
+    readers: dict[int, set[int]] = {}  # value -> the delegates that take it as an input (indexed once: linear)
+    for site in method.call_sites:
+        for value in site.inputs:
+            readers.setdefault(value, set()).add(site.delegate_index)
 
     def reached(value: int, device: str) -> tuple[str, ...]:
-        wanted = {value} | copies.get(value, set())
-        found = sorted({site.delegate_index for site in method.call_sites if wanted & set(site.inputs)
-                        and backends.get(site.delegate_index, ("", ""))[1] == device})
+        found = sorted({index for wanted in ({value} | copies.get(value, set())) for index in readers.get(wanted, ())
+                        if backends.get(index, ("", ""))[1] == device})
         return tuple(f"delegate {i} ({backends[i][0]})" for i in found)
 
     return reached
