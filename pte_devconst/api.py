@@ -213,7 +213,7 @@ def inspect(pte: ProgramLike, ptd: Optional[PathLike] = None, *, etrecord: Optio
     from pte_devconst.rewriter.flows import program_flows
     from pte_devconst.rewriter.inventory import summarize
     from pte_devconst.rewriter.load import analyze_opened, opened
-    from pte_devconst.rewriter.plan import safe_device_memory, safe_fold_gain
+    from pte_devconst.rewriter.plan import make_plan, safe_device_memory, safe_fold_gain
 
     namer = _namer(_names_source(pte, etrecord))
     source_program = _program(pte)
@@ -221,9 +221,13 @@ def inspect(pte: ProgramLike, ptd: Optional[PathLike] = None, *, etrecord: Optio
         names = _name(source, namer)
         analysis = analyze_opened(source, data)
         notes = analysis.notes + (names.notes if names else ())
+        try:  # the plain rewrite's plan, made once for the fold hint and the device memory
+            plain = make_plan(source.program, analysis)
+        except PteDevconstError:
+            plain = None
         return InspectReport(summarize(source, analysis), data.path if data else None, len(analysis.unknown),
-                             source.load_refusal, notes, safe_fold_gain(source.program, analysis),
-                             safe_device_memory(source.program, analysis), names,
+                             source.load_refusal, notes, safe_fold_gain(source.program, analysis, plain=plain),
+                             safe_device_memory(source.program, analysis, plain=plain), names,
                              program_flows(source.program, analysis))
 
 
@@ -756,7 +760,7 @@ def _check_one(pte: "Union[Path, ProgramBytes]", ptd: Optional[Path], options: "
                                              derived, everything)):
             filtered += [replace(f, reason=_left_out_by(f, options)) for f in group
                          if (kind, f.method, f.value) not in kept]
-    gain = None if options.fold else safe_fold_gain(program, analysis, options)
+    gain = None if options.fold else safe_fold_gain(program, analysis, options, plain=plan)
     notes = list(analysis.notes) + list(names.notes if names else ())
     if analysis.refusal and findings:
         notes.append(f"rewrite would refuse this program: {analysis.refusal}")

@@ -310,34 +310,37 @@ class FoldGain:
     bytes_per_call: int
 
 
-def fold_gain(program: m.Program, analysis: Analysis, options: RewriteOptions = RewriteOptions()) -> FoldGain:
+def fold_gain(program: m.Program, analysis: Analysis, options: RewriteOptions = RewriteOptions(),
+              plain: Optional["RewritePlan"] = None) -> FoldGain:
     """How many more tensors (and bytes per call) a rewrite with ``--fold`` would move than one without.
 
-    Pure: plans both ways (no data is read; a chain a float-to-integer cast would refuse counts).
+    Pure: plans both ways (no data is read; a chain a float-to-integer cast would refuse counts); ``plain``,
+    the caller's plan with ``options`` when it has one, is not made again.
     """
     if options.fold or not any(method.folds and method.folds.foldable for method in analysis.methods):
         return FoldGain(0, 0)
-    plain = make_plan(program, analysis, options)
+    plain = plain if plain is not None else make_plan(program, analysis, options)
     folded = make_plan(program, analysis, m.replace(options, fold=True))
     return FoldGain(folded.moved_tensors - plain.moved_tensors, folded.bytes_per_call_saved - plain.bytes_per_call_saved)
 
 
-def safe_fold_gain(program: m.Program, analysis: Analysis, options: RewriteOptions = RewriteOptions()
-                   ) -> Optional[FoldGain]:
+def safe_fold_gain(program: m.Program, analysis: Analysis, options: RewriteOptions = RewriteOptions(),
+                   plain: Optional["RewritePlan"] = None) -> Optional[FoldGain]:
     """``fold_gain`` for a hint: None when folding adds nothing, or when planning refuses the program."""
     try:
-        gain = fold_gain(program, analysis, options)
+        gain = fold_gain(program, analysis, options, plain)
     except PteDevconstError:
         return None
     return gain if gain.tensors > 0 else None
 
 
-def safe_device_memory(program: m.Program, analysis: Analysis, options: RewriteOptions = RewriteOptions()
-                       ) -> Optional[DeviceMemory]:
-    """The planned device memory now and after a rewrite with ``options``, for a report: None when the program
-    plans none on a device and the rewrite adds none, or when planning refuses the program."""
+def safe_device_memory(program: m.Program, analysis: Analysis, options: RewriteOptions = RewriteOptions(),
+                       plain: Optional["RewritePlan"] = None) -> Optional[DeviceMemory]:
+    """The planned device memory now and after a rewrite with ``options`` (``plain``, when the caller has that
+    plan), for a report: None when the program plans none on a device and the rewrite adds none, or when
+    planning refuses the program."""
     try:
-        memory = make_plan(program, analysis, options).memory
+        memory = (plain if plain is not None else make_plan(program, analysis, options)).memory
     except PteDevconstError:
         return None
     return memory if memory.before or memory.after else None

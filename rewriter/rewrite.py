@@ -128,7 +128,7 @@ def rewrite_file(input_path: str | os.PathLike[str], output_path: Optional[str |
     with opened(input_path, ptd) as (source, data):
         plan = plan_file(source, data, options)
         removed = sum(len(edit.removed) for edit in plan.methods)
-        gain = None if options.fold else safe_fold_gain(source.program, plan.analysis, options)
+        gain = None if options.fold else safe_fold_gain(source.program, plan.analysis, options, plain=plan)
         shown, found, flows = _named_plan(source, data, plan, options, names)
         if dry_run:
             return RewriteResult(str(input_path), None, shown, source.size, None, removed, fold_gain=gain, names=found,
@@ -175,7 +175,7 @@ def _rewrite_in_memory(program: ProgramBytes, ptd: Optional[str | os.PathLike[st
     with opened(program, ptd) as (source, data):
         plan = plan_file(source, data, options)
         removed = sum(len(edit.removed) for edit in plan.methods)
-        gain = None if options.fold else safe_fold_gain(source.program, plan.analysis, options)
+        gain = None if options.fold else safe_fold_gain(source.program, plan.analysis, options, plain=plan)
         shown, found, flows = _named_plan(source, data, plan, options, names)
         if dry_run:
             return RewriteResult(program.name, None, shown, source.size, None, removed, fold_gain=gain, names=found,
