@@ -68,7 +68,7 @@ class IntervalIndex:
         self._max_end = [0] * len(ordered)
         self._build(0, len(ordered))
 
-    def _build(self, lo: int, hi: int) -> int:
+    def _build(self, lo: int, hi: int) -> None:
         # Iterative post-order over the implicit tree: node = (lo + hi) // 2 of [lo, hi).
         stack = [(lo, hi, False)]
         while stack:
@@ -87,7 +87,6 @@ class IntervalIndex:
             if mid + 1 < hi:
                 best = max(best, self._max_end[(mid + 1 + hi) // 2])
             self._max_end[mid] = best
-        return 0
 
     def __len__(self) -> int:
         return len(self._keys)

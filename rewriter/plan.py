@@ -22,7 +22,7 @@ from pte_devconst.schema.record import record
 from pte_devconst.schema.validate import MAX_TENSOR_BYTES
 
 from pte_devconst.program.effects import MethodEffects
-from pte_devconst.program.memory import plan_layout, storage_groups
+from pte_devconst.program.memory import plan_layout, planned_device_bytes, storage_groups
 
 from .analysis import Analysis, ConstantVerdict, DeviceCopy, MethodAnalysis, RewiredDelegateArg, buffer_devices
 from .edit import edit_method
@@ -227,12 +227,11 @@ class DeviceMemory:
 def device_memory(program: m.Program, methods: tuple["MethodEdit", ...] = ()) -> DeviceMemory:
     """``DeviceMemory`` of ``program`` and of the program ``methods`` (the plan's edits) make of it."""
     edits = {edit.plan_index: edit for edit in methods}
-    before = after = bound = appended = added = 0
+    before = planned_device_bytes(program)
+    after = bound = appended = added = 0
     for index, plan in enumerate(program.execution_plan or ()):
         devices = plan.buffer_devices()
         sizes = list(plan.non_const_buffer_sizes or ())
-        method_before = sum(size for memory_id, size in enumerate(sizes) if not devices.get(memory_id, CPU).is_cpu)
-        before += method_before
         edit = edits.get(index)
         growth = {g.memory_id: g for g in edit.buffers} if edit else {}
         for memory_id in sorted(set(range(len(sizes))) | set(growth)):
