@@ -555,7 +555,7 @@ print(json.dumps(out))
         + f"; rewrite command 10k {rew['10k'].text()}, 100k {rew['100k'].text()}.",
         "",
         "Opening (decode + check) is the largest step. Decoding, checking, encoding and analysis run with Python's"
-        " cyclic garbage collector paused (`schema/gc_pause.py`): they allocate hundreds of thousands of acyclic"
+        " cyclic garbage collector paused (`util/gc_pause.py`): they allocate hundreds of thousands of acyclic"
         " objects, and with the collector running, opening the 100k file took about 30% longer, a cost that grows"
         " faster than the program. Profile of opening the 100k file:",
         "",
@@ -612,7 +612,7 @@ def section_startup(rounds: int, report: Report) -> None:
         "How: `--help` imports only typer (command modules import the rewriter, the schema layer and rich inside"
         " the command functions; typer is pinned below 0.29, which imports pydantic to run any command). A command"
         " that works loads only what it needs, and that was made cheap: the schema model and the rewriter's records"
-        " are `@record` classes (`schema/record.py`), which cost about a tenth of a frozen dataclass to define (the"
+        " are `@record` classes (`util/record.py`), which cost about a tenth of a frozen dataclass to define (the"
         " model went from about 40 ms to 6 ms); `rewrite` encodes with the project's own flatbuffer builder"
         " (`schema/flatbuf_builder.py`), so it never imports the `flatbuffers` package and numpy, which the baseline"
         " does. What remains is the decoder and analysis, rich's console and table rendering (the largest item for"

@@ -20,8 +20,8 @@ from typing import Annotated, Any, Callable, Optional, Sequence, TypeVar, Union
 import typer
 
 from pte_devconst import __version__
-from pte_devconst.schema.env import env_flag
-from pte_devconst.schema.errors import PteDevconstError, ReportedError
+from pte_devconst.util.env import env_flag
+from pte_devconst.util.errors import PteDevconstError, ReportedError
 
 DEBUG_ENV = "PTE_DEVCONST_DEBUG"  # set (not 0, false, no, off): as --debug
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from pte_devconst.schema.errors import PteDevconstError
+from pte_devconst.util.errors import PteDevconstError
 
 if TYPE_CHECKING:
     from pte_devconst.api import Acceptance

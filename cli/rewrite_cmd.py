@@ -20,7 +20,7 @@ from pte_devconst.cli.output import (DataOption, EtrecordOption, JsonFlag, const
                                      md_code, md_text, name_cell, printable, stderr_console, stdout_console, table)
 from pte_devconst.cli.mermaid import diagrams
 from pte_devconst.cli.progress import rewrite_progress
-from pte_devconst.schema.errors import PteDevconstError
+from pte_devconst.util.errors import PteDevconstError
 
 class RewriteFormat(str, enum.Enum):
     """``rewrite``'s formats: the common three, and one line per program (what the pre-commit hook prints)."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Collection, NamedTuple, Optional, Sequence
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.executorch import COPY_KERNELS, ET_COPY_INDEX
+from pte_devconst.program.executorch import COPY_KERNELS, ET_COPY_INDEX
 
 from .dataflow import DelegateCallSite, delegate_call_sites
 from .regions import Region, planned_region

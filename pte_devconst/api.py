@@ -16,7 +16,7 @@ signature), as ``etrecord=`` does for any program (an ETRecord file, an ``ETReco
 Nothing here imports torch except ``run`` and ``validate``, which execute programs (and ``rewrite`` with
 ``fold=True``, to compute folded values).  The command line calls these functions and renders their results;
 the file rules (``paths``) are applied here and the lower layers get explicit paths.
-Errors are ``pte_devconst.schema.errors.PteDevconstError`` (one readable line).
+Errors are ``pte_devconst.util.errors.PteDevconstError`` (one readable line).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, Mapping, Optional, Sequence, Union
 
-from pte_devconst.schema.errors import PteDevconstError
+from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.schema.model import Device
-from pte_devconst.schema.named_enum import NamedEnum
+from pte_devconst.util.named_enum import NamedEnum
 
 if TYPE_CHECKING:  # only for annotations: keep `import pte_devconst.api` light
     from pte_devconst.rewriter.flows import MethodFlows
@@ -102,7 +102,7 @@ def _namer(source: Optional[NamesLike]) -> "Optional[Callable[[PteFile], Optiona
     if source is None:
         return None
     from pte_devconst.rewriter.names import match_names, recorded_from_programs
-    from pte_devconst.schema.etrecord import read_etrecord
+    from pte_devconst.program.etrecord import read_etrecord
 
     if isinstance(source, (str, os.PathLike)) or callable(getattr(source, "read", None)):
         recorded = read_etrecord(source)
@@ -191,7 +191,7 @@ class InspectReport:
 
     def to_json(self) -> dict[str, Any]:
         """``inspect``'s JSON document for this program (cli/report.schema.json)."""
-        from pte_devconst.schema.jsonable import to_jsonable
+        from pte_devconst.util.jsonable import to_jsonable
 
         from pte_devconst.rewriter.rewrite_json import names_json
 
@@ -394,7 +394,7 @@ def _name_moved(result: "ValidationResult", original: "Union[Path, ProgramBytes]
     """Give the moved constants of a validation their names (the runner knows only the program's own)."""
     from dataclasses import replace
 
-    from pte_devconst.schema.executorch import method_labels
+    from pte_devconst.program.executorch import method_labels
     from pte_devconst.schema.pte_file import open_pte
 
     with open_pte(original) as source:

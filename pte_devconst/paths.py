@@ -251,7 +251,7 @@ class DataArgument:
 def paired_or_refused(programs: Sequence[Path], ptd: Sequence[PathLike]) -> dict[Path, Path]:
     """Each program's .ptd (``pair_data``), raising the first problem: a command that writes or shows programs
     refuses a ``--ptd`` it cannot place rather than guess."""
-    from pte_devconst.schema.errors import PteDevconstError
+    from pte_devconst.util.errors import PteDevconstError
 
     pairs, problems = pair_data(programs, [DataArgument.parse(p) for p in ptd])
     if problems:

@@ -33,14 +33,14 @@ from dataclasses import field
 from typing import Any, Iterable, Mapping, Optional
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.errors import UnsupportedProgramError
+from pte_devconst.util.errors import UnsupportedProgramError
 from pte_devconst.program.dataflow import DelegateCallSite, delegate_call_sites
-from pte_devconst.schema.gc_pause import gc_paused
+from pte_devconst.util.gc_pause import gc_paused
 from pte_devconst.schema.model import CPU, Device
-from pte_devconst.schema.named_enum import NamedEnum
+from pte_devconst.util.named_enum import NamedEnum
 from pte_devconst.schema.ptd_file import tensor_key
-from pte_devconst.schema.record import record
-from pte_devconst.schema.executorch import H2D_COPY, delegate_target_device, method_labels, method_name
+from pte_devconst.util.record import record
+from pte_devconst.program.executorch import H2D_COPY, delegate_target_device, method_labels, method_name
 from pte_devconst.program.transfers import Transfer, per_call_transfers
 from pte_devconst.program.transfers import work as transfer_work
 

@@ -27,13 +27,13 @@ from typing import Callable, Hashable, Mapping, Optional, Sequence
 from pte_devconst.program.memory import planned_device_bytes
 from pte_devconst.program.moves import moved_values
 from pte_devconst.schema import model as m
-from pte_devconst.schema.executorch import H2D_COPY, delegate_target_device, method_labels, scalar_type_name
-from pte_devconst.schema.jsonable import fields_to_json
-from pte_devconst.schema.named_enum import NamedEnum
+from pte_devconst.program.executorch import H2D_COPY, delegate_target_device, method_labels, scalar_type_name
+from pte_devconst.util.jsonable import fields_to_json
+from pte_devconst.util.named_enum import NamedEnum
 from pte_devconst.schema.model import CPU, Device
 from pte_devconst.schema.pte_file import PteFile
 from pte_devconst.schema.span import Span
-from pte_devconst.schema.record import record
+from pte_devconst.util.record import record
 
 from .analysis import analyze_program
 from .flows import MethodFlows, diff_residents, program_flows

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.executorch import H2D_COPY
-from pte_devconst.schema.record import record
+from pte_devconst.program.executorch import H2D_COPY
+from pte_devconst.util.record import record
 
 from .analysis import Analysis, MethodAnalysis
 from .derived import DerivedCopy, method_derived_copies

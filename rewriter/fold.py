@@ -41,9 +41,9 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from pte_devconst.schema import model as m
 from pte_devconst.program.effects import MethodEffects
 from pte_devconst.program.memory import view_reads
-from pte_devconst.schema.executorch import CLONE_DIM_ORDER, H2D_COPY, TO_DIM_ORDER_COPY
+from pte_devconst.program.executorch import CLONE_DIM_ORDER, H2D_COPY, TO_DIM_ORDER_COPY
 from pte_devconst.schema.model import CPU, Device, dim_order_strides
-from pte_devconst.schema.record import record
+from pte_devconst.util.record import record
 
 from .analysis import (DeviceCopy, Reader, ReaderKind, RewiredDelegateArg, _external_problem, _follow_copy, _host_reason,
                        _MethodContext, _Reasons)

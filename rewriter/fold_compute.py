@@ -31,10 +31,10 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from pte_devconst.runner.dtypes import torch_dtype
+from pte_devconst.program.dtypes import torch_dtype
 from pte_devconst.schema import model as m
-from pte_devconst.schema.errors import PteDevconstError
-from pte_devconst.schema.executorch import scalar_type_name
+from pte_devconst.util.errors import PteDevconstError
+from pte_devconst.program.executorch import scalar_type_name
 from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Optional
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.executorch import scalar_type_name
-from pte_devconst.schema.named_enum import NamedEnum
+from pte_devconst.program.executorch import scalar_type_name
+from pte_devconst.util.named_enum import NamedEnum
 from pte_devconst.schema.pte_file import PteFile
-from pte_devconst.schema.record import record
+from pte_devconst.util.record import record
 
 from .analysis import Analysis, MethodStyle, Reader, ReaderKind, buffer_devices
 from .derived import DerivedCopy, DerivedStatus, derived_copies

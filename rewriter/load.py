@@ -13,7 +13,7 @@ import contextlib
 import os
 from typing import Iterator, Optional
 
-from pte_devconst.schema.errors import PteDevconstError
+from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.schema.ptd_file import PtdFile, open_ptd
 from pte_devconst.schema.pte_file import PteFile, ProgramBytes, open_pte
 

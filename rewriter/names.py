@@ -27,8 +27,8 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional, Sequence
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.etrecord import RecordedConstant, RecordedMethod
-from pte_devconst.schema.executorch import method_name, scalar_type_name
+from pte_devconst.program.etrecord import RecordedConstant, RecordedMethod
+from pte_devconst.program.executorch import method_name, scalar_type_name
 from pte_devconst.schema.pte_file import PteFile
 
 

@@ -15,10 +15,10 @@ from dataclasses import field, replace
 from typing import Mapping, Optional
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.errors import PteDevconstError, UnsupportedProgramError
+from pte_devconst.util.errors import PteDevconstError, UnsupportedProgramError
 from pte_devconst.schema.header import TENSOR_ALIGNMENT, align_up
 from pte_devconst.schema.model import CPU, Device
-from pte_devconst.schema.record import record
+from pte_devconst.util.record import record
 from pte_devconst.schema.validate import MAX_TENSOR_BYTES
 
 from pte_devconst.program.effects import MethodEffects

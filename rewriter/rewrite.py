@@ -16,14 +16,14 @@ import os
 from pathlib import Path
 from typing import Callable, Optional
 
-from pte_devconst.schema.atomic import atomic_output, check_destination
-from pte_devconst.schema.errors import FormatError, PteDevconstError, ReportedError, UnsupportedProgramError
+from pte_devconst.util.atomic import atomic_output, check_destination
+from pte_devconst.util.errors import FormatError, PteDevconstError, ReportedError, UnsupportedProgramError
 from pte_devconst.schema.limits import over_runtime_limits
 from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile, ProgramBytes
 from pte_devconst.schema.pte_writer import layout_pte, write_piece, write_pte_to_fd
 from pte_devconst.schema.span import Span
-from pte_devconst.schema.record import record
+from pte_devconst.util.record import record
 
 from .apply import apply_plan
 from .analysis import ConstantVerdict

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
-from pte_devconst.schema.jsonable import to_jsonable
+from pte_devconst.util.jsonable import to_jsonable
 
 if TYPE_CHECKING:
     from .analysis import ConstantVerdict, MethodAnalysis

@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.errors import FormatError, InternalError
-from pte_devconst.schema.executorch import H2D_COPY, delegate_target_device
-from pte_devconst.schema.gc_pause import gc_paused
+from pte_devconst.util.errors import FormatError, InternalError
+from pte_devconst.program.executorch import H2D_COPY, delegate_target_device
+from pte_devconst.util.gc_pause import gc_paused
 from pte_devconst.schema.header import TENSOR_ALIGNMENT
 from pte_devconst.schema.limits import over_runtime_limits
 from pte_devconst.schema.ptd_file import PtdFile, tensor_key
@@ -76,7 +76,7 @@ def _fail(what: str) -> RewriteCheckError:
 
 def full_by_default() -> bool:
     """``--verify full`` everywhere when PTE_DEVCONST_FULL_CHECK is set (e.g. in CI)."""
-    from pte_devconst.schema.env import env_flag
+    from pte_devconst.util.env import env_flag
 
     return env_flag(FULL_CHECK_ENV)
 

@@ -24,11 +24,11 @@ import bisect
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Sequence, Union
 
-from pte_devconst.schema.errors import PteDevconstError
+from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.schema.mapped import MappedFile
 from pte_devconst.schema.pte_writer import Layout, SegmentContent
 from pte_devconst.schema.span import FileRange, Piece, Span
-from pte_devconst.schema.record import record
+from pte_devconst.util.record import record
 
 FULL_COMPARE_BYTES = 1 << 20
 SAMPLE_BYTES = 64 << 10

@@ -14,8 +14,8 @@ from typing import Iterator
 import torch
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.errors import UnsupportedProgramError
-from pte_devconst.schema.executorch import UnreadableTargetDevice, parse_target_device as parse_spec
+from pte_devconst.util.errors import UnsupportedProgramError
+from pte_devconst.program.executorch import UnreadableTargetDevice, parse_target_device as parse_spec
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def parse_target_device(value: bytes | None, where: str) -> m.Device:
     """A ``target_device`` compile spec (``b"cuda:1"``) as a Device; CPU when absent.
 
     A spec that does not parse names no device the runner could run the delegate on: refused
-    (schema/executorch.py has the one rule; analysis keeps such a delegate's constants on the host).
+    (program/executorch.py has the one rule; analysis keeps such a delegate's constants on the host).
     """
     try:
         return parse_spec(value)

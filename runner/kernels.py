@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.executorch import (CLONE_DIM_ORDER, D2H_COPY, EMPTY_DIM_ORDER, ET_COPY_INDEX, H2D_COPY,
+from pte_devconst.program.executorch import (CLONE_DIM_ORDER, D2H_COPY, EMPTY_DIM_ORDER, ET_COPY_INDEX, H2D_COPY,
                                             PRIM_PREFIX, TO_DIM_ORDER_COPY)
 
 from .copies import Cause, Direction
@@ -285,7 +285,7 @@ def _convert(value: Any, type_name: str) -> Any:
     """Turn a program value into what torch expects for a schema type (ints stand for enums)."""
     if isinstance(value, int) and not isinstance(value, bool):
         if "ScalarType" in type_name:
-            from .dtypes import torch_dtype
+            from pte_devconst.program.dtypes import torch_dtype
             return torch_dtype(value)
         if "MemoryFormat" in type_name:
             return _MEMORY_FORMATS[value] if 0 <= value < len(_MEMORY_FORMATS) else value

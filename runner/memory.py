@@ -19,12 +19,12 @@ from typing import Optional
 import torch
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.errors import FormatError, PteDevconstError, UnsupportedProgramError
+from pte_devconst.util.errors import FormatError, PteDevconstError, UnsupportedProgramError
 from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile
 
 from .devices import DeviceMap
-from .dtypes import dim_order_strides, torch_dtype
+from pte_devconst.program.dtypes import dim_order_strides, torch_dtype
 
 
 def host_bytes(data: memoryview | bytes) -> torch.Tensor:

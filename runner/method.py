@@ -10,8 +10,8 @@ import torch
 
 from pte_devconst.schema import model as m
 from pte_devconst.program.dataflow import DelegateCallSite, delegate_call_sites
-from pte_devconst.schema.errors import PteDevconstError
-from pte_devconst.schema.executorch import H2D_COPY, TARGET_DEVICE_KEY, scalar_type_name
+from pte_devconst.util.errors import PteDevconstError
+from pte_devconst.program.executorch import H2D_COPY, TARGET_DEVICE_KEY, scalar_type_name
 from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import ProgramBytes, open_pte
 
@@ -19,7 +19,7 @@ from .copies import LOAD, Cause, CopyLedger, Direction
 from .derivation import Derivation
 from .delegates import DelegateArg, DelegateContext, DelegateExecutor, DelegateInitContext, OpaquePolicy, executor_for
 from .devices import DeviceMap, parse_target_device
-from .dtypes import dim_order_strides, dtype_name, torch_dtype
+from pte_devconst.program.dtypes import dim_order_strides, dtype_name, torch_dtype
 from .kernels import Kernel, resolve_kernel
 from .memory import MethodMemory, ProgramData, typed_view
 from .transcript import DelegateCallRecord, TranscriptRecorder

@@ -34,7 +34,7 @@ import torch
 
 from .delegates import DelegateArg, DelegateContext, DelegateExecutor, DelegateInitContext
 from .digest import fill_standin, host_seed, mix, tensor_digest
-from .dtypes import dtype_name
+from pte_devconst.program.dtypes import dtype_name
 from .transcript import list_digest, literal
 from .values import RunnerError
 

@@ -21,7 +21,7 @@ import torch
 from pte_devconst.schema import model as m
 
 from .delegates import DelegateArg, DelegateContext, DelegateExecutor, DelegateInitContext
-from .dtypes import dtype_name
+from pte_devconst.program.dtypes import dtype_name
 from .memory import host_bytes
 from .quantized import FUNCTIONAL as QUANTIZED_FUNCTIONS
 from .values import RunnerError

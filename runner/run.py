@@ -12,12 +12,12 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.errors import PteDevconstError
+from pte_devconst.util.errors import PteDevconstError
 
 from .copies import LOAD, CopyEvent, PhaseCopies
 from .delegates import OpaquePolicy
 from .devices import exact_float_math
-from .dtypes import dtype_name, torch_dtype
+from pte_devconst.program.dtypes import dtype_name, torch_dtype
 from .method import LoadedProgram
 from .profiling import ProfiledCopies, profile_call
 from .transcript import DelegateCallRecord

@@ -37,7 +37,7 @@ import torch
 
 from .delegates import DelegateArg
 from .digest import fetch_digests, tensor_digest
-from .dtypes import dtype_name
+from pte_devconst.program.dtypes import dtype_name
 
 
 @dataclass(frozen=True)

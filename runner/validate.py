@@ -49,13 +49,13 @@ from pte_devconst.program.effects import MethodEffects, list_items
 from pte_devconst.program.memory import layout_problems, storage_groups
 from pte_devconst.program.moves import moved_values
 from pte_devconst.program.regions import IntervalIndex, planned_region
-from pte_devconst.schema.errors import PteDevconstError
-from pte_devconst.schema.executorch import COPY_KERNELS
+from pte_devconst.util.errors import PteDevconstError
+from pte_devconst.program.executorch import COPY_KERNELS
 from pte_devconst.schema.pte_file import PteFile, open_pte
 
 from .copies import LOAD, Cause, CopyEvent, Direction
 from .delegates import OpaquePolicy
-from .dtypes import dtype_name
+from pte_devconst.program.dtypes import dtype_name
 from .profiling import ProfiledCopies
 from .run import RunResult, calls_from, load_torch_file, run_program, synthetic_inputs
 from .transcript import BoundaryDifference, Resident, compare_transcripts, replaced_origins, summarize

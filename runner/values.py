@@ -17,12 +17,12 @@ from typing import Any, Optional, Sequence
 import torch
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.errors import PteDevconstError
-from pte_devconst.schema.named_enum import NamedEnum
+from pte_devconst.util.errors import PteDevconstError
+from pte_devconst.util.named_enum import NamedEnum
 
 from .copies import CopyLedger
 from .devices import DeviceMap
-from .dtypes import dim_order_strides
+from pte_devconst.program.dtypes import dim_order_strides
 
 
 class RunnerError(PteDevconstError):

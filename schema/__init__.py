@@ -1,14 +1,14 @@
-"""The file formats: .fbs schemas, flatc-generated code, and the typed reader/writer of .pte and .ptd.
+"""The file formats: .fbs schemas, the code generated from them, and the typed reader/writer of .pte and .ptd.
 
-Everything else in pte-devconst stands on this package; the reader and writer
-depend on nothing but the standard library (``flatbuffers`` is needed only by the
-flatc-generated code in ``generated/``, which the tests use as their reference).
+Everything but ``util`` stands on this package; the reader and writer depend on
+nothing but the standard library (flatc's own code for the same ``.fbs``, the
+tests' reference, lives in ``tests/flatc_generated/`` with its ``flatbuffers``).
 The format is described once, in ``fbs/*.fbs``: ``regenerate.py`` generates the
 model's records, the decoder, the encoder and the table counter from it. Reading
 (``pte_file``, ``ptd_file``) never loads writing (``pte_writer``, ``ptd_writer``,
 ``encode``, ``atomic``); the byte ranges both use are in ``span``.
 Names are imported on first use,
-so ``import pte_devconst.schema.errors`` (which every command does) stays cheap.  This package imports no
+so importing one module of the package stays cheap.  This package imports no
 module inside a function: its modules are split so that what a command does not use is never imported.
 """
 

@@ -14,7 +14,7 @@ from typing import Callable, TypeVar
 
 from . import model as m
 from .flatbuf import FlatbufferError, FlatReader, Table, TableLimitError
-from .gc_pause import gc_paused
+from pte_devconst.util.gc_pause import gc_paused
 from .limits import MAX_TABLES, READ_MAX_TABLES
 from .generated.decoders import FLAT_TENSOR_IDENTIFIER, PROGRAM_IDENTIFIER, read_flat_tensor, read_program
 from .ptd_model import FlatTensor

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from . import model as m
 from .flatbuf_builder import Builder
-from .gc_pause import gc_paused
+from pte_devconst.util.gc_pause import gc_paused
 from .generated.encoders import FLAT_TENSOR_IDENTIFIER, PROGRAM_IDENTIFIER, write_flat_tensor, write_program
 from .ptd_model import FlatTensor
 

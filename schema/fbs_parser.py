@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 from typing import Optional, Union
 
-from .record import record
+from pte_devconst.util.record import record
 
 # Canonical scalar names and their ``struct`` format characters; flatc's sized aliases map onto them.
 SCALAR_FORMATS = {"bool": "?", "byte": "b", "ubyte": "B", "short": "h", "ushort": "H", "int": "i", "uint": "I",

@@ -11,8 +11,8 @@ from __future__ import annotations
 import struct
 from typing import Optional
 
-from .errors import FormatError
-from .record import record
+from pte_devconst.util.errors import FormatError
+from pte_devconst.util.record import record
 
 SEGMENT_ALIGNMENT = 128  # what the exporter and this writer use; the loader does not require it
 TENSOR_ALIGNMENT = 16

@@ -15,7 +15,7 @@ import os
 import stat
 from typing import Optional, TypeVar
 
-from .errors import FormatError
+from pte_devconst.util.errors import FormatError
 from .span import FileRange, Piece, Span
 
 F = TypeVar("F", bound="MappedFile")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Optional
 
-from .executorch import CPU, KNOWN_SCALAR_TYPES, Device, element_size
+from pte_devconst.program.executorch import CPU, KNOWN_SCALAR_TYPES, Device, element_size
 from .generated.enums import TensorDataLocation
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ import os
 from typing import Optional
 
 from .decode import decode_flat_tensor
-from .errors import FormatError
+from pte_devconst.util.errors import FormatError
 from .flatbuf import FlatbufferError
 from .header import PtdHeader, read_ptd_header
 from .mapped import MappedFile

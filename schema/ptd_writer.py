@@ -13,7 +13,7 @@ import os
 from typing import Optional, Sequence
 
 from . import model as m
-from .atomic import atomic_output, write_all
+from pte_devconst.util.atomic import atomic_output, write_all
 from .encode import encode_flat_tensor
 from .header import PTD_HEADER_PADDED, SEGMENT_ALIGNMENT, PtdHeader, align_up
 from .ptd_model import FlatTensor, PtdNamedData, TensorLayout

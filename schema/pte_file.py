@@ -16,7 +16,7 @@ from typing import Optional
 
 from . import model as m
 from .decode import decode_program_counted
-from .errors import FormatError
+from pte_devconst.util.errors import FormatError
 from .flatbuf import FlatbufferError
 from .header import MIN_PTE_SIZE, ExtendedHeader, read_pte_header
 from .limits import verifier_refusal

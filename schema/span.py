@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Union
 
-from .record import record
+from pte_devconst.util.record import record
 
 __all__ = ["Span", "FileRange", "ComputedPiece", "Piece", "piece_size"]
 

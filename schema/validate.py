@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from . import model as m
-from .errors import FormatError
-from .gc_pause import gc_paused
+from pte_devconst.util.errors import FormatError
+from pte_devconst.util.gc_pause import gc_paused
 
 MAX_TENSOR_BYTES = 1 << 62
 MAX_RANK = 16

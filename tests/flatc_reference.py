@@ -40,10 +40,12 @@ def camel(name: str) -> str:
 
 
 class FlatcReference:
-    """Encode and decode the records of one generated package with flatc's code from the same package."""
+    """Encode and decode the records of one generated package (``records``) with flatc's code (``package``)."""
 
-    def __init__(self, package: str = "pte_devconst.schema.generated", fbs_dir: Path = FBS_DIR) -> None:
+    def __init__(self, package: str = "flatc_generated", fbs_dir: Path = FBS_DIR,
+                 records: str = "pte_devconst.schema.generated") -> None:
         self.package = package
+        self.records = records
         self.schema: Schema = parse_schemas(fbs_dir, ROOT_SCHEMAS)
         self.names = Model(self.schema, RULES, methods_classes(METHODS_FILE))  # record and module names only
         self.tables = {t.name: t for t in self.schema.tables}
@@ -56,7 +58,7 @@ class FlatcReference:
         return importlib.import_module(f"{self.package}.{qualified}")
 
     def record_class(self, table: str) -> type:
-        module = importlib.import_module(f"{self.package}.{self.names.module(table)}")
+        module = importlib.import_module(f"{self.records}.{self.names.module(table)}")
         return getattr(module, self.names.record(table))
 
     def union_tag(self, union: str, member_record: Any) -> tuple[int, str]:

@@ -12,7 +12,7 @@ from cli_runner import invoke
 from pte_devconst.rewriter import rewrite as rewrite_module
 from pte_devconst.rewriter.plan import RewritePlan
 from pte_devconst.schema import model as m
-from pte_devconst.schema.atomic import TEMP_PREFIX
+from pte_devconst.util.atomic import TEMP_PREFIX
 from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile
 from pte_devconst.schema.pte_writer import SegmentContent

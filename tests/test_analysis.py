@@ -118,7 +118,7 @@ def test_inspect_shows_an_unreadable_target_device(tmp_path) -> None:
 
 
 def test_an_unreadable_target_device_is_one_rule_for_analysis_and_the_runner(tmp_path) -> None:
-    """One parser (schema/executorch.py): analysis keeps the constants on the host, the runner refuses, and both
+    """One parser (program/executorch.py): analysis keeps the constants on the host, the runner refuses, and both
     say the same thing about the spec."""
     from cli_runner import invoke
     from fuzz.mutate import assemble_pte

@@ -14,11 +14,11 @@ import pte_devconst
 from cli_runner import invoke_json
 from conftest import CASES, pte_path, ptd_path
 from pte_devconst import CheckReport, analyze, check, diff, rewrite, validate
-from pte_devconst.schema.jsonable import to_jsonable
+from pte_devconst.util.jsonable import to_jsonable
 from pte_devconst.rewriter.diff import ProgramDiff
 from pte_devconst.rewriter.inventory import ProgramSummary
 from pte_devconst.rewriter.rewrite import RewriteResult
-from pte_devconst.schema.errors import PteDevconstError
+from pte_devconst.util.errors import PteDevconstError
 
 API = ("analyze", "inspect", "rewrite", "diff", "check", "run", "validate")
 

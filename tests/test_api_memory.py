@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "names"))
 from make_names_fixture import Mixed, export_managers  # noqa: E402
 
 from pte_devconst import api  # noqa: E402
-from pte_devconst.schema.errors import PteDevconstError  # noqa: E402
+from pte_devconst.util.errors import PteDevconstError  # noqa: E402
 from pte_devconst.schema.pte_file import open_pte  # noqa: E402
 
 

@@ -19,7 +19,7 @@ from pte_devconst.runner.transcript import ArgRecord, DelegateCallRecord, Reside
 from pte_devconst.runner.validate import BOUNDARY_CHECK, moved_constants, validate
 from pte_devconst.schema import model as m
 from pte_devconst.program.dataflow import delegate_call_sites
-from pte_devconst.schema.errors import PteDevconstError
+from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.schema.pte_file import open_pte
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "models"

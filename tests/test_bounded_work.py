@@ -63,7 +63,7 @@ def test_aliasing_past_the_readers_bound_is_refused_in_one_line(tmp_path: Path) 
     reader made a record per reference: ``inspect`` ended in ``internal error: MemoryError`` after minutes."""
     path = aliased_values(pte_path("v_a_dtypes_copy"), tmp_path / "aliased.pte", 4_000_000)
     assert path.stat().st_size > 16_000_000
-    from pte_devconst.schema.errors import FormatError
+    from pte_devconst.util.errors import FormatError
 
     start = time.process_time()
     with pytest.raises(FormatError, match="more than 2,000,000 flatbuffer tables"):
@@ -286,7 +286,7 @@ def test_a_list_named_thousands_of_times_is_refused_with_the_figure(tmp_path: Pa
 
     from fuzz.structure import make_structure_case
     from pte_devconst import api
-    from pte_devconst.schema.errors import PteDevconstError
+    from pte_devconst.util.errors import PteDevconstError
 
     path = tmp_path / "lists.pte"
     path.write_bytes(make_structure_case(0, 290).data)

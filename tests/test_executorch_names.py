@@ -1,11 +1,11 @@
-"""ExecuTorch's names and small rules (schema/executorch.py) against what the real exporter and torch use."""
+"""ExecuTorch's names and small rules (program/executorch.py) against what the real exporter and torch use."""
 
 from __future__ import annotations
 
 import pytest
 
 from conftest import CASES, pte_path
-from pte_devconst.schema import executorch as et
+from pte_devconst.program import executorch as et
 from pte_devconst.schema.pte_file import open_pte
 
 
@@ -35,8 +35,8 @@ def test_scalar_type_table_agrees_with_torch() -> None:
 
 def test_runner_dtypes_derive_from_the_table() -> None:
     torch = pytest.importorskip("torch")
-    from pte_devconst.runner.dtypes import scalar_type, torch_dtype
-    from pte_devconst.schema.errors import UnsupportedProgramError
+    from pte_devconst.program.dtypes import scalar_type, torch_dtype
+    from pte_devconst.util.errors import UnsupportedProgramError
 
     assert torch_dtype(et.ScalarType.FLOAT) is torch.float32 and scalar_type(torch.bfloat16) == et.ScalarType.BFLOAT16
     with pytest.raises(UnsupportedProgramError, match="scalar type qint8"):
@@ -69,7 +69,7 @@ def test_closed_sets_print_and_serialize_as_their_values() -> None:
     """Reports read as before the enums: str(), f-strings, json.dumps and the CLI's JSON give the value."""
     import json
 
-    from pte_devconst.schema.jsonable import to_jsonable
+    from pte_devconst.util.jsonable import to_jsonable
     from pte_devconst.rewriter.analysis import MethodStyle, ReaderKind
     from pte_devconst.rewriter.diff import DataComparison
 

@@ -22,7 +22,7 @@ from pte_devconst.rewriter.fold import FOLD_KERNELS, Tracer, recipe_of
 from pte_devconst.rewriter.fold_compute import SourceBytes, fold_bytes
 from pte_devconst.rewriter.plan import RewriteOptions
 from pte_devconst.rewriter.rewrite import rewrite_file
-from pte_devconst.runner.dtypes import torch_dtype
+from pte_devconst.program.dtypes import torch_dtype
 from pte_devconst.schema import model as m
 from pte_devconst.schema.pte_file import open_pte
 

@@ -10,7 +10,7 @@ from conftest import pte_path
 from pte_devconst.rewriter.analysis import analyze_program
 from pte_devconst.schema.decode import decode_program
 from pte_devconst.schema.encode import encode_program
-from pte_devconst.schema.gc_pause import gc_paused
+from pte_devconst.util.gc_pause import gc_paused
 from pte_devconst.schema.pte_file import open_pte
 from pte_devconst.schema.validate import check_program
 

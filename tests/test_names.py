@@ -25,8 +25,8 @@ from test_no_torch import PROBE
 
 from pte_devconst import api
 from pte_devconst.rewriter.names import ProgramNames, match_names, named_program
-from pte_devconst.schema.etrecord import RecordedConstant, RecordedMethod, read_etrecord
-from pte_devconst.schema.errors import PteDevconstError
+from pte_devconst.program.etrecord import RecordedConstant, RecordedMethod, read_etrecord
+from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.schema.pte_file import open_pte
 
 HERE = Path(__file__).parent / "fixtures" / "names"
@@ -219,7 +219,7 @@ def test_the_json_names_validate() -> None:
 
 
 def test_methods_are_found_by_entry_name(tmp_path: Path) -> None:
-    from pte_devconst.schema.etrecord import _method_names
+    from pte_devconst.program.etrecord import _method_names
 
     members = ["ETRECORD_V0", "edge_dialect_exported_program/forward", "edge_dialect_exported_program/forward_state_dict",
                "edge_dialect_exported_program/decode", "edge_dialect_exported_program/decode_constants",

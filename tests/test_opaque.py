@@ -15,7 +15,7 @@ from pte_devconst.runner import Cause, Direction, run_program
 from pte_devconst.runner.delegates import OpaquePolicy
 from pte_devconst.runner.digest import fetch_digests, fill_standin, mix, tensor_digest
 from pte_devconst.runner.validate import validate
-from pte_devconst.schema.errors import PteDevconstError
+from pte_devconst.util.errors import PteDevconstError
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "models"
 MASK = (1 << 64) - 1

@@ -18,7 +18,7 @@ import pytest
 
 from cli_runner import invoke
 from conftest import CORPUS
-from pte_devconst.schema.atomic import TEMP_PREFIX
+from pte_devconst.util.atomic import TEMP_PREFIX
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
@@ -85,7 +85,7 @@ def test_an_output_that_is_not_a_regular_file_is_refused(kind: str, described: s
 
 
 def test_the_library_writer_refuses_a_non_regular_destination(tmp_path: Path) -> None:
-    from pte_devconst.schema.errors import OutputError
+    from pte_devconst.util.errors import OutputError
     from pte_devconst.schema.pte_file import open_pte
     from pte_devconst.schema.pte_writer import unchanged_segments, write_pte
     fifo = tmp_path / "fifo"

@@ -17,7 +17,7 @@ from conftest import pte_path
 
 WRITERS = ("pte_devconst.schema.pte_writer", "pte_devconst.schema.ptd_writer", "pte_devconst.schema.encode",
            "pte_devconst.schema.generated.encoders", "pte_devconst.schema.flatbuf_builder",
-           "pte_devconst.schema.atomic", "pte_devconst.rewriter.apply", "pte_devconst.rewriter.rewrite")
+           "pte_devconst.util.atomic", "pte_devconst.rewriter.apply", "pte_devconst.rewriter.rewrite")
 
 PROBE = """
 import sys
@@ -54,7 +54,7 @@ def test_the_probe_sees_a_writer(tmp_path: Path) -> None:
     """The same probe on ``rewrite`` lists the writer modules, so an empty list above means none was loaded."""
     loaded = _writers_loaded(PROBE.format(writers=WRITERS), "rewrite", str(pte_path("v_a_dtypes_copy")),
                              "-o", str(tmp_path / "out.pte"))
-    assert {"pte_devconst.schema.pte_writer", "pte_devconst.schema.encode", "pte_devconst.schema.atomic"} <= set(loaded)
+    assert {"pte_devconst.schema.pte_writer", "pte_devconst.schema.encode", "pte_devconst.util.atomic"} <= set(loaded)
 
 
 def test_the_readers_import_no_writer() -> None:

@@ -10,7 +10,7 @@ from dataclasses import FrozenInstanceError, field
 import pytest
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.record import record
+from pte_devconst.util.record import record
 
 
 @record

@@ -37,16 +37,21 @@ def test_committed_code_is_what_regenerate_writes() -> None:
 def test_check_names_every_stale_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                       capsys: pytest.CaptureFixture[str]) -> None:
     """A changed, a missing and an extra file each make --check fail, by name."""
-    stale = tmp_path / "generated"
+    stale, stale_flatc = tmp_path / "generated", tmp_path / "flatc_generated"
     shutil.copytree(regenerate.GENERATED_DIR, stale, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(regenerate.FLATC_DIR, stale_flatc, ignore=shutil.ignore_patterns("__pycache__"))
     with (stale / "program_model.py").open("a") as changed:
         changed.write("# edited by hand\n")
     (stale / "encoders.py").unlink()
-    (stale / "executorch_flatbuffer" / "Extra.py").write_text("")
-    assert regenerate.check(stale) == ["encoders.py", "executorch_flatbuffer/Extra.py", "program_model.py"]
+    (stale_flatc / "executorch_flatbuffer" / "Extra.py").write_text("")
+    assert regenerate.check(stale, flatc_committed=stale_flatc) == [
+        "encoders.py", "flatc/executorch_flatbuffer/Extra.py", "program_model.py"]
     monkeypatch.setattr(regenerate, "GENERATED_DIR", stale)
+    monkeypatch.setattr(regenerate, "FLATC_DIR", stale_flatc)
     assert regenerate.main(["--check"]) == 1
-    assert "stale generated file: schema/generated/program_model.py" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "stale generated file: schema/generated/program_model.py" in err
+    assert "stale generated file: tests/flatc_generated/executorch_flatbuffer/Extra.py" in err
 
 
 def _shape(schema: Any) -> dict[str, Any]:
@@ -181,7 +186,7 @@ def test_a_new_field_takes_one_edit_to_the_fbs(extended: tuple[Path, ModuleType,
     data = encode(changed)
     again, tables = decode(data)
     assert again == changed and {t.pte_devconst_test_field for t in _tensors(again)} == {42}
-    reference = flatc_reference.FlatcReference("extended_schema", fbs)
+    reference = flatc_reference.FlatcReference("extended_schema", fbs, records="extended_schema")
     assert reference.encode(changed, "Program") == data
     assert flatc_reference.first_difference(reference.decode(data, "Program"), changed) is None
     # ... the table counter agrees with the decoder's count, and the old decoder still reads the file.

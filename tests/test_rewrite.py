@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from conftest import CASES, CORPUS, CPU_CASES, facts, ptd_path, pte_path
-from pte_devconst.schema.executorch import H2D_COPY
+from pte_devconst.program.executorch import H2D_COPY
 from pte_devconst.rewriter.plan import RewriteOptions
 from pte_devconst.rewriter.rewrite import rewrite_file
 from pte_devconst.schema import model as m
-from pte_devconst.schema.errors import UnsupportedProgramError
+from pte_devconst.util.errors import UnsupportedProgramError
 from pte_devconst.schema.model import Device
 from pte_devconst.schema.pte_file import open_pte
 from pte_devconst.schema.pte_writer import unchanged_segments, write_pte

@@ -31,7 +31,7 @@ from pte_devconst.rewriter.analysis import analyze_program
 from pte_devconst.rewriter.plan import RewriteOptions
 from pte_devconst.rewriter.rewrite import rewrite_file
 from pte_devconst.schema import model as m
-from pte_devconst.schema.errors import UnsupportedProgramError
+from pte_devconst.util.errors import UnsupportedProgramError
 from pte_devconst.schema.pte_file import PteFile, open_pte
 
 try:

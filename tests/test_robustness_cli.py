@@ -19,7 +19,7 @@ from typer.testing import CliRunner, Result
 
 from conftest import CASES, CORPUS
 from pte_devconst.cli.app import app
-from pte_devconst.schema.atomic import TEMP_PREFIX
+from pte_devconst.util.atomic import TEMP_PREFIX
 from pte_devconst.schema.pte_file import open_pte
 
 MAIN = "from pte_devconst.cli.app import main; main()"

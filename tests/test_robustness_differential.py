@@ -79,7 +79,7 @@ def test_a_list_as_a_method_output_is_refused_as_the_runtime_refuses_it(tmp_path
     a constant in a TensorList that is an output)."""
     from cli_runner import invoke
     from pte_devconst.runner.validate import validate
-    from pte_devconst.schema.errors import PteDevconstError
+    from pte_devconst.util.errors import PteDevconstError
 
     def edit(program: m.Program) -> m.Program:
         plan = _plan(program)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.errors import FormatError
+from pte_devconst.util.errors import FormatError
 from pte_devconst.schema.ptd_file import PtdFile, open_ptd
 from pte_devconst.schema.ptd_model import TensorLayout
 from pte_devconst.schema.ptd_writer import write_ptd

@@ -31,8 +31,8 @@ from typing import Any, Iterator, Optional
 import pytest
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.atomic import TEMP_PREFIX
-from pte_devconst.schema.errors import OutputError
+from pte_devconst.util.atomic import TEMP_PREFIX
+from pte_devconst.util.errors import OutputError
 from pte_devconst.schema.header import align_up
 from pte_devconst.schema.ptd_writer import write_ptd
 from pte_devconst.schema.pte_file import open_pte
@@ -371,8 +371,8 @@ def test_replacing_keeps_the_destination_permissions(tmp_path: Path) -> None:
 
 
 def test_a_failed_check_names_the_destination_not_the_temporary_file(tmp_path: Path) -> None:
-    from pte_devconst.schema.atomic import atomic_output
-    from pte_devconst.schema.errors import FormatError
+    from pte_devconst.util.atomic import atomic_output
+    from pte_devconst.util.errors import FormatError
 
     def check(temp: str) -> None:
         raise FormatError("bad thing", file=temp, where="forward.values[3]")
@@ -517,8 +517,8 @@ def test_no_fsync_writes_the_same_bytes_without_waiting_for_the_disk(tmp_path: P
 
 def test_no_fsync_is_still_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Without fsync a failed self-check still leaves the old destination and no temporary file."""
-    from pte_devconst.schema.atomic import atomic_output
-    from pte_devconst.schema.errors import FormatError
+    from pte_devconst.util.atomic import atomic_output
+    from pte_devconst.util.errors import FormatError
 
     dest = tmp_path / "out.pte"
     dest.write_bytes(b"old")

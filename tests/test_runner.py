@@ -12,10 +12,10 @@ from conftest import CASES, CPU_CASES, facts, pte_path, ptd_path
 from et_oracle import run_with_executorch
 from pte_devconst.runner import Cause, DelegateExecutor, Direction, LoadedProgram, RunnerError, run_program
 from pte_devconst.runner import delegates as delegate_registry
-from pte_devconst.runner.dtypes import dim_order_strides
+from pte_devconst.program.dtypes import dim_order_strides
 from pte_devconst.runner.profiling import memcpy_totals
 from pte_devconst.schema import model as m
-from pte_devconst.schema.errors import PteDevconstError
+from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.schema.pte_file import open_pte
 from pte_devconst.schema.pte_writer import unchanged_segments, write_pte
 

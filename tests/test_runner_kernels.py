@@ -62,7 +62,7 @@ class Values:
 
 
 def _strides(sizes: Sequence[int], dim_order: Sequence[int]) -> tuple[int, ...]:
-    from pte_devconst.runner.dtypes import dim_order_strides
+    from pte_devconst.program.dtypes import dim_order_strides
 
     return dim_order_strides(tuple(sizes), tuple(dim_order))
 

@@ -23,7 +23,7 @@ from cli_runner import invoke, invoke_json
 from conftest import CASES, CORPUS, pte_path
 from pte_devconst.schema import model as m
 from pte_devconst.schema.decode import decode_program_counted
-from pte_devconst.schema.errors import FormatError
+from pte_devconst.util.errors import FormatError
 from pte_devconst.schema.header import align_up
 from pte_devconst.schema.ptd_file import PtdFile, open_ptd
 from pte_devconst.schema.ptd_model import PtdNamedData
@@ -128,7 +128,7 @@ def test_entries_no_tensor_uses_are_not_checked(tmp_path: Path) -> None:
     # Nothing can be appended to an initial-data list whose segment does not exist: refused, not crashed.
     from pte_devconst.rewriter.plan import RewriteOptions
     from pte_devconst.rewriter.rewrite import rewrite_file
-    from pte_devconst.schema.errors import UnsupportedProgramError
+    from pte_devconst.util.errors import UnsupportedProgramError
 
     with pytest.raises(UnsupportedProgramError, match="names segment 7, which does not exist"):
         rewrite_file(path, tmp_path / "out.pte", options=RewriteOptions(host_placement=True))

@@ -15,7 +15,7 @@ import pytest
 import flatc_reference
 from conftest import CASES, CORPUS, CPU_CASES, EXAMPLES, FIXTURES, facts, ptd_path, pte_path, shipped
 from pte_devconst.schema import model as m
-from pte_devconst.schema.errors import FormatError
+from pte_devconst.util.errors import FormatError
 from pte_devconst.schema.ptd_file import PtdFile, open_ptd
 from pte_devconst.schema.ptd_writer import write_ptd
 from pte_devconst.schema.pte_file import PteFile, open_pte

@@ -29,7 +29,7 @@ from pte_devconst.rewriter.rewrite import plan_file, rewrite_file
 from pte_devconst.rewriter.verify import RewriteCheckError
 from pte_devconst.schema import limits
 from pte_devconst.schema import model as m
-from pte_devconst.schema.errors import InternalError, PteDevconstError, UnsupportedProgramError
+from pte_devconst.util.errors import InternalError, PteDevconstError, UnsupportedProgramError
 from pte_devconst.schema.model import Device
 from pte_devconst.schema.ptd_model import PtdNamedData, TensorLayout
 from pte_devconst.schema.ptd_file import PtdFile
@@ -458,7 +458,7 @@ def test_an_identity_copy_is_checked_too(monkeypatch: pytest.MonkeyPatch, tmp_pa
 
 def test_verify_option_is_checked_in_the_api(tmp_path: Path) -> None:
     from pte_devconst import api
-    from pte_devconst.schema.errors import PteDevconstError
+    from pte_devconst.util.errors import PteDevconstError
     with pytest.raises(PteDevconstError, match="verify must be one of sampled, full"):
         api.rewrite(pte_path("v_a_dtypes_copy"), tmp_path / "out.pte", verify="every")
     api.rewrite(pte_path("v_a_dtypes_copy"), tmp_path / "out.pte", verify="full")

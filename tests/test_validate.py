@@ -15,7 +15,7 @@ from pte_devconst.rewriter import rewrite_file
 from pte_devconst.runner.copies import LOAD, Cause, CopyEvent, Direction, PhaseCopies
 from pte_devconst.runner.run import CallResult, RunResult
 from pte_devconst.runner.validate import MovedConstant, _check_method, _outputs_equal, moved_constants, validate
-from pte_devconst.schema.errors import PteDevconstError
+from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.schema.pte_file import open_pte
 
 CORPUS = pte_path(CASES[0]).parent

@@ -1,1 +1,1 @@
-"""Code generated from schema/fbs by schema/regenerate.py: ours (*.py) and flatc's (the reference)."""
+"""Code generated from schema/fbs by schema/regenerate.py: the model, its decoder, encoder and counts."""

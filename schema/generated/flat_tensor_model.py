@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Optional
 
 from pte_devconst.schema.model_methods import TensorLayoutMethods
-from pte_devconst.schema.record import record
+from pte_devconst.util.record import record
 from .enums import ScalarType
 from .program_model import DataSegment
 

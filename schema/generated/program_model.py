@@ -10,7 +10,7 @@ from typing import Optional, Union
 from pte_devconst.schema.model_methods import (
     BackendDelegateMethods, ExecutionPlanMethods, OperatorMethods, ProgramMethods, TensorMethods,
 )
-from pte_devconst.schema.record import record
+from pte_devconst.util.record import record
 from .enums import DataLocation, DeviceType, ScalarType, TensorDataLocation, TensorShapeDynamism
 
 __all__ = ['AllocationDetails', 'BackendDelegate', 'BackendDelegateDataReference', 'BackendDelegateInlineData', 'Bool', 'BoolList', 'Buffer', 'Chain', 'CompileSpec', 'ContainerMetadata', 'DataSegment', 'DelegateCall', 'Double', 'DoubleList', 'EValue', 'ExecutionPlan', 'ExtraTensorInfo', 'Frame', 'FrameList', 'FreeCall', 'Instruction', 'Int', 'IntList', 'JumpFalseCall', 'KernelCall', 'MoveCall', 'NamedData', 'NonConstBufferDevice', 'Null', 'Operator', 'OptionalTensorList', 'Program', 'String', 'SubsegmentOffsets', 'Tensor', 'TensorList']

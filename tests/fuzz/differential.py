@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pte_devconst.schema import model as m
-from pte_devconst.schema.errors import PteDevconstError
+from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.schema.pte_file import PteFile
 
 from .harness import CaseTimeout, Outcome, bound_for, time_bound

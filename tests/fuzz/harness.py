@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator, Optional
 
-from pte_devconst.schema.errors import PteDevconstError
+from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile
 from pte_devconst.schema import model as m

@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.decode import decode_flat_tensor, decode_program
-from pte_devconst.schema.executorch import H2D_COPY
+from pte_devconst.program.executorch import H2D_COPY
 from pte_devconst.schema.flatbuf import I32, I64
 from pte_devconst.schema.limits import MAX_TABLES, count_tables
 from pte_devconst.schema.ptd_model import FlatTensor

@@ -25,7 +25,7 @@ import zipfile
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Optional
 
-from .errors import PteDevconstError
+from pte_devconst.util.errors import PteDevconstError
 
 IDENTIFIER = "ETRECORD_V0"
 EDGE_PREFIX = "edge_dialect_exported_program"

@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING, Mapping, Optional
 
-from .generated.enums import DeviceType, ScalarType
-from .record import record
+from pte_devconst.schema.generated.enums import DeviceType, ScalarType
+from pte_devconst.util.record import record
 
 if TYPE_CHECKING:
-    from .generated.program_model import BackendDelegate, Program
+    from pte_devconst.schema.generated.program_model import BackendDelegate, Program
 
 __all__ = ["H2D_COPY", "D2H_COPY", "COPY_KERNELS", "TO_DIM_ORDER_COPY", "CLONE_DIM_ORDER", "EMPTY_DIM_ORDER",
            "PRIM_PREFIX", "ET_COPY_INDEX", "TARGET_DEVICE_KEY", "Device", "CPU", "UnreadableTargetDevice",

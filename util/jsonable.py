@@ -13,7 +13,7 @@ import enum
 from typing import Any
 
 from pte_devconst.schema.model import Device
-from pte_devconst.schema.named_enum import NamedEnum
+from pte_devconst.util.named_enum import NamedEnum
 
 
 def to_jsonable(obj: Any) -> Any:

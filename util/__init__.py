@@ -1,0 +1,1 @@
+"""Small utilities every layer may use: errors, immutable records, atomic writes, environment switches."""
