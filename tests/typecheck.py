@@ -1,0 +1,48 @@
+"""Run mypy on the installed layout of the package: ``python tests/typecheck.py [mypy options]``.
+
+The source folders (``schema/``, ``rewriter/``, ...) install as ``pte_devconst.schema`` and so on (pyproject's
+package-dir), a layout mypy cannot see from the checkout. This builds it from symbolic links in a temporary
+folder and runs mypy on ``pte_devconst`` there, with the options of ``[tool.mypy]`` in pyproject.toml;
+messages name the files of the checkout. ``tests/test_lint.py`` runs it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SUBPACKAGES = ("util", "schema", "program", "rewriter", "runner", "cli")
+
+
+def link_farm(into: Path) -> Path:
+    """``into/pte_devconst``: the top package's files, each source folder linked in as its subpackage."""
+    package = into / "pte_devconst"
+    package.mkdir()
+    for entry in (ROOT / "pte_devconst").iterdir():
+        if entry.suffix == ".py":
+            (package / entry.name).symlink_to(entry)
+    for folder in SUBPACKAGES:
+        (package / folder).symlink_to(ROOT / folder, target_is_directory=True)
+    return package
+
+
+def main(argv: list[str]) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        link_farm(Path(tmp))
+        env = {**os.environ, "MYPYPATH": tmp}
+        done = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
+                               "--cache-dir", str(ROOT / ".mypy_cache"), "-p", "pte_devconst", *argv],
+                              cwd=tmp, env=env, capture_output=True, text=True)
+        # Report the checkout's paths, not the link farm's.
+        out = done.stdout.replace("pte_devconst/", "").replace(f"{tmp}/", "")
+        sys.stdout.write(out)
+        sys.stderr.write(done.stderr)
+        return done.returncode
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
