@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Optional, Sequence
 
 
-def main() -> None:
-    source, destination = sys.argv[1], sys.argv[2]
+def roundtrip(source: str, destination: str) -> dict[str, float]:
+    """ExecuTorch's round trip of ``source`` into ``destination``; in-process seconds of each step and the total."""
     from executorch.exir._serialize._program import deserialize_pte_binary, serialize_pte_binary
 
     t0 = time.perf_counter()
@@ -27,9 +28,17 @@ def main() -> None:
     with open(destination, "wb") as handle:
         cord.write_to_file(handle) if hasattr(cord, "write_to_file") else handle.write(bytes(cord))
     t4 = time.perf_counter()
-    print(json.dumps({"read": t1 - t0, "deserialize": t2 - t1, "serialize": t3 - t2, "write": t4 - t3,
-                      "total": t4 - t0}))
+    return {"read": t1 - t0, "deserialize": t2 - t1, "serialize": t3 - t2, "write": t4 - t3, "total": t4 - t0}
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2:
+        print("usage: python -m bench.et_roundtrip IN OUT", file=sys.stderr)
+        return 2
+    print(json.dumps(roundtrip(args[0], args[1])))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -8,19 +8,30 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Optional, Sequence
 
 
-def main() -> None:
+def roundtrip(source: str, destination: str) -> dict[str, float]:
+    """Decode ``source`` and write it again to ``destination``; in-process seconds of open, write and total."""
     from pte_devconst.schema.pte_file import open_pte
     from pte_devconst.schema.pte_writer import unchanged_segments, write_pte
 
     t0 = time.perf_counter()
-    with open_pte(sys.argv[1]) as source:
+    with open_pte(source) as pte:
         t1 = time.perf_counter()
-        write_pte(sys.argv[2], source.program, unchanged_segments(source))
+        write_pte(destination, pte.program, unchanged_segments(pte))
     t2 = time.perf_counter()
-    print(json.dumps({"open": t1 - t0, "write": t2 - t1, "total": t2 - t0}))
+    return {"open": t1 - t0, "write": t2 - t1, "total": t2 - t0}
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2:
+        print("usage: python -m bench.roundtrip IN OUT", file=sys.stderr)
+        return 2
+    print(json.dumps(roundtrip(args[0], args[1])))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 
 def measure(paths: Sequence[str], rounds: int) -> dict[str, Any]:
+    """Per path: seconds of open, analyze, plan and total (``rounds`` after a dropped one), counts, device memory."""
     from pte_devconst.rewriter.analysis import analyze_program
     from pte_devconst.rewriter.plan import RewriteOptions, make_plan
     from pte_devconst.schema.pte_file import open_pte
@@ -41,7 +42,15 @@ def measure(paths: Sequence[str], rounds: int) -> dict[str, Any]:
     return out
 
 
-if __name__ == "__main__":
-    args = sys.argv[1:]
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
     rounds = int(args.pop(0)) if args and args[0].isdigit() else 3
+    if not args:
+        print("usage: python -m bench.seed [ROUNDS] PATH...", file=sys.stderr)
+        return 2
     print(json.dumps(measure(args, rounds)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

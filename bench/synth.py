@@ -214,9 +214,9 @@ def seed_program(n_constants: int, style: str = "copy", rows: int = 4, seed: int
     return program, [data, SegmentContent.of(b"demo delegate blob")]
 
 
-def write_seed_program(path: str, n_constants: int, style: str = "copy") -> None:
-    """Write ``seed_program(n_constants, style)`` to ``path``."""
-    program, contents = seed_program(n_constants, style)
+def write_seed_program(path: str, n_constants: int, style: str = "copy", rows: int = 4) -> None:
+    """Write ``seed_program(n_constants, style, rows)`` to ``path``."""
+    program, contents = seed_program(n_constants, style, rows)
     write_pte(path, program, contents)
 
 

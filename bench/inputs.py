@@ -1,0 +1,137 @@
+"""The benchmark's input programs: where they are, and building them once.
+
+``Inputs.cached()`` names the real inputs under bench/cache/ (git-ignored), which ``prepare`` builds on first
+use: the 1 GiB program with the real ExecuTorch 1.5.1 exporter (bench/export_big.py), its 4 MiB and 4 GiB
+variants and the analysis and seed programs with this project's writer (bench/synth.py), and the runner's
+big examples (examples/export_examples.py --big).  ``Inputs.tiny(folder)`` builds the same roles at a few
+KiB in seconds, without torch, so that tests/test_bench_smoke.py can run every section.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.common import HERE, PY, ROOT, child_module
+
+CACHE = HERE / "cache"
+FIXTURES = ROOT / "tests" / "fixtures"
+SEED_KEYS = ("copy 10k", "copy 100k", "legacy 10k", "legacy 100k")
+
+
+@dataclass(frozen=True)
+class RunnerExample:
+    """A program the runner section validates, with its inputs and expected outputs (torch .pt files)."""
+
+    pte: Path
+    inputs: Path
+    expected: Path
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Every input file a section reads, and the folder its outputs go to (deleted after the run)."""
+
+    big_1g: Path  # the exported program (section 1, 3, 8)
+    big_4g: Path  # the same program, 2048-row tensors (sections 1, 2)
+    big_4m: Path  # the same program, 2-row tensors (section 2)
+    big_t: Path  # transposed weights for --fold (section 7)
+    fold_tiny: Path  # 1.5 KiB of folds (section 7's fixed cost of torch)
+    analysis: dict[str, Path]  # "10k", "100k" (section 4)
+    seed: dict[str, Path]  # SEED_KEYS (section 8)
+    runner: dict[str, RunnerExample]  # "copy", "legacy" (section 6)
+    corpus_small: Path  # section 5's input
+    corpus_other: Path  # section 5's diff partner
+    out: Path
+    startup_warmups: int = 2  # untimed runs of every start-up command first (.pyc files, page cache)
+
+    @classmethod
+    def cached(cls) -> Inputs:
+        """The real inputs, under bench/cache/ (``prepare`` builds what is missing)."""
+        examples = CACHE / "examples"
+        return cls(
+            big_1g=CACHE / "big_1g.pte", big_4g=CACHE / "big_4g.pte", big_4m=CACHE / "big_4m.pte",
+            big_t=CACHE / "big_transposed_1g.pte", fold_tiny=FIXTURES / "fold" / "steps_copy.pte",
+            analysis={"10k": CACHE / "analysis_10k.pte", "100k": CACHE / "analysis_100k.pte"},
+            seed={key: CACHE / f"seed_{key.split()[0]}_{key.split()[1]}.pte" for key in SEED_KEYS},
+            runner={style: RunnerExample(examples / f"mlp_big_{style}.pte", examples / f"mlp_big_{style}.inputs.pt",
+                                         examples / f"mlp_big_{style}.expected.pt") for style in ("copy", "legacy")},
+            corpus_small=FIXTURES / "corpus" / "v_a_dtypes_copy.pte",
+            corpus_other=FIXTURES / "corpus" / "v_b_dtypes_legacy.pte",
+            out=CACHE / "out")
+
+    @classmethod
+    def tiny(cls, folder: Path) -> Inputs:
+        """Every role at a few KiB, written now into ``folder`` by this project's writer (no torch, seconds).
+
+        The exported program's stand-in is the seed's shape (bench/synth.py ``seed_program``): one first
+        dimension for every tensor, as ``scaled_copy`` needs, and eligible constants like the export's.
+        The runner's examples are committed fold fixtures with their inputs and expected outputs.
+        """
+        from bench.synth import scaled_copy, write_analysis_program, write_seed_program
+
+        folder.mkdir(parents=True, exist_ok=True)
+        big = folder / "big.pte"
+        write_seed_program(str(big), 32, "copy", rows=8)
+        scaled_copy(str(big), str(folder / "big_4g.pte"), 32)
+        scaled_copy(str(big), str(folder / "big_4m.pte"), 2)
+        analysis = {"10k": folder / "analysis_10k.pte", "100k": folder / "analysis_100k.pte"}
+        for key, n in (("10k", 200), ("100k", 1000)):
+            write_analysis_program(str(analysis[key]), n)
+        seed = {}
+        for key in SEED_KEYS:
+            style, size = key.split()
+            seed[key] = folder / f"seed_{style}_{size}.pte"
+            write_seed_program(str(seed[key]), 20 if size == "10k" else 200, style)
+        fold = FIXTURES / "fold"
+        return cls(
+            big_1g=big, big_4g=folder / "big_4g.pte", big_4m=folder / "big_4m.pte",
+            big_t=fold / "steps_copy.pte", fold_tiny=fold / "steps_copy.pte", analysis=analysis, seed=seed,
+            runner={style: RunnerExample(fold / f"steps_{style}.pte", fold / f"steps_{style}.inputs.pt",
+                                         fold / f"steps_{style}.expected.pt") for style in ("copy", "legacy")},
+            corpus_small=FIXTURES / "corpus" / "v_a_dtypes_copy.pte",
+            corpus_other=FIXTURES / "corpus" / "v_b_dtypes_legacy.pte",
+            out=folder / "out", startup_warmups=0)
+
+
+def _export_big(path: Path, *extra: str) -> None:
+    subprocess.run(child_module("bench.export_big", str(path), *extra), check=True, cwd=ROOT)
+
+
+def prepare(inputs: Inputs, sections: set[str]) -> None:
+    """Build the cached inputs the chosen ``sections`` need and are missing, and byte-compile the package."""
+    from bench.synth import scaled_copy, write_analysis_program, write_seed_program
+
+    CACHE.mkdir(exist_ok=True)
+    inputs.out.mkdir(exist_ok=True)
+    # Byte-compile the package as `pip install` does, so that no measured start-up includes compiling a
+    # module (an editable install compiles on first import, or on every import if PYTHONDONTWRITEBYTECODE
+    # is set, as it is on these machines).
+    subprocess.run([PY, "-m", "compileall", "-q", *(str(ROOT / d) for d in ("schema", "program", "rewriter", "cli",
+                                                                              "runner", "pte_devconst"))], check=True)
+    if not inputs.big_1g.exists() and sections & {"rewrite", "dryrun", "executorch", "seed"}:
+        print("exporting the 1 GiB program with ExecuTorch 1.5.1 (about 1.5 minutes, 2.5 GB RAM)...", flush=True)
+        _export_big(inputs.big_1g)
+    if not inputs.big_4g.exists() and sections & {"rewrite", "dryrun"}:
+        print("writing the 4 GiB variant...", flush=True)
+        scaled_copy(str(inputs.big_1g), str(inputs.big_4g), 2048)
+    if not inputs.big_4m.exists() and "dryrun" in sections:
+        scaled_copy(str(inputs.big_1g), str(inputs.big_4m), 2)
+    if not inputs.big_t.exists() and "fold" in sections:
+        print("exporting the 1 GiB transposed-weights program with ExecuTorch 1.5.1 (about 1 minute)...", flush=True)
+        _export_big(inputs.big_t, "--transposed")
+    if "analysis" in sections:
+        for key, n in (("10k", 10_000), ("100k", 100_000)):
+            if not inputs.analysis[key].exists():
+                write_analysis_program(str(inputs.analysis[key]), n)
+    if "seed" in sections:
+        for key, path in inputs.seed.items():
+            if not path.exists():
+                style, size = key.split()
+                write_seed_program(str(path), int(size[:-1]) * 1000, style)
+    if "runner" in sections and not inputs.runner["copy"].pte.exists():
+        print("exporting the runner's big examples (about 1 minute)...", flush=True)
+        subprocess.run([PY, str(ROOT / "examples" / "export_examples.py"), "--big", "--only", "mlp_big_copy",
+                        "--only", "mlp_big_legacy", "--out", str(inputs.runner["copy"].pte.parent)],
+                       check=True, cwd=ROOT)
