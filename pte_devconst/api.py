@@ -336,7 +336,12 @@ def diff(before: ProgramLike, after: ProgramLike, *, etrecord: Optional[NamesLik
             from pte_devconst.rewriter.names import named_program
 
             b.program = named_program(b.program, names)
-        return diff_files(a, b, progress)
+        found = diff_files(a, b, progress)
+        if names is not None and names.notes:
+            from dataclasses import replace
+
+            found = replace(found, notes=tuple(names.notes))
+        return found
 
 
 def run(pte: ProgramLike, *, ptd: Optional[PathLike] = None, method: Optional[str] = None,
@@ -419,6 +424,7 @@ def validate(original: ProgramLike, rewritten: ProgramLike, *, ptd: Optional[Pat
                           opaque_delegates=opaque_delegates, progress=progress, output_names=output_names)
     if found is not None:
         _name_moved(result, found)
+        result.warnings.extend(note for note in found[0].notes if note not in result.warnings)
     return result
 
 

@@ -197,6 +197,7 @@ class ProgramDiff:
     device_bytes_after: int = 0
     constants_moved: int = 0  # constants of the first the second plans with initial data (program/moves.py)
     flows: tuple[MethodFlows, ...] = ()  # the first program's per-call copies, and which the second removed
+    notes: tuple[str, ...] = ()  # what the names say of themselves (--etrecord of another program)
 
     @property
     def identical(self) -> bool:
