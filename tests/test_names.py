@@ -12,6 +12,7 @@ import io
 import json
 import pickle
 import re
+import struct
 import subprocess
 import sys
 import zipfile
@@ -333,6 +334,11 @@ def test_inputs_and_outputs_are_named_as_the_user_wrote_them(user_names) -> None
     assert [(n, d, s) for _, n, d, s in inputs] == [("tokens", "int64", [1, 4]), ("temperature", "float32", [])]
     assert [n for _, n, _, _ in outputs] == keys
     assert document["names"]["named_inputs"] == 2 and document["names"]["named_outputs"] == 2
+    # The mutated buffer starts from its initial data (3.0): named in the table of planned initial data.
+    (steps,) = document["file"]["methods"][0]["initial_data"]
+    with open_pte(IO_PTE) as source:
+        held = bytes(source.tensor_bytes(source.program.execution_plan[0].values[steps["value"]]))
+    assert steps["name"] == "steps" and held == struct.pack("<f", 3.0)
     for fmt in ("text", "markdown"):
         shown = invoke("inspect", IO_PTE, "--etrecord", IO_RECORD, "--format", fmt, env={"COLUMNS": "200"}).stdout
         flat = re.sub(r"[│\s\\]+", " ", shown)  # markdown escapes brackets
@@ -341,6 +347,7 @@ def test_inputs_and_outputs_are_named_as_the_user_wrote_them(user_names) -> None
     # Without the ETRecord nothing is named, and no value index is said for nothing.
     _, plain = invoke_json("inspect", IO_PTE)
     assert {n for _, n, _, _ in _io(plain, "inputs") + _io(plain, "outputs")} == {None}
+    assert plain["file"]["methods"][0]["initial_data"][0]["name"] == f"value {steps['value']}"
     assert not re.search(r"\(v\d+\):", invoke("inspect", IO_PTE).stdout)
     assert "Inputs:" not in invoke("inspect", IO_PTE, "--format", "markdown").stdout
 
