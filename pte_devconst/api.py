@@ -413,34 +413,20 @@ def validate(original: ProgramLike, rewritten: ProgramLike, *, ptd: Optional[Pat
 
     first, second = _program(original, "original"), _program(rewritten, "rewritten")
     namer = _namer(_names_source(original, etrecord))
-    found = _io_names(first, namer)  # before running: the checks' details name the outputs
-    output_names = None
+    found = _io_names(first, namer)  # before running: the checks' details name the outputs and constants
+    output_names = value_names = None
     if found is not None:
         output_names = {label: found[0].outputs.get(index, ()) for label, index in found[1].items()}
+        value_names = {label: found[0].by_plan.get(index, {}) for label, index in found[1].items()}
     data = _data_for(first, ptd)
     result = run_validation(first, second, ptd=data, rewritten_ptd=_data_for(second, rewritten_ptd) or data,
                           inputs=inputs, expected=expected, calls=calls, rtol=rtol, atol=atol,
                           simulate_devices=simulate_devices, methods=methods, profile=profile,
-                          opaque_delegates=opaque_delegates, progress=progress, output_names=output_names)
+                          opaque_delegates=opaque_delegates, progress=progress, output_names=output_names,
+                          value_names=value_names)
     if found is not None:
-        _name_moved(result, found)
         result.warnings.extend(note for note in found[0].notes if note not in result.warnings)
     return result
-
-
-def _name_moved(result: "ValidationResult", found: "tuple[ProgramNames, dict[str, int]]") -> None:
-    """Give the moved constants of a validation their names (the runner knows only the program's own)."""
-    from dataclasses import replace
-
-    names, labels = found
-    if not names.count:
-        return
-    for method in result.methods:
-        plan_index = labels.get(method.method)
-        for position, constant in enumerate(method.moved):
-            name = names.name(plan_index, constant.value) if plan_index is not None else None
-            if constant.name is None and name is not None:
-                method.moved[position] = replace(constant, name=name)
 
 
 # --------------------------------------------------------------------------- check

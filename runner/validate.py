@@ -35,7 +35,7 @@ Delegates whose backend has no executor run as opaque stand-ins
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping, Optional, Sequence
@@ -547,7 +547,8 @@ def _check_method(name: str, before: RunResult, after: RunResult, moved: list[Mo
     for constant in moved:
         copies = [e for e in load_events if e.source_value == constant.value and e.cause is Cause.LOAD_INITIAL_DATA]
         if len(copies) != 1 or copies[0].nbytes != constant.nbytes or copies[0].device != constant.device:
-            problems.append(f"value {constant.value}: {len(copies)} load copies, "
+            label = f"{constant.name} (v{constant.value})" if constant.name else f"value {constant.value}"
+            problems.append(f"{label}: {len(copies)} load copies, "
                             f"{sum(e.nbytes for e in copies)} B (expected 1 copy of {constant.nbytes} B to "
                             f"{constant.device})")
     folded = sum(1 for c in moved if c.folded)
@@ -600,7 +601,8 @@ def validate(original: str | Path, rewritten: str | Path, *, ptd: Optional[str |
              calls: int = 2, rtol: Optional[float] = None, atol: Optional[float] = None,
              simulate_devices: bool = False, methods: Optional[Sequence[str]] = None, profile: bool = False,
              opaque_delegates: bool = False, progress: Optional[Callable[[int, int, str], None]] = None,
-             output_names: Optional[Mapping[str, Sequence[Optional[str]]]] = None) -> ValidationResult:
+             output_names: Optional[Mapping[str, Sequence[Optional[str]]]] = None,
+             value_names: Optional[Mapping[str, Mapping[int, str]]] = None) -> ValidationResult:
     """Run both programs ``calls`` (>= 2) times per method on the same inputs and check the rewrite's promises.
 
     ``inputs``/``expected`` are paths to torch.save files (``{method: [call, ...]}``) or loaded objects;
@@ -612,7 +614,8 @@ def validate(original: str | Path, rewritten: str | Path, *, ptd: Optional[str |
     (``output_tolerance``).  ``rewritten_ptd`` defaults to ``ptd``.  Delegates without an
     executor run as opaque stand-ins; ``opaque_delegates=True`` runs every delegate that way.
     ``progress(done, total, what)`` is called before each call of each program (``forward: original, call 2/3``).
-    ``output_names`` (method -> each output's name, an ETRecord's) names the outputs in the checks' details.
+    ``output_names`` (method -> each output's name, an ETRecord's) names the outputs in the checks' details, and
+    ``value_names`` (method -> value index -> name) the moved constants the program leaves unnamed.
     """
     if calls < 2:
         raise PteDevconstError(f"validate needs --calls of at least 2 (load once, then steady calls), got {calls}")
@@ -621,6 +624,10 @@ def validate(original: str | Path, rewritten: str | Path, *, ptd: Optional[str |
                                "the synthetic random inputs used without --inputs cannot reproduce them")
     with open_pte(original) as a, open_pte(rewritten) as b:
         moved = moved_constants(a.program, b.program)
+        for method, found in moved.items():
+            known = (value_names or {}).get(method, {})
+            found[:] = [replace(c, name=known[c.value]) if c.name is None and not c.folded and c.value in known
+                        else c for c in found]
         names = list(methods) if methods else [p.name or "" for p in a.program.execution_plan or ()]
         for name in names:
             if name not in moved:

@@ -391,9 +391,12 @@ def test_validate_names_the_outputs_it_compares(user_names, tmp_path: Path) -> N
     assert [t["name"] for t in method["output_tolerances"]] == keys
     failed = [c["detail"] for c in method["checks"] if c["status"] == "fail"]
     assert failed and "output 0 (logits): " in failed[0]
+    moved = [f"{c['name']} (v{c['value']})" for c in method["moved_constants"]]
+    assert sorted(c["name"] for c in method["moved_constants"]) == ["proj.bias", "proj.weight"]
     for fmt in ("text", "markdown"):
         shown = re.sub(r"[│\s]+", " ", invoke(*common, "--format", fmt).stdout)
         assert "output 0 (logits): " in shown, fmt
+        assert f"moved: {', '.join(moved)}" in shown, fmt
     _, plain = invoke_json(*common[:-2])
     assert "(logits)" not in json.dumps(plain) and {t["name"] for t in plain["methods"][0]["output_tolerances"]} == {None}
 
