@@ -9,7 +9,7 @@ import typer
 
 from pte_devconst.cli.app import command, global_options
 from pte_devconst.cli.output import (EtrecordOption, FormatOption, JsonFlag, OutputFormat, constant_label, echo_lines,
-                                     emit_json, human_bytes, markdown_table, markup_safe, md_code, name_cell,
+                                     emit_json, human_bytes, markdown_table, markup_safe, md_code, md_text, name_cell,
                                      resolve_format, stdout_console, table)
 
 from pte_devconst.cli.mermaid import diagrams
@@ -191,5 +191,9 @@ def diff_command(
         emit_json("diff", d.to_json())
     elif fmt is OutputFormat.markdown:
         render_markdown(d)
+        if d.notes:
+            echo_lines(["", *(f"> note: {md_text(note)}" for note in d.notes)])
     else:
         render_text(d, global_options(ctx).verbose)
+        if d.notes:  # an ETRecord of another program says so
+            echo_lines([f"note: {note}" for note in d.notes])

@@ -20,10 +20,13 @@ if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at star
 
 
 def _io(values) -> str:
+    """``tokens (v93): int64[1, 4], float32[]``: each input or output, with its name and value index where it has
+    a name (an ETRecord's), else its type alone."""
     parts = []
     for v in values:
-        parts.append(f"{v.dtype}{shape_text(v.shape)}" + (f"@{v.device}" if v.device not in (None, "cpu") else "")
-                     if v.kind == "tensor" else v.kind)
+        kind = (f"{v.dtype}{shape_text(v.shape)}" + (f"@{v.device}" if v.device not in (None, "cpu") else "")
+                if v.kind == "tensor" else v.kind)
+        parts.append(f"{v.name} (v{v.index}): {kind}" if v.name else kind)
     return ", ".join(parts) or "-"
 
 
@@ -172,6 +175,8 @@ def render_markdown(report: InspectReport) -> None:
     for method in summary.methods:
         out += [f"#### method {md_code(method.name)} ({method.style} style, {_per_call(method)} "
                 "host-to-device per call)", ""]
+        if any(v.name for v in method.inputs + method.outputs):  # the names an ETRecord gave them
+            out += [f"Inputs: {md_text(_io(method.inputs))}; outputs: {md_text(_io(method.outputs))}.", ""]
         if method.constants:
             out += [markdown_table(["value", "name", "dtype", "shape", "bytes", "read by", "verdict"],
                                    ([c.value, md_name(c.name, c.value), c.dtype, shape_text(c.shape), c.nbytes,

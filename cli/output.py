@@ -77,6 +77,12 @@ def md_name(name: str, value: int) -> "MarkdownText":
     return MarkdownText("-") if cell == "-" else md_code(cell)
 
 
+def names_notes(names: Any) -> tuple[str, ...]:
+    """What a report says of its names (a ``ProgramNames``, or None): an ETRecord of another program, the constants
+    it could not name."""
+    return tuple(names.notes) if names is not None else ()
+
+
 def constant_label(name: str, value: int) -> str:
     """``fc1.weight (v3)``, or ``value 3`` for a constant without a name: where no value column stands beside it."""
     return name if name == f"value {value}" else f"{name} (v{value})"

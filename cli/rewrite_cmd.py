@@ -17,7 +17,7 @@ from pte_devconst.cli.app import EXIT_ERROR, EXIT_FINDINGS, command, for_each_pr
 from pte_devconst.cli.config import ConfigOption, IsolatedOption, load as load_config
 from pte_devconst.cli.output import (DataOption, EtrecordOption, JsonFlag, constant_label, device_memory_line,
                                      echo_lines, emit_json, fold_hint, human_bytes, markdown_table, markup_safe,
-                                     md_code, md_text, name_cell, printable, stderr_console, stdout_console, table)
+                                     md_code, md_text, name_cell, names_notes, printable, stderr_console, stdout_console, table)
 from pte_devconst.cli.mermaid import diagrams
 from pte_devconst.cli.progress import rewrite_progress
 from pte_devconst.util.errors import PteDevconstError
@@ -159,6 +159,8 @@ def render_text(result: RewriteResult, quiet: bool = False, verbose: bool = Fals
     hint = fold_hint(result.fold_gain)
     if hint and not quiet:
         console.print(hint, markup=False)
+    for note in names_notes(result.names):  # an ETRecord of another program, constants it could not name
+        console.print(printable(f"note: {note}"), markup=False, soft_wrap=True)
     if result.output is not None and not plan.is_empty:
         checked = "re-read and checked (every byte)" if result.verified == "full" else "re-read and checked"
         console.print(f"wrote [bold]{markup_safe(result.output)}[/] ({human_bytes(result.output_size or 0)}; input "
@@ -206,6 +208,7 @@ def render_markdown(result: RewriteResult) -> None:
                   f"Wrote {md_code(result.output)} ({human_bytes(result.output_size or 0)}; input "
                   f"{human_bytes(result.input_size)}), re-read and checked"
                   + (" (every byte)." if result.verified == "full" else ".")]
+    lines += [line for note in names_notes(result.names) for line in ("", f"> note: {md_text(note)}")]
     not_moved = _not_moved_rows(result)
     if not_moved:
         lines += ["", "**Left in place:**", "",

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional, Sequence
 import typer
 
 from pte_devconst.cli.app import command, global_options
-from pte_devconst.cli.output import (FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json, human_bytes,
+from pte_devconst.cli.output import (EtrecordOption, FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json, human_bytes,
                                      markdown_table, markup_safe, md_code, md_text, printable, resolve_format, stdout_console,
                                      table)
 
@@ -85,21 +85,40 @@ def copy_rows(result: Any, separator: str = ", ") -> tuple[list[str], list[list[
     return columns, rows
 
 
-def output_rows(outputs: Sequence[Any]) -> list[list[str]]:
+def output_rows(outputs: Sequence[Any], names: Sequence[Optional[str]] = ()) -> list[list[str]]:
+    """One row per output; with ``names`` (an ETRecord's) a name column after the position (``-``: none)."""
     from pte_devconst.runner.run import OutputSummary
 
     rows = []
     for position, value in enumerate(outputs):
         s = OutputSummary.of(value)
         if s.kind != "tensor":
-            rows.append([str(position), s.kind, "", repr(s.value), ""])
+            row = [str(position), s.kind, "", repr(s.value), ""]
         else:
-            rows.append([str(position), s.dtype, "[" + ", ".join(map(str, s.shape or ())) + "]", (s.sha256 or "")[:16],
-                         f"{s.sum:.6g}" if s.sum is not None else ""])
+            row = [str(position), s.dtype, "[" + ", ".join(map(str, s.shape or ())) + "]", (s.sha256 or "")[:16],
+                   f"{s.sum:.6g}" if s.sum is not None else ""]
+        if names:
+            row.insert(1, (names[position] if position < len(names) else None) or "-")
+        rows.append(row)
     return rows
 
 
 OUTPUT_COLUMNS = ["#", "dtype", "shape", "sha256", "sum"]
+
+
+def output_columns(names: Sequence[Optional[str]]) -> list[str]:
+    """The outputs table's columns: a name column only where some output has a name."""
+    return OUTPUT_COLUMNS[:1] + ["name"] + OUTPUT_COLUMNS[1:] if names else OUTPUT_COLUMNS
+
+
+def names_lines(result: Any) -> list[str]:
+    """``inputs: tokens, scale`` where the inputs have names, and the names' notes (an ETRecord of another
+    program says so here)."""
+    lines = []
+    if any(result.input_names):
+        shown = [name or f"input {i}" for i, name in enumerate(result.input_names)]
+        lines.append(f"inputs: {', '.join(shown)}")
+    return lines + [f"note: {note}" for note in (result.names or {}).get("notes", ())]
 
 
 def render(result: Any, fmt: OutputFormat) -> None:
@@ -107,10 +126,13 @@ def render(result: Any, fmt: OutputFormat) -> None:
     last = result.calls[-1]
     devices = "simulated devices" if result.simulated else "real devices"
     note = [opaque_note(result.opaque_backends)] if result.opaque_backends else []
+    note += names_lines(result)
+    names = result.output_names if any(result.output_names) else ()
     if fmt is OutputFormat.markdown:
         echo_lines([f"### {md_code(Path(result.path).name)} method {md_code(result.method)} ({devices})", "",
                     *(f"> {md_text(line)}" for line in note), *([""] if note else []),
-                    f"Outputs of call {last.index}:", "", markdown_table(OUTPUT_COLUMNS, output_rows(last.outputs)),
+                    f"Outputs of call {last.index}:", "",
+                    markdown_table(output_columns(names), output_rows(last.outputs, names)),
                     "", "Copies:", "", markdown_table(columns, rows)])
         return
     from rich.text import Text
@@ -119,7 +141,8 @@ def render(result: Any, fmt: OutputFormat) -> None:
     console.print(f"[bold]{markup_safe(result.path)}[/] method [bold]{markup_safe(result.method)}[/]: {len(result.calls)} call(s), {devices}", soft_wrap=True)
     for line in note:
         console.print(Text(printable(line)), soft_wrap=True)
-    console.print(table(f"outputs (call {last.index})", OUTPUT_COLUMNS, output_rows(last.outputs), right=["#", "sum"]))
+    console.print(table(f"outputs (call {last.index})", output_columns(names), output_rows(last.outputs, names),
+                        right=["#", "sum"]))
     # Counts and byte figures are the tool's own text, never file data: their line breaks are kept.
     cells = [[Text(cell) if "\n" in cell else cell for cell in row] for row in rows]
     console.print(table("host/device copies", columns, cells, right=columns[2:]))
@@ -138,6 +161,7 @@ def run_command(
     simulate_devices: SimulateOption = False,
     opaque_delegates: OpaqueOption = False,
     profile: ProfileOption = False,
+    etrecord: EtrecordOption = None,
     fmt: FormatOption = OutputFormat.text,
     json_flag: JsonFlag = False,
 ) -> None:
@@ -149,7 +173,7 @@ def run_command(
     from pte_devconst import api
 
     result = api.run(file, ptd=ptd, method=method, inputs=inputs, calls=calls, simulate_devices=simulate_devices,
-                     opaque_delegates=opaque_delegates, profile=profile)
+                     opaque_delegates=opaque_delegates, profile=profile, etrecord=etrecord)
     fmt = resolve_format(fmt, json_flag)
     if fmt is OutputFormat.json:
         emit_json("run", result.to_json())

@@ -16,6 +16,7 @@ from pte_devconst.cli.run_cmd import (InputsOption, ProfileOption, PtdOption, Si
 SUMMARY_COLUMNS = ["", "original", "rewritten"]
 CHECK_COLUMNS = ["check", "result", "detail"]
 MAX_DIFFERENCE_LINES = 10
+MOVED_NAMES_SHOWN = 8
 
 
 def _ms(values: list[float]) -> str:
@@ -59,6 +60,10 @@ def check_rows(mv: Any, marks: dict[str, Any]) -> list[list[Any]]:
 def notes(mv: Any) -> list[str]:
     """Lines under a method's tables: which delegates ran opaque, and each boundary difference (capped)."""
     lines = []
+    named = [f"{c.name} (v{c.value})" for c in mv.moved if c.name]
+    if named:  # the names an ETRecord gave them; the JSON lists every one
+        more = len(named) - MOVED_NAMES_SHOWN
+        lines.append(f"moved: {', '.join(named[:MOVED_NAMES_SHOWN])}" + (f" and {more} more" if more > 0 else ""))
     if mv.opaque_backends:
         lines.append(opaque_note(mv.opaque_backends))
     differences = mv.difference_lines()

@@ -11,7 +11,11 @@ tensor has), so naming constants never imports torch and an ETRecord cannot run 
 
 What it yields, ``RecordedMethod``, is the ordered list of the method's constant placeholders with their
 names (``fully_qualified_name`` as ``torch.export`` knows them: ``fc1.weight``), dtypes, sizes and a way to
-hash their bytes.  Matching them to a program's value indices is ``pte_devconst.rewriter.names``.
+hash their bytes; the mutable buffers likewise (``k_cache``); and the method's user inputs and outputs in order:
+an input by its placeholder's name (``torch.export`` names it after the ``forward`` argument: ``tokens``), an
+output by its key in what ``forward`` returns (``logits`` of a dict; the graph's own output names,
+``aten_add_tensor``, are no name a user knows, so an output returned bare or in a tuple has none).  Matching
+them to a program's value indices is ``pte_devconst.rewriter.names``.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ EDGE_PREFIX = "edge_dialect_exported_program"
 MAX_JSON_BYTES = 256 << 20
 
 # torch.export's serialized ScalarType (torch/_export/serde/schema.py) -> torch's dtype name, which
-# schema.executorch.scalar_type_name gives for ExecuTorch's numbering.
+# program.executorch.scalar_type_name gives for ExecuTorch's numbering.
 TORCH_SERDE_DTYPES = {
     1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "float16", 7: "float32", 8: "float64",
     12: "bool", 13: "bfloat16", 28: "uint16", 29: "float8_e4m3fn", 30: "float8_e5m2", 31: "float8_e4m3fnuz",
@@ -66,9 +70,74 @@ class RecordedConstant:
 
 
 @dataclass(frozen=True)
+class RecordedValue:
+    """One user input or output of a recorded method, in order: its name where a user knows one, dtype and sizes.
+
+    ``sizes`` holds None for a symbolic size; ``dtype`` and ``sizes`` are None for a value that is not a tensor.
+    """
+
+    name: Optional[str]
+    dtype: Optional[str] = None
+    sizes: Optional[tuple[Optional[int], ...]] = None
+
+
+@dataclass(frozen=True)
 class RecordedMethod:
     name: str
     constants: tuple[RecordedConstant, ...]
+    inputs: Optional[tuple[RecordedValue, ...]] = None  # None: not recorded (the names leave inputs unnamed)
+    outputs: Optional[tuple[RecordedValue, ...]] = None
+    mutable: tuple[RecordedConstant, ...] = ()  # mutable buffers (``k_cache``), with their initial bytes
+
+
+def output_keys(spec: Any, leaves: int) -> Optional[tuple[Optional[str], ...]]:
+    """Each leaf's key path in a pytree spec (``logits``, ``past[0]``, ``cache.k``), None for a leaf reached
+    through positions only (a bare tensor, a tuple's item); None when the spec is unreadable or has another
+    number of leaves than ``leaves``.
+
+    ``spec`` is ``torch.utils._pytree``'s JSON (a serialized ``out_spec``: ``{"type", "context",
+    "children_spec"}``) or a live ``TreeSpec``: a node whose context is a list of keys as long as its children
+    (a dict, an ``OrderedDict``, a registered output class) or a namedtuple class names its children.
+    """
+    found: list[Optional[str]] = []
+
+    def walk(node: Any, path: str, keyed: bool, depth: int) -> None:
+        if depth > 64 or len(found) > leaves:
+            raise ValueError("too deep or too many leaves")
+        if isinstance(node, dict):
+            children, context = node.get("children_spec"), node.get("context")
+            if isinstance(context, str):
+                try:
+                    context = json.loads(context)
+                except ValueError:
+                    context = None
+        else:  # a live TreeSpec
+            children = list(node.children()) if callable(getattr(node, "children", None)) else \
+                getattr(node, "children_specs", None)
+            context = getattr(node, "context", None)
+            context = list(getattr(context, "_fields", context) or ()) if not isinstance(context, list) else context
+        if not isinstance(children, list):
+            raise ValueError("no children")
+        if not children:
+            found.append(path if keyed else None)
+            return
+        keys = context if isinstance(context, list) and len(context) == len(children) and all(
+            isinstance(k, (str, int)) and not isinstance(k, bool) for k in context) else None
+        for position, child in enumerate(children):
+            if keys is not None:
+                key = str(keys[position])
+                walk(child, f"{path}.{key}" if path else key, True, depth + 1)
+            else:
+                walk(child, f"{path}[{position}]", keyed, depth + 1)
+
+    try:
+        if isinstance(spec, str):
+            loaded = json.loads(spec)
+            spec = loaded[1] if isinstance(loaded, list) and len(loaded) == 2 else loaded
+        walk(spec, "", False, 0)
+    except (ValueError, TypeError, AttributeError, RecursionError):
+        return None
+    return tuple(found) if len(found) == leaves else None
 
 
 def _int(item: Any) -> Optional[int]:
@@ -214,7 +283,31 @@ def _recorded_method(record: zipfile.ZipFile, method: str, entry: str, where: st
                 stores[suffix] = None  # no bytes to compare: names are then matched by dtype and shape alone
         return stores[suffix]
 
-    constants = []
+    def value(arg: Any, name: Optional[str]) -> RecordedValue:
+        """A user input or output: ``{"as_tensor": {"name": "x"}}`` names its placeholder (or node)."""
+        inner = next(iter(arg.values()), None) if isinstance(arg, dict) and len(arg) == 1 else None
+        placeholder = inner.get("name") if isinstance(inner, dict) else None
+        meta = tensors.get(placeholder) if isinstance(placeholder, str) else None
+        if not isinstance(meta, dict):
+            return RecordedValue(name)
+        dtype = meta.get("dtype")
+        raw_sizes = meta.get("sizes")
+        return RecordedValue(name, TORCH_SERDE_DTYPES.get(dtype) if isinstance(dtype, int) else None,
+                             tuple(_int(s) for s in raw_sizes) if isinstance(raw_sizes, list) else None)
+
+    inputs = []
+    for spec in specs:
+        body = spec.get("user_input") if isinstance(spec, dict) and len(spec) == 1 else None
+        if isinstance(body, dict):
+            arg = body.get("arg")
+            inner = next(iter(arg.values()), None) if isinstance(arg, dict) and len(arg) == 1 else None
+            name = inner.get("name") if isinstance(inner, dict) else None
+            inputs.append(value(arg, name if isinstance(name, str) and name else None))
+    user_outputs = [spec["user_output"].get("arg") for spec in outputs if isinstance(spec, dict) and len(spec) == 1
+                    and isinstance(spec.get("user_output"), dict)]
+    keys = output_keys(_out_spec(module), len(user_outputs)) or (None,) * len(user_outputs)
+
+    constants, mutable = [], []
     for spec in specs:
         if not isinstance(spec, dict) or len(spec) != 1:
             continue
@@ -225,7 +318,7 @@ def _recorded_method(record: zipfile.ZipFile, method: str, entry: str, where: st
         arg = body.get("arg")
         placeholder = arg.get("name") if isinstance(arg, dict) else None
         meta = tensors.get(placeholder) if isinstance(placeholder, str) else None
-        if not isinstance(name, str) or not isinstance(meta, dict) or name in mutated:
+        if not isinstance(name, str) or not isinstance(meta, dict):
             continue
         dtype = meta.get("dtype")
         dtype = TORCH_SERDE_DTYPES.get(dtype) if isinstance(dtype, int) else None
@@ -243,8 +336,19 @@ def _recorded_method(record: zipfile.ZipFile, method: str, entry: str, where: st
                 found = other.digest(name, size) if other is not None else None
             return found
 
-        constants.append(RecordedConstant(name, dtype, sizes, digest))  # type: ignore[arg-type]
-    return RecordedMethod(method, tuple(constants))
+        # A mutable buffer is no constant once emitted: planned memory, named where it starts with initial data.
+        (mutable if name in mutated else constants).append(
+            RecordedConstant(name, dtype, sizes, digest))  # type: ignore[arg-type]
+    return RecordedMethod(method, tuple(constants), tuple(inputs),
+                          tuple(value(arg, key) for arg, key in zip(user_outputs, keys)), tuple(mutable))
+
+
+def _out_spec(module: dict) -> Any:
+    """The serialized ``out_spec`` of the method's root call (``module_call_graph`` entry with ``fqn`` "")."""
+    for entry in module.get("module_call_graph") or ():
+        if isinstance(entry, dict) and entry.get("fqn") == "" and isinstance(entry.get("signature"), dict):
+            return entry["signature"].get("out_spec")
+    return None
 
 
 def read_etrecord(source: "str | os.PathLike[str] | IO[bytes]") -> dict[str, RecordedMethod]:

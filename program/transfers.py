@@ -38,7 +38,8 @@ from typing import Optional, Sequence
 
 from pte_devconst.schema import model as m
 from .dataflow import DelegateCallSite, delegate_call_sites
-from pte_devconst.program.executorch import H2D_COPY, delegate_target_device
+from pte_devconst.program.executorch import H2D_COPY
+from pte_devconst.schema.devices import delegate_target_device
 from pte_devconst.util.named_enum import NamedEnum
 
 

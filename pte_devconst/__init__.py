@@ -14,7 +14,7 @@ Imports kept inside functions for start-up speed, in this package:
   ``paths`` when called, so the CLI's ``--help``, argument parsing and the light commands load only what
   they run: ``inspect``/``check`` never load the writer, and only ``run``/``validate`` (and ``rewrite
   --fold``) load torch (tests/test_no_torch.py, tests/test_read_only.py).
-* ``paths.paired_or_refused`` imports ``schema.errors`` only to raise.
+* ``paths.paired_or_refused`` imports ``util.errors`` only to raise.
 """
 
 from __future__ import annotations

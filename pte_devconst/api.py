@@ -98,7 +98,7 @@ def _names_source(program: ProgramLike, etrecord: Optional[NamesLike]) -> Option
 
 def _namer(source: Optional[NamesLike]) -> "Optional[Callable[[PteFile], Optional[ProgramNames]]]":
     """``source`` (an ETRecord file or object, a program manager) -> a function naming an opened program's
-    constants.  An ETRecord file is read here, torch-free (``schema.etrecord``), so a bad one fails first."""
+    constants.  An ETRecord file is read here, torch-free (``program.etrecord``), so a bad one fails first."""
     if source is None:
         return None
     from pte_devconst.rewriter.names import match_names, recorded_from_programs
@@ -164,8 +164,8 @@ def analyze(pte: ProgramLike, ptd: Optional[PathLike] = None, *, etrecord: Optio
     namer = _namer(_names_source(pte, etrecord))
     source_program = _program(pte)
     with opened(source_program, _data_for(source_program, ptd)) as (source, data):
-        _name(source, namer)
-        return summarize(source, analyze_opened(source, data))
+        names = _name(source, namer)
+        return summarize(source, analyze_opened(source, data), names)
 
 
 @dataclass(frozen=True)
@@ -225,7 +225,7 @@ def inspect(pte: ProgramLike, ptd: Optional[PathLike] = None, *, etrecord: Optio
             plain = make_plan(source.program, analysis)
         except PteDevconstError:
             plain = None
-        return InspectReport(summarize(source, analysis), data.path if data else None, len(analysis.unknown),
+        return InspectReport(summarize(source, analysis, names), data.path if data else None, len(analysis.unknown),
                              source.load_refusal, notes, safe_fold_gain(source.program, analysis, plain=plain),
                              safe_device_memory(source.program, analysis, plain=plain), names,
                              program_flows(source.program, analysis))
@@ -336,24 +336,58 @@ def diff(before: ProgramLike, after: ProgramLike, *, etrecord: Optional[NamesLik
             from pte_devconst.rewriter.names import named_program
 
             b.program = named_program(b.program, names)
-        return diff_files(a, b, progress)
+        found = diff_files(a, b, progress)
+        if names is not None and names.notes:
+            from dataclasses import replace
+
+            found = replace(found, notes=tuple(names.notes))
+        return found
 
 
 def run(pte: ProgramLike, *, ptd: Optional[PathLike] = None, method: Optional[str] = None,
         inputs: Optional[PathLike] = None, calls: int = 1, simulate_devices: bool = False,
-        opaque_delegates: bool = False, profile: bool = False) -> "RunResult":
+        opaque_delegates: bool = False, profile: bool = False, etrecord: Optional[NamesLike] = None) -> "RunResult":
     """Run one method ``calls`` times the way the runtime does and count every copy (imports torch).
 
     ``ptd`` defaults to ``NAME.ptd`` next to ``NAME.pte``; ``inputs`` is a torch.save file (default:
-    deterministic random inputs); ``opaque_delegates`` runs every delegate as a seeded stand-in.
+    deterministic random inputs); ``opaque_delegates`` runs every delegate as a seeded stand-in.  ``etrecord``
+    names the method's inputs and outputs (``result.input_names``, ``output_names``; a manager names them itself).
     """
     from pte_devconst.runner.delegates import OpaquePolicy
     from pte_devconst.runner.run import run_program
 
     source = _program(pte)
-    return run_program(source, ptd_path=_data_for(source, ptd), method=method, inputs=inputs, calls=calls,
-                       simulate_devices=simulate_devices, profile=profile,
-                       opaque=OpaquePolicy.ALWAYS if opaque_delegates else OpaquePolicy.NEVER)
+    namer = _namer(_names_source(pte, etrecord))  # a bad ETRecord fails before the program runs
+    result = run_program(source, ptd_path=_data_for(source, ptd), method=method, inputs=inputs, calls=calls,
+                         simulate_devices=simulate_devices, profile=profile,
+                         opaque=OpaquePolicy.ALWAYS if opaque_delegates else OpaquePolicy.NEVER)
+    names = _io_names(source, namer)
+    if names is None:
+        return result
+    from dataclasses import replace
+
+    from pte_devconst.rewriter.rewrite_json import names_json
+
+    found, labels = names
+    plan_index = labels.get(result.method)
+    ins = found.inputs.get(plan_index, ()) if plan_index is not None else ()
+    outs = found.outputs.get(plan_index, ()) if plan_index is not None else ()
+    return replace(result, input_names=tuple(ins), output_names=tuple(outs), names=names_json(found))
+
+
+def _io_names(program: "Union[Path, ProgramBytes]", namer: "Optional[Callable[[PteFile], Optional[ProgramNames]]]"
+              ) -> "Optional[tuple[ProgramNames, dict[str, int]]]":
+    """The names ``namer`` gives ``program`` (opened again: the runner read it its own way), and each method
+    label's plan index; None without a namer."""
+    if namer is None:
+        return None
+    from pte_devconst.program.executorch import method_labels
+    from pte_devconst.schema.pte_file import open_pte
+
+    with open_pte(program) as source:
+        names = namer(source)
+        labels = {label: index for index, label in enumerate(method_labels(source.program)[0])}
+    return (names, labels) if names is not None else None
 
 
 def validate(original: ProgramLike, rewritten: ProgramLike, *, ptd: Optional[PathLike] = None,
@@ -379,35 +413,20 @@ def validate(original: ProgramLike, rewritten: ProgramLike, *, ptd: Optional[Pat
 
     first, second = _program(original, "original"), _program(rewritten, "rewritten")
     namer = _namer(_names_source(original, etrecord))
+    found = _io_names(first, namer)  # before running: the checks' details name the outputs and constants
+    output_names = value_names = None
+    if found is not None:
+        output_names = {label: found[0].outputs.get(index, ()) for label, index in found[1].items()}
+        value_names = {label: found[0].by_plan.get(index, {}) for label, index in found[1].items()}
     data = _data_for(first, ptd)
     result = run_validation(first, second, ptd=data, rewritten_ptd=_data_for(second, rewritten_ptd) or data,
                           inputs=inputs, expected=expected, calls=calls, rtol=rtol, atol=atol,
                           simulate_devices=simulate_devices, methods=methods, profile=profile,
-                          opaque_delegates=opaque_delegates, progress=progress)
-    if namer is not None:
-        _name_moved(result, first, namer)
+                          opaque_delegates=opaque_delegates, progress=progress, output_names=output_names,
+                          value_names=value_names)
+    if found is not None:
+        result.warnings.extend(note for note in found[0].notes if note not in result.warnings)
     return result
-
-
-def _name_moved(result: "ValidationResult", original: "Union[Path, ProgramBytes]",
-                namer: "Callable[[PteFile], Optional[ProgramNames]]") -> None:
-    """Give the moved constants of a validation their names (the runner knows only the program's own)."""
-    from dataclasses import replace
-
-    from pte_devconst.program.executorch import method_labels
-    from pte_devconst.schema.pte_file import open_pte
-
-    with open_pte(original) as source:
-        names = namer(source)
-        labels = {label: index for index, label in enumerate(method_labels(source.program)[0])}
-    if names is None or not names.count:
-        return
-    for method in result.methods:
-        plan_index = labels.get(method.method)
-        for position, constant in enumerate(method.moved):
-            name = names.name(plan_index, constant.value) if plan_index is not None else None
-            if constant.name is None and name is not None:
-                method.moved[position] = replace(constant, name=name)
 
 
 # --------------------------------------------------------------------------- check

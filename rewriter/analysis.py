@@ -40,7 +40,8 @@ from pte_devconst.schema.model import CPU, Device
 from pte_devconst.util.named_enum import NamedEnum
 from pte_devconst.schema.ptd_file import tensor_key
 from pte_devconst.util.record import record
-from pte_devconst.program.executorch import H2D_COPY, delegate_target_device, method_labels, method_name
+from pte_devconst.program.executorch import H2D_COPY, method_labels, method_name
+from pte_devconst.schema.devices import delegate_target_device
 from pte_devconst.program.transfers import Transfer, per_call_transfers
 from pte_devconst.program.transfers import work as transfer_work
 

@@ -35,7 +35,8 @@ from pte_devconst.program.dataflow import DelegateCallSite, delegate_call_sites
 from pte_devconst.program.effects import MethodEffects
 from pte_devconst.program.regions import Region, planned_region
 from pte_devconst.util.record import record
-from pte_devconst.program.executorch import COPY_KERNELS, delegate_target_device
+from pte_devconst.program.executorch import COPY_KERNELS
+from pte_devconst.schema.devices import delegate_target_device
 from pte_devconst.util.named_enum import NamedEnum
 from pte_devconst.program.transfers import Transfer, TransferKind
 

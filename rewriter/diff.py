@@ -27,7 +27,9 @@ from typing import Callable, Hashable, Mapping, Optional, Sequence
 from pte_devconst.program.memory import planned_device_bytes
 from pte_devconst.program.moves import moved_values
 from pte_devconst.schema import model as m
-from pte_devconst.program.executorch import H2D_COPY, delegate_target_device, method_labels, scalar_type_name
+from pte_devconst.program.executorch import H2D_COPY, method_labels
+from pte_devconst.schema.devices import delegate_target_device
+from pte_devconst.schema.scalar_types import scalar_type_name
 from pte_devconst.util.jsonable import fields_to_json
 from pte_devconst.util.named_enum import NamedEnum
 from pte_devconst.schema.model import CPU, Device
@@ -197,6 +199,7 @@ class ProgramDiff:
     device_bytes_after: int = 0
     constants_moved: int = 0  # constants of the first the second plans with initial data (program/moves.py)
     flows: tuple[MethodFlows, ...] = ()  # the first program's per-call copies, and which the second removed
+    notes: tuple[str, ...] = ()  # what the names say of themselves (--etrecord of another program)
 
     @property
     def identical(self) -> bool:

@@ -34,7 +34,7 @@ import torch
 from pte_devconst.program.dtypes import torch_dtype
 from pte_devconst.schema import model as m
 from pte_devconst.util.errors import PteDevconstError
-from pte_devconst.program.executorch import scalar_type_name
+from pte_devconst.schema.scalar_types import scalar_type_name
 from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile
 

@@ -7,16 +7,19 @@ tables, markdown or JSON.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from pte_devconst.schema import model as m
-from pte_devconst.program.executorch import scalar_type_name
+from pte_devconst.schema.scalar_types import scalar_type_name
 from pte_devconst.util.named_enum import NamedEnum
 from pte_devconst.schema.pte_file import PteFile
 from pte_devconst.util.record import record
 
 from .analysis import Analysis, MethodStyle, Reader, ReaderKind, buffer_devices
 from .derived import DerivedCopy, DerivedStatus, derived_copies
+
+if TYPE_CHECKING:
+    from .names import ProgramNames
 
 class ValueKind(NamedEnum):
     """What a value is, in a word (a list of any kind is ``list``)."""
@@ -47,6 +50,7 @@ class ValueSummary:
     dtype: Optional[str] = None
     shape: Optional[tuple[int, ...]] = None
     device: Optional[str] = None
+    name: Optional[str] = None  # a user input's or output's name (``tokens``, ``logits``; from an ETRecord)
 
 
 @record
@@ -177,13 +181,14 @@ class ProgramSummary:
         return sum(c.bytes_per_call for c in self.stays)
 
 
-def value_summary(plan: m.ExecutionPlan, index: int) -> ValueSummary:
+def value_summary(plan: m.ExecutionPlan, index: int, name: Optional[str] = None) -> ValueSummary:
     value = (plan.values or ())[index]
     if isinstance(value, m.Tensor):
-        return ValueSummary(index, ValueKind.TENSOR, scalar_type_name(value.scalar_type), tuple(value.sizes or ()), str(value.device))
+        return ValueSummary(index, ValueKind.TENSOR, scalar_type_name(value.scalar_type), tuple(value.sizes or ()),
+                            str(value.device), name)
     kind = {m.Int: ValueKind.INT, m.Bool: ValueKind.BOOL, m.Double: ValueKind.DOUBLE, m.String: ValueKind.STRING,
             m.Null: ValueKind.NONE}.get(type(value), ValueKind.LIST)
-    return ValueSummary(index, kind)
+    return ValueSummary(index, kind, name=name)
 
 
 def describe_reader(reader: Reader) -> str:
@@ -222,7 +227,8 @@ def _constant_location(tensor: m.Tensor, program: m.Program) -> BytesLocation:
     return BytesLocation.CONSTANT_SEGMENT if cs is not None and len(cs.offsets or ()) > 1 else BytesLocation.INLINE
 
 
-def summarize(source: PteFile, analysis: Analysis) -> ProgramSummary:
+def summarize(source: PteFile, analysis: Analysis, names: Optional["ProgramNames"] = None) -> ProgramSummary:
+    """The program at a glance; ``names`` (an ETRecord's) names the methods' user inputs and outputs."""
     program = source.program
     methods = []
     copies_of: dict[int, list[PerCallCopySummary]] = {}
@@ -269,8 +275,11 @@ def summarize(source: PteFile, analysis: Analysis) -> ProgramSummary:
         operators = tuple(op.qualified_name for op in plan.operators or ())
         instructions = sum(len(chain.instructions or ()) for chain in plan.chains or ())
         methods.append(MethodSummary(
-            method.label, tuple(value_summary(plan, i) for i in plan.inputs or ()),
-            tuple(value_summary(plan, i) for i in plan.outputs or ()), len(values), instructions, operators,
+            method.label,
+            tuple(value_summary(plan, i, names.input_name(method.plan_index, k) if names else None)
+                  for k, i in enumerate(plan.inputs or ())),
+            tuple(value_summary(plan, i, names.output_name(method.plan_index, k) if names else None)
+                  for k, i in enumerate(plan.outputs or ())), len(values), instructions, operators,
             tuple(delegates), buffers, constants, tuple(initial), method.style, method.h2d_bytes_per_call,
             tuple(copies_of.get(method.plan_index, ())), chains, any(t.bound for t in method.transfers)))
     roles = segment_roles(program)

@@ -17,7 +17,14 @@ recorded bytes (a state dict this reader cannot parse), when it is the only one 
 Tensors with the same bytes (two freshly initialised LayerNorms: ones and zeros) cannot be told apart: which
 is which is recorded nowhere; when the program has as many of them as the recording, each is named with
 every candidate (``ln1.weight or ln2.weight``), else they stay unnamed.  A name is given only where it is
-certain; the others are counted (``ProgramNames.unnamed``) and said in a note.
+certain; the others are counted (``ProgramNames.unnamed``) and said in a note.  Mutable buffers planned with
+initial data (``k_cache``) are named the same way, from the recorded mutable buffers.
+
+A method's user inputs and outputs keep their order through lowering and emission (the emitter lists the
+user input placeholders and the output node's values in graph order), so they are named by position: the
+i-th input of the program is the i-th recorded user input, when the counts agree and every tensor's dtype and
+static sizes agree (a dynamic size is an upper bound in the program).  A recording that fails that, or names
+none of the program's constants while it has constants to name, is not this program's: one note says so.
 """
 
 from __future__ import annotations
@@ -27,8 +34,9 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional, Sequence
 
 from pte_devconst.schema import model as m
-from pte_devconst.program.etrecord import RecordedConstant, RecordedMethod
-from pte_devconst.program.executorch import method_name, scalar_type_name
+from pte_devconst.program.etrecord import RecordedConstant, RecordedMethod, RecordedValue, output_keys
+from pte_devconst.program.executorch import method_name
+from pte_devconst.schema.scalar_types import scalar_type_name
 from pte_devconst.schema.pte_file import PteFile
 
 
@@ -40,13 +48,32 @@ class ProgramNames:
     source: str  # where they came from: ``ETRecord model.etrecord``, ``ExecutorchProgramManager``
     unnamed: int = 0  # constants of the program the recording could not name with certainty
     notes: tuple[str, ...] = field(default=())
+    # plan index -> the name of each user input / output, by position (None: it has none the user knows)
+    inputs: Mapping[int, tuple[Optional[str], ...]] = field(default_factory=dict)
+    outputs: Mapping[int, tuple[Optional[str], ...]] = field(default_factory=dict)
 
     @property
     def count(self) -> int:
         return sum(len(values) for values in self.by_plan.values())
 
+    @property
+    def inputs_named(self) -> int:
+        return sum(1 for names in self.inputs.values() for n in names if n)
+
+    @property
+    def outputs_named(self) -> int:
+        return sum(1 for names in self.outputs.values() for n in names if n)
+
     def name(self, plan_index: int, value: int) -> Optional[str]:
         return self.by_plan.get(plan_index, {}).get(value)
+
+    def input_name(self, plan_index: int, position: int) -> Optional[str]:
+        names = self.inputs.get(plan_index, ())
+        return names[position] if position < len(names) else None
+
+    def output_name(self, plan_index: int, position: int) -> Optional[str]:
+        names = self.outputs.get(plan_index, ())
+        return names[position] if position < len(names) else None
 
 
 def _digest(source: PteFile, tensor: m.Tensor) -> Optional[str]:
@@ -57,8 +84,12 @@ def _digest(source: PteFile, tensor: m.Tensor) -> Optional[str]:
 def match_names(source: PteFile, recorded: Mapping[str, RecordedMethod], origin: str) -> ProgramNames:
     """Name the program's unnamed constants from ``recorded`` (method -> its constant placeholders, in order)."""
     by_plan: dict[int, dict[int, str]] = {}
+    inputs: dict[int, tuple[Optional[str], ...]] = {}
+    outputs: dict[int, tuple[Optional[str], ...]] = {}
     unnamed = 0
     notes = []
+    foreign = []  # methods the recording is not of: their inputs, outputs or constants disagree
+    foreign_unnamed = 0
     for plan_index, plan in enumerate(source.program.execution_plan or ()):
         name = method_name(plan.name, plan_index)
         values = plan.values or ()
@@ -66,17 +97,58 @@ def match_names(source: PteFile, recorded: Mapping[str, RecordedMethod], origin:
         unnamed_here = [(i, v) for i, v in constants if not v.fqn]
         method = recorded.get(name)
         if method is None:
-            if unnamed_here:
+            if unnamed_here or plan.inputs or plan.outputs:
                 notes.append(f"{origin} has no method {name!r}")
                 unnamed += len(unnamed_here)
             continue
         known = {v.fqn for _, v in constants if v.fqn}
-        found = _match(source, unnamed_here, [c for c in method.constants if c.name not in known])
-        by_plan[plan_index] = found
+        candidates = [c for c in method.constants if c.name not in known]
+        found = _match(source, unnamed_here, candidates)
         unnamed += len(unnamed_here) - len(found)
-    if unnamed:
-        notes.append(f"{unnamed} constant(s) not named: {origin} does not tell them apart with certainty")
-    return ProgramNames(by_plan, origin, unnamed, tuple(notes))
+        ours_keys = {(scalar_type_name(v.scalar_type), tuple(v.sizes or ())) for _, v in unnamed_here}
+        unrelated = bool(ours_keys) and bool(candidates) and not ours_keys & {c.key for c in candidates}
+        mutable = [(i, v) for i, v in enumerate(values)
+                   if isinstance(v, m.Tensor) and v.is_planned and v.has_initial_data and not v.fqn]
+        if mutable and method.mutable:
+            found.update(_match(source, mutable, method.mutable))
+        by_plan[plan_index] = dict(sorted(found.items()))
+        ins = _positional(values, plan.inputs or (), method.inputs)
+        outs = _positional(values, plan.outputs or (), method.outputs)
+        if (method.inputs is not None and ins is None) or (method.outputs is not None and outs is None) or unrelated:
+            foreign.append(name)  # its inputs and outputs stay unnamed: the positions are another method's
+            foreign_unnamed += len(unnamed_here) - len(found)
+            continue
+        if ins is not None:
+            inputs[plan_index] = ins
+        if outs is not None:
+            outputs[plan_index] = outs
+    if foreign:
+        notes.append(f"{origin} does not match this program (method{'s' if len(foreign) > 1 else ''} "
+                     f"{', '.join(map(repr, foreign))}: its inputs, outputs or constants differ): is it the "
+                     "ETRecord of this export?")
+    if unnamed > foreign_unnamed:
+        notes.append(f"{unnamed - foreign_unnamed} constant(s) not named: {origin} does not tell them apart with "
+                     "certainty")
+    return ProgramNames(by_plan, origin, unnamed, tuple(notes), inputs, outputs)
+
+
+def _positional(values: Sequence[object], indices: Sequence[int], recorded: Optional[Sequence[RecordedValue]]
+                ) -> Optional[tuple[Optional[str], ...]]:
+    """The recorded names of a method's inputs (or outputs), by position; None when the recording is not of
+    these values: another count, or a recorded tensor where the program has another dtype, static size or a scalar."""
+    if recorded is None or len(recorded) != len(indices):
+        return None
+    for index, value in zip(indices, recorded):
+        if value.dtype is None:
+            continue  # a scalar, or a tensor whose meta was not recorded: nothing to compare
+        ours = values[index] if 0 <= index < len(values) else None
+        if not isinstance(ours, m.Tensor) or scalar_type_name(ours.scalar_type) != value.dtype:
+            return None
+        sizes = tuple(ours.sizes or ())
+        if value.sizes is not None and (len(value.sizes) != len(sizes) or any(
+                r is not None and r != s for r, s in zip(value.sizes, sizes))):
+            return None
+    return tuple(value.name for value in recorded)
 
 
 def _match(source: PteFile, program: Sequence[tuple[int, m.Tensor]], recorded: Sequence[RecordedConstant]
@@ -156,10 +228,16 @@ def recorded_from_programs(programs: Mapping[str, object]) -> dict[str, Recorded
         mutated = set(getattr(signature, "buffers_to_mutate", {}).values())
         placeholders = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}  # type: ignore[attr-defined]
         state = {**getattr(program, "constants", {}), **getattr(program, "state_dict", {})}
-        constants = []
+        nodes = {node.name: node for node in program.graph.nodes}  # type: ignore[attr-defined]
+        constants, mutable, inputs = [], [], []
         for spec in signature.input_specs:
             kind = getattr(spec.kind, "name", "")
-            if kind not in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR") or spec.target is None or spec.target in mutated:
+            if kind == "USER_INPUT":
+                name = getattr(spec.arg, "name", None)
+                inputs.append(_live_value(nodes.get(name) if isinstance(name, str) else None,
+                                          name if isinstance(name, str) and name else None))
+                continue
+            if kind not in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR") or spec.target is None:
                 continue
             node = placeholders.get(getattr(spec.arg, "name", None))
             value = node.meta.get("val") if node is not None else None
@@ -170,10 +248,31 @@ def recorded_from_programs(programs: Mapping[str, object]) -> dict[str, Recorded
             except TypeError:  # a symbolic size
                 continue
             tensor = state.get(spec.target)
-            constants.append(RecordedConstant(spec.target, str(value.dtype).removeprefix("torch."), sizes,
-                                              (lambda t=tensor: _tensor_digest(t)) if tensor is not None else None))
-        methods[method] = RecordedMethod(method, tuple(constants))
+            (mutable if spec.target in mutated else constants).append(RecordedConstant(
+                spec.target, str(value.dtype).removeprefix("torch."), sizes,
+                (lambda t=tensor: _tensor_digest(t)) if tensor is not None else None))
+        user_outputs = [spec.arg for spec in signature.output_specs if getattr(spec.kind, "name", "") == "USER_OUTPUT"]
+        keys = output_keys(_live_out_spec(program), len(user_outputs)) or (None,) * len(user_outputs)
+        outputs = tuple(_live_value(nodes.get(getattr(arg, "name", None)), key) for arg, key in zip(user_outputs, keys))
+        methods[method] = RecordedMethod(method, tuple(constants), tuple(inputs), outputs, tuple(mutable))
     return methods
+
+
+def _live_out_spec(program: object) -> object:
+    """The ``out_spec`` of a live ExportedProgram's root call, or None."""
+    for entry in getattr(program, "module_call_graph", None) or ():
+        if getattr(entry, "fqn", None) == "" and getattr(entry, "signature", None) is not None:
+            return entry.signature.out_spec
+    return None
+
+
+def _live_value(node: object, name: Optional[str]) -> RecordedValue:
+    """A user input or output of a live program: its name, and dtype and sizes from the node's ``meta["val"]``."""
+    value = getattr(node, "meta", {}).get("val") if node is not None else None
+    if value is None or not hasattr(value, "dtype") or not hasattr(value, "shape"):
+        return RecordedValue(name)
+    sizes = tuple(size if isinstance(size, int) else None for size in value.shape)  # a SymInt: compared with nothing
+    return RecordedValue(name, str(value.dtype).removeprefix("torch."), sizes)
 
 
 def _tensor_digest(tensor: object) -> Optional[str]:

@@ -20,7 +20,8 @@ def names_json(names: Any) -> Optional[dict[str, Any]]:
     """Where the constants' names came from (``--etrecord``), how many it named and how many it could not."""
     if names is None:
         return None
-    return {"source": names.source, "named": names.count, "unnamed": names.unnamed, "notes": list(names.notes)}
+    return {"source": names.source, "named": names.count, "unnamed": names.unnamed,
+            "named_inputs": names.inputs_named, "named_outputs": names.outputs_named, "notes": list(names.notes)}
 
 
 def left_in_place(plan: "RewritePlan", method: "MethodAnalysis") -> list["ConstantVerdict"]:

@@ -41,7 +41,8 @@ from typing import Optional
 
 from pte_devconst.schema import model as m
 from pte_devconst.util.errors import FormatError, InternalError
-from pte_devconst.program.executorch import H2D_COPY, delegate_target_device
+from pte_devconst.program.executorch import H2D_COPY
+from pte_devconst.schema.devices import delegate_target_device
 from pte_devconst.util.gc_pause import gc_paused
 from pte_devconst.schema.header import TENSOR_ALIGNMENT
 from pte_devconst.schema.limits import over_runtime_limits

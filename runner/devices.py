@@ -15,7 +15,7 @@ import torch
 
 from pte_devconst.schema import model as m
 from pte_devconst.util.errors import UnsupportedProgramError
-from pte_devconst.program.executorch import UnreadableTargetDevice, parse_target_device as parse_spec
+from pte_devconst.schema.devices import UnreadableTargetDevice, parse_target_device as parse_spec
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ import torch
 from pte_devconst.schema import model as m
 from pte_devconst.program.dataflow import DelegateCallSite, delegate_call_sites
 from pte_devconst.util.errors import PteDevconstError
-from pte_devconst.program.executorch import H2D_COPY, TARGET_DEVICE_KEY, scalar_type_name
+from pte_devconst.program.executorch import H2D_COPY
+from pte_devconst.schema.devices import TARGET_DEVICE_KEY
+from pte_devconst.schema.scalar_types import scalar_type_name
 from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import ProgramBytes, open_pte
 

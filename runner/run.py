@@ -63,9 +63,11 @@ class CallResult:
     profiled: Optional[ProfiledCopies] = None
     delegate_calls: tuple[DelegateCallRecord, ...] = ()  # with run_program(transcript=True)
 
-    def to_json(self) -> dict:
+    def to_json(self, output_names: Sequence[Optional[str]] = ()) -> dict:
+        """``output_names``: the user's name of each output by position (an ETRecord's), None where unknown."""
+        names = list(output_names) + [None] * (len(self.outputs) - len(output_names))
         return {"call": self.index, "wall_s": self.wall_s, "copies": self.copies.to_json(),
-                "outputs": [OutputSummary.of(v).to_json() for v in self.outputs],
+                "outputs": [{"name": name, **OutputSummary.of(v).to_json()} for v, name in zip(self.outputs, names)],
                 "profiler": self.profiled.to_json() if self.profiled else None}
 
 
@@ -81,6 +83,11 @@ class RunResult:
     events: list[CopyEvent] = field(default_factory=list)
     opaque_delegates: dict[int, str] = field(default_factory=dict)  # delegate index -> backend id, run opaque
     device_peak_bytes: Optional[int] = None  # torch.cuda.max_memory_allocated over load and calls (real GPUs)
+    # The user's names of the method's inputs and outputs by position (None: unknown), and where they came
+    # from as the JSON reports give it (``names_json``; None without an ETRecord): set by ``api.run``.
+    input_names: tuple[Optional[str], ...] = ()
+    output_names: tuple[Optional[str], ...] = ()
+    names: Optional[dict] = None
 
     @property
     def per_call_h2d_bytes(self) -> int:
@@ -95,8 +102,8 @@ class RunResult:
     def to_json(self) -> dict:
         return {"file": self.path, "method": self.method, "devices": "simulated" if self.simulated else "real",
                 "opaque_backends": self.opaque_backends, "device_peak_bytes": self.device_peak_bytes,
-                "load": self.load.to_json(),
-                "calls": [c.to_json() for c in self.calls]}
+                "names": self.names, "input_names": list(self.input_names), "load": self.load.to_json(),
+                "calls": [c.to_json(self.output_names) for c in self.calls]}
 
 
 # Synthetic inputs are for a quick look; a forged shape must not allocate the machine's memory.

@@ -35,10 +35,10 @@ Delegates whose backend has no executor run as opaque stand-ins
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Collection, Optional, Sequence
+from typing import Any, Callable, Collection, Mapping, Optional, Sequence
 
 import torch
 
@@ -153,6 +153,7 @@ class MethodValidation:
     rewritten: RunResult = field(repr=False)
     opaque_backends: list[str] = field(default_factory=list)  # their outputs are stand-ins
     tolerances: list[tuple[int, Tolerance]] = field(default_factory=list)  # (output, how it compares)
+    output_names: tuple[Optional[str], ...] = ()  # the user's name of each output (an ETRecord's), None if unknown
 
     @property
     def passed(self) -> bool:
@@ -199,7 +200,8 @@ class ValidationResult:
                 "calls": [_call_json(c) for c in mv.calls],
                 "boundary": mv.boundary.to_json(mv.method),
                 "checks": [c.to_json() for c in mv.checks],
-                "output_tolerances": [{"output": position, "bit_identical": mv.bit_identical_required,
+                "output_tolerances": [{"output": position, "name": _name_at(mv.output_names, position),
+                                       "bit_identical": mv.bit_identical_required,
                                        **tolerance.to_json()} for position, tolerance in mv.tolerances],
             } for mv in self.methods],
         }
@@ -392,13 +394,13 @@ def output_tolerance(dtype: torch.dtype, rtol: Optional[float], atol: Optional[f
 
 
 def tolerances_text(outputs: Sequence[Any], rtol: Optional[float], atol: Optional[float],
-                    positions: Optional[Collection[int]] = None) -> str:
+                    positions: Optional[Collection[int]] = None, names: Sequence[Optional[str]] = ()) -> str:
     """Which tolerance applied to which outputs: ``float32 within rtol=1.3e-06, atol=1e-05 (dtype default)``."""
     shown: dict[str, list[int]] = {}
     for position, x in enumerate(outputs):
         if isinstance(x, torch.Tensor) and (positions is None or position in positions):
             shown.setdefault(output_tolerance(x.dtype, rtol, atol).describe(), []).append(position)
-    return "; ".join(f"{_outputs(where)}: {how}" for how, where in shown.items())
+    return "; ".join(f"{_outputs(where, names)}: {how}" for how, where in shown.items())
 
 
 def _max_abs_diff(a: Sequence[Any], b: Sequence[Any]) -> float:
@@ -416,30 +418,35 @@ def _same_bits(x: torch.Tensor, y: torch.Tensor) -> bool:
 
 
 def _outputs_equal(a: Sequence[Any], b: Sequence[Any], exact: bool, rtol: Optional[float],
-                   atol: Optional[float]) -> Optional[str]:
-    """None when ``a`` and ``b`` agree, else why not: bit for bit when ``exact``, else by ``output_tolerance``."""
+                   atol: Optional[float], names: Sequence[Optional[str]] = (),
+                   positions: Optional[Sequence[int]] = None) -> Optional[str]:
+    """None when ``a`` and ``b`` agree, else why not: bit for bit when ``exact``, else by ``output_tolerance``.
+
+    ``positions``: each item's output position when ``a`` and ``b`` are a selection; ``names``: the outputs'
+    names by position (``output 0 (logits)``)."""
     if len(a) != len(b):
         return f"{len(a)} outputs vs {len(b)}"
-    for position, (x, y) in enumerate(zip(a, b)):
+    for item, (x, y) in enumerate(zip(a, b)):
+        label = _output(positions[item] if positions is not None else item, names)
         if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
-            return f"output {position}: a tensor vs a {type(y if isinstance(x, torch.Tensor) else x).__name__}"
+            return f"{label}: a tensor vs a {type(y if isinstance(x, torch.Tensor) else x).__name__}"
         if not isinstance(x, torch.Tensor):
             if x != y:
-                return f"output {position}: {x!r} vs {y!r}"
+                return f"{label}: {x!r} vs {y!r}"
             continue
         if x.dtype != y.dtype or x.shape != y.shape:
-            return (f"output {position}: {dtype_name(x.dtype)}{list(x.shape)} vs "
+            return (f"{label}: {dtype_name(x.dtype)}{list(x.shape)} vs "
                     f"{dtype_name(y.dtype)}{list(y.shape)}")
         if exact:
             if not _same_bits(x, y):
-                return f"output {position}: not bit-identical (max |diff| {_max_abs_diff([x], [y]):.3g})"
+                return f"{label}: not bit-identical (max |diff| {_max_abs_diff([x], [y]):.3g})"
         elif (tolerance := output_tolerance(x.dtype, rtol, atol)).exact:
             if not torch.equal(x, y):
                 wrong = int((x != y).sum())
-                return (f"output {position}: {wrong} of {x.numel()} {tolerance.dtype} element(s) differ "
+                return (f"{label}: {wrong} of {x.numel()} {tolerance.dtype} element(s) differ "
                         f"(compared exactly; max |diff| {_max_abs_diff([x], [y]):.3g})")
         elif not torch.allclose(x.double(), y.double(), rtol=tolerance.rtol, atol=tolerance.atol, equal_nan=True):
-            return (f"output {position}: differs beyond rtol={tolerance.rtol:g}, atol={tolerance.atol:g} "
+            return (f"{label}: differs beyond rtol={tolerance.rtol:g}, atol={tolerance.atol:g} "
                     f"(max |diff| {_max_abs_diff([x], [y]):.3g})")
     return None
 
@@ -448,14 +455,25 @@ def _h2d(events: Sequence[CopyEvent], phase: str, method: str) -> list[CopyEvent
     return [e for e in events if e.phase == phase and e.method == method and e.direction is Direction.H2D]
 
 
-def _outputs(positions: Collection[int]) -> str:
-    """'output 1' or 'outputs 0, 2'."""
-    numbers = ", ".join(map(str, sorted(positions)))
+def _name_at(names: Sequence[Optional[str]], position: int) -> Optional[str]:
+    return names[position] if 0 <= position < len(names) else None
+
+
+def _output(position: int, names: Sequence[Optional[str]] = ()) -> str:
+    """'output 0', or 'output 0 (logits)' where the output has a name."""
+    name = _name_at(names, position)
+    return f"output {position} ({name})" if name else f"output {position}"
+
+
+def _outputs(positions: Collection[int], names: Sequence[Optional[str]] = ()) -> str:
+    """'output 1' or 'outputs 0, 2', each with its name where it has one: 'outputs 0 (logits), 2'."""
+    numbers = ", ".join(_output(p, names).removeprefix("output ") for p in sorted(positions))
     return f"output {numbers}" if len(positions) == 1 else f"outputs {numbers}"
 
 
 def _expected_check(before: RunResult, after: RunResult, expected: list[tuple[Any, ...]], rtol: Optional[float],
-                    atol: Optional[float], stand_ins: frozenset[int], opaque_backends: Sequence[str]) -> Check:
+                    atol: Optional[float], stand_ins: frozenset[int], opaque_backends: Sequence[str],
+                    names: Sequence[Optional[str]] = ()) -> Check:
     """Outputs against the expected ones by ``output_tolerance``, leaving out those that depend on opaque delegates."""
     name = EXPECTED_CHECK
     n_outputs = len(before.calls[0].outputs) if before.calls else 0
@@ -471,12 +489,12 @@ def _expected_check(before: RunResult, after: RunResult, expected: list[tuple[An
             if len(want) != len(call.outputs):
                 problems.append(f"{label} call {i}: {len(call.outputs)} outputs, {len(want)} expected")
             elif (why := _outputs_equal([call.outputs[p] for p in compared], [want[p] for p in compared],
-                                        False, rtol, atol)):
+                                        False, rtol, atol, names, compared)):
                 problems.append(f"{label} call {i}: {why}")
-    how = tolerances_text(before.calls[0].outputs, rtol, atol, compared) if before.calls else ""
+    how = tolerances_text(before.calls[0].outputs, rtol, atol, compared, names) if before.calls else ""
     detail = "; ".join(problems) or "all calls"
     if stand_ins and not problems:
-        detail = (f"{_outputs(compared)} in all calls; not compared: {_outputs(stand_ins)}, which depend "
+        detail = (f"{_outputs(compared, names)} in all calls; not compared: {_outputs(stand_ins, names)}, which depend "
                   f"on opaque delegates ({backends})")
     return Check.of(name, not problems, detail + (f" ({how})" if how else ""))
 
@@ -500,24 +518,26 @@ def _boundary(name: str, before: RunResult, after: RunResult, moved: list[MovedC
 def _check_method(name: str, before: RunResult, after: RunResult, moved: list[MovedConstant], exact: bool,
                   expected: Optional[list[tuple[Any, ...]]], rtol: Optional[float], atol: Optional[float], *,
                   expected_missing: Optional[str] = None,
-                  stand_ins: frozenset[int] = frozenset(), static: Sequence[Check] = ()) -> MethodValidation:
+                  stand_ins: frozenset[int] = frozenset(), static: Sequence[Check] = (),
+                  output_names: Sequence[Optional[str]] = ()) -> MethodValidation:
     """All checks of one method.  ``stand_ins``: output positions that depend on opaque delegates;
     ``expected_missing``: why the expected outputs given hold nothing for this method (a failed check: outputs
     the user asked to compare were not compared)."""
     opaque_backends = sorted(set(before.opaque_backends) | set(after.opaque_backends))
     checks: list[Check] = []
     problems = [f"call {i}: {why}" for i, (a, b) in enumerate(zip(before.calls, after.calls))
-                if (why := _outputs_equal(a.outputs, b.outputs, exact, rtol, atol))]
+                if (why := _outputs_equal(a.outputs, b.outputs, exact, rtol, atol, output_names))]
     detail = "; ".join(problems) or f"{len(before.calls)} calls"
     if stand_ins and not problems:
-        detail += f" ({_outputs(stand_ins)} from opaque delegates: stand-ins)"
-    how = "" if exact or not before.calls else tolerances_text(before.calls[0].outputs, rtol, atol)
+        detail += f" ({_outputs(stand_ins, output_names)} from opaque delegates: stand-ins)"
+    how = "" if exact or not before.calls else tolerances_text(before.calls[0].outputs, rtol, atol,
+                                                              names=output_names)
     checks.append(Check.of("outputs agree" + (" (bit-identical)" if exact else " (within tolerance)"),
                            not problems, detail + (f" ({how})" if how else "")))
     if expected_missing is not None:
         checks.append(Check(EXPECTED_CHECK, Status.FAIL, expected_missing))
     elif expected is not None:
-        checks.append(_expected_check(before, after, expected, rtol, atol, stand_ins, opaque_backends))
+        checks.append(_expected_check(before, after, expected, rtol, atol, stand_ins, opaque_backends, output_names))
     boundary, boundary_check = _boundary(name, before, after, moved)
     checks.append(boundary_check)
     checks.extend(static)
@@ -527,7 +547,8 @@ def _check_method(name: str, before: RunResult, after: RunResult, moved: list[Mo
     for constant in moved:
         copies = [e for e in load_events if e.source_value == constant.value and e.cause is Cause.LOAD_INITIAL_DATA]
         if len(copies) != 1 or copies[0].nbytes != constant.nbytes or copies[0].device != constant.device:
-            problems.append(f"value {constant.value}: {len(copies)} load copies, "
+            label = f"{constant.name} (v{constant.value})" if constant.name else f"value {constant.value}"
+            problems.append(f"{label}: {len(copies)} load copies, "
                             f"{sum(e.nbytes for e in copies)} B (expected 1 copy of {constant.nbytes} B to "
                             f"{constant.device})")
     folded = sum(1 for c in moved if c.folded)
@@ -564,7 +585,7 @@ def _check_method(name: str, before: RunResult, after: RunResult, moved: list[Mo
     tolerances = [(p, output_tolerance(x.dtype, rtol, atol)) for p, x in
                   enumerate(before.calls[0].outputs if before.calls else ()) if isinstance(x, torch.Tensor)]
     return MethodValidation(name, moved, exact, calls, before.load.h2d.nbytes, after.load.h2d.nbytes, checks,
-                            boundary, before, after, opaque_backends, tolerances)
+                            boundary, before, after, opaque_backends, tolerances, tuple(output_names))
 
 
 def _reporter(progress: Optional[Callable[[int, int, str], None]], start: int, total: int, what: str, calls: int
@@ -579,8 +600,9 @@ def validate(original: str | Path, rewritten: str | Path, *, ptd: Optional[str |
              rewritten_ptd: Optional[str | Path] = None, inputs: Any = None, expected: Any = None,
              calls: int = 2, rtol: Optional[float] = None, atol: Optional[float] = None,
              simulate_devices: bool = False, methods: Optional[Sequence[str]] = None, profile: bool = False,
-             opaque_delegates: bool = False, progress: Optional[Callable[[int, int, str], None]] = None
-             ) -> ValidationResult:
+             opaque_delegates: bool = False, progress: Optional[Callable[[int, int, str], None]] = None,
+             output_names: Optional[Mapping[str, Sequence[Optional[str]]]] = None,
+             value_names: Optional[Mapping[str, Mapping[int, str]]] = None) -> ValidationResult:
     """Run both programs ``calls`` (>= 2) times per method on the same inputs and check the rewrite's promises.
 
     ``inputs``/``expected`` are paths to torch.save files (``{method: [call, ...]}``) or loaded objects;
@@ -592,6 +614,8 @@ def validate(original: str | Path, rewritten: str | Path, *, ptd: Optional[str |
     (``output_tolerance``).  ``rewritten_ptd`` defaults to ``ptd``.  Delegates without an
     executor run as opaque stand-ins; ``opaque_delegates=True`` runs every delegate that way.
     ``progress(done, total, what)`` is called before each call of each program (``forward: original, call 2/3``).
+    ``output_names`` (method -> each output's name, an ETRecord's) names the outputs in the checks' details, and
+    ``value_names`` (method -> value index -> name) the moved constants the program leaves unnamed.
     """
     if calls < 2:
         raise PteDevconstError(f"validate needs --calls of at least 2 (load once, then steady calls), got {calls}")
@@ -600,6 +624,10 @@ def validate(original: str | Path, rewritten: str | Path, *, ptd: Optional[str |
                                "the synthetic random inputs used without --inputs cannot reproduce them")
     with open_pte(original) as a, open_pte(rewritten) as b:
         moved = moved_constants(a.program, b.program)
+        for method, found in moved.items():
+            known = (value_names or {}).get(method, {})
+            found[:] = [replace(c, name=known[c.value]) if c.name is None and not c.folded and c.value in known
+                        else c for c in found]
         names = list(methods) if methods else [p.name or "" for p in a.program.execution_plan or ()]
         for name in names:
             if name not in moved:
@@ -648,7 +676,8 @@ def validate(original: str | Path, rewritten: str | Path, *, ptd: Optional[str |
         exact = signatures[name][0] == signatures[name][1]
         stand_ins = outputs_depending_on(plans[name], set(before.opaque_delegates) | set(after.opaque_delegates))
         results.append(_check_method(name, before, after, moved[name], exact, expected_calls, rtol, atol,
-                                     expected_missing=expected_missing, stand_ins=stand_ins, static=static[name]))
+                                     expected_missing=expected_missing, stand_ins=stand_ins, static=static[name],
+                                     output_names=(output_names or {}).get(name, ())))
     if not results:
         raise PteDevconstError("the inputs name none of the program's methods", file=str(inputs))
     if expected_data is not None and not any(c.name == EXPECTED_CHECK and c.status is not Status.SKIPPED

@@ -1,5 +1,5 @@
 """What the model offers beyond the fields the .fbs declares: per-record helpers (devices and element sizes
-are ExecuTorch's names, from ``executorch.py``, re-exported here for ``model``).
+are ExecuTorch's conventions, from ``devices.py`` and ``scalar_types.py``, re-exported here for ``model``).
 
 The records themselves are generated from ``fbs/*.fbs`` (``generated/*_model.py``,
 see ``regenerate.py``). A record named ``X`` inherits ``XMethods`` from here when
@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Optional
 
-from pte_devconst.program.executorch import CPU, KNOWN_SCALAR_TYPES, Device, element_size
+from .devices import CPU, Device
+from .scalar_types import KNOWN_SCALAR_TYPES, element_size
 from .generated.enums import TensorDataLocation
 
 if TYPE_CHECKING:

@@ -96,7 +96,12 @@ def test_every_kind_of_names_source_agrees(exported) -> None:
     etrecord.save(saved)
     saved.seek(0)
     for source in (et, edge, etrecord, saved):
-        assert _constant_names(api.inspect(et.buffer, etrecord=source)) == expected, type(source).__name__
+        report = api.inspect(et.buffer, etrecord=source)
+        assert _constant_names(report) == expected, type(source).__name__
+        # The input by Mixed.forward's argument, from the live graph signature as from the file; the output is
+        # returned bare: no name a user knows.
+        method = report.summary.methods[0]
+        assert [v.name for v in method.inputs] == ["x"] and [v.name for v in method.outputs] == [None]
 
 
 def test_validate_runs_both_programs_from_memory(exported) -> None:

@@ -6,6 +6,8 @@ import pytest
 
 from conftest import CASES, pte_path
 from pte_devconst.program import executorch as et
+from pte_devconst.schema import devices, scalar_types
+from pte_devconst.schema.generated.enums import ScalarType
 from pte_devconst.schema.pte_file import open_pte
 
 
@@ -24,13 +26,13 @@ def test_kernel_names_are_the_exporters() -> None:
 def test_scalar_type_table_agrees_with_torch() -> None:
     """Each scalar type's name is torch's dtype name and its element size is torch's itemsize."""
     torch = pytest.importorskip("torch")
-    for scalar, info in et.SCALAR_TYPES.items():
+    for scalar, info in scalar_types.SCALAR_TYPES.items():
         dtype = getattr(torch, info.name)
         assert isinstance(dtype, torch.dtype) and dtype.itemsize == info.element_size, (scalar, info)
-        assert et.element_size(scalar) == info.element_size and et.scalar_type_name(scalar) == info.name
-    assert et.scalar_type_name(99) == "scalar_type_99"
+        assert scalar_types.element_size(scalar) == info.element_size and scalar_types.scalar_type_name(scalar) == info.name
+    assert scalar_types.scalar_type_name(99) == "scalar_type_99"
     with pytest.raises(KeyError):
-        et.element_size(99)
+        scalar_types.element_size(99)
 
 
 def test_runner_dtypes_derive_from_the_table() -> None:
@@ -38,20 +40,20 @@ def test_runner_dtypes_derive_from_the_table() -> None:
     from pte_devconst.program.dtypes import scalar_type, torch_dtype
     from pte_devconst.util.errors import UnsupportedProgramError
 
-    assert torch_dtype(et.ScalarType.FLOAT) is torch.float32 and scalar_type(torch.bfloat16) == et.ScalarType.BFLOAT16
+    assert torch_dtype(ScalarType.FLOAT) is torch.float32 and scalar_type(torch.bfloat16) == ScalarType.BFLOAT16
     with pytest.raises(UnsupportedProgramError, match="scalar type qint8"):
-        torch_dtype(et.ScalarType.QINT8)
+        torch_dtype(ScalarType.QINT8)
 
 
 @pytest.mark.parametrize("raw, expected", [(None, "cpu"), (b"cuda:1", "cuda:1"), (b"CUDA", "cuda:0")])
 def test_target_device_spec_parses(raw: bytes | None, expected: str) -> None:
-    assert str(et.parse_target_device(raw)) == expected
+    assert str(devices.parse_target_device(raw)) == expected
 
 
 @pytest.mark.parametrize("raw", [b"tpu:0", b"cuda:x", b"\xff", b"cuda:128"])
 def test_an_unreadable_target_device_is_one_error(raw: bytes) -> None:
-    with pytest.raises(et.UnreadableTargetDevice, match=r"unreadable target_device compile spec"):
-        et.parse_target_device(raw)
+    with pytest.raises(devices.UnreadableTargetDevice, match=r"unreadable target_device compile spec"):
+        devices.parse_target_device(raw)
 
 
 def test_nameless_and_repeated_methods_are_labelled_by_plan() -> None:

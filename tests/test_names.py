@@ -12,6 +12,7 @@ import io
 import json
 import pickle
 import re
+import struct
 import subprocess
 import sys
 import zipfile
@@ -165,7 +166,7 @@ def test_a_bad_etrecord_is_one_line_and_exit_2(tmp_path: Path, make, message: st
     bad = tmp_path / "bad.etrecord"
     make(bad)
     for command in (["inspect", PTE], ["rewrite", PTE, "-o", tmp_path / "o.pte"], ["check", PTE],
-                    ["diff", PTE, PTE]):
+                    ["diff", PTE, PTE], ["run", PTE, "--simulate-devices"], ["validate", PTE, PTE, "--simulate-devices"]):
         done = invoke(*command, "--etrecord", bad)
         assert done.exit_code == 2 and done.stdout == ""
         assert done.stderr.count("\n") == 1 and message in done.stderr and str(bad) in done.stderr
@@ -215,7 +216,8 @@ def test_api_takes_an_etrecord_as_a_file_object() -> None:
 
 def test_the_json_names_validate() -> None:
     _, document = invoke_json("inspect", PTE, "--etrecord", RECORD)
-    assert json.dumps(document["names"]) and set(document["names"]) == {"source", "named", "unnamed", "notes"}
+    assert set(document["names"]) == {"source", "named", "unnamed", "named_inputs", "named_outputs", "notes"}
+    assert document["names"]["named_inputs"] == 1 and document["names"]["named_outputs"] == 0  # x; a bare output
 
 
 def test_methods_are_found_by_entry_name(tmp_path: Path) -> None:
@@ -296,3 +298,159 @@ def test_as_many_tensors_with_the_same_bytes_as_recorded_are_named_with_every_ca
         many = [RecordedConstant(f"l{i}.bias", "float32", (8,), lambda: digest) for i in range(5)]
         named = _match(source, [(i, tensor) for i in range(5)], many)
         assert set(named.values()) == {"l0.bias or 4 others with the same bytes"}
+
+
+# --------------------------------------------------------------------------- inputs and outputs
+
+IO_PTE, IO_RECORD = HERE / "named_io.pte", HERE / "named_io.etrecord"
+
+
+@pytest.fixture(scope="module")
+def user_names() -> tuple[list[str], list[str]]:
+    """What the user wrote: ``NamedIO.forward``'s arguments, and the keys of the dict it returns (run eagerly)."""
+    import inspect
+
+    torch = pytest.importorskip("torch")
+    sys.path.insert(0, str(HERE))
+    from make_names_fixture import NamedIO
+
+    arguments = [p for p in inspect.signature(NamedIO.forward).parameters if p != "self"]
+    with torch.no_grad():
+        keys = list(NamedIO()(*NamedIO.example_inputs()))
+    assert arguments == ["tokens", "temperature"] and keys == ["logits", "hidden"]  # the fixture is as documented
+    return arguments, keys
+
+
+def _io(document: dict, which: str) -> list[tuple[int, object, str, list]]:
+    return [(v["index"], v["name"], v["dtype"], v["shape"]) for v in document["file"]["methods"][0][which]]
+
+
+def test_inputs_and_outputs_are_named_as_the_user_wrote_them(user_names) -> None:
+    arguments, keys = user_names
+    code, document = invoke_json("inspect", IO_PTE, "--etrecord", IO_RECORD)
+    assert code == 0
+    inputs, outputs = _io(document, "inputs"), _io(document, "outputs")
+    # Each name on the value that holds it: tokens is the int64 [1, 4] argument, temperature the float32 scalar.
+    assert [(n, d, s) for _, n, d, s in inputs] == [("tokens", "int64", [1, 4]), ("temperature", "float32", [])]
+    assert [n for _, n, _, _ in outputs] == keys
+    assert document["names"]["named_inputs"] == 2 and document["names"]["named_outputs"] == 2
+    # The mutated buffer starts from its initial data (3.0): named in the table of planned initial data.
+    (steps,) = document["file"]["methods"][0]["initial_data"]
+    with open_pte(IO_PTE) as source:
+        held = bytes(source.tensor_bytes(source.program.execution_plan[0].values[steps["value"]]))
+    assert steps["name"] == "steps" and held == struct.pack("<f", 3.0)
+    for fmt in ("text", "markdown"):
+        shown = invoke("inspect", IO_PTE, "--etrecord", IO_RECORD, "--format", fmt, env={"COLUMNS": "200"}).stdout
+        flat = re.sub(r"[│\s\\]+", " ", shown)  # markdown escapes brackets
+        for index, name, _, _ in inputs + outputs:
+            assert f"{name} (v{index}):" in flat, (name, fmt)
+    # Without the ETRecord nothing is named, and no value index is said for nothing.
+    _, plain = invoke_json("inspect", IO_PTE)
+    assert {n for _, n, _, _ in _io(plain, "inputs") + _io(plain, "outputs")} == {None}
+    assert plain["file"]["methods"][0]["initial_data"][0]["name"] == f"value {steps['value']}"
+    assert not re.search(r"\(v\d+\):", invoke("inspect", IO_PTE).stdout)
+    assert "Inputs:" not in invoke("inspect", IO_PTE, "--format", "markdown").stdout
+
+
+def test_run_names_its_inputs_and_outputs_in_every_format(user_names, tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    arguments, keys = user_names
+    inputs = tmp_path / "inputs.pt"
+    torch.save((torch.tensor([[1, 2, 3, 4]]), torch.tensor(0.5)), inputs)
+    common = ("run", IO_PTE, "--simulate-devices", "--inputs", inputs)
+    code, document = invoke_json(*common, "--etrecord", IO_RECORD)
+    assert code == 0 and document["input_names"] == arguments and document["names"]["named_outputs"] == 2
+    outputs = {o["name"]: o["sum"] for o in document["calls"][0]["outputs"]}
+    assert list(outputs) == keys
+    # The name is on the right output: logits is hidden / temperature (0.5).
+    assert outputs["logits"] == pytest.approx(outputs["hidden"] / 0.5, rel=1e-5)
+    text = invoke(*common, "--etrecord", IO_RECORD)
+    assert text.exit_code == 0 and "inputs: tokens, temperature" in text.stdout
+    assert re.search(r"┃ *name *┃", text.stdout) and all(re.search(rf"│ *{k} *│", text.stdout) for k in keys)
+    markdown = invoke(*common, "--etrecord", IO_RECORD, "--format", "markdown").stdout
+    assert "| # | name | dtype |" in markdown and all(f"| {k} |" in markdown for k in keys)
+    # Without a source: no name column, the JSON says so.
+    _, plain = invoke_json(*common)
+    assert plain["names"] is None and plain["input_names"] == []
+    assert {o["name"] for o in plain["calls"][0]["outputs"]} == {None}
+    assert not re.search(r"┃ *name *┃", invoke(*common).stdout)
+
+
+def test_validate_names_the_outputs_it_compares(user_names, tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    _, keys = user_names
+    out, inputs, expected = tmp_path / "out.pte", tmp_path / "inputs.pt", tmp_path / "expected.pt"
+    assert invoke("rewrite", IO_PTE, "-o", out).exit_code == 0
+    torch.save({"forward": [(torch.tensor([[1, 2, 3, 4]]), torch.tensor(0.5))]}, inputs)
+    torch.save({"forward": [(torch.zeros(1, 4, 8), torch.zeros(1, 4, 8))]}, expected)  # wrong on purpose
+    common = ("validate", IO_PTE, out, "--simulate-devices", "--inputs", inputs, "--expected", expected,
+              "--etrecord", IO_RECORD)
+    code, document = invoke_json(*common)
+    assert code == 1
+    method = document["methods"][0]
+    assert [t["name"] for t in method["output_tolerances"]] == keys
+    failed = [c["detail"] for c in method["checks"] if c["status"] == "fail"]
+    assert failed and "output 0 (logits): " in failed[0]
+    moved = [f"{c['name']} (v{c['value']})" for c in method["moved_constants"]]
+    assert sorted(c["name"] for c in method["moved_constants"]) == ["proj.bias", "proj.weight"]
+    for fmt in ("text", "markdown"):
+        shown = re.sub(r"[│\s]+", " ", invoke(*common, "--format", fmt).stdout)
+        assert "output 0 (logits): " in shown, fmt
+        assert f"moved: {', '.join(moved)}" in shown, fmt
+    _, plain = invoke_json(*common[:-2])
+    assert "(logits)" not in json.dumps(plain) and {t["name"] for t in plain["methods"][0]["output_tolerances"]} == {None}
+
+
+@pytest.mark.parametrize("program, record", [(IO_PTE, RECORD), (PTE, IO_RECORD)])
+def test_an_etrecord_of_another_program_is_one_note_in_every_command(program: Path, record: Path,
+                                                                     tmp_path: Path) -> None:
+    out = tmp_path / "out.pte"
+    assert invoke("rewrite", program, "-o", out).exit_code == 0
+    said = "does not match this program"
+    code, document = invoke_json("inspect", program, "--etrecord", record)
+    assert code == 0 and sum(said in n for n in document["notes"]) == 1
+    assert {v["name"] for v in document["file"]["methods"][0]["inputs"]} == {None}  # no positions trusted
+    for command in (["inspect", program], ["check", program], ["rewrite", program, "-o", out], ["diff", program, out],
+                    ["run", program, "--simulate-devices"]):
+        for fmt in ("text", "markdown"):
+            done = invoke(*command, "--etrecord", record, "--format", fmt)
+            assert done.exit_code in (0, 1) and "Traceback" not in done.stderr
+            assert done.stdout.count(said) == 1, (command, fmt)
+    _, diffed = invoke_json("diff", program, out, "--etrecord", record)
+    assert sum(said in n for n in diffed["diff"]["notes"]) == 1
+    validated = invoke("validate", program, out, "--simulate-devices", "--etrecord", record)
+    assert validated.exit_code == 0 and validated.stderr.count(said) == 1
+
+
+def test_output_keys_follow_the_pytree_as_serialized_and_live() -> None:
+    torch = pytest.importorskip("torch")
+    from torch.utils import _pytree as pytree
+
+    from pte_devconst.program.etrecord import output_keys
+
+    cases = {("a", "b"): {"a": 1, "b": 2},
+             ("logits", "past[0]", "past[1]", "cache.k"): {"logits": 0, "past": [1, 2], "cache": {"k": 3}},
+             (None, None): (1, 2), ("x",): {"x": 1}, (None,): 1}
+    for expected, value in cases.items():
+        spec = pytree.tree_structure(value)
+        assert output_keys(pytree.treespec_dumps(spec), len(expected)) == expected
+        assert output_keys(spec, len(expected)) == expected
+        assert output_keys(pytree.treespec_dumps(spec), len(expected) + 1) is None  # another program's outputs
+    assert output_keys("not json", 1) is None and output_keys(None, 0) is None
+    assert torch is not None
+
+
+def test_every_report_with_names_follows_the_schema(tmp_path: Path) -> None:
+    from test_report_schema import SCHEMA_FILE, assert_valid
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text()))
+    out = tmp_path / "out.pte"
+    for record in (IO_RECORD, RECORD):  # this program's, and another's (its notes)
+        named = ("--etrecord", record)
+        _, document = invoke_json("rewrite", IO_PTE, "-o", out, *named)
+        assert_valid(validator, document, "rewrite")
+        for command in (("inspect", IO_PTE), ("check", IO_PTE), ("diff", IO_PTE, out),
+                        ("run", IO_PTE, "--simulate-devices"), ("validate", IO_PTE, out, "--simulate-devices")):
+            _, document = invoke_json(*command, *named)
+            assert_valid(validator, document, command[0])

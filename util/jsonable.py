@@ -3,7 +3,7 @@
 A result type's ``to_json()`` either builds its document by hand (when the JSON names differ from the
 fields) or returns ``to_jsonable(self)``: every field, recursively, with devices spelled as compile specs
 spell them (``cuda:0``), ``NamedEnum`` members as their values, other enums as their lower-case names,
-tuples and sets as lists and bytes as hex.
+tuples and sets as lists and bytes as hex.  (A device has its own ``to_json``.)
 """
 
 from __future__ import annotations
@@ -12,14 +12,11 @@ import dataclasses
 import enum
 from typing import Any
 
-from pte_devconst.schema.model import Device
 from pte_devconst.util.named_enum import NamedEnum
 
 
 def to_jsonable(obj: Any) -> Any:
     """Dataclasses (records), tuples, devices and enums -> JSON-ready values, recursively."""
-    if isinstance(obj, Device):  # a dataclass too: spell it the way compile specs do (cuda:0)
-        return str(obj)
     to_json = getattr(obj, "to_json", None)
     if callable(to_json) and not isinstance(obj, type):  # a record with its own JSON form
         return to_json()
