@@ -737,7 +737,7 @@ def section_fold(rounds: int, report: Report) -> None:
                        f"rewrite_file({str(BIG_T)!r}, {str(dst)!r}, options=RewriteOptions(fold=True), durable=False)")
     fresh(dst)
     largest = 16 << 20  # 2048 x 2048 float32: every folded tensor here
-    block = 4 << 20  # fold_compute.BLOCK_BYTES
+    block = 4 << 20  # fold.compute.BLOCK_BYTES
     # Both fold runs import torch and the same code; what differs is the data: 64 tensors of 16 MiB, or 1.5 KiB.
     growth = Series([(f - t) * 1024 for f, t in zip(rss["rewrite --fold"].values,
                                                     rss["rewrite --fold, 1.5 KiB of folds"].values)])
