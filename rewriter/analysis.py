@@ -296,7 +296,8 @@ def method_transfers(plan: m.ExecutionPlan, budget: Optional[WorkBudget] = None
 
 
 def _shares_mutable_buffers(program: m.Program) -> bool:
-    """The footprint of ``share_mutable_buffers``: several methods, each [0, X, shared] with the same buffer-2 tensors."""
+    """The footprint of ``share_mutable_buffers``: several methods, each [0, X, shared] with the same buffer-2
+    tensors."""
     plans = program.execution_plan or ()
     if len(plans) < 2:
         return False
@@ -306,7 +307,8 @@ def _shares_mutable_buffers(program: m.Program) -> bool:
         if len(sizes) != 3 or not buffer_devices(plan).get(2, CPU).is_cpu:
             return False
         shared = frozenset((v.allocation_info.memory_offset, v.scalar_type, v.sizes) for v in plan.values or ()
-                           if isinstance(v, m.Tensor) and v.allocation_info is not None and v.allocation_info.memory_id == 2)
+                           if isinstance(v, m.Tensor) and v.allocation_info is not None
+                           and v.allocation_info.memory_id == 2)
         if not shared:
             return False
         signatures.add((sizes[2], shared))
@@ -352,7 +354,8 @@ def analyze_program(program: m.Program, external: Optional[ExternalData] = None,
     elif len(program.mutable_data_segments or ()) > 1:
         refusal = (f"the program has {len(program.mutable_data_segments or ())} mutable data segment lists; the "
                    "runtime reads only one")
-    elif program.mutable_data_segments and program.mutable_data_segments[0].segment_index >= len(program.segments or ()):
+    elif program.mutable_data_segments \
+            and program.mutable_data_segments[0].segment_index >= len(program.segments or ()):
         refusal = (f"its initial-data list names segment {program.mutable_data_segments[0].segment_index}, which does "
                    "not exist (harmless while no tensor has initial data; new initial data could not be added)")
     return Analysis(tuple(methods), refusal, notes)

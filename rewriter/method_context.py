@@ -163,7 +163,8 @@ def tensor_at(values: Sequence[m.EValue], index: int) -> m.Tensor:
 def host_reason(reader: Reader) -> tuple[str, str]:
     """(short reason, detailed reason) for a reader that keeps a constant on the host."""
     if reader.kind == ReaderKind.KERNEL_CALL:
-        return f"read by host kernel {reader.name}", f"read by host kernel {reader.name} at instruction {reader.instruction}"
+        short = f"read by host kernel {reader.name}"
+        return short, f"{short} at instruction {reader.instruction}"
     if reader.kind == ReaderKind.DELEGATE_CALL:
         if reader.device_error:
             short = f"read by delegate {reader.name} with an unreadable target_device (host)"
@@ -362,7 +363,7 @@ def follow_copy(ctx: MethodContext, index: int, copy: Reader, reasons: Reasons, 
                              uses.on_device[0].delegate_device if dst_device.is_cpu else dst_device))
 
 
-def _only_read_by_this_copy(ctx: MethodContext, value: int, copy: Reader, kernel_args: tuple[int, ...],
+def _only_read_by_this_copy(ctx: MethodContext, value: int, copy: Reader, own_args: tuple[int, ...],
                             reasons: Reasons, *, delegates_allowed: bool, short: str, detail: str) -> bool:
     """Whether nothing but this copy's own slots (and device delegates, if allowed) uses ``value``; else say what.
 
@@ -370,13 +371,13 @@ def _only_read_by_this_copy(ctx: MethodContext, value: int, copy: Reader, kernel
     the per-value counts, and each kind's sample always holds a reader that is not one of them.
     """
     uses = ctx.uses(value)
-    own = kernel_args.count(value)
+    own = own_args.count(value)
     own_kind = host_reason(copy)[0]
     kinds: Iterable[tuple[str, int, tuple[Reader, ...]]] = uses.kinds
     if not delegates_allowed and uses.on_device:
         first = uses.on_device[0]
-        kinds = itertools.chain([(f"read by delegate {first.name} on {first.device}", len(uses.on_device), uses.on_device[:1])],
-                      kinds)
+        on_device = (f"read by delegate {first.name} on {first.device}", len(uses.on_device), uses.on_device[:1])
+        kinds = itertools.chain([on_device], kinds)
     named = 0
     for kind, count, sample in kinds:
         others = count - (own if kind == own_kind else 0)

@@ -148,7 +148,8 @@ def test_fold_stands_on_the_method_context_not_on_analysis() -> None:
     sources = _sources()
     known = {name for name, _, _ in sources}
     deps = {name: dependencies(name, source, is_package, known) for name, source, is_package in sources}
-    fold = {name for name in deps if name == "pte_devconst.rewriter.fold" or name.startswith("pte_devconst.rewriter.fold.")}
+    fold = {name for name in deps
+            if name == "pte_devconst.rewriter.fold" or name.startswith("pte_devconst.rewriter.fold.")}
     assert len(fold) >= 7, fold
     assert all("pte_devconst.rewriter.analysis" not in deps[name] for name in fold)
     assert "pte_devconst.rewriter.fold" in deps["pte_devconst.rewriter.analysis"]

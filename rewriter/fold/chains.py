@@ -213,7 +213,8 @@ class _Finder:
         if ret != out or not isinstance(output, m.Tensor) or output.allocation_info is None \
                 or output.has_initial_data:
             raise Unfoldable("its output is not a planned tensor it writes alone")
-        if output.shape_dynamism != m.TensorShapeDynamism.STATIC or tensor.shape_dynamism != m.TensorShapeDynamism.STATIC:
+        static = m.TensorShapeDynamism.STATIC
+        if output.shape_dynamism != static or tensor.shape_dynamism != static:
             raise Unfoldable("its shapes are dynamic")
         if not self.writes.only_by(out, reader.step):
             raise Unfoldable(f"its output (value {out}) is written elsewhere too")
@@ -266,7 +267,8 @@ class _Finder:
                 except Unfoldable as why:
                     host.add(f"read by host kernel {reader.name} (not foldable: {why})",
                              f"read by host kernel {reader.name} at #{reader.instruction} (not foldable: {why})")
-            elif reader.on_device and (reader.chain, reader.instruction, reader.arg_pos) not in self.writes.delegate_outputs:
+            elif reader.on_device \
+                    and (reader.chain, reader.instruction, reader.arg_pos) not in self.writes.delegate_outputs:
                 devices.add(reader.delegate_device)
                 args.append(RewiredDelegateArg(reader.chain, reader.instruction, reader.arg_pos, index))
                 delegates.append(reader.delegate_index)
@@ -374,7 +376,8 @@ def method_folds(ctx: MethodContext, constants: Sequence[PlainVerdict]) -> Metho
     that a table kernel reads, so that their chains fold rather than the constant moving.
     """
     def device_bound(reader: Reader) -> bool:  # a chain could start here, or its device readers be duplicated
-        return table_kernel(reader) or reader.on_device or reader.kind == ReaderKind.KERNEL_CALL and reader.name == H2D_COPY
+        return (table_kernel(reader) or reader.on_device
+                or reader.kind == ReaderKind.KERNEL_CALL and reader.name == H2D_COPY)
 
     roots = [c.value for c in constants if (not c.eligible or ctx.host_placement and any(map(table_kernel, c.readers)))
              and any(map(device_bound, c.readers))]

@@ -54,7 +54,7 @@ Reader = Callable[[int, memoryview], int]  # (offset in the constant's bytes, bu
 
 
 class TorchOps:
-    """The table's operations on torch tensors (``kernels.Ops``: the same names and arguments as ``shapes.ShapeOps``)."""
+    """The table's operations on torch tensors (``kernels.Ops``: the names and arguments of ``shapes.ShapeOps``)."""
 
     @staticmethod
     def permute(x: torch.Tensor, dims: Sequence[int]) -> torch.Tensor:
@@ -214,7 +214,8 @@ def _source_tensor(recipe: FoldRecipe, reader: Reader, dtype: torch.dtype) -> to
     buffer = bytearray(count * dtype.itemsize)
     _read(reader, 0, count, dtype.itemsize, buffer)
     sizes = tuple(tensor.sizes or ())
-    return _buffer_tensor(buffer, dtype, count).as_strided(sizes, m.dim_order_strides(sizes, tuple(tensor.dim_order or ())))
+    strides = m.dim_order_strides(sizes, tuple(tensor.dim_order or ()))
+    return _buffer_tensor(buffer, dtype, count).as_strided(sizes, strides)
 
 
 def _steps(recipe: FoldRecipe, x: torch.Tensor, upto: Optional[int] = None) -> torch.Tensor:

@@ -139,7 +139,8 @@ def _blocking(args: Args) -> None:
 
 
 def _dim_order_arg(args: Args, source: m.Tensor, out: m.Tensor) -> None:
-    """check__to_dim_order_copy_args: the out's dim order is the argument's (contiguous or channels last) or the input's."""
+    """check__to_dim_order_copy_args: the out's dim order is the argument's (contiguous or channels last) or the
+    input's."""
     _blocking(args)
     order = args.get("dim_order")
     want = tuple(source.dim_order or ()) if order is None else _ints(args, "dim_order")
@@ -189,15 +190,19 @@ def _identity(ops: Ops[T], x: T, args: Args, source: m.Tensor, out: m.Tensor) ->
 # what it does through ``ops`` (add the operation to Ops, shapes.ShapeOps and compute.TorchOps if it is new); then a
 # case in tests/test_fold_exact.py runs it on the real runtime.
 FOLD_KERNELS: dict[str, FoldKernel] = {k.key: k for k in (
-    FoldKernel("aten::permute_copy.out", ("dims",), ("ints",), lambda ops, x, a, s, o: ops.permute(x, _ints(a, "dims"))),
+    FoldKernel("aten::permute_copy.out", ("dims",), ("ints",),
+               lambda ops, x, a, s, o: ops.permute(x, _ints(a, "dims"))),
     FoldKernel("aten::t_copy.out", (), (), lambda ops, x, a, s, o: ops.t(x)),
     FoldKernel("aten::transpose_copy.int_out", ("dim0", "dim1"), ("int", "int"),
                lambda ops, x, a, s, o: ops.transpose(x, _int(a, "dim0"), _int(a, "dim1"))),
     FoldKernel("aten::view_copy.out", ("size",), ("ints",), lambda ops, x, a, s, o: ops.reshape(x, _ints(a, "size"))),
     FoldKernel("aten::expand_copy.out", ("size", "implicit"), ("ints", "bool"), _expand),
-    FoldKernel("aten::squeeze_copy.dim_out", ("dim",), ("int",), lambda ops, x, a, s, o: ops.squeeze(x, [_int(a, "dim")])),
-    FoldKernel("aten::squeeze_copy.dims_out", ("dim",), ("ints",), lambda ops, x, a, s, o: ops.squeeze(x, _ints(a, "dim"))),
-    FoldKernel("aten::unsqueeze_copy.out", ("dim",), ("int",), lambda ops, x, a, s, o: ops.unsqueeze(x, _int(a, "dim"))),
+    FoldKernel("aten::squeeze_copy.dim_out", ("dim",), ("int",),
+               lambda ops, x, a, s, o: ops.squeeze(x, [_int(a, "dim")])),
+    FoldKernel("aten::squeeze_copy.dims_out", ("dim",), ("ints",),
+               lambda ops, x, a, s, o: ops.squeeze(x, _ints(a, "dim"))),
+    FoldKernel("aten::unsqueeze_copy.out", ("dim",), ("int",),
+               lambda ops, x, a, s, o: ops.unsqueeze(x, _int(a, "dim"))),
     FoldKernel("aten::clone.out", ("memory_format",), ("int?",), _clone),
     FoldKernel("aten::alias_copy.out", (), (), _identity),
     FoldKernel("aten::slice_copy.Tensor_out", ("dim", "start", "end", "step"), ("int", "int?", "int?", "int"),

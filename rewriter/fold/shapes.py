@@ -165,7 +165,8 @@ class ShapeOps:
             raise Unfoldable(f"dim {dim} is out of range for unsqueezing rank {rank}")
         dim = dim + rank + 1 if dim < 0 else dim
         stride = 1 if dim >= rank else x.sizes[dim] * x.strides[dim]
-        return m.replace(x, sizes=x.sizes[:dim] + (1,) + x.sizes[dim:], strides=x.strides[:dim] + (stride,) + x.strides[dim:])
+        return m.replace(x, sizes=x.sizes[:dim] + (1,) + x.sizes[dim:],
+                         strides=x.strides[:dim] + (stride,) + x.strides[dim:])
 
     @staticmethod
     def select(x: Strided, dim: int, index: int) -> Strided:
@@ -200,7 +201,9 @@ class ShapeOps:
 
     @staticmethod
     def cast(x: Strided, scalar_type: int) -> Strided:
-        return x if scalar_type == x.scalar_type else m.replace(x, scalar_type=scalar_type, casts=x.casts + (scalar_type,))
+        if scalar_type == x.scalar_type:
+            return x
+        return m.replace(x, scalar_type=scalar_type, casts=x.casts + (scalar_type,))
 
 
 def source_view(tensor: m.Tensor) -> Strided:
