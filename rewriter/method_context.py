@@ -62,7 +62,6 @@ def _printable(name: str) -> str:
     return name if name.isprintable() else repr(name)
 
 
-
 class ReaderKind(NamedEnum):
     """What reads a value: an instruction (by its type's name in the format), a tensor list, or the method's outputs."""
 
@@ -73,7 +72,6 @@ class ReaderKind(NamedEnum):
     FREE_CALL = "FreeCall"
     TENSOR_LIST = "TensorList"
     OUTPUT = "output"
-
 
 
 @record
@@ -132,13 +130,11 @@ class RewiredDelegateArg:
     value: int  # the value there now (a copy's destination, or the constant itself)
 
 
-
 @record
 class ExternalData:
     """What analysis needs of a .ptd: the layout of each key (None when the entry has none)."""
 
     layouts: Mapping[str, Optional[tuple[int, tuple[int, ...], tuple[int, ...]]]] = field(default_factory=dict)
-
 
 
 def instruction_at(plan: m.ExecutionPlan, chain: int, instruction: int) -> m.Instruction:
