@@ -20,7 +20,7 @@ SEED = ROOT / "tests" / "fixtures" / "seed"
 def rows() -> list[str]:
     from pte_devconst import api
     from pte_devconst.program.memory import planned_device_bytes
-    from pte_devconst.rewriter.fold_refusals import torch_found
+    from pte_devconst.rewriter.fold import torch_found
     from pte_devconst.schema.pte_file import open_pte
 
     programs = sorted(p for p in [*REAL.glob("*_copy.pte"), *REAL.glob("*_legacy.pte"), *SEED.glob("*.pte")])

@@ -744,7 +744,7 @@ def _check_one(pte: "Union[Path, ProgramBytes]", ptd: Optional[Path], options: "
 
     from pte_devconst.paths import ptd_hint
     from pte_devconst.rewriter.derived import derived_copies
-    from pte_devconst.rewriter.fold_refusals import NOT_JUDGED, fold_refusals, torch_found
+    from pte_devconst.rewriter.fold import NOT_JUDGED, fold_refusals, torch_found
     from pte_devconst.rewriter.load import analyze_opened, opened
     from pte_devconst.rewriter.plan import make_plan, safe_fold_gain
 

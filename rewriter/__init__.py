@@ -4,10 +4,10 @@ Names are imported on first use, so a command that only analyses (``inspect``,
 ``check``) never loads the writer, and start-up stays short.  Paths arrive resolved from the API layer
 (the .ptd rule and default output name live in ``pte_devconst.paths``); nothing here imports it.
 
-Imports kept inside functions for start-up speed, in this package: ``fold_compute`` (torch) in
-``apply``, ``verify`` and ``fold_refusals``, only when a chain folds or a cast must be checked;
-``importlib.util`` in ``fold_refusals.torch_found``, which looks for torch without importing it.  (``analysis`` imports ``fold``
-inside functions for another reason: ``fold`` builds on ``analysis``.)
+Imports kept inside functions for start-up speed, in this package: ``fold.compute`` (torch) in
+``apply``, ``verify`` and ``fold.refusals``, only when a chain folds or a cast must be checked;
+``importlib.util`` in ``fold.refusals.torch_found``, which looks for torch without importing it.  The modules
+import each other one way (``tests/test_structure.py``): ``analysis -> fold -> method_context``.
 """
 
 from __future__ import annotations

@@ -50,11 +50,11 @@ def _rebuild_constants(source: PteFile, plan: RewritePlan) -> tuple[SegmentConte
 
 
 def _computed(entry: InitialData, source: PteFile, ptd: Optional[PtdFile]) -> ComputedPiece:
-    """A folded value's bytes, computed when the writer reaches them (one at a time: see fold_compute.py)."""
+    """A folded value's bytes, computed when the writer reaches them (one at a time: see fold/compute.py)."""
     recipe = entry.recipe
 
     def produce() -> bytearray:
-        from .fold_compute import SourceBytes, fold_bytes  # torch, only when something folds
+        from .fold.compute import SourceBytes, fold_bytes  # torch, only when something folds
 
         return fold_bytes(recipe, SourceBytes(source, ptd))
 

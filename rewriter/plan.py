@@ -34,7 +34,7 @@ class RewriteOptions:
     devices: Optional[frozenset[Device]] = None  # only move constants to these devices (None: every device)
     min_bytes: int = 0  # leave constants smaller than this where they are
     host_placement: bool = False  # library-only: place host-read constants in planned CPU memory (tests)
-    fold: bool = False  # also fold chains of host kernels from constants to device readers (fold.py)
+    fold: bool = False  # also fold chains of host kernels from constants to device readers (fold/)
     duplicate_shared: bool = False  # give device readers of constants also read on the host their own copy
     relayout: bool = True  # lay the buffers that receive constants out again by lifetimes (program/memory.py)
 
@@ -523,7 +523,7 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
 
     Methods are keyed by plan index throughout: two plans may share a name.  With ``options.fold`` (or
     ``duplicate_shared``) chains of host kernels fold too; ``refusals`` (plan index, result value) -> why
-    names chains that the data refuses (``fold_compute.cast_problem``).
+    names chains that the data refuses (``fold.compute.cast_problem``).
     """
     chosen: list[ConstantVerdict] = []
     skipped: list[Skipped] = []

@@ -28,7 +28,7 @@ from pte_devconst.util.record import record
 from .apply import apply_plan
 from .analysis import ConstantVerdict
 from .load import analyze_opened, opened
-from .fold_refusals import fold_refusals, need_torch
+from .fold import fold_refusals, need_torch
 from .flows import MethodFlows, plan_residents, program_flows
 from .names import ProgramNames, named_program
 from .plan import FoldGain, RewriteOptions, RewritePlan, make_plan, safe_fold_gain

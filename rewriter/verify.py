@@ -626,7 +626,7 @@ def _recompute(recipe, original: PteFile, ptd: Optional[PtdFile]):  # -> Callabl
     """The folded bytes, from the input (torch is imported when the self-check reaches them)."""
 
     def compute() -> bytearray:
-        from .fold_compute import SourceBytes, fold_bytes
+        from .fold.compute import SourceBytes, fold_bytes
 
         return fold_bytes(recipe, SourceBytes(original, ptd))
 

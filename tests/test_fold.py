@@ -310,7 +310,7 @@ def _agree(base: torch.Tensor, steps: list[tuple[str, tuple]]) -> None:
     [("slice", (1, 1, 3, 1)), ("unsqueeze", (0,)), ("expand", ((5, 3, 2, 2),))]])
 def test_shape_rules_are_torchs_view_rules(steps: list) -> None:
     """Each ShapeOps rule gives torch's sizes and, for a view, the same elements (so the block reader in
-    fold_compute gathers exactly what torch computes); a reshape torch must copy is marked as not a view."""
+    fold.compute gathers exactly what torch computes); a reshape torch must copy is marked as not a view."""
     _agree(STORAGE[:24].view(3, 4, 2), steps)
 
 
@@ -372,8 +372,8 @@ def test_random_chains_of_view_rules_agree_with_torch() -> None:
 
 def test_the_block_reader_gathers_across_many_blocks(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """With 64-byte blocks a 512-byte transpose is read in many pieces and still equals the one-block result."""
-    from pte_devconst.rewriter import fold_compute
-    from pte_devconst.rewriter.fold_compute import SourceBytes, fold_bytes
+    from pte_devconst.rewriter.fold import compute as fold_compute
+    from pte_devconst.rewriter.fold.compute import SourceBytes, fold_bytes
 
     (method,) = analyze_file(REAL / "llama_mm_copy.pte").methods
     with open_pte(REAL / "llama_mm_copy.pte") as pte:

@@ -19,7 +19,7 @@ import torch
 from et_oracle import run_with_executorch
 from forge import edit_program
 from pte_devconst.rewriter.fold import FOLD_KERNELS, Tracer, recipe_of
-from pte_devconst.rewriter.fold_compute import SourceBytes, fold_bytes
+from pte_devconst.rewriter.fold.compute import SourceBytes, fold_bytes
 from pte_devconst.rewriter.plan import RewriteOptions
 from pte_devconst.rewriter.rewrite import rewrite_file
 from pte_devconst.program.dtypes import torch_dtype

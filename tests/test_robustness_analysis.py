@@ -326,16 +326,16 @@ def test_inspect_shows_a_constant_in_80_000_list_slots_in_one_line(tmp_path: Pat
 
 def test_the_work_budget_stops_analysis_with_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Past its budget (steps per value, instruction and read) analysis raises instead of running on."""
-    import pte_devconst.rewriter.analysis as analysis
+    import pte_devconst.rewriter.method_context as method_context  # the work budget's home
 
     big = _forge(tmp_path, "v_a_dtypes_copy", _copies_into_one_tensor(3000), "big.pte")
-    monkeypatch.setattr(analysis, "WORK_PER_ITEM", 0)  # a budget of 4,096 steps, which 3,000 constants exceed
+    monkeypatch.setattr(method_context, "WORK_PER_ITEM", 0)  # a budget of 4,096 steps, which 3,000 constants exceed
     with open_pte(big) as pte, pytest.raises(UnsupportedProgramError, match="analysis needed more than 4,096 steps"):
         analyze_program(pte.program)
     code, doc = invoke_json("check", big)
     assert code == 2 and "analysis needed more than" in doc["files"][0]["error"]
     # The analysis costs under 2 steps per item even on this shape (4 allowed here, 16 by default).
-    monkeypatch.setattr(analysis, "WORK_PER_ITEM", 4)
+    monkeypatch.setattr(method_context, "WORK_PER_ITEM", 4)
     assert invoke("check", big).exit_code == 0
 
 

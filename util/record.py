@@ -29,13 +29,16 @@ from __future__ import annotations
 import dataclasses
 import operator
 from dataclasses import MISSING, FrozenInstanceError
-from typing import Any, Callable, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
 
-try:
-    from typing import dataclass_transform
-except ImportError:  # Python 3.10: the decorator only informs type checkers
-    def dataclass_transform(**_: Any) -> Callable[[Any], Any]:  # type: ignore[no-redef]
-        return lambda function: function
+if TYPE_CHECKING:  # mypy checks for Python 3.10, whose typing has no dataclass_transform: its stubs' backport
+    from typing_extensions import dataclass_transform
+else:
+    try:
+        from typing import dataclass_transform
+    except ImportError:  # Python 3.10: the decorator only informs type checkers
+        def dataclass_transform(**_: Any) -> Callable[[Any], Any]:
+            return lambda function: function
 
 C = TypeVar("C", bound=type)
 _NO_VALUE = object()

@@ -10,7 +10,7 @@ from bench.inputs import Inputs
 NAMES = ["plain rewrite", "rewrite --fold", "plain rewrite --no-fsync", "rewrite --fold --no-fsync",
          "rewrite --fold, 1.5 KiB of folds", "python -c 'import torch'"]
 LARGEST = 16 << 20  # 2048 x 2048 float32: every folded tensor here
-BLOCK = 4 << 20  # fold_compute.BLOCK_BYTES
+BLOCK = 4 << 20  # fold.compute.BLOCK_BYTES
 
 
 def run(rounds: int, report: Report, inputs: Inputs) -> None:

@@ -216,7 +216,7 @@ def test_the_differential_check_reports_a_wrong_rewrite_that_exited_0(monkeypatc
     """With the copy rules switched off (the shared-memory rule and the static-view rule) and the self-check too
     (it refuses such a file), a static view of a copy's output makes a wrong rewrite (exit 0): the check must call
     it a failure, naming the delegate boundary that differs."""
-    from pte_devconst.rewriter.analysis import _MethodContext
+    from pte_devconst.rewriter.method_context import MethodContext
     from pte_devconst.rewriter.copy_memory import CopyMemory
 
     seed = next(s for s in program_seeds() if s.name.endswith("v_k_cuda1_copy.pte"))
@@ -225,7 +225,7 @@ def test_the_differential_check_reports_a_wrong_rewrite_that_exited_0(monkeypatc
     case = next(c for c in found if c is not None and "call)" in c.mutation
                 and any(f" destination {value} " in c.mutation for value in (7, 8)))
     monkeypatch.setattr(CopyMemory, "problem", lambda self, copy, dst, readers: None)
-    monkeypatch.setattr(_MethodContext, "views_of", lambda self, value: [])
+    monkeypatch.setattr(MethodContext, "views_of", lambda self, value: [])
     monkeypatch.setattr("pte_devconst.rewriter.rewrite.check_rewrite", lambda *args, **kwargs: None)
     with scratch_folder() as folder:
         outcome = check_differential(case, folder, runtime=False)

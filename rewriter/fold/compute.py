@@ -1,7 +1,7 @@
 """The bytes of a folded value, computed as ExecuTorch's portable kernels compute them (imports torch).
 
 Imported only when something folds.  ``fold_bytes`` turns a ``FoldRecipe`` (a
-constant and the table kernels applied to it, ``fold.py``) into the bytes of the
+constant and the table kernels applied to it, ``recipes.py``) into the bytes of the
 result laid out in its dim order:
 
 * data movement is exact by construction: every table kernel except the casts
@@ -35,15 +35,18 @@ from pte_devconst.program.dtypes import torch_dtype
 from pte_devconst.schema import model as m
 from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.schema.scalar_types import scalar_type_name
+from pte_devconst.schema.mapped import MappedFile
 from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile
 
-from .fold import FLOATING, FOLD_KERNELS, INTEGRAL, FoldRecipe, Strided, apply_step
+from .kernels import FLOATING, FOLD_KERNELS, INTEGRAL, apply_step
+from .recipes import FoldRecipe
+from .shapes import Strided
 
 BLOCK_BYTES = 4 << 20
 _RAW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}  # element movers, by element size
 # The values a float may have for static_cast to each integral type to be defined: (low, high), exclusive.
-_INT_RANGE = {m.ScalarType.BYTE: (-1.0, 256.0), m.ScalarType.CHAR: (-129.0, 128.0),
+_INT_RANGE: dict[int, tuple[float, float]] = {m.ScalarType.BYTE: (-1.0, 256.0), m.ScalarType.CHAR: (-129.0, 128.0),
               m.ScalarType.SHORT: (-32769.0, 32768.0), m.ScalarType.INT: (-2147483649.0, 2147483648.0),
               m.ScalarType.LONG: (-9223372036854775809.0, 9223372036854775808.0)}
 
@@ -51,7 +54,7 @@ Reader = Callable[[int, memoryview], int]  # (offset in the constant's bytes, bu
 
 
 class TorchOps:
-    """The table's operations on torch tensors (the same names and arguments as ``fold.ShapeOps``)."""
+    """The table's operations on torch tensors (``kernels.Ops``: the names and arguments of ``shapes.ShapeOps``)."""
 
     @staticmethod
     def permute(x: torch.Tensor, dims: Sequence[int]) -> torch.Tensor:
@@ -87,7 +90,8 @@ class TorchOps:
 
     @staticmethod
     def slice(x: torch.Tensor, dim: int, start: Optional[int], end: Optional[int], step: int) -> torch.Tensor:
-        return torch.ops.aten.slice.Tensor(x, dim, start, end, step)
+        sliced: torch.Tensor = torch.ops.aten.slice.Tensor(x, dim, start, end, step)
+        return sliced
 
     @staticmethod
     def cast(x: torch.Tensor, scalar_type: int) -> torch.Tensor:
@@ -104,9 +108,10 @@ class SourceBytes:
     def reader(self, tensor: m.Tensor) -> Reader:
         """A reader of ``tensor``'s bytes (``tensor`` as a recipe keeps it: its data index or .ptd key)."""
         nbytes = tensor.nbytes
+        file: MappedFile
         if tensor.is_external:
             span = self.ptd.span(tensor.fqn or "") if self.ptd is not None else None
-            if span is None:
+            if span is None or self.ptd is None:
                 raise PteDevconstError(f"the .ptd holds no data for {tensor.fqn!r}, which a folded value needs")
             file = self.ptd
         else:
@@ -209,7 +214,8 @@ def _source_tensor(recipe: FoldRecipe, reader: Reader, dtype: torch.dtype) -> to
     buffer = bytearray(count * dtype.itemsize)
     _read(reader, 0, count, dtype.itemsize, buffer)
     sizes = tuple(tensor.sizes or ())
-    return _buffer_tensor(buffer, dtype, count).as_strided(sizes, m.dim_order_strides(sizes, tuple(tensor.dim_order or ())))
+    strides = m.dim_order_strides(sizes, tuple(tensor.dim_order or ()))
+    return _buffer_tensor(buffer, dtype, count).as_strided(sizes, strides)
 
 
 def _steps(recipe: FoldRecipe, x: torch.Tensor, upto: Optional[int] = None) -> torch.Tensor:

@@ -2,18 +2,31 @@
 
 Kept apart from ``rewrite.py`` so that ``check`` (which must never load the writer) plans exactly as the
 rewrite does.  Torch is looked for without being imported, and imported only for a chain that casts floats
-to integers (``fold_compute``).
+to integers (``compute.py``).  It takes an analysis by what it reads of one (``Analysed``: each method's
+folds), since ``analysis`` imports this package and not the other way.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Protocol, Sequence
 
 from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile
 
-from .analysis import Analysis
+from .chains import MethodFolds
+
+
+class _HasFolds(Protocol):
+    @property
+    def folds(self) -> Optional[MethodFolds]: ...
+
+
+class Analysed(Protocol):
+    """What ``fold_refusals`` reads of an ``analysis.Analysis``: the folds of each method."""
+
+    @property
+    def methods(self) -> Sequence[_HasFolds]: ...
 
 
 def torch_found() -> bool:
@@ -27,7 +40,7 @@ def torch_found() -> bool:
 
 
 def need_torch() -> None:
-    """Folded values are computed with torch (fold_compute.py): refuse clearly, before writing, without it."""
+    """Folded values are computed with torch (``compute.py``): refuse clearly, before writing, without it."""
     if not torch_found():
         raise PteDevconstError("rewrite --fold computes folded values with torch, which is not installed: "
                                "pip install 'pte-devconst[runner]'")
@@ -37,7 +50,7 @@ NOT_JUDGED = ("not judged: it casts floats to integers, and judging whether that
               "with torch, which is not installed (pip install 'pte-devconst[runner]')")
 
 
-def fold_refusals(source: PteFile, ptd: Optional[PtdFile], analysis: Analysis, *, judge: bool = True
+def fold_refusals(source: PteFile, ptd: Optional[PtdFile], analysis: Analysed, *, judge: bool = True
                   ) -> dict[tuple[int, int], str]:
     """Chains whose data the fold cannot compute as C++ defines it (a float cast to an integer type of NaN,
     inf or an out-of-range value), by (plan index, result value).  Reads data (and imports torch) only for
@@ -52,7 +65,7 @@ def fold_refusals(source: PteFile, ptd: Optional[PtdFile], analysis: Analysis, *
                     refusals[(chain.plan_index, chain.result)] = NOT_JUDGED
                     continue
                 need_torch()
-                from .fold_compute import SourceBytes, cast_problem  # torch, only for such a chain
+                from .compute import SourceBytes, cast_problem  # torch, only for such a chain
 
                 problem = cast_problem(chain.recipe, SourceBytes(source, ptd))
                 if problem:

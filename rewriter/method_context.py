@@ -1,0 +1,404 @@
+"""What judging one method's constants shares: who reads each value, who writes it, and the copy rule.
+
+Both verdicts build on it: the plain one (``analysis.py``: a constant read only by device delegates moves)
+and the fold's (``fold/chains.py``: a value computed from a constant by table kernels and read only by
+device delegates folds).  Both ask one question of an ``_h2d_copy.out`` (``follow_copy``: may this copy
+go?) and explain a host reader the same way (``host_reason``, ``Reasons``), so they live here, below both:
+``analysis`` imports ``fold`` (the chains of a method are part of its analysis) and ``fold`` imports this
+module, never ``analysis``.
+
+What an instruction reads and writes is ``program/effects.py``'s rule; ``Writes`` and the static views
+(``MethodContext.views_of``) are indexes over it, built once per method and charged to its ``WorkBudget``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from dataclasses import field
+from typing import Iterable, Mapping, Optional, Sequence
+
+from pte_devconst.program.effects import MethodEffects, Step
+from pte_devconst.program.executorch import H2D_COPY
+from pte_devconst.program.memory import view_reads
+from pte_devconst.schema import model as m
+from pte_devconst.schema.model import CPU, Device
+from pte_devconst.schema.ptd_file import tensor_key
+from pte_devconst.util.errors import UnsupportedProgramError
+from pte_devconst.util.named_enum import NamedEnum
+from pte_devconst.util.record import record
+
+from .copy_memory import CopyMemory
+
+NO_PTD = "external (data in a .ptd) but no .ptd given; pass --ptd"
+# The codegen'd kernel of an out variant takes exactly its schema arguments plus one return slot
+# (executorch/codegen/gen.py: "Expected %zu args"): self, out, return.
+H2D_ARGS = 3
+# Details kept per distinct reason; the rest are counted ("and N more").
+DETAILS_PER_REASON = 3
+# Steps of analysis allowed per value, instruction and read of a method.
+WORK_PER_ITEM = 16
+
+
+class WorkBudget:
+    """Counts the steps of one method's analysis and fails past a limit proportional to its size."""
+
+    __slots__ = ("left", "limit", "method")
+
+    def __init__(self, method: str, items: int) -> None:
+        self.method = method
+        self.limit = WORK_PER_ITEM * items + 4096
+        self.left = self.limit
+
+    def spend(self, steps: int = 1) -> None:
+        self.left -= steps
+        if self.left < 0:
+            raise UnsupportedProgramError(
+                f"method {_printable(self.method)}: analysis needed more than {self.limit:,} steps, "
+                f"{WORK_PER_ITEM} per value, instruction and read; refusing a program shaped to run it away")
+
+
+def _printable(name: str) -> str:
+    return name if name.isprintable() else repr(name)
+
+
+class ReaderKind(NamedEnum):
+    """What reads a value: an instruction (by its type's name in the format), a tensor list, or the method's outputs."""
+
+    KERNEL_CALL = "KernelCall"
+    DELEGATE_CALL = "DelegateCall"
+    MOVE_CALL = "MoveCall"
+    JUMP_FALSE_CALL = "JumpFalseCall"
+    FREE_CALL = "FreeCall"
+    TENSOR_LIST = "TensorList"
+    OUTPUT = "output"
+
+
+@record
+class Reader:
+    """One use of a value: an instruction argument, or the method's output list."""
+
+    kind: ReaderKind
+    chain: int
+    instruction: int  # index in the chain; -1 for a method output or a list item
+    arg_pos: int
+    name: str = ""  # kernel key or backend id
+    delegate_index: int = -1
+    device: Optional[Device] = None  # the delegate's target device
+    device_error: Optional[str] = None  # the delegate's target_device spec did not parse (so: host)
+
+    @property
+    def step(self) -> tuple[int, int]:
+        return self.chain, self.instruction
+
+    @property
+    def on_device(self) -> bool:
+        """A DelegateCall of a delegate on a non-CPU device."""
+        return self.kind == ReaderKind.DELEGATE_CALL and self.device is not None and not self.device.is_cpu
+
+    @property
+    def delegate_device(self) -> Device:
+        """The device a reader that is ``on_device`` reads on (its delegate's target device)."""
+        if self.device is None:
+            raise ValueError(f"the {self.kind} at instruction {self.instruction} reads on no device")
+        return self.device
+
+    @property
+    def copies_to_device(self) -> bool:
+        """The ``self`` of an ``_h2d_copy.out`` kernel: the value is copied to a device here."""
+        return self.kind is ReaderKind.KERNEL_CALL and self.name == H2D_COPY and self.arg_pos == 0
+
+
+@record
+class DeviceCopy:
+    """An ``_h2d_copy.out`` kernel that copies a constant into a device tensor on every call."""
+
+    chain: int
+    instruction: int
+    src: int
+    dst: int
+    device: Device
+
+
+@record
+class RewiredDelegateArg:
+    """A delegate argument that must point at the constant once its copy is gone."""
+
+    chain: int
+    instruction: int
+    arg_pos: int
+    value: int  # the value there now (a copy's destination, or the constant itself)
+
+
+@record
+class ExternalData:
+    """What analysis needs of a .ptd: the layout of each key (None when the entry has none)."""
+
+    layouts: Mapping[str, Optional[tuple[int, tuple[int, ...], tuple[int, ...]]]] = field(default_factory=dict)
+
+
+def instruction_at(plan: m.ExecutionPlan, chain: int, instruction: int) -> m.Instruction:
+    """The instruction at (chain, instruction): where a reader or a writer found it."""
+    return ((plan.chains or ())[chain].instructions or ())[instruction]
+
+
+def kernel_args(plan: m.ExecutionPlan, chain: int, instruction: int) -> tuple[int, ...]:
+    """The arguments of the KernelCall at (chain, instruction), a kernel reader's own; () for another instruction."""
+    ins = instruction_at(plan, chain, instruction)
+    return tuple(ins.args or ()) if isinstance(ins, m.KernelCall) else ()
+
+
+def tensor_at(values: Sequence[m.EValue], index: int) -> m.Tensor:
+    """Value ``index``, which the caller found to be a tensor (a constant, or a kernel's output)."""
+    value = values[index]
+    if not isinstance(value, m.Tensor):
+        raise TypeError(f"value {index} is a {type(value).__name__}, not a tensor")
+    return value
+
+
+def host_reason(reader: Reader) -> tuple[str, str]:
+    """(short reason, detailed reason) for a reader that keeps a constant on the host."""
+    if reader.kind == ReaderKind.KERNEL_CALL:
+        short = f"read by host kernel {reader.name}"
+        return short, f"{short} at instruction {reader.instruction}"
+    if reader.kind == ReaderKind.DELEGATE_CALL:
+        if reader.device_error:
+            short = f"read by delegate {reader.name} with an unreadable target_device (host)"
+            return short, f"{short} at instruction {reader.instruction}: {reader.device_error}"
+        short = f"read by delegate {reader.name} without target_device (host)"
+        return short, f"{short} at instruction {reader.instruction}"
+    if reader.kind == ReaderKind.OUTPUT:
+        return "is a method output", f"is method output {reader.arg_pos}"
+    if reader.kind == ReaderKind.TENSOR_LIST:
+        return "is part of a tensor list", f"is item {reader.arg_pos} of tensor list {reader.name}"
+    return f"used by a {reader.kind}", f"used by a {reader.kind} at instruction {reader.instruction}"
+
+
+class Reasons:
+    """Why a constant stays: distinct short reasons in order, and at most a few details of each."""
+
+    __slots__ = ("counts", "details")
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.details: list[str] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.counts)
+
+    def add(self, short: str, detail: str, count: int = 1) -> None:
+        """``count`` occurrences of ``short``; ``detail`` describes the first of them."""
+        seen = self.counts.get(short, 0)
+        if seen < DETAILS_PER_REASON:
+            self.details.append(detail)
+        self.counts[short] = seen + count
+
+    def result(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        extra = [f"and {n - DETAILS_PER_REASON:,} more: {short}" for short, n in self.counts.items()
+                 if n > DETAILS_PER_REASON]
+        return tuple(self.counts), tuple(self.details + extra)
+
+
+@record
+class Uses:
+    """The readers of one value split by what the copy rule needs, built once per value (``MethodContext.uses``).
+
+    ``kinds`` holds, per distinct short reason of the non-device readers, how many there are and the
+    first few of them: enough to explain why a copy cannot go without scanning every reader again.
+    """
+
+    on_device: tuple[Reader, ...]
+    kinds: tuple[tuple[str, int, tuple[Reader, ...]], ...]
+
+
+class Writes:
+    """Who writes each value (the instructions that may, and the method's inputs), and which delegate call
+    arguments are outputs: an index over ``program/effects.py`` (the one rule of what an instruction writes)
+    and ``program/dataflow.py`` (a delegate call's outputs), built once per method."""
+
+    def __init__(self, effects: MethodEffects) -> None:
+        self.inputs = effects.inputs
+        self.steps: dict[int, list[Step]] = defaultdict(list)
+        self.delegate_outputs: frozenset[tuple[int, int, int]] = frozenset(
+            (s.chain, s.instruction, pos) for s in effects.sites for pos in range(s.n_inputs, len(s.args)))
+        for step, written in zip(effects.steps, effects.writes):
+            for value in written:
+                self.steps[value].append(step)
+
+    def first(self, value: int) -> Optional[Step]:
+        """The first instruction that writes ``value``, or None."""
+        found = self.steps.get(value)
+        return found[0] if found else None
+
+    def only_by(self, value: int, step: tuple[int, int]) -> bool:
+        """Only the instruction at ``step`` writes ``value`` (and it is no method input)."""
+        return value not in self.inputs and self.steps.get(value, []) == [step]
+
+    def literal(self, value: int) -> bool:
+        """Nothing writes ``value`` at run time: no instruction, and it is no method input."""
+        return value not in self.inputs and not self.steps.get(value)
+
+
+ViewReads = Mapping[int, list[tuple[int, tuple[int, int]]]]  # value -> (the view, the reading step), view_reads's
+
+
+class MethodContext:
+    """What judging one method's constants shares: its readers, and per-value summaries built on demand."""
+
+    def __init__(self, name: str, plan_index: int, plan: m.ExecutionPlan, readers: Mapping[int, list[Reader]],
+                 external: Optional[ExternalData], host_placement: bool, budget: WorkBudget) -> None:
+        self.name = name
+        self.plan_index = plan_index
+        self.plan = plan
+        self.readers = readers
+        self.external = external
+        self.host_placement = host_placement
+        self.budget = budget
+        self._uses: dict[int, Uses] = {}
+        self._views: Optional[ViewReads] = None
+        self._memory: Optional[CopyMemory] = None
+        self._effects: Optional[MethodEffects] = None
+        self._writes: Optional[Writes] = None
+
+    def views_of(self, value: int) -> list[tuple[int, tuple[int, int]]]:
+        """Reads of ``value``'s memory through static views (``program/memory.py``, computed once per method)."""
+        if self._views is None:
+            self._views = view_reads(self.effects())
+        return self._views.get(value, [])
+
+    def memory(self) -> CopyMemory:
+        """The method's regions, uses and jumps, for the copy rules (built on the first copy that needs them)."""
+        if self._memory is None:
+            self._memory = CopyMemory(self.plan, self.budget.spend, self.effects())
+        return self._memory
+
+    def effects(self) -> MethodEffects:
+        """What each instruction reads and writes (``program/effects.py``), built once per method."""
+        if self._effects is None:
+            self._effects = MethodEffects(self.plan)
+            self.budget.spend(self._effects.work)
+        return self._effects
+
+    def writes(self) -> Writes:
+        """Who writes each value (``Writes``), built once per method."""
+        if self._writes is None:
+            self._writes = Writes(self.effects())
+        return self._writes
+
+    def writer_of(self, index: int) -> Optional[Step]:
+        """The first instruction that writes value ``index``, or None."""
+        return self.writes().first(index)
+
+    def uses(self, value: int) -> Uses:
+        """The readers of ``value`` as the copy rule sees them (``Uses``), built once per value."""
+        found = self._uses.get(value)
+        if found is None:
+            readers = self.readers.get(value, ())
+            self.budget.spend(len(readers) + 1)
+            kinds: dict[str, tuple[int, list[Reader]]] = {}
+            on_device = []
+            for reader in readers:
+                if reader.on_device:
+                    on_device.append(reader)
+                    continue
+                short = host_reason(reader)[0]
+                count, sample = kinds.get(short, (0, []))
+                if len(sample) <= H2D_ARGS:  # one more than a copy's own slots: always one that is not its own
+                    sample.append(reader)
+                kinds[short] = (count + 1, sample)
+            found = Uses(tuple(on_device), tuple((short, n, tuple(sample)) for short, (n, sample) in kinds.items()))
+            self._uses[value] = found
+        return found
+
+
+def follow_copy(ctx: MethodContext, index: int, copy: Reader, reasons: Reasons, devices: set[Device],
+                 copies: list[DeviceCopy], args: list[RewiredDelegateArg]) -> None:
+    """One h2d copy of the constant: it may go only if delegates on one device are all that read what it writes.
+
+    The kernel writes its ``out`` argument; codegen'd out variants never write the return slot (the
+    wrapper in executorch/codegen/gen.py leaves it alone), so a return slot naming another value that
+    anything reads is refused rather than guessed at.
+    """
+    own_args = kernel_args(ctx.plan, copy.chain, copy.instruction)
+    where = f"_h2d_copy at instruction {copy.instruction}"
+    if len(own_args) != H2D_ARGS or own_args[1] == index:
+        reasons.add("copied by a malformed _h2d_copy",
+                    f"{where} has arguments {list(own_args)}; the kernel takes (self, out, return) and the "
+                    "runtime refuses any other count")
+        return
+    dst, ret = own_args[1], own_args[2]
+    clean = _only_read_by_this_copy(ctx, dst, copy, own_args, reasons, delegates_allowed=True,
+                                    short="its device copy is also {kind}",
+                                    detail=f"its device copy (value {dst}) is also {{detail}}")
+    if ret != dst:
+        clean &= _only_read_by_this_copy(ctx, ret, copy, own_args, reasons, delegates_allowed=False,
+                                         short="its _h2d_copy returns into another value that is read",
+                                         detail=f"{where} returns into value {ret}, not its out value {dst} (the "
+                                         f"kernel never writes that slot), and value {ret} is also {{detail}}")
+    if not clean:
+        return
+    views = ctx.views_of(dst)
+    if views:  # removing the copy would leave that memory unwritten
+        reasons.add("its device copy is also read through a static view",
+                    f"its device copy (value {dst}) is also read through value {views[0][0]}, a view of its memory")
+        return
+    uses = ctx.uses(dst)
+    if not uses.on_device:
+        reasons.add("its device copy has no readers", f"its device copy (value {dst}) has no readers")
+        return
+    ctx.budget.spend(len(uses.on_device))
+    problem = ctx.memory().problem(copy.step, dst, [use.step for use in uses.on_device])
+    if problem is not None:
+        reasons.add(*problem)
+        return
+    devices.update(use.delegate_device for use in uses.on_device)
+    args.extend(RewiredDelegateArg(use.chain, use.instruction, use.arg_pos, dst) for use in uses.on_device)
+    value = (ctx.plan.values or ())[dst]
+    dst_device = value.device if isinstance(value, m.Tensor) else CPU
+    copies.append(DeviceCopy(copy.chain, copy.instruction, index, dst,
+                             uses.on_device[0].delegate_device if dst_device.is_cpu else dst_device))
+
+
+def _only_read_by_this_copy(ctx: MethodContext, value: int, copy: Reader, own_args: tuple[int, ...],
+                            reasons: Reasons, *, delegates_allowed: bool, short: str, detail: str) -> bool:
+    """Whether nothing but this copy's own slots (and device delegates, if allowed) uses ``value``; else say what.
+
+    Constant work per call: the copy's own slots (at most three, all of one kind) are subtracted from
+    the per-value counts, and each kind's sample always holds a reader that is not one of them.
+    """
+    uses = ctx.uses(value)
+    own = own_args.count(value)
+    own_kind = host_reason(copy)[0]
+    kinds: Iterable[tuple[str, int, tuple[Reader, ...]]] = uses.kinds
+    if not delegates_allowed and uses.on_device:
+        first = uses.on_device[0]
+        on_device = (f"read by delegate {first.name} on {first.device}", len(uses.on_device), uses.on_device[:1])
+        kinds = itertools.chain([on_device], kinds)
+    named = 0
+    for kind, count, sample in kinds:
+        others = count - (own if kind == own_kind else 0)
+        if others <= 0:
+            continue
+        first = next(r for r in sample if r.step != copy.step)
+        first_detail = (host_reason(first)[1] if not first.on_device
+                        else f"read by delegate {first.name} on {first.device} at instruction {first.instruction}")
+        reasons.add(short.format(kind=kind), detail.format(detail=first_detail)
+                    + (f" (and {others - 1:,} more uses like it)" if others > 1 else ""))
+        named += 1
+        if named == DETAILS_PER_REASON:
+            break
+    return named == 0
+
+
+def external_problem(tensor: m.Tensor, external: Optional[ExternalData]) -> Optional[str]:
+    if external is None:
+        return NO_PTD
+    key = tensor_key(tensor.fqn or "")  # what the runtime looks up (schema/ptd_file.py, the one resolution)
+    if key not in external.layouts:
+        return f"external key {key!r} is not in the .ptd"
+    layout = external.layouts[key]
+    if layout is None:  # Method::parse_external_constants calls get_tensor_layout, which needs one
+        return f"the .ptd entry of {key!r} has no tensor layout (the runtime needs one to load it)"
+    if layout != (tensor.scalar_type, tuple(tensor.sizes or ()), tuple(tensor.dim_order or ())):
+        return f"the .ptd layout of {key!r} does not match the tensor"
+    return None
