@@ -7,8 +7,10 @@ Small one-purpose programs on which the runner once disagreed with ExecuTorch's 
 
 * ``portable_{bf16,f16}.pte``: convolutions (grouped, strided, dilated, 1-d, transposed), ``addmm`` (a
   linear layer's broadcast bias; a full ``self`` with alpha and beta) and batch norm in half precision,
-  where the portable kernels round every product and partial sum; ``portable_f32.pte``: batch norm in
-  float32 (its portable formula differs from ATen's in the last bit);
+  where the portable kernels round every product and partial sum; ``portable_{f32_conv,f64}.pte``: the
+  same in float32 and float64, where the portable kernels' in-order sums differ from ATen's blocked ones in
+  the last bits; ``portable_f32.pte``: batch norm in float32 (its portable formula differs from ATen's in
+  the last bit);
 * ``quantized.pte``: ExecuTorch's quantized kernels (``quantized_decomposed::*.out``): a weight-only int8
   linear layer, per-tensor and per-channel quantize/dequantize (int8 and uint8, zero points, a float16
   output), ``embedding_byte`` with grouped scales, ``choose_qparams`` per tensor and per token with the
@@ -257,7 +259,8 @@ def main(out: Optional[Path] = None) -> int:
     out = out or OUT
     out.mkdir(parents=True, exist_ok=True)
     written: dict[str, Any] = {}
-    for name, dtype in (("bf16", torch.bfloat16), ("f16", torch.float16)):
+    for name, dtype in (("bf16", torch.bfloat16), ("f16", torch.float16), ("f32_conv", torch.float32),
+                        ("f64", torch.float64)):
         g = torch.Generator().manual_seed(SEED)
         model = _randomize(Portable(), g).to(dtype)
         written[f"portable_{name}"] = export(model, portable_inputs(dtype, g))

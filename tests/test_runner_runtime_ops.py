@@ -2,7 +2,8 @@
 
 The fixtures (``tests/fixtures/runtime_ops``, made by ``examples/runtime_fixtures.py`` with the real
 exporter) each hold operators the runner used to get wrong or could not run: half-precision convolution,
-``addmm`` and batch norm (the portable kernels round every step), ExecuTorch's quantized kernels
+``addmm`` and batch norm (the portable kernels round every step; in float32 and float64 their in-order sums
+differ from ATen's in the last bits), ExecuTorch's quantized kernels
 (``quantized_decomposed::*``), and outputs the caller owns (``alloc_graph_output=False``).  Each test runs
 a program in the real runtime (``et_oracle``) and in the runner, on the same inputs, call after call.
 """
@@ -60,6 +61,8 @@ PROGRAMS: dict[str, Inputs] = {
     "portable_bf16": _portable(torch.bfloat16),
     "portable_f16": _portable(torch.float16),
     "portable_f32": _batch_norm,
+    "portable_f32_conv": _portable(torch.float32),
+    "portable_f64": _portable(torch.float64),
     "quantized": _quantized,
     "quantized_more": _quantized_more,
     "caller_outputs": _caller,
