@@ -191,6 +191,13 @@ def embedding_4bit(weight: torch.Tensor, weight_scales: torch.Tensor, weight_zer
     return _embedding_xbit(4, weight, weight_scales, weight_zero_points, indices, dtype)
 
 
+def _check_zero_points(zero_points: Optional[torch.Tensor], scales: torch.Tensor, out: torch.Tensor) -> None:
+    """The kernel requires zero points of the output's dtype and reads them as the scales' type."""
+    if zero_points is not None and not zero_points.dtype == scales.dtype == out.dtype:
+        raise ValueError(f"zero points of {zero_points.dtype} with {scales.dtype} scales and a {out.dtype} "
+                         f"output: the kernel requires the output's dtype and reads them as the scales'")
+
+
 def _embedding_xbit_out(compute: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
     """embedding_{2,4}bit.out: the kernel reads the scales (and zero points) as the output's C type, so
     scales of another dtype would be reinterpreted bytes; refused instead."""
@@ -201,6 +208,7 @@ def _embedding_xbit_out(compute: Callable[..., torch.Tensor]) -> Callable[..., t
         if weight_scales.dtype != out.dtype:
             raise ValueError(f"the .out variant reads {weight_scales.dtype} scales as {out.dtype} (the output's "
                              f"type); the runtime's result would be reinterpreted bytes")
+        _check_zero_points(weight_zero_points, weight_scales, out)
         return _write(out, compute(weight, weight_scales, weight_zero_points, weight_quant_min, weight_quant_max,
                                    indices, out.dtype))
 
@@ -213,6 +221,7 @@ def _embedding_xbit_dtype_out(compute: Callable[..., torch.Tensor]) -> Callable[
                     dtype: Optional[torch.dtype] = None, *, out: torch.Tensor) -> torch.Tensor:
         if dtype is not None and dtype != out.dtype:
             raise ValueError(f"dtype {dtype} differs from the output's {out.dtype}")
+        _check_zero_points(weight_zero_points, weight_scales, out)
         return _write(out, compute(weight, weight_scales, weight_zero_points, weight_quant_min, weight_quant_max,
                                    indices, out.dtype))
 

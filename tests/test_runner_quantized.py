@@ -48,3 +48,15 @@ def test_quantized_add_refuses_quant_ranges_outside_uint8() -> None:
     a = torch.zeros(3, dtype=torch.int8)
     with pytest.raises(ValueError, match=r"\[-128, 127\]"):
         _call("add.out", a, 0.1, 0, -128, 127, a, 0.1, 0, 0, 255, 0.1, 0, 0, 255, out=torch.empty_like(a))
+
+
+def test_sub_byte_embedding_refuses_zero_points_the_kernel_would_misread() -> None:
+    """dtype_out reads zero points as the scales' type and requires them in the output's: float32 zero
+    points with float16 scales would be reinterpreted."""
+    weight, indices = torch.zeros(4, 2, dtype=torch.uint8), torch.tensor([0, 3])
+    with pytest.raises(ValueError, match="zero points"):
+        _call("embedding_4bit.dtype_out", weight, torch.ones(4).half(), torch.zeros(4), 0, 0, indices,
+              torch.float32, out=torch.empty(2, 4))
+    result = _call("embedding_4bit.dtype_out", weight, torch.ones(4), torch.ones(4), 0, 0, indices,
+                   torch.float32, out=torch.empty(2, 4))
+    assert torch.equal(result, torch.full((2, 4), -9.0))  # (0 - 8 - 1) * 1
