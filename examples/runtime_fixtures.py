@@ -7,13 +7,17 @@ Small one-purpose programs on which the runner once disagreed with ExecuTorch's 
 
 * ``portable_{bf16,f16}.pte``: convolutions (grouped, strided, dilated, 1-d, transposed), ``addmm`` (a
   linear layer's broadcast bias; a full ``self`` with alpha and beta) and batch norm in half precision,
-  where the portable kernels round every product and partial sum; ``portable_f32.pte``: batch norm in
-  float32 (its portable formula differs from ATen's in the last bit);
+  where the portable kernels round every product and partial sum; ``portable_{f32_conv,f64}.pte``: the
+  same in float32 and float64, where the portable kernels' in-order sums differ from ATen's blocked ones in
+  the last bits; ``portable_f32.pte``: batch norm in float32 (its portable formula differs from ATen's in
+  the last bit);
 * ``quantized.pte``: ExecuTorch's quantized kernels (``quantized_decomposed::*.out``): a weight-only int8
   linear layer, per-tensor and per-channel quantize/dequantize (int8 and uint8, zero points, a float16
   output), ``embedding_byte`` with grouped scales, ``choose_qparams`` per tensor and per token with the
   quantize/dequantize that use them; ``quantized_all_legacy.pte``: the same model wholly
   delegated to the reference backend, whose graph calls the functional quantized operators;
+  ``quantized_more.pte`` (and ``quantized_more_all_legacy.pte``): the rest of the library the runtime
+  registers: ``mixed_mm``, ``mixed_linear``, ``add``, ``embedding_2bit``, ``embedding_4bit``;
 * ``caller_outputs.pte``: exported with ``MemoryPlanningPass(alloc_graph_output=False)``, so its outputs
   are the caller's buffers; ``caller_outputs_all_legacy.pte``: the same, delegated to a device (legacy
   style: the delegate writes the caller's buffers.  In copy style 1.5.1's exporter leaves the delegate's
@@ -133,6 +137,78 @@ def quantized_inputs(g: torch.Generator) -> tuple[torch.Tensor, ...]:
     return torch.randn(4, 32, generator=g), torch.randint(0, 10, (2, 3), generator=g)
 
 
+def _trace_only_fakes() -> None:
+    """Shapes for the quantized operators ExecuTorch defines without a Python kernel (``add``, ``mixed_mm``,
+    ``mixed_linear``: only their .out variants run, in the runtime), so that export can trace them."""
+    fakes = {
+        "add": lambda a, *args: torch.empty_like(a),
+        "mixed_mm": lambda x, w, s, z: x.new_empty((x.shape[0], w.shape[1])),
+        "mixed_linear": lambda x, w, s, z, dtype=None: x.new_empty((x.shape[0], w.shape[0]), dtype=dtype or x.dtype),
+    }
+    for name, fake in fakes.items():
+        with contextlib.suppress(RuntimeError):  # already registered (a second call in one process)
+            torch.library.register_fake(f"quantized_decomposed::{name}", fake)
+
+
+class QuantizedMore(nn.Module):
+    """The rest of ExecuTorch's quantized library: int8-weight ``mixed_mm`` and ``mixed_linear`` (float32 and
+    float16, per-row and grouped scales, mixed input/output types, a group count that does not divide the
+    row, where the kernel reads the scales at its own flat index), ``add`` of quantized uint8 and int8
+    tensors (scales that put many results on a rounding tie), 4-bit and 2-bit embeddings (zero points,
+    grouped and per-row scales, float16 parameters, int32 indices)."""
+
+    def __init__(self, g: torch.Generator) -> None:
+        super().__init__()
+
+        def ints(*shape: int) -> torch.Tensor:
+            return torch.randint(-128, 128, shape, generator=g, dtype=torch.int8)
+
+        def scales(*shape: int) -> torch.Tensor:
+            return torch.rand(*shape, generator=g) / 20 + 0.005
+
+        self.register_buffer("mm_w", ints(32, 12))
+        self.register_buffer("mm_s", scales(32))
+        self.register_buffer("mm_s_h", scales(32).half())
+        self.register_buffer("lin_w", ints(12, 32))
+        self.register_buffer("lin_s", scales(12, 4))
+        self.register_buffer("lin_s_h", scales(12, 4).half())
+        self.register_buffer("lin_s_row", scales(12))
+        self.register_buffer("odd_w", ints(5, 6))
+        self.register_buffer("odd_s", scales(5, 4))  # 6 columns in 4 groups: the kernel's g = 2, 3 groups
+        self.register_buffer("e4", torch.randint(0, 256, (10, 4), generator=g, dtype=torch.uint8))
+        self.register_buffer("e4_s", scales(10, 2))
+        self.register_buffer("e4_z", torch.randint(-3, 3, (10, 2), generator=g).float())
+        self.register_buffer("e2", torch.randint(0, 256, (10, 4), generator=g, dtype=torch.uint8))
+        self.register_buffer("e2_s", scales(10))
+        self.register_buffer("e2_s_h", scales(10, 4).half())
+
+    def forward(self, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, a8: torch.Tensor, b8: torch.Tensor,
+                tokens: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        qd = torch.ops.quantized_decomposed
+        xh = x.half()
+        return (qd.mixed_mm(x, self.mm_w, self.mm_s, None), qd.mixed_mm(xh, self.mm_w, self.mm_s_h, None),
+                qd.mixed_linear(x, self.lin_w, self.lin_s, None), qd.mixed_linear(x, self.lin_w, self.lin_s_row, None),
+                qd.mixed_linear(x[:, :6].contiguous(), self.odd_w, self.odd_s, None),
+                qd.mixed_linear(xh, self.lin_w, self.lin_s_h, None, torch.float32),
+                qd.mixed_linear(x, self.lin_w, self.lin_s, None, torch.float16),
+                qd.mixed_linear(xh, self.lin_w, self.lin_s_h, None),
+                qd.add(a, 0.05, 3, 0, 255, b, 0.07, 10, 0, 255, 0.09, 5, 0, 255),
+                qd.add(a8, 0.5, 3, 0, 127, b8, 0.25, 10, 0, 127, 0.5, 20, 0, 127),
+                qd.embedding_4bit(self.e4, self.e4_s, self.e4_z, -8, 7, tokens),
+                qd.embedding_2bit(self.e2, self.e2_s, None, -2, 1, tokens),
+                qd.embedding_2bit.dtype(self.e2, self.e2_s_h, None, -2, 1, tokens, dtype=torch.float32),
+                qd.embedding_4bit.dtype(self.e4, self.e4_s.half(), self.e4_z.half(), -8, 7, tokens.int(),
+                                        dtype=torch.float16))
+
+
+def quantized_more_inputs(g: torch.Generator) -> tuple[torch.Tensor, ...]:
+    def quantized(dtype: torch.dtype, high: int) -> torch.Tensor:
+        return torch.randint(0, high, (3, 5), generator=g, dtype=dtype)
+
+    return (torch.randn(4, 32, generator=g) * 3, quantized(torch.uint8, 256), quantized(torch.uint8, 256),
+            quantized(torch.int8, 128), quantized(torch.int8, 128), torch.randint(0, 10, (2, 3), generator=g))
+
+
 class CallerOutputs(nn.Module):
     """Outputs computed exactly by any kernel (adds, products by 2, relu), one of them a view's copy."""
 
@@ -175,12 +251,16 @@ def export(model: nn.Module, example: tuple, *, partition: bool = False, copy_st
 
 def main(out: Optional[Path] = None) -> int:
     import executorch.kernels.quantized  # noqa: F401 - the .out variants the emitter needs
+    import executorch.exir.passes._quant_patterns_and_replacements  # noqa: F401 - the rest of the library
     import torch.ao.quantization.fx._decomposed  # noqa: F401 - defines quantized_decomposed for export
+
+    _trace_only_fakes()
 
     out = out or OUT
     out.mkdir(parents=True, exist_ok=True)
     written: dict[str, Any] = {}
-    for name, dtype in (("bf16", torch.bfloat16), ("f16", torch.float16)):
+    for name, dtype in (("bf16", torch.bfloat16), ("f16", torch.float16), ("f32_conv", torch.float32),
+                        ("f64", torch.float64)):
         g = torch.Generator().manual_seed(SEED)
         model = _randomize(Portable(), g).to(dtype)
         written[f"portable_{name}"] = export(model, portable_inputs(dtype, g))
@@ -191,6 +271,11 @@ def main(out: Optional[Path] = None) -> int:
     example = quantized_inputs(g)
     written["quantized"] = export(quantized, example)
     written["quantized_all_legacy"] = export(quantized, example, partition=True)
+    g = torch.Generator().manual_seed(SEED)
+    more = QuantizedMore(g)
+    example = quantized_more_inputs(g)
+    written["quantized_more"] = export(more, example)
+    written["quantized_more_all_legacy"] = export(more, example, partition=True)
     g = torch.Generator().manual_seed(SEED)
     example = caller_inputs(g)
     written["caller_outputs"] = export(CallerOutputs(), example, alloc_graph_output=False)

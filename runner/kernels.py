@@ -8,7 +8,7 @@ write straight into planned memory.  An output that a kernel gives another
 shape is resized by ExecuTorch's rules (``RuntimeValues.resize``).  A host
 kernel that would touch device memory is refused, as ExecuTorch's CPU
 kernels cannot read it.  Where ExecuTorch's runtime computes differently from
-ATen (half-precision convolution, addmm, batch norm: ``portable.py``) or torch
+ATen (floating convolution, addmm, batch norm: ``portable.py``) or torch
 lacks the operator (ExecuTorch's quantized kernels: ``quantized.py``), the
 runner's own function computes, bound by the same schema.
 """

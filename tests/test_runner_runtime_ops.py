@@ -2,7 +2,8 @@
 
 The fixtures (``tests/fixtures/runtime_ops``, made by ``examples/runtime_fixtures.py`` with the real
 exporter) each hold operators the runner used to get wrong or could not run: half-precision convolution,
-``addmm`` and batch norm (the portable kernels round every step), ExecuTorch's quantized kernels
+``addmm`` and batch norm (the portable kernels round every step; in float32 and float64 their in-order sums
+differ from ATen's in the last bits), ExecuTorch's quantized kernels
 (``quantized_decomposed::*``), and outputs the caller owns (``alloc_graph_output=False``).  Each test runs
 a program in the real runtime (``et_oracle``) and in the runner, on the same inputs, call after call.
 """
@@ -38,6 +39,16 @@ def _quantized(g: torch.Generator) -> tuple[torch.Tensor, ...]:
     return torch.randn(4, 32, generator=g) * 4, torch.randint(0, 10, (2, 3), generator=g)
 
 
+def _quantized_more(g: torch.Generator) -> tuple[torch.Tensor, ...]:
+    # examples/runtime_fixtures.py's quantized_more_inputs: float activations, uint8 and int8 quantized ones,
+    # token ids.
+    def quantized(dtype: torch.dtype, high: int) -> torch.Tensor:
+        return torch.randint(0, high, (3, 5), generator=g, dtype=dtype)
+
+    return (torch.randn(4, 32, generator=g) * 3, quantized(torch.uint8, 256), quantized(torch.uint8, 256),
+            quantized(torch.int8, 128), quantized(torch.int8, 128), torch.randint(0, 10, (2, 3), generator=g))
+
+
 def _caller(g: torch.Generator) -> tuple[torch.Tensor, ...]:
     return torch.randn(3, 8, generator=g), torch.randn(3, 8, generator=g)
 
@@ -50,7 +61,10 @@ PROGRAMS: dict[str, Inputs] = {
     "portable_bf16": _portable(torch.bfloat16),
     "portable_f16": _portable(torch.float16),
     "portable_f32": _batch_norm,
+    "portable_f32_conv": _portable(torch.float32),
+    "portable_f64": _portable(torch.float64),
     "quantized": _quantized,
+    "quantized_more": _quantized_more,
     "caller_outputs": _caller,
 }
 
@@ -100,6 +114,19 @@ def test_the_quantized_delegate_runs_the_functional_quantized_operators() -> Non
         assert (got[position].int() - want[position].int()).abs().max() <= 1
 
 
+def test_the_quantized_delegate_runs_the_rest_of_the_quantized_library_bit_for_bit() -> None:
+    """The delegate's graph calls the functional mixed_mm, mixed_linear, add and 2/4-bit embeddings; each
+    output equals the runtime's .out kernels' on the CPU program, bit for bit."""
+    calls = _calls(_quantized_more)
+    want = _runtime("quantized_more", calls)
+    result = run_program(str(FIXTURES / "quantized_more_all_legacy.pte"), inputs=calls, calls=len(calls),
+                         simulate_devices=True)
+    for expected, call in zip(want, result.calls):
+        assert len(call.outputs) == len(expected) == 14
+        for position, (got, ref) in enumerate(zip(call.outputs, expected)):
+            assert _same_bits(got, ref), position
+
+
 def test_caller_owned_outputs_of_a_device_program_are_written_by_the_delegate() -> None:
     calls = _calls(_caller)
     want = _runtime("caller_outputs", calls)
@@ -114,20 +141,24 @@ def test_quantized_kernels_need_neither_executorch_nor_torch_ao() -> None:
     host and through the reference delegate (whose graph names the functional operators)."""
     script = ("import torch, sys\n"
               "from pte_devconst.runner import run_program\n"
-              "host = run_program(sys.argv[1], calls=1)\n"
-              "delegated = run_program(sys.argv[2], calls=1, simulate_devices=True)\n"
+              "counts = []\n"
+              "for host, delegated in zip(sys.argv[1::2], sys.argv[2::2]):\n"
+              "    counts.append(len(run_program(host, calls=1).calls[0].outputs))\n"
+              "    counts.append(len(run_program(delegated, calls=1, simulate_devices=True).calls[0].outputs))\n"
               "assert not hasattr(torch.ops.quantized_decomposed, 'dequantize_per_channel')\n"
+              "assert not hasattr(torch.ops.quantized_decomposed, 'mixed_linear')\n"
               "assert not any(m.startswith(('executorch', 'torch.ao.quantization.fx._decomposed')) "
               "for m in sys.modules)\n"
-              "print(len(host.calls[0].outputs), len(delegated.calls[0].outputs))\n")
-    done = subprocess.run([sys.executable, "-c", script, str(FIXTURES / "quantized.pte"),
-                           str(FIXTURES / "quantized_all_legacy.pte")], capture_output=True, text=True, timeout=120,
+              "print(*counts)\n")
+    programs = [str(FIXTURES / f"{name}.pte") for name in
+                ("quantized", "quantized_all_legacy", "quantized_more", "quantized_more_all_legacy")]
+    done = subprocess.run([sys.executable, "-c", script, *programs], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["13", "13"]
+    assert done.stdout.split() == ["13", "13", "14", "14"]
 
 
-@pytest.mark.parametrize("name", ["quantized_all_legacy", "caller_outputs_all_legacy"])
+@pytest.mark.parametrize("name", ["quantized_all_legacy", "quantized_more_all_legacy", "caller_outputs_all_legacy"])
 def test_rewrite_then_validate_passes_on_the_device_programs(name: str, tmp_path: Path) -> None:
     """The rewrite moves the constants these delegates read; validate runs both programs (quantized ops in the
     delegate, outputs the caller owns) and every check passes."""
