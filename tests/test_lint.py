@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TREES = ["schema", "program", "rewriter", "runner", "cli", "pte_devconst", "bench", "examples", "tests"]
+TREES = ["util", "schema", "program", "rewriter", "runner", "cli", "pte_devconst", "bench", "examples", "tests"]
 
 
 def _ruff() -> list[str]:
