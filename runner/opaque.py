@@ -78,7 +78,7 @@ class OpaqueExecutor(DelegateExecutor):
                     context.input_digests[arg.index] = digest
             elif (listed := list_digest(value)) is not None:
                 digests.append(listed.to(device))
-                context.input_digests[arg.index] = digest
+                context.input_digests[arg.index] = listed
         state = mix(host_seed(str(handle.seed).encode(), *descriptions), digests, device)
         for position, arg in enumerate(outputs):
             if isinstance(arg.value, torch.Tensor):
