@@ -7,7 +7,7 @@ import torch
 from pte_devconst.schema import model as m
 from pte_devconst.util.errors import UnsupportedProgramError
 from pte_devconst.schema.scalar_types import SCALAR_TYPES, scalar_type_name
-from pte_devconst.schema.model import dim_order_strides  # noqa: F401 - re-exported: the runner's geometry
+from pte_devconst.schema.model import dim_order_strides as dim_order_strides  # noqa: F401 - re-exported: the runner's geometry
 
 # Quantized and bit types have torch dtypes but no arithmetic the runner could run; they are refused by name.
 _NOT_COMPUTED = frozenset({m.ScalarType.QINT8, m.ScalarType.QUINT8, m.ScalarType.QINT32, m.ScalarType.QUINT4X2,

@@ -108,7 +108,9 @@ def view_reads(effects: MethodEffects) -> dict[int, list[tuple[int, tuple[int, i
     values = effects.values
 
     def place(index: int) -> tuple[int, int]:
-        info = values[index].allocation_info  # type: ignore[union-attr]
+        value = values[index]
+        info = value.allocation_info if isinstance(value, m.Tensor) else None
+        assert info is not None, "called for planned tensors only (inputs, writes, static views)"
         return info.memory_id, info.memory_offset
 
     planned = {i for i, v in enumerate(values) if isinstance(v, m.Tensor) and v.allocation_info is not None}

@@ -27,6 +27,7 @@ def _rebuild_constants(source: PteFile, plan: RewritePlan) -> tuple[SegmentConte
     """The constant segment without the dropped entries: (content, new offsets, old index -> new index)."""
     program = source.program
     cs = program.constant_segment
+    assert cs is not None, "constants are dropped from a constant segment only (plan._dropped_constants)"
     offsets = cs.offsets or ()
     segment = source.segment_span(cs.segment_index)
     dropped = set(plan.dropped_constants)
@@ -52,6 +53,7 @@ def _rebuild_constants(source: PteFile, plan: RewritePlan) -> tuple[SegmentConte
 def _computed(entry: InitialData, source: PteFile, ptd: Optional[PtdFile]) -> ComputedPiece:
     """A folded value's bytes, computed when the writer reaches them (one at a time: see fold/compute.py)."""
     recipe = entry.recipe
+    assert recipe is not None, "called for a folded value's entry"
 
     def produce() -> bytearray:
         from .fold.compute import SourceBytes, fold_bytes  # torch, only when something folds
@@ -71,7 +73,8 @@ def _mutable_content(source: PteFile, plan: RewritePlan, ptd: Optional[PtdFile] 
     program = source.program
     lists = program.mutable_data_segments or ()
     cs = program.constant_segment
-    const_segment = source.segment_span(cs.segment_index) if cs is not None and len(cs.offsets or ()) > 1 else None
+    const_offsets = (cs.offsets or ()) if cs is not None else ()
+    const_segment = source.segment_span(cs.segment_index) if cs is not None and len(const_offsets) > 1 else None
     if lists:
         existing = lists[0]
         span = source.segment_span(existing.segment_index)
@@ -87,9 +90,9 @@ def _mutable_content(source: PteFile, plan: RewritePlan, ptd: Optional[PtdFile] 
             if entry.recipe is not None:
                 piece: Piece = _computed(entry, source, ptd)
             elif const_segment is not None:
-                piece = source.piece(Span(const_segment.offset + cs.offsets[entry.source_index], entry.nbytes))
+                piece = source.piece(Span(const_segment.offset + const_offsets[entry.source_index], entry.nbytes))
             else:  # deprecated inline constant_buffer
-                piece = bytes(program.constant_buffer[entry.source_index].storage or b"")[: entry.nbytes]
+                piece = bytes((program.constant_buffer or ())[entry.source_index].storage or b"")[: entry.nbytes]
             content.pieces.append((start, piece))
         offsets.append(start)
         cursor = start + entry.nbytes
@@ -109,6 +112,7 @@ def apply_plan(source: PteFile, plan: RewritePlan, ptd: Optional[PtdFile] = None
     remap: Optional[dict[int, int]] = None
     if plan.dropped_constants:
         content, offsets, remap = _rebuild_constants(source, plan)
+        assert constant_segment is not None  # as _rebuild_constants asserts
         contents[constant_segment.segment_index] = content
         constant_segment = replace(constant_segment, offsets=offsets)
     edits = {edit.plan_index: edit for edit in plan.methods}

@@ -159,7 +159,7 @@ class CopyMemory:
         for use in uses:
             if use.writes and use.position != copy_at:
                 step = self.effects.steps[use.position]
-                ins = (self.effects.plan.chains or ())[step.chain].instructions[step.instruction]
+                ins = ((self.effects.plan.chains or ())[step.chain].instructions or ())[step.instruction]
                 what = (f"delegate {ins.delegate_index}" if isinstance(ins, m.DelegateCall)
                         else "a MoveCall" if isinstance(ins, m.MoveCall)
                         else f"kernel {self.effects.kernel_names.get(use.position, '?')}")
@@ -229,6 +229,7 @@ class CopyMemory:
             if other == dst:
                 continue
             other_region = self.regions[other]
+            assert other_region is not None  # the output index holds planned values only
             keys = [(u.position, u.writes, other_region.start, other_region.end, other) for u in uses[other]]
             at = bisect.bisect_right(keys, (last_at, True, 1 << 62, 0, 0))
             if at == len(keys) or keys[at] > covering:

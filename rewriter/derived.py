@@ -240,7 +240,7 @@ def _host_reason(origin: _Origin, sources: tuple[str, ...]) -> str:
     return f"{start} from {shown} ({ops})" if sources else f"{start} from literals ({ops})"
 
 
-def _constant_status(verdict: Optional[ConstantVerdict]) -> tuple[str, str]:
+def _constant_status(verdict: Optional[ConstantVerdict]) -> tuple[DerivedStatus, str]:
     if verdict is None:  # not reached: every constant has a verdict
         return DerivedStatus.STAYS, "a constant the analysis did not judge"
     if verdict.eligible:

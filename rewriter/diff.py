@@ -22,7 +22,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 from collections import Counter, deque
-from typing import Callable, Hashable, Mapping, Optional, Sequence
+from typing import Any, Callable, Hashable, Mapping, Optional, Sequence
 
 from pte_devconst.program.memory import planned_device_bytes
 from pte_devconst.program.moves import moved_values
@@ -221,7 +221,7 @@ class ProgramDiff:
     def folded_values(self) -> int:
         return sum(len(method.folds) for method in self.methods)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """``diff``'s JSON document (cli/report.schema.json): every field, and the totals."""
         return {"diff": fields_to_json(self), "identical": self.identical, "moved_constants": self.moved_constants,
                 "folded_values": self.folded_values, "data_changes": self.data_changes}
@@ -235,8 +235,9 @@ class _Digests:
         self._done: dict[tuple[int, int], str] = {}
 
     def span(self, span: Optional[Span]) -> Optional[str]:
-        if span is None:
-            return None
+        return None if span is None else self.digest(span)
+
+    def digest(self, span: Span) -> str:
         key = (span.offset, span.size)
         if key not in self._done:
             self._done[key] = self.source.sha256(span)
@@ -251,7 +252,7 @@ class _Digests:
 
     def delegate(self, delegate: m.BackendDelegate) -> str:
         span = self.source.delegate_span(delegate)
-        return self.span(span) if span is not None else hashlib.sha256(self.source.delegate_blob(delegate)).hexdigest()
+        return self.digest(span) if span is not None else hashlib.sha256(self.source.delegate_blob(delegate)).hexdigest()
 
 
 def placement(plan: m.ExecutionPlan, value: m.EValue, digests: Optional[_Digests] = None,
@@ -262,7 +263,7 @@ def placement(plan: m.ExecutionPlan, value: m.EValue, digests: Optional[_Digests
         nbytes = value.nbytes
     except KeyError:
         nbytes = 0
-    common = dict(nbytes=nbytes, dtype=scalar_type_name(value.scalar_type), shape=tuple(value.sizes or ()),
+    common: dict[str, Any] = dict(nbytes=nbytes, dtype=scalar_type_name(value.scalar_type), shape=tuple(value.sizes or ()),
                   sha256=digests.tensor(value) if digests is not None else None)
     if value.allocation_info is not None:
         alloc = value.allocation_info
@@ -442,6 +443,7 @@ def _diff_delegates(a: m.ExecutionPlan, b: m.ExecutionPlan, digests: tuple[_Dige
     for index in range(max(len(delegates_a), len(delegates_b))):
         da = delegates_a[index] if index < len(delegates_a) else None
         db = delegates_b[index] if index < len(delegates_b) else None
+        kinds: list[str]
         if da is None or db is None:
             kinds = [Change.ADDED if da is None else Change.REMOVED]
         else:
@@ -458,6 +460,7 @@ def _diff_method(name: str, a: Optional[m.ExecutionPlan], b: Optional[m.Executio
                  digests: tuple[_Digests, _Digests]) -> MethodDiff:
     if a is None or b is None:
         present = a or b
+        assert present is not None, "a method of either file"
         count = sum(len(ch.instructions or ()) for ch in present.chains or ())
         return MethodDiff(name, Change.ADDED if a is None else Change.REMOVED, (), (), (), (), (),
                           0 if a is None else count, count if a is None else 0, *h2d)
@@ -511,6 +514,7 @@ def _folds(a: m.ExecutionPlan, b: m.ExecutionPlan, tensors: list[TensorChange]) 
         host = traced.copied_from if traced.copied_from is not None else \
             traced.steps[-1].output if traced.steps else traced.source
         source = (a.values or ())[traced.source]
+        assert isinstance(source, m.Tensor) and t.after is not None  # traced from a constant; a candidate is planned
         found.append(FoldedChange(t.value, t.before is None, traced.source, source.fqn or f"value {traced.source}",
                                   tuple(step.describe() for step in traced.steps), t.after.device, t.after.nbytes,
                                   t.after.nbytes * _copies_per_call(a, host)))
@@ -555,9 +559,10 @@ def _named_data(source: PteFile, digests: _Digests) -> dict[str, tuple[int, str]
     """key -> (size, sha256); the first entry of a duplicated key, as the runtime looks it up."""
     found: dict[str, tuple[int, str]] = {}
     for entry in source.program.named_data or ():
+        assert entry.key is not None  # validate refused an entry without one
         if entry.key not in found:
             span = source.segment_span(entry.segment_index)
-            found[entry.key] = (span.size, digests.span(span))
+            found[entry.key] = (span.size, digests.digest(span))
     return found
 
 

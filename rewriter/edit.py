@@ -42,18 +42,18 @@ def _folded_tensor(tensor: m.Tensor, fold: "FoldPlacement") -> m.Tensor:
     of an external constant is loaded from the .ptd by the constant's key instead.
     """
     info = tensor.extra_tensor_info or m.ExtraTensorInfo()
+    name: Optional[str]
     if fold.external_key is not None:
-        where = dict(location=m.TensorDataLocation.EXTERNAL, fully_qualified_name=fold.external_key)
+        location, name = m.TensorDataLocation.EXTERNAL, fold.external_key
     else:
-        where = dict(location=m.TensorDataLocation.SEGMENT,
-                     fully_qualified_name=None if info.location == m.TensorDataLocation.EXTERNAL
-                     else info.fully_qualified_name)
+        location = m.TensorDataLocation.SEGMENT
+        name = None if info.location == m.TensorDataLocation.EXTERNAL else info.fully_qualified_name
     return replace(
         tensor,
         data_buffer_idx=fold.initial_data_index,
         allocation_info=m.AllocationDetails(fold.memory_id, fold.offset),
         extra_tensor_info=replace(info, mutable_data_segments_idx=0, device_type=fold.device.type,
-                                  device_index=fold.device.index, **where),
+                                  device_index=fold.device.index, location=location, fully_qualified_name=name),
         storage_offset=0,
         shape_dynamism=m.TensorShapeDynamism.STATIC,
         requires_grad=False,
@@ -105,12 +105,14 @@ def edit_method(plan: m.ExecutionPlan, edit: "MethodEdit", constant_remap: Optio
     released = set(edit.released)
     relocated = {index: (memory_id, offset) for index, memory_id, offset in edit.relocations}
     for index, value in enumerate(values):
-        if index in moved:
-            values[index] = _moved_tensor(value, moved[index])
-        elif index in folded:
-            values[index] = _folded_tensor(value, folded[index])
-        elif index in released:
-            values[index] = replace(value, data_buffer_idx=0)  # nothing reads it; its bytes left the file
+        if index in moved or index in folded or index in released:
+            assert isinstance(value, m.Tensor), f"value {index}: a plan moves, folds and releases tensors only"
+            if index in moved:
+                values[index] = _moved_tensor(value, moved[index])
+            elif index in folded:
+                values[index] = _folded_tensor(value, folded[index])
+            else:
+                values[index] = replace(value, data_buffer_idx=0)  # nothing reads it; its bytes left the file
         elif (constant_remap is not None and isinstance(value, m.Tensor) and value.is_constant
               and not value.is_external and value.data_buffer_idx in constant_remap):
             values[index] = replace(value, data_buffer_idx=constant_remap[value.data_buffer_idx])
@@ -118,7 +120,8 @@ def edit_method(plan: m.ExecutionPlan, edit: "MethodEdit", constant_remap: Optio
     for index, (memory_id, offset) in relocated.items():
         values[index] = relocated_tensor(values[index], memory_id, offset)
     rewired: dict[tuple[int, int], dict[int, int]] = {}
-    for placement in (*edit.placements, *edit.folds):
+    placements: tuple[Placement | FoldPlacement, ...] = (*edit.placements, *edit.folds)
+    for placement in placements:
         for arg in placement.delegate_args:
             rewired.setdefault((arg.chain, arg.instruction), {})[arg.arg_pos] = placement.value
     sizes = list(plan.non_const_buffer_sizes or (0,))

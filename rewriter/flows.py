@@ -49,8 +49,8 @@ def _reached(plan: m.ExecutionPlan, method: MethodAnalysis) -> Callable[[int, st
     for chain in plan.chains or ():
         for instruction in chain.instructions or ():
             if isinstance(instruction, m.KernelCall) and 0 <= instruction.op_index < len(ops) \
-                    and ops[instruction.op_index] == H2D_COPY and len(instruction.args or ()) >= 2:
-                copies.setdefault(instruction.args[0], set()).add(instruction.args[1])
+                    and ops[instruction.op_index] == H2D_COPY and len(args := instruction.args or ()) >= 2:
+                copies.setdefault(args[0], set()).add(args[1])
     backends = {d.index: (d.backend_id, str(d.device)) for d in method.delegates}
     readers: dict[int, set[int]] = {}  # value -> the delegates that take it as an input (indexed once: linear)
     for site in method.call_sites:

@@ -61,4 +61,5 @@ def opened(path: "str | os.PathLike[str] | ProgramBytes", ptd: Optional[str | os
             with open_ptd(ptd) as data:
                 yield source, data
         except PteDevconstError as error:
-            raise error.with_file(os.fspath(path))
+            # a program in memory is named by its name (os.fspath would give its bytes)
+            raise error.with_file(path.name if isinstance(path, ProgramBytes) else os.fspath(path))

@@ -12,7 +12,7 @@ data in the mutable data segment, stored once however many methods move it.
 from __future__ import annotations
 
 from dataclasses import field, replace
-from typing import Mapping, Optional
+from typing import AbstractSet, Mapping, Optional
 
 from pte_devconst.schema import model as m
 from pte_devconst.util.errors import PteDevconstError, UnsupportedProgramError
@@ -596,10 +596,12 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
 
         placements = []
         for verdict in by_plan.get(method.plan_index, []):
-            memory_id, offset = region(verdict.device, verdict.nbytes)  # type: ignore[arg-type]
+            device = verdict.device
+            assert device is not None, "a moved constant is eligible: it names its device"
+            memory_id, offset = region(device, verdict.nbytes)
             tensor = verdict.tensor
             placements.append(Placement(
-                method=verdict.method, value=verdict.value, name=verdict.name, device=verdict.device,
+                method=verdict.method, value=verdict.value, name=verdict.name, device=device,
                 nbytes=verdict.nbytes, memory_id=memory_id, offset=offset,
                 initial_data_index=0 if tensor.is_external else entry_of_source[tensor.data_buffer_idx],
                 source_index=tensor.data_buffer_idx, external_key=tensor.fqn if tensor.is_external else None,
@@ -613,15 +615,15 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
             memory_id, offset = region(chain.device, chain.nbytes)
             if target is None:
                 target, appended = appended, appended + 1
-            source = chain.source_tensor
-            external = chain.duplicate and source.is_external
-            index = 0 if external else entry_of_source[source.data_buffer_idx] if chain.duplicate \
+            source_tensor = chain.source_tensor
+            external = chain.duplicate and source_tensor.is_external
+            index = 0 if external else entry_of_source[source_tensor.data_buffer_idx] if chain.duplicate \
                 else entry_of_recipe[chain.recipe]
             kernels = tuple((s.chain, s.instruction) for s in chain.steps if (s.chain, s.instruction) in choice.removed)
             folds.append(FoldPlacement(
                 method=chain.method, plan_index=method.plan_index, value=target,
                 appended=target >= len(plan.values or ()), chain=chain, memory_id=memory_id, offset=offset,
-                initial_data_index=index, external_key=source.fqn if external else None,
+                initial_data_index=index, external_key=source_tensor.fqn if external else None,
                 removed=tuple(sorted(kernels + tuple((c.chain, c.instruction) for c in chain.copies)))))
         old_sizes = plan.non_const_buffer_sizes or (0,)
         growth = []
@@ -715,7 +717,7 @@ def _entry(plan: m.ExecutionPlan, value: int) -> Optional[int]:
 
 
 def _dropped_constants(program: m.Program, moved: list[ConstantVerdict],
-                       unread: set[tuple[int, int]] = frozenset()) -> tuple[int, ...]:
+                       unread: AbstractSet[tuple[int, int]] = frozenset()) -> tuple[int, ...]:
     """Constant entries that only moved values, or values nothing reads any more, referenced (any method):
     their bytes can leave the segment."""
     cs = program.constant_segment
@@ -723,8 +725,8 @@ def _dropped_constants(program: m.Program, moved: list[ConstantVerdict],
         return ()  # no constant segment, or the deprecated inline constant_buffer: leave it alone
     gone = {(v.plan_index, v.value) for v in moved} | set(unread)
     candidates = {v.tensor.data_buffer_idx for v in moved if not v.tensor.is_external}
-    for plan_index, value in unread:
-        entry = _entry((program.execution_plan or ())[plan_index], value)
+    for plan_index, unread_value in unread:
+        entry = _entry((program.execution_plan or ())[plan_index], unread_value)
         if entry is not None:
             candidates.add(entry)
     for plan_index, plan in enumerate(program.execution_plan or ()):

@@ -37,7 +37,7 @@ import bisect
 import dataclasses
 import operator
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from pte_devconst.schema import model as m
 from pte_devconst.util.errors import FormatError, InternalError
@@ -54,7 +54,7 @@ from pte_devconst.program.effects import MethodEffects
 from pte_devconst.program.memory import layout_problems, storage_groups, view_reads
 from pte_devconst.program.regions import planned_region
 
-from .fold import FOLD_KERNELS, Traced, Tracer, layout_of, recipe_of
+from .fold import FOLD_KERNELS, FoldRecipe, Traced, Tracer, layout_of, recipe_of
 from .edit import relocated_tensor
 from .plan import FoldPlacement, MethodEdit, Placement, RewritePlan
 from .verify_bytes import ByteChecker, ComputedBytes, SameBytes, WriteRecipe, ZeroBytes
@@ -361,6 +361,7 @@ class _MethodCheck:
         where = f"folded value {index}"
         traced = self.traced[index]
         constant = (self.old.values or ())[traced.source]
+        assert isinstance(constant, m.Tensor), "the tracer starts a chain at a constant tensor"
         result = traced.steps[-1].tensor if traced.steps else constant
         if not isinstance(new, m.Tensor) or new.allocation_info is None or layout_of(new) != layout_of(result) \
                 or (old is not None and (not isinstance(old, m.Tensor) or layout_of(old) != layout_of(result))):
@@ -399,6 +400,7 @@ class _MethodCheck:
                       nbytes: int) -> None:
         """A value moved or folded into planned memory: where the plan put it, on its device, in its buffer."""
         info = tensor.allocation_info
+        assert info is not None, "the callers refused a value without its allocation"
         if (info.memory_id, info.memory_offset) != (memory_id, offset):
             raise self.fail(f"{where} is not at buffer {memory_id} offset {offset}")
         buffer_device = self.new_devices.get(memory_id, m.CPU)
@@ -485,6 +487,7 @@ class _MethodCheck:
                     same = new == old
                 if not same:
                     raise self.fail(f"value {index} changed although the plan does not move it")
+                assert isinstance(new, m.Tensor)  # the same as a tensor
                 kind = "kept constant" if old.is_constant else "initial data"
                 self.context.require_same(f"{self.label}: value {index} ({kind})",
                                           original.tensor_span(old), written.tensor_span(new))
@@ -622,7 +625,7 @@ class _MethodCheck:
                     (delegate is None or devices[delegate] != placement.device):
                 raise self.fail(f"moved value {value} now lives on {placement.device} but is read by {reader}")
 
-def _recompute(recipe, original: PteFile, ptd: Optional[PtdFile]):  # -> Callable[[], bytearray]
+def _recompute(recipe: FoldRecipe, original: PteFile, ptd: Optional[PtdFile]) -> Callable[[], bytearray]:
     """The folded bytes, from the input (torch is imported when the self-check reaches them)."""
 
     def compute() -> bytearray:
@@ -652,7 +655,7 @@ def overlap(plan: m.ExecutionPlan, regions: list[tuple[int, int, int, int]]) -> 
     for index, value in enumerate(plan.values or ()):
         region = planned_region(value)
         found = index_of.get(region.memory_id) if region is not None else None
-        if found is None:
+        if region is None or found is None:
             continue
         starts, ends, owners = found
         # Regions are disjoint and sorted, so those overlapping the value's region are contiguous.

@@ -204,10 +204,10 @@ class ByteChecker:
         sampled = not self.full and self.recipe is not None and \
             self.recipe.proves(self._source.fd, source, written)
         for start, length in windows(source.size, self.full or not sampled):
-            a, b = memoryview(self._a)[:length], memoryview(self._b)[:length]
-            if self._source.into(a, source.offset + start) != length:
+            view_a, view_b = memoryview(self._a)[:length], memoryview(self._b)[:length]
+            if self._source.into(view_a, source.offset + start) != length:
                 raise self._changed(source.offset + start + length)
-            if self._output.into(b, written.offset + start) != length:
+            if self._output.into(view_b, written.offset + start) != length:
                 return start
             if self._a[:length] != self._b[:length] if length < FULL_COMPARE_BYTES else self._a != self._b:
                 return start + next(i for i in range(length) if self._a[i] != self._b[i])

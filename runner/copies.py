@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
 
 class Direction(str, Enum):
@@ -94,7 +94,7 @@ class PhaseCopies:
     def d2h(self) -> CopyTotals:
         return self.total(Direction.D2H)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "phase": self.phase,
             "h2d": {"count": self.h2d.count, "bytes": self.h2d.nbytes},

@@ -59,7 +59,8 @@ def _raw_bytes(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor's memory as a flat uint8 tensor, in memory order, without a copy when it is dense."""
     t = tensor.detach()
     if t.dim() and not t.is_contiguous():
-        order = sorted(range(t.dim()), key=lambda d: (-t.stride(d), -t.size(d)))
+        strides, sizes = t.stride(), t.size()
+        order = sorted(range(t.dim()), key=lambda d: (-strides[d], -sizes[d]))
         permuted = t.permute(order)
         t = permuted if permuted.is_contiguous() else t.contiguous()  # dense in some dim order, or a copy
     return t.reshape(-1).view(torch.uint8)

@@ -67,6 +67,7 @@ class ProgramData:
     def _segment(self) -> tuple[torch.Tensor, int]:
         if self._constant_segment is None:
             sub = self.pte.program.constant_segment
+            assert sub is not None, "called once the constant table was found in constant_segment"
             span = self.pte.segment_span(sub.segment_index)
             self._constant_segment = host_bytes(self.pte.read(span))
             self._constant_base = 0
@@ -108,6 +109,7 @@ class ProgramData:
                 raise FormatError(f"the .ptd entry {key!r} has a different dtype, shape or dim_order than the program",
                                   file=self.ptd.path, where=where)
             data = self.ptd.tensor_bytes(key)
+            assert data is not None  # the entry was found just above
             self._external[key] = host_bytes(data)
         return self._external[key]
 
@@ -121,7 +123,9 @@ class ProgramData:
         sub = self.pte.program.mutable_data_segments[0]
         if tensor.data_buffer_idx >= len(sub.offsets or ()):
             raise FormatError(f"data_buffer_idx {tensor.data_buffer_idx} is past the mutable data table", where=where)
-        return host_bytes(self.pte.tensor_bytes(tensor))
+        data = self.pte.tensor_bytes(tensor)
+        assert data is not None  # a planned tensor with initial data, in the mutable segment (checked above)
+        return host_bytes(data)
 
     def named_data(self, key: str) -> Optional[memoryview]:
         """Named data for delegates: the program's own entries, then the .ptd's (ExecuTorch merges both)."""
@@ -172,6 +176,7 @@ class MethodMemory:
     def planned(self, tensor: m.Tensor, where: str) -> tuple[torch.Tensor, m.Device]:
         """The view of a planned tensor and the device its memory is on."""
         info = tensor.allocation_info
+        assert info is not None, "called for planned tensors only"
         if info.memory_id < 1 or info.memory_id not in self.arenas:
             raise FormatError(f"memory_id {info.memory_id} names no planned buffer "
                               f"({len(self.sizes) - 1} in method {self.method!r})", where=where)

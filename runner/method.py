@@ -88,7 +88,7 @@ class LoadedMethod:
                     if not 0 <= instruction.op_index < len(operators):
                         raise RunnerError(f"op_index {instruction.op_index} is out of range", where=self.where)
                     self.kernels[instruction.op_index] = resolve_kernel(operators[instruction.op_index], self.where)
-        self.h2d_ops = frozenset(i for i in self.kernels if self.plan.operators[i].qualified_name == H2D_COPY)
+        self.h2d_ops = frozenset(i for i in self.kernels if (self.plan.operators or ())[i].qualified_name == H2D_COPY)
 
     @property
     def opaque_delegates(self) -> dict[int, str]:
@@ -150,7 +150,7 @@ class LoadedMethod:
         """
         inputs = set(self.plan.inputs or ())
         for position, index in enumerate(self.plan.outputs or ()):
-            spec = self.plan.values[index]
+            spec = (self.plan.values or ())[index]
             if index in inputs or not isinstance(spec, m.Tensor) or self.rv.values[index] is not NOT_BOUND:
                 continue
             where = f"{self.where}: output {position} (value {index})"
@@ -181,7 +181,7 @@ class LoadedMethod:
     def _set_input(self, position: int, index: int, given: Any) -> None:
         where = f"{self.where}: input {position}"
         self.derivation.set((index,), False, self.rv)
-        spec = self.plan.values[index]
+        spec = (self.plan.values or ())[index]
         if isinstance(spec, m.Tensor):
             if not isinstance(given, torch.Tensor):
                 raise RunnerError(f"expected a tensor {describe(spec)}, got {type(given).__name__}", where=where)
@@ -264,7 +264,7 @@ class LoadedMethod:
         if isinstance(instruction, m.KernelCall):
             kernel = self.kernels[instruction.op_index]
             args = tuple(instruction.args or ())
-            name = self.plan.operators[instruction.op_index].qualified_name
+            name = (self.plan.operators or ())[instruction.op_index].qualified_name
             kernel(rv, args, f"{where} ({name})")
             self.derivation.kernel(rv, name, kernel, args)
             if instruction.op_index in self.h2d_ops:

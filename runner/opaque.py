@@ -76,9 +76,9 @@ class OpaqueExecutor(DelegateExecutor):
                 digests.append(digest)
                 if arg.index not in written:
                     context.input_digests[arg.index] = digest
-            elif (digest := list_digest(value)) is not None:
-                digests.append(digest.to(device))
-                context.input_digests[arg.index] = digest
+            elif (listed := list_digest(value)) is not None:
+                digests.append(listed.to(device))
+                context.input_digests[arg.index] = listed
         state = mix(host_seed(str(handle.seed).encode(), *descriptions), digests, device)
         for position, arg in enumerate(outputs):
             if isinstance(arg.value, torch.Tensor):

@@ -21,12 +21,12 @@ class ProfiledCopies:
     d2h_count: int
     d2h_bytes: int
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"h2d": {"count": self.h2d_count, "bytes": self.h2d_bytes},
                 "d2h": {"count": self.d2h_count, "bytes": self.d2h_bytes}}
 
 
-def memcpy_totals(trace: dict) -> ProfiledCopies:
+def memcpy_totals(trace: dict[str, Any]) -> ProfiledCopies:
     """Sum the memcpy events of a Chrome trace by direction."""
     h2d = [0, 0]
     d2h = [0, 0]

@@ -48,7 +48,7 @@ class InputSpec:
     scalar: Optional[type] = None
 
     @classmethod
-    def parse(cls, doc: dict) -> "InputSpec":
+    def parse(cls, doc: dict[str, Any]) -> "InputSpec":
         if "scalar" in doc:
             return cls(None, None, _SCALARS[doc["scalar"]])
         return cls(_DTYPES[doc["dtype"]], tuple(None if s is None else int(s) for s in doc["shape"]))
@@ -74,7 +74,7 @@ class InputSpec:
 class ReferenceProgram:
     inputs: tuple[InputSpec, ...]
     constants: tuple[torch.Tensor, ...]
-    nodes: tuple[tuple[Any, list, dict], ...]  # (torch op, args, kwargs) with references unresolved
+    nodes: tuple[tuple[Any, list[Any], dict[str, Any]], ...]  # (torch op, args, kwargs) with references unresolved
     outputs: tuple[Any, ...]
 
 

@@ -47,7 +47,7 @@ class OutputSummary:
         total = None if contiguous.dtype.is_complex else float(contiguous.double().sum())
         return cls("tensor", dtype_name(value.dtype), tuple(value.shape), digest, total)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         if self.kind != "tensor":
             return {"kind": self.kind, "value": self.value}
         return {"kind": "tensor", "dtype": self.dtype, "shape": list(self.shape or ()), "sha256": self.sha256,
@@ -63,7 +63,7 @@ class CallResult:
     profiled: Optional[ProfiledCopies] = None
     delegate_calls: tuple[DelegateCallRecord, ...] = ()  # with run_program(transcript=True)
 
-    def to_json(self, output_names: Sequence[Optional[str]] = ()) -> dict:
+    def to_json(self, output_names: Sequence[Optional[str]] = ()) -> dict[str, Any]:
         """``output_names``: the user's name of each output by position (an ETRecord's), None where unknown."""
         names = list(output_names) + [None] * (len(self.outputs) - len(output_names))
         return {"call": self.index, "wall_s": self.wall_s, "copies": self.copies.to_json(),
@@ -99,7 +99,7 @@ class RunResult:
         """Backend ids that ran as opaque stand-ins (their outputs are not the model's)."""
         return sorted(set(self.opaque_delegates.values()))
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"file": self.path, "method": self.method, "devices": "simulated" if self.simulated else "real",
                 "opaque_backends": self.opaque_backends, "device_peak_bytes": self.device_peak_bytes,
                 "names": self.names, "input_names": list(self.input_names), "load": self.load.to_json(),
@@ -113,9 +113,9 @@ SYNTHETIC_INPUT_LIMIT = 1 << 30
 def synthetic_inputs(plan: m.ExecutionPlan, seed: int = 0) -> tuple[Any, ...]:
     """Deterministic inputs matching a method's declared inputs (used when the user gives none)."""
     generator = torch.Generator().manual_seed(seed)
-    result = []
+    result: list[Any] = []
     for index in plan.inputs or ():
-        value = plan.values[index]
+        value = (plan.values or ())[index]
         if isinstance(value, m.Tensor):
             dtype = torch_dtype(value.scalar_type, f"input value {index}")
             sizes = tuple(value.sizes or ())

@@ -88,7 +88,8 @@ class TranscriptRecorder:
                args: Sequence[DelegateArg], h2d_source: Mapping[int, int],
                known_digests: Mapping[int, torch.Tensor],
                constant_derived: Optional[Callable[[int], Optional[bool]]] = None) -> None:
-        records, digests = [], []
+        records: list[ArgRecord] = []
+        digests: list[Optional[torch.Tensor]] = []
         for position, arg in enumerate(args):
             value = arg.value
             if isinstance(value, torch.Tensor):
@@ -196,7 +197,7 @@ class BoundaryDifference:
             where += f", argument {self.argument} ({values})"
         return f"{where}: {self.detail}"
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"call": self.call, "delegate_call": self.ordinal, "what": self.what, "detail": self.detail,
                 "instruction": {"before": self.instruction_before, "after": self.instruction_after},
                 "delegate_index": self.delegate_index, "backend": self.backend_id, "argument": self.argument,
@@ -240,7 +241,7 @@ def _compare_args(a: ArgRecord, b: ArgRecord, resident: Mapping[int, Resident]) 
         problems.append(("kind", f"a {a.kind} before, a {b.kind} after"))
     elif a.kind != "tensor":
         if a.literal != b.literal:
-            problems.append(("value", f"{a.literal[:200]} before, {b.literal[:200]} after"))
+            problems.append(("value", f"{(a.literal or '')[:200]} before, {(b.literal or '')[:200]} after"))
         elif a.digest != b.digest:
             problems.append(("bytes", f"the list's tensors differ (digest {_digest_text(a.digest)} before, "
                                       f"{_digest_text(b.digest)} after)"))
@@ -266,7 +267,7 @@ def compare_calls(call: int, before: Sequence[DelegateCallRecord], after: Sequen
         differences.append(BoundaryDifference(call, None, "calls", f"the original made {len(before)} delegate "
                                                                  f"calls, the rewrite {len(after)}"))
     for x, y in zip(before, after):
-        common = dict(instruction_before=x.instruction, instruction_after=y.instruction,
+        common: dict[str, Any] = dict(instruction_before=x.instruction, instruction_after=y.instruction,
                       delegate_index=x.delegate_index, backend_id=x.backend_id)
         if (x.delegate_index, x.backend_id) != (y.delegate_index, y.backend_id):
             differences.append(BoundaryDifference(call, x.ordinal, "delegate", f"the rewrite calls delegate "

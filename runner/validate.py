@@ -43,7 +43,7 @@ from typing import Any, Callable, Collection, Mapping, Optional, Sequence
 import torch
 
 from pte_devconst.schema import model as m
-from pte_devconst.program.dataflow import delegate_call_sites
+from pte_devconst.program.dataflow import DelegateCallSite, delegate_call_sites
 from pte_devconst.program.effects import outputs_depending_on
 from pte_devconst.program.effects import MethodEffects, list_items
 from pte_devconst.program.memory import layout_problems, storage_groups
@@ -101,7 +101,7 @@ class Check:
         """False only for a failed check: a skipped one does not fail validate."""
         return self.status is not Status.FAIL
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "status": self.status.value, "passed": self.passed, "detail": self.detail}
 
 
@@ -132,7 +132,7 @@ class Boundary:
     arguments: int
     differences: list[BoundaryDifference]
 
-    def to_json(self, method: str) -> dict:
+    def to_json(self, method: str) -> dict[str, Any]:
         return {"delegate_calls": self.delegate_calls, "arguments": self.arguments,
                 "differences": [{**d.to_json(), "line": d.line(method)}
                                 for d in self.differences[:MAX_DIFFERENCES_IN_JSON]],
@@ -180,7 +180,7 @@ class ValidationResult:
     def passed(self) -> bool:
         return all(method.passed for method in self.methods)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "original": self.original, "rewritten": self.rewritten, "passed": self.passed,
             "devices": "simulated" if self.simulated else "real", "calls": self.calls,
@@ -207,12 +207,12 @@ class ValidationResult:
         }
 
 
-def _constant_json(c: MovedConstant) -> dict:
+def _constant_json(c: MovedConstant) -> dict[str, Any]:
     return {"value": c.value, "name": c.name, "device": c.device, "nbytes": c.nbytes,
             "kind": "folded" if c.folded else "moved"}
 
 
-def _call_json(c: CallComparison) -> dict:
+def _call_json(c: CallComparison) -> dict[str, Any]:
     profiled = None
     if c.profiled_before is not None or c.profiled_after is not None:
         profiled = {"before": c.profiled_before.to_json() if c.profiled_before else None,
@@ -224,6 +224,13 @@ def _call_json(c: CallComparison) -> dict:
             "d2h_bytes": {"before": c.d2h_before, "after": c.d2h_after},
             "wall_s": {"before": c.wall_s_before, "after": c.wall_s_after}, "max_abs_diff": c.max_abs_diff,
             "profiler": profiled}
+
+
+def _tensor(values: Sequence[m.EValue], index: int) -> m.Tensor:
+    """``values[index]``, a tensor: moved_values names tensors only (a constant before, planned after)."""
+    value = values[index]
+    assert isinstance(value, m.Tensor), f"value {index} is {type(value).__name__}, not a tensor"
+    return value
 
 
 def moved_constants(original: m.Program, rewritten: m.Program) -> dict[str, list[MovedConstant]]:
@@ -238,9 +245,9 @@ def moved_constants(original: m.Program, rewritten: m.Program) -> dict[str, list
             continue
         values_a, values_b = plan_a.values or (), plan_b.values or ()
         result[name] = [
-            MovedConstant(name, moved.value, values_b[moved.value].fqn if moved.folded else
-                          values_a[moved.value].fqn or values_b[moved.value].fqn, str(moved.device),
-                          values_b[moved.value].nbytes, folded=moved.folded)
+            MovedConstant(name, moved.value, _tensor(values_b, moved.value).fqn if moved.folded else
+                          _tensor(values_a, moved.value).fqn or _tensor(values_b, moved.value).fqn,
+                          str(moved.device), _tensor(values_b, moved.value).nbytes, folded=moved.folded)
             for moved in moved_values(plan_a, plan_b)]
     return result
 
@@ -281,14 +288,14 @@ def static_checks(original: m.ExecutionPlan, rewritten: m.ExecutionPlan, moved: 
         region = planned_region(values[index]) if 0 <= index < len(values) else None
         if region is not None:
             by_buffer.setdefault(region.memory_id, []).append((region.start, region.end, index))
-    index = {mid: IntervalIndex(items) for mid, items in by_buffer.items()}
+    overlaps = {mid: IntervalIndex(items) for mid, items in by_buffer.items()}
     # Output slots are the input's: the rewrite removes kernels only, so the k-th delegate call of a chain is the
     # same call in both, and an argument it wrote there it writes here, whatever the value now is.
     writes, slots = [], 0
-    calls_a: dict[int, list] = {}
+    calls_a: dict[int, list[DelegateCallSite]] = {}
     for site in delegate_call_sites(original):
         calls_a.setdefault(site.chain, []).append(site)
-    calls_b: dict[int, list] = {}
+    calls_b: dict[int, list[DelegateCallSite]] = {}
     for site in delegate_call_sites(rewritten):
         calls_b.setdefault(site.chain, []).append(site)
     for chain, sites in calls_b.items():
@@ -297,8 +304,8 @@ def static_checks(original: m.ExecutionPlan, rewritten: m.ExecutionPlan, moved: 
                 slots += 1
                 out = site.args[pos]
                 region = planned_region(values[out]) if 0 <= out < len(values) else None
-                hit = out if out in moved_ids else next(iter(index[region.memory_id].overlapping(
-                    region.start, region.end)), None) if region is not None and region.memory_id in index else None
+                hit = out if out in moved_ids else next(iter(overlaps[region.memory_id].overlapping(
+                    region.start, region.end)), None) if region is not None and region.memory_id in overlaps else None
                 if hit is not None:
                     writes.append(f"delegate {site.delegate_index} at instruction {site.instruction} writes value "
                                   f"{out} (argument {pos})" + ("" if hit == out else f", which shares bytes with "
@@ -307,7 +314,7 @@ def static_checks(original: m.ExecutionPlan, rewritten: m.ExecutionPlan, moved: 
     return checks
 
 
-def _compute_signature(plan: m.ExecutionPlan, pte: PteFile) -> tuple:
+def _compute_signature(plan: m.ExecutionPlan, pte: PteFile) -> tuple[Any, ...]:
     """What decides the arithmetic: host kernels whose results reach host computation, and delegates with their blobs.
 
     Device copies are not counted, nor kernels whose result only delegates (directly or through device
@@ -330,7 +337,7 @@ def _feeding_delegates_only(plan: m.ExecutionPlan, names: Sequence[str]) -> set[
     (a chain of host kernels whose end only delegates see).  Reads and writes: ``program/effects.py``."""
     effects = MethodEffects(plan)
     chains = plan.chains or ()
-    instruction_at = [chains[s.chain].instructions[s.instruction] for s in effects.steps]
+    instruction_at = [(chains[s.chain].instructions or ())[s.instruction] for s in effects.steps]
     readers: dict[int, list[m.Instruction]] = {}
     for position, read in enumerate(effects.reads):
         if isinstance(instruction_at[position], (m.KernelCall, m.DelegateCall, m.MoveCall)):
@@ -375,7 +382,7 @@ class Tolerance:
             return f"{self.dtype} exactly"
         return f"{self.dtype} within rtol={self.rtol:g}, atol={self.atol:g} ({'given' if self.given else 'dtype default'})"
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"dtype": self.dtype, "exact": self.exact, "rtol": None if self.exact else self.rtol,
                 "atol": None if self.exact else self.atol,
                 "source": "exact" if self.exact else "given" if self.given else "dtype default"}
@@ -568,7 +575,7 @@ def _check_method(name: str, before: RunResult, after: RunResult, moved: list[Mo
         still = [e for e in _h2d(after.events, phase, name) if e.source_value in origins | set(resident)]
         if still:
             per_call_problems.append(f"call {i}: {len(still)} copies ({sum(e.nbytes for e in still)} B) "
-                                     f"of values {sorted({e.source_value for e in still})}")
+                                     f"of values {sorted({e.source_value for e in still if e.source_value is not None})}")
         drop = a.copies.h2d.nbytes - b.copies.h2d.nbytes
         if drop != moved_before:
             drop_problems.append(f"call {i}: fell by {drop} B, expected {moved_before} B")
@@ -665,7 +672,7 @@ def validate(original: str | Path, rewritten: str | Path, *, ptd: Optional[str |
                 expected_missing = (f"{MISSING_ENTRY} {name!r}: its outputs were not compared with them")
             else:
                 expected_calls = [tuple(c) for c in calls_from(expected_data, name, "expected outputs")]
-        common = dict(method=name, inputs=call_inputs, calls=calls, simulate_devices=simulate_devices, profile=profile,
+        common: dict[str, Any] = dict(method=name, inputs=call_inputs, calls=calls, simulate_devices=simulate_devices, profile=profile,
                       opaque=policy, transcript=True)
         position = names.index(name) * 2 * calls
         before = run_program(original, ptd_path=ptd, on_call=_reporter(progress, position, len(names) * 2 * calls,

@@ -96,7 +96,7 @@ class ModelField:
     high: Optional[Field] = None
 
 
-def _wire_shape(field: Field) -> tuple:
+def _wire_shape(field: Field) -> tuple[object, ...]:
     """What a field means on the wire (its comment left out)."""
     return field.name, field.type, field.slot, field.default, field.force_align
 
@@ -283,11 +283,11 @@ def records_source(model: Model, module: str) -> str:
     borrowed: dict[str, set[str]] = {}  # records of another module that a field here names
     enums: set[str] = set()
     for table in tables:
-        for field in table.fields:
-            if field.type.kind == "table" and model.module(field.type.name) != module:
-                borrowed.setdefault(model.module(field.type.name), set()).add(model.record(field.type.name))
-            if field.type.kind == "enum" and not field.type.vector:
-                enums.add(model.enums[field.type.name].short_name)
+        for wire in table.fields:
+            if wire.type.kind == "table" and model.module(wire.type.name) != module:
+                borrowed.setdefault(model.module(wire.type.name), set()).add(model.record(wire.type.name))
+            if wire.type.kind == "enum" and not wire.type.vector:
+                enums.add(model.enums[wire.type.name].short_name)
     methods = {f"{n}Methods" for n in mine if f"{n}Methods" in model.methods}
     typing = {"Optional"} | ({"Union"} if wrappers or any(f.type.kind == "union" for t in tables for f in t.fields)
                              else set())
@@ -399,18 +399,18 @@ def _layout(model: Model, table: TableDef) -> str:
     return f"TableLayout({', '.join(slots)})"
 
 
-def _write_child(model: Model, table: TableDef, field: Field) -> str:
+def _write_child(model: Model, table: TableDef, field: Field, x: str) -> str:
     """The expression writing the child ``x`` of ``field`` (a string, vector or table) and giving its offset."""
     ref = field.type
     if ref.kind == "string":
-        return "b.string(x)"
+        return f"b.string({x})"
     if ref.kind == "table":
         function = model.function(ref.name)
-        return f"b.offsets([{function}(b, y) for y in x])" if ref.vector else f"{function}(b, x)"
+        return f"b.offsets([{function}(b, y) for y in {x}])" if ref.vector else f"{function}(b, {x})"
     align = f", {field.force_align}" if field.force_align else ""
     if model.is_bytes(table, field):
-        return f"b.bytes_vector(x{align})"
-    return f"b.scalars({STRUCTS[model.scalar(field)]}, x{align})"
+        return f"b.bytes_vector({x}{align})"
+    return f"b.scalars({STRUCTS[model.scalar(field)]}, {x}{align})"
 
 
 def _encoder(model: Model, table: TableDef, vector_elements: set[str]) -> list[str]:
@@ -426,18 +426,19 @@ def _encoder(model: Model, table: TableDef, vector_elements: set[str]) -> list[s
     values: list[str] = []
     for field in model.fields(table):
         wire = field.wire
+        x = f"x_{field.name}"  # one name per field, as each holds its own type
         if field.high is not None:
             values += [f"v.{field.name} & 0xFFFFFFFF", f"v.{field.name} >> 32"]
         elif wire.type.kind == "union":
-            lines += [f"    if (x := v.{field.name}) is None:", f"        {field.name}_tag, {field.name}_at = 0, None",
-                      "    else:", f"        {field.name}_tag, write = {model.constant(wire.type.name)}[type(x)]",
-                      f"        {field.name}_at = write(b, x)"]
+            lines += [f"    if ({x} := v.{field.name}) is None:", f"        {field.name}_tag, {field.name}_at = 0, None",
+                      "    else:", f"        {field.name}_tag, write = {model.constant(wire.type.name)}[type({x})]",
+                      f"        {field.name}_at = write(b, {x})"]
             values += [f"{field.name}_tag", f"{field.name}_at"]
         elif wire.type.vector or wire.type.kind in ("string", "table"):
-            line = f"    {field.name}_at = None if (x := v.{field.name}) is None else {_write_child(model, table, wire)}"
+            child = _write_child(model, table, wire, x)
+            line = f"    {field.name}_at = None if ({x} := v.{field.name}) is None else {child}"
             if len(line) > 120:
-                line = (f"    {field.name}_at = None if (x := v.{field.name}) is None else (\n"
-                        f"        {_write_child(model, table, wire)})")
+                line = f"    {field.name}_at = None if ({x} := v.{field.name}) is None else (\n        {child})"
             lines.append(line)
             values.append(f"{field.name}_at")
         else:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from pte_devconst.util.record import record
 
@@ -152,6 +152,7 @@ def _tokenize(text: str, file: str) -> list[_Token]:
         if match is None:
             raise FbsError(f"{file}:{line}: unexpected character {text[pos]!r}")
         kind, value = match.lastgroup, match.group()
+        assert kind is not None  # every alternative of _TOKEN is a named group
         pos = match.end()
         if kind == "newline":
             line += 1
@@ -210,7 +211,7 @@ class _Declaration:
     """A table, enum or union as written, before its names are resolved."""
 
     kind: str  # "table", "enum" or "union"
-    body: tuple  # _RawFields, (underlying, values) or member names
+    body: tuple[Any, ...]  # _RawFields, (underlying, values) or member names
     doc: str
     namespace: str
     file: str
@@ -251,13 +252,13 @@ class _Parser:
     def end(self) -> None:
         self.take("punct", ";")
 
-    def declaration(self, kind: str, keyword: _Token, body: tuple, name: _Token) -> tuple[str, _Declaration]:
+    def declaration(self, kind: str, keyword: _Token, body: tuple[Any, ...], name: _Token) -> tuple[str, _Declaration]:
         qualified = f"{self.namespace}.{name.text}" if self.namespace else name.text
         return qualified, _Declaration(kind, body, keyword.doc, self.namespace, self.file, name.line)
 
     # --- declarations ---
 
-    def table(self) -> tuple:
+    def table(self) -> tuple[_RawField, ...]:
         self.take("punct", "{")
         fields: list[_RawField] = []
         while not self.accept("}"):
@@ -297,7 +298,7 @@ class _Parser:
         self.take("punct", ")")
         return force_align
 
-    def enum(self) -> tuple:
+    def enum(self) -> tuple[str, tuple[tuple[str, int], ...]]:
         self.take("punct", ":")
         token = self.take("name")
         underlying = SCALAR_ALIASES.get(token.text, token.text)
@@ -317,7 +318,7 @@ class _Parser:
                 break
         return underlying, tuple(values)
 
-    def union(self) -> tuple:
+    def union(self) -> tuple[str, ...]:
         self.take("punct", "{")
         members: list[str] = []
         while not self.accept("}"):

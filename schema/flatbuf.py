@@ -17,7 +17,7 @@ propagates (see ``FlatbufferError.at``).
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Optional, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -135,7 +135,7 @@ class FlatReader:
             self.tables += self._subtree.get((decode, pos), 1)
             if self.max_tables is not None and self.tables > self.max_tables:
                 raise TableLimitError(self.max_tables)
-            return record
+            return cast(T, record)  # the memo is per decode function: what it returned for this table
         before = self.tables
         table = self.table_at(pos)
         if name is None:
@@ -168,7 +168,7 @@ class Table:
         entry = 4 + 2 * slot
         if entry >= self.vt_len:
             return 0
-        offset = U16.unpack_from(self.r.buf, self.vt + entry)[0]
+        offset: int = U16.unpack_from(self.r.buf, self.vt + entry)[0]
         if not offset:
             return 0
         if offset + width > self.obj_len:
@@ -184,7 +184,8 @@ class Table:
             return default
         if at % kind.size:
             raise FlatbufferError(f"misaligned {kind.size}-byte scalar at {at}")
-        return kind.unpack_from(self.r.buf, at)[0]
+        value: T = kind.unpack_from(self.r.buf, at)[0]
+        return value
 
     def _indirect(self, slot: int) -> int:
         at = self._field(slot, 4)
@@ -192,7 +193,7 @@ class Table:
             return 0
         if at & 3:
             raise FlatbufferError(f"misaligned offset at {at}")
-        target = at + U32.unpack_from(self.r.buf, at)[0]
+        target: int = at + U32.unpack_from(self.r.buf, at)[0]
         if target + 4 > self.r.size:
             raise FlatbufferError(f"offset at {at} points to {target}, outside the buffer ({self.r.size} bytes)")
         return target
@@ -220,7 +221,7 @@ class Table:
         self.r.spend(count * elem_size // 4 + 1)
         return start, count
 
-    def vector(self, slot: int, fmt: str) -> Optional[tuple]:
+    def vector(self, slot: int, fmt: str) -> Optional[tuple[Any, ...]]:
         """A vector of scalars (struct format character ``fmt``) as a tuple, or None when absent."""
         start, count = self._vector_header(slot, _VECTOR_FORMATS[fmt])
         if count < 0:
@@ -256,10 +257,10 @@ class Table:
             return None
         reader = self.r
         relative = (rel for (rel,) in U32.iter_unpack(memoryview(reader.buf)[start: start + 4 * count]))
-        out = []
+        out: list[T] = []
         # A run of offsets to the table just decoded (a values vector naming one tensor a million times) costs a
         # comparison and a count each, not a memo lookup: the reader's bound is reached in a fraction of a second.
-        previous, record, subtree = -1, None, 0
+        previous, subtree = -1, 0
         for i, rel in enumerate(relative):
             target = start + 4 * i + rel
             try:
@@ -270,6 +271,7 @@ class Table:
                         reader.spend(0)
                     if reader.max_tables is not None and reader.tables > reader.max_tables:
                         raise TableLimitError(reader.max_tables)
+                    record = out[-1]  # the table just decoded
                 else:
                     before = reader.tables
                     record = reader.decoded(target, decode)

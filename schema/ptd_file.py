@@ -37,6 +37,7 @@ class PtdFile(MappedFile):
         # The entry each lookup reaches: the first of its class under the runtime's comparison (``_match_class``).
         self._first: dict[tuple[int, str, bool], PtdNamedData] = {}
         for entry in self.flat_tensor.named_data or ():
+            assert entry.key is not None  # _check refused an entry without one
             self._first.setdefault(_match_class(entry.key), entry)
 
     def _check(self) -> None:
@@ -82,7 +83,7 @@ class PtdFile(MappedFile):
 
     def keys(self) -> list[str]:
         """The keys a program's tensor can reach: the first entry of each, and none with a NUL in it."""
-        return [entry.key for (_, _, nul), entry in self._first.items() if not nul]
+        return [key for (_, key, nul) in self._first if not nul]  # without a NUL, the class's head is the key
 
     def lookup(self, key: str) -> Optional[PtdNamedData]:
         """The entry ``FlatTensorDataMap::get_named_data(key)`` returns for a ``string_view`` key (a delegate's)."""
@@ -101,7 +102,7 @@ class PtdFile(MappedFile):
         entry = self.entry(fqn)
         if entry is None:
             return None
-        seg = self.flat_tensor.segments[entry.segment_index]
+        seg = (self.flat_tensor.segments or ())[entry.segment_index]  # present: _check refused a file without
         return Span(self.header.segment_base_offset + seg.offset, seg.size)
 
     def tensor_bytes(self, fqn: str, nbytes: Optional[int] = None) -> Optional[memoryview]:
@@ -116,7 +117,7 @@ class PtdFile(MappedFile):
         entry = self.lookup(key)
         if entry is None:
             return None
-        seg = self.flat_tensor.segments[entry.segment_index]
+        seg = (self.flat_tensor.segments or ())[entry.segment_index]
         start = self.header.segment_base_offset + seg.offset
         return self.data[start: start + seg.size]
 

@@ -67,7 +67,9 @@ class PteFile(MappedFile):
 
     def constant_span(self, data_buffer_idx: int, nbytes: int) -> Span:
         """Where constant entry ``data_buffer_idx`` (nbytes long) lies in the file."""
-        return self._subsegment_span(self.program.constant_segment, data_buffer_idx, nbytes)
+        segment = self.program.constant_segment
+        assert segment is not None, "validated: a tensor with constant data in a segment implies constant_segment"
+        return self._subsegment_span(segment, data_buffer_idx, nbytes)
 
     def mutable_span(self, data_buffer_idx: int, nbytes: int) -> Span:
         """Where initial-data entry ``data_buffer_idx`` lies (the runtime always uses list entry 0)."""
@@ -91,7 +93,7 @@ class PteFile(MappedFile):
         if span is not None:
             return self.read(span)
         if tensor.allocation_info is None:  # tensor_span said: an inline constant_buffer entry
-            return memoryview(self.program.constant_buffer[tensor.data_buffer_idx].storage or b"")[: tensor.nbytes]
+            return memoryview((self.program.constant_buffer or ())[tensor.data_buffer_idx].storage or b"")[: tensor.nbytes]
         return None
 
     def delegate_span(self, delegate: m.BackendDelegate) -> Optional[Span]:
@@ -104,7 +106,9 @@ class PteFile(MappedFile):
         span = self.delegate_span(delegate)
         if span is not None:
             return self.read(span)
-        return memoryview(self.program.backend_delegate_data[delegate.processed.index].data or b"")
+        ref = delegate.processed
+        assert ref is not None, "validated: every delegate has its processed data reference"
+        return memoryview((self.program.backend_delegate_data or ())[ref.index].data or b"")
 
     @property
     def load_refusal(self) -> Optional[str]:

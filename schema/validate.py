@@ -126,7 +126,7 @@ def _check_tensor(ctx: _TensorCheckContext, plan: m.ExecutionPlan, t: m.Tensor, 
         if info.location not in (0, 1):
             raise _fail(where, f"unknown data location {info.location}")
         _check_device(info.device_type, info.device_index, where)
-    if t.is_external and not info.fully_qualified_name:
+    if t.is_external and info is not None and not info.fully_qualified_name:  # external implies info
         raise _fail(where, "external tensor has no fully_qualified_name")
     alloc = t.allocation_info
     if alloc is not None:
@@ -179,14 +179,16 @@ def _check_plan(ctx: _TensorCheckContext, plan: m.ExecutionPlan, where: str) -> 
     for name in ("name", "inputs", "outputs", "non_const_buffer_sizes"):
         if getattr(plan, name) is None:
             raise _fail(where, f"{name} is missing")
-    for i, size in enumerate(plan.non_const_buffer_sizes):
+    buffer_sizes = plan.non_const_buffer_sizes
+    assert buffer_sizes is not None  # refused just above
+    for i, size in enumerate(buffer_sizes):
         if size < 0:
             raise _fail(f"{where}.non_const_buffer_sizes[{i}]", f"negative buffer size {size}")
         if size > MAX_TENSOR_BYTES:  # also keeps a rewrite that grows the buffer inside int64
             raise _fail(f"{where}.non_const_buffer_sizes[{i}]", f"buffer size {size} exceeds 2^62 bytes")
     for i, entry in enumerate(plan.non_const_buffer_device or ()):
         ew = f"{where}.non_const_buffer_device[{i}]"
-        _check_index(entry.buffer_idx, len(plan.non_const_buffer_sizes), ew, "buffer_idx")
+        _check_index(entry.buffer_idx, len(buffer_sizes), ew, "buffer_idx")
         _check_device(entry.device_type, entry.device_index, ew)
     items = sum(len(v.items or ()) for v in values if isinstance(v, (m.TensorList, m.OptionalTensorList, m.IntList)))
     problem = list_items_problem(items)

@@ -349,3 +349,18 @@ def test_diff_pairs_two_methods_of_one_name_by_plan(tmp_path: Path) -> None:
     assert set(methods) == {"forward (plan 0)", "forward (plan 1)"}
     # Each plan against its own rewrite: plan 0 lost both copies, plan 1 its one.
     assert [(mt["instructions_before"], mt["instructions_after"]) for mt in methods.values()] == [(5, 3), (5, 4)]
+
+
+def test_an_error_while_a_program_in_memory_is_open_names_it_not_its_bytes() -> None:
+    """``opened`` names the file of an error raised inside it; a program in memory by its name (os.fspath of a
+    ProgramBytes is the bytes themselves, which made the error's str() raise TypeError)."""
+    from pte_devconst.rewriter.load import opened
+    from pte_devconst.schema.pte_file import ProgramBytes
+    from pte_devconst.util.errors import PteDevconstError
+
+    data = ProgramBytes(pte_path("v_a_dtypes_copy").read_bytes(), "<export>")
+    with pytest.raises(PteDevconstError) as raised:
+        with opened(data):
+            raise PteDevconstError("refused by the analysis")
+    assert raised.value.file == "<export>"
+    assert str(raised.value) == "<export>: refused by the analysis"

@@ -37,8 +37,11 @@ def main(argv: list[str]) -> int:
         done = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
                                "--cache-dir", str(ROOT / ".mypy_cache"), "-p", "pte_devconst", *argv],
                               cwd=tmp, env=env, capture_output=True, text=True)
-        # Report the checkout's paths, not the link farm's.
-        out = done.stdout.replace("pte_devconst/", "").replace(f"{tmp}/", "")
+        # Report the checkout's paths, not the link farm's: pte_devconst/schema/x.py is schema/x.py, while the top
+        # package's own files (pte_devconst/api.py) are where the farm has them.
+        out = done.stdout.replace(f"{tmp}/", "")
+        for folder in SUBPACKAGES:
+            out = out.replace(f"pte_devconst/{folder}/", f"{folder}/")
         sys.stdout.write(out)
         sys.stderr.write(done.stderr)
         return done.returncode

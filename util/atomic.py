@@ -304,7 +304,7 @@ def _fsync_folder(folder: Path) -> None:
             os.close(handle)
 
 
-def write_all(fd: int, data: bytes | memoryview) -> None:
+def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
     view = memoryview(data)
     while view:
         written = os.write(fd, view)

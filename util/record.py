@@ -29,38 +29,47 @@ from __future__ import annotations
 import dataclasses
 import operator
 from dataclasses import MISSING, FrozenInstanceError
-from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
+import sys
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, cast, overload
 
-if TYPE_CHECKING:  # mypy checks for Python 3.10, whose typing has no dataclass_transform: its stubs' backport
+if TYPE_CHECKING:  # typing's from 3.11; typing_extensions is no dependency, but type checkers ship its stubs
+    from _typeshed import DataclassInstance
     from typing_extensions import dataclass_transform
-else:
-    try:
-        from typing import dataclass_transform
-    except ImportError:  # Python 3.10: the decorator only informs type checkers
-        def dataclass_transform(**_: Any) -> Callable[[Any], Any]:
-            return lambda function: function
+elif sys.version_info >= (3, 11):
+    from typing import dataclass_transform
+else:  # Python 3.10: the decorator only informs type checkers
+    def dataclass_transform(**_: Any) -> Callable[[Any], Any]:
+        return lambda function: function
 
-C = TypeVar("C", bound=type)
+T = TypeVar("T")
 _NO_VALUE = object()
 
 
+@overload
 @dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field, dataclasses.Field))
-def record(cls: Optional[C] = None, /, *, order: bool = False) -> Any:
+def record(cls: type[T], /) -> type[T]: ...
+
+
+@overload
+def record(cls: None = None, /, *, order: bool = False) -> Callable[[type[T]], type[T]]: ...
+
+
+def record(cls: Optional[type[T]] = None, /, *, order: bool = False) -> type[T] | Callable[[type[T]], type[T]]:
     """Class decorator: ``@record`` or ``@record(order=True)``."""
 
-    def wrap(klass: C) -> C:
+    def wrap(klass: type[T]) -> type[T]:
         return _build(klass, order)
 
     return wrap if cls is None else wrap(cls)
 
 
-def _build(cls: C, order: bool) -> C:
+def _build(cls: type[T], order: bool) -> type[T]:
     documented = bool(cls.__dict__.get("__doc__"))
     if not documented:
         cls.__doc__ = cls.__name__  # keeps dataclass from computing a signature for the docstring
     # fields, __match_args__ and __slots__ from dataclasses itself; every generated method is ours
     cls = dataclasses.dataclass(cls, init=False, repr=False, eq=False, slots=True)
-    fields = dataclasses.fields(cls)
+    fields = dataclasses.fields(cast("type[DataclassInstance]", cls))  # dataclass() just made it one
     _refuse_unsupported(cls, fields)
     names = tuple(f.name for f in fields)
     if not documented:
@@ -90,7 +99,7 @@ def _build(cls: C, order: bool) -> C:
     return cls
 
 
-def _refuse_unsupported(cls: type, fields: tuple[dataclasses.Field, ...]) -> None:
+def _refuse_unsupported(cls: type, fields: tuple[dataclasses.Field[Any], ...]) -> None:
     """Fail at definition for the dataclass features a record does not implement, rather than ignore them."""
     if hasattr(cls, "__post_init__"):
         raise TypeError(f"{cls.__name__}: @record does not call __post_init__")
@@ -118,7 +127,7 @@ def _values_getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
     return operator.attrgetter(*names)
 
 
-def _init(cls: type, fields: tuple[dataclasses.Field, ...]) -> Callable[..., None]:
+def _init(cls: type, fields: tuple[dataclasses.Field[Any], ...]) -> Callable[..., None]:
     """``__init__`` compiled from source: one slot store per field, as fast as a dataclass's."""
     scope: dict[str, Any] = {"_NO_VALUE": _NO_VALUE}
     params, body = [], []
@@ -137,17 +146,18 @@ def _init(cls: type, fields: tuple[dataclasses.Field, ...]) -> Callable[..., Non
         body.append(f"_set_{name}(self, {name})")
     source = f"def __init__(self, {', '.join(params)}):\n    " + "\n    ".join(body or ["pass"])
     exec(source, scope)  # noqa: S102 - source built from the class's own field names
-    return scope["__init__"]
+    init: Callable[..., None] = scope["__init__"]
+    return init
 
 
-def _repr(qualname: str, names: tuple[str, ...], values: Callable[[Any], tuple]) -> Callable[[Any], str]:
+def _repr(qualname: str, names: tuple[str, ...], values: Callable[[Any], tuple[Any, ...]]) -> Callable[[Any], str]:
     def __repr__(self: Any) -> str:
         return f"{qualname}({', '.join(f'{n}={v!r}' for n, v in zip(names, values(self)))})"
 
     return __repr__
 
 
-def _compare(op: Callable[[Any, Any], bool], values: Callable[[Any], tuple]) -> Callable[[Any, Any], Any]:
+def _compare(op: Callable[[Any, Any], bool], values: Callable[[Any], tuple[Any, ...]]) -> Callable[[Any, Any], Any]:
     def compare(self: Any, other: Any) -> Any:
         if other.__class__ is self.__class__:
             return op(values(self), values(other))
@@ -164,8 +174,8 @@ def _frozen_delattr(self: Any, name: str) -> None:
     raise FrozenInstanceError(f"cannot delete field {name!r}")
 
 
-def _setstate(names: tuple[str, ...]) -> Callable[[Any, tuple], None]:
-    def __setstate__(self: Any, state: tuple) -> None:
+def _setstate(names: tuple[str, ...]) -> Callable[[Any, tuple[Any, ...]], None]:
+    def __setstate__(self: Any, state: tuple[Any, ...]) -> None:
         for name, value in zip(names, state):
             object.__setattr__(self, name, value)
 

@@ -63,8 +63,8 @@ _FLAT_TENSOR = TableLayout((U32, 0), REF, REF)
 
 
 def _container_metadata(b: Builder, v: ContainerMetadata) -> int:
-    encoded_inp_str_at = None if (x := v.encoded_inp_str) is None else b.string(x)
-    encoded_out_str_at = None if (x := v.encoded_out_str) is None else b.string(x)
+    encoded_inp_str_at = None if (x_encoded_inp_str := v.encoded_inp_str) is None else b.string(x_encoded_inp_str)
+    encoded_out_str_at = None if (x_encoded_out_str := v.encoded_out_str) is None else b.string(x_encoded_out_str)
     return b.table(_CONTAINER_METADATA, (encoded_inp_str_at, encoded_out_str_at))
 
 
@@ -77,7 +77,8 @@ def _allocation_details(b: Builder, v: AllocationDetails) -> int:
 
 
 def _extra_tensor_info(b: Builder, v: ExtraTensorInfo) -> int:
-    fully_qualified_name_at = None if (x := v.fully_qualified_name) is None else b.string(x)
+    fully_qualified_name_at = None if (x_fully_qualified_name := v.fully_qualified_name) is None else (
+        b.string(x_fully_qualified_name))
     return b.table(_EXTRA_TENSOR_INFO, (
         v.mutable_data_segments_idx,
         fully_qualified_name_at,
@@ -88,10 +89,12 @@ def _extra_tensor_info(b: Builder, v: ExtraTensorInfo) -> int:
 
 
 def _tensor(b: Builder, v: Tensor) -> int:
-    sizes_at = None if (x := v.sizes) is None else b.scalars(I32, x)
-    dim_order_at = None if (x := v.dim_order) is None else b.scalars(U8, x)
-    allocation_info_at = None if (x := v.allocation_info) is None else _allocation_details(b, x)
-    extra_tensor_info_at = None if (x := v.extra_tensor_info) is None else _extra_tensor_info(b, x)
+    sizes_at = None if (x_sizes := v.sizes) is None else b.scalars(I32, x_sizes)
+    dim_order_at = None if (x_dim_order := v.dim_order) is None else b.scalars(U8, x_dim_order)
+    allocation_info_at = None if (x_allocation_info := v.allocation_info) is None else (
+        _allocation_details(b, x_allocation_info))
+    extra_tensor_info_at = None if (x_extra_tensor_info := v.extra_tensor_info) is None else (
+        _extra_tensor_info(b, x_extra_tensor_info))
     return b.table(_TENSOR, (
         v.scalar_type,
         v.storage_offset,
@@ -119,32 +122,32 @@ def _double(b: Builder, v: Double) -> int:
 
 
 def _string(b: Builder, v: String) -> int:
-    string_val_at = None if (x := v.string_val) is None else b.string(x)
+    string_val_at = None if (x_string_val := v.string_val) is None else b.string(x_string_val)
     return b.table(_STRING, (string_val_at,))
 
 
 def _int_list(b: Builder, v: IntList) -> int:
-    items_at = None if (x := v.items) is None else b.scalars(I64, x)
+    items_at = None if (x_items := v.items) is None else b.scalars(I64, x_items)
     return b.table(_INT_LIST, (items_at,))
 
 
 def _double_list(b: Builder, v: DoubleList) -> int:
-    items_at = None if (x := v.items) is None else b.scalars(F64, x)
+    items_at = None if (x_items := v.items) is None else b.scalars(F64, x_items)
     return b.table(_DOUBLE_LIST, (items_at,))
 
 
 def _bool_list(b: Builder, v: BoolList) -> int:
-    items_at = None if (x := v.items) is None else b.scalars(BOOL, x)
+    items_at = None if (x_items := v.items) is None else b.scalars(BOOL, x_items)
     return b.table(_BOOL_LIST, (items_at,))
 
 
 def _tensor_list(b: Builder, v: TensorList) -> int:
-    items_at = None if (x := v.items) is None else b.scalars(I32, x)
+    items_at = None if (x_items := v.items) is None else b.scalars(I32, x_items)
     return b.table(_TENSOR_LIST, (items_at,))
 
 
 def _optional_tensor_list(b: Builder, v: OptionalTensorList) -> int:
-    items_at = None if (x := v.items) is None else b.scalars(I32, x)
+    items_at = None if (x_items := v.items) is None else b.scalars(I32, x_items)
     return b.table(_OPTIONAL_TENSOR_LIST, (items_at,))
 
 
@@ -158,18 +161,18 @@ def _evalue(b: Builder, v: EValue) -> int:
 def _operator(b: Builder, v: Operator) -> int:
     if v is None:
         return b.table(_OPERATOR, ())
-    name_at = None if (x := v.name) is None else b.string(x)
-    overload_at = None if (x := v.overload) is None else b.string(x)
+    name_at = None if (x_name := v.name) is None else b.string(x_name)
+    overload_at = None if (x_overload := v.overload) is None else b.string(x_overload)
     return b.table(_OPERATOR, (name_at, overload_at))
 
 
 def _kernel_call(b: Builder, v: KernelCall) -> int:
-    args_at = None if (x := v.args) is None else b.scalars(I32, x)
+    args_at = None if (x_args := v.args) is None else b.scalars(I32, x_args)
     return b.table(_KERNEL_CALL, (v.op_index, args_at))
 
 
 def _delegate_call(b: Builder, v: DelegateCall) -> int:
-    args_at = None if (x := v.args) is None else b.scalars(I32, x)
+    args_at = None if (x_args := v.args) is None else b.scalars(I32, x_args)
     return b.table(_DELEGATE_CALL, (v.delegate_index, args_at))
 
 
@@ -195,16 +198,16 @@ def _instruction(b: Builder, v: Instruction) -> int:
 def _frame(b: Builder, v: Frame) -> int:
     if v is None:
         return b.table(_FRAME, ())
-    filename_at = None if (x := v.filename) is None else b.string(x)
-    name_at = None if (x := v.name) is None else b.string(x)
-    context_at = None if (x := v.context) is None else b.string(x)
+    filename_at = None if (x_filename := v.filename) is None else b.string(x_filename)
+    name_at = None if (x_name := v.name) is None else b.string(x_name)
+    context_at = None if (x_context := v.context) is None else b.string(x_context)
     return b.table(_FRAME, (filename_at, v.lineno, name_at, context_at))
 
 
 def _frame_list(b: Builder, v: FrameList) -> int:
     if v is None:
         return b.table(_FRAME_LIST, ())
-    items_at = None if (x := v.items) is None else b.offsets([_frame(b, y) for y in x])
+    items_at = None if (x_items := v.items) is None else b.offsets([_frame(b, y) for y in x_items])
     return b.table(_FRAME_LIST, (items_at,))
 
 
@@ -215,27 +218,30 @@ def _backend_delegate_data_reference(b: Builder, v: BackendDelegateDataReference
 def _compile_spec(b: Builder, v: CompileSpec) -> int:
     if v is None:
         return b.table(_COMPILE_SPEC, ())
-    key_at = None if (x := v.key) is None else b.string(x)
-    value_at = None if (x := v.value) is None else b.bytes_vector(x)
+    key_at = None if (x_key := v.key) is None else b.string(x_key)
+    value_at = None if (x_value := v.value) is None else b.bytes_vector(x_value)
     return b.table(_COMPILE_SPEC, (key_at, value_at))
 
 
 def _backend_delegate(b: Builder, v: BackendDelegate) -> int:
     if v is None:
         return b.table(_BACKEND_DELEGATE, ())
-    id_at = None if (x := v.id) is None else b.string(x)
-    processed_at = None if (x := v.processed) is None else _backend_delegate_data_reference(b, x)
-    compile_specs_at = None if (x := v.compile_specs) is None else b.offsets([_compile_spec(b, y) for y in x])
+    id_at = None if (x_id := v.id) is None else b.string(x_id)
+    processed_at = None if (x_processed := v.processed) is None else _backend_delegate_data_reference(b, x_processed)
+    compile_specs_at = None if (x_compile_specs := v.compile_specs) is None else (
+        b.offsets([_compile_spec(b, y) for y in x_compile_specs]))
     return b.table(_BACKEND_DELEGATE, (id_at, processed_at, compile_specs_at))
 
 
 def _chain(b: Builder, v: Chain) -> int:
     if v is None:
         return b.table(_CHAIN, ())
-    inputs_at = None if (x := v.inputs) is None else b.scalars(I32, x)
-    outputs_at = None if (x := v.outputs) is None else b.scalars(I32, x)
-    instructions_at = None if (x := v.instructions) is None else b.offsets([_instruction(b, y) for y in x])
-    stacktrace_at = None if (x := v.stacktrace) is None else b.offsets([_frame_list(b, y) for y in x])
+    inputs_at = None if (x_inputs := v.inputs) is None else b.scalars(I32, x_inputs)
+    outputs_at = None if (x_outputs := v.outputs) is None else b.scalars(I32, x_outputs)
+    instructions_at = None if (x_instructions := v.instructions) is None else (
+        b.offsets([_instruction(b, y) for y in x_instructions]))
+    stacktrace_at = None if (x_stacktrace := v.stacktrace) is None else (
+        b.offsets([_frame_list(b, y) for y in x_stacktrace]))
     return b.table(_CHAIN, (inputs_at, outputs_at, instructions_at, stacktrace_at))
 
 
@@ -248,17 +254,20 @@ def _non_const_buffer_device(b: Builder, v: NonConstBufferDevice) -> int:
 def _execution_plan(b: Builder, v: ExecutionPlan) -> int:
     if v is None:
         return b.table(_EXECUTION_PLAN, ())
-    name_at = None if (x := v.name) is None else b.string(x)
-    container_meta_type_at = None if (x := v.container_meta_type) is None else _container_metadata(b, x)
-    values_at = None if (x := v.values) is None else b.offsets([_evalue(b, y) for y in x])
-    inputs_at = None if (x := v.inputs) is None else b.scalars(I32, x)
-    outputs_at = None if (x := v.outputs) is None else b.scalars(I32, x)
-    chains_at = None if (x := v.chains) is None else b.offsets([_chain(b, y) for y in x])
-    operators_at = None if (x := v.operators) is None else b.offsets([_operator(b, y) for y in x])
-    delegates_at = None if (x := v.delegates) is None else b.offsets([_backend_delegate(b, y) for y in x])
-    non_const_buffer_sizes_at = None if (x := v.non_const_buffer_sizes) is None else b.scalars(I64, x)
-    non_const_buffer_device_at = None if (x := v.non_const_buffer_device) is None else (
-        b.offsets([_non_const_buffer_device(b, y) for y in x]))
+    name_at = None if (x_name := v.name) is None else b.string(x_name)
+    container_meta_type_at = None if (x_container_meta_type := v.container_meta_type) is None else (
+        _container_metadata(b, x_container_meta_type))
+    values_at = None if (x_values := v.values) is None else b.offsets([_evalue(b, y) for y in x_values])
+    inputs_at = None if (x_inputs := v.inputs) is None else b.scalars(I32, x_inputs)
+    outputs_at = None if (x_outputs := v.outputs) is None else b.scalars(I32, x_outputs)
+    chains_at = None if (x_chains := v.chains) is None else b.offsets([_chain(b, y) for y in x_chains])
+    operators_at = None if (x_operators := v.operators) is None else b.offsets([_operator(b, y) for y in x_operators])
+    delegates_at = None if (x_delegates := v.delegates) is None else (
+        b.offsets([_backend_delegate(b, y) for y in x_delegates]))
+    non_const_buffer_sizes_at = None if (x_non_const_buffer_sizes := v.non_const_buffer_sizes) is None else (
+        b.scalars(I64, x_non_const_buffer_sizes))
+    non_const_buffer_device_at = None if (x_non_const_buffer_device := v.non_const_buffer_device) is None else (
+        b.offsets([_non_const_buffer_device(b, y) for y in x_non_const_buffer_device]))
     return b.table(_EXECUTION_PLAN, (
         name_at,
         container_meta_type_at,
@@ -276,14 +285,14 @@ def _execution_plan(b: Builder, v: ExecutionPlan) -> int:
 def _buffer(b: Builder, v: Buffer) -> int:
     if v is None:
         return b.table(_BUFFER, ())
-    storage_at = None if (x := v.storage) is None else b.bytes_vector(x, 16)
+    storage_at = None if (x_storage := v.storage) is None else b.bytes_vector(x_storage, 16)
     return b.table(_BUFFER, (storage_at,))
 
 
 def _backend_delegate_inline_data(b: Builder, v: BackendDelegateInlineData) -> int:
     if v is None:
         return b.table(_BACKEND_DELEGATE_INLINE_DATA, ())
-    data_at = None if (x := v.data) is None else b.bytes_vector(x, 16)
+    data_at = None if (x_data := v.data) is None else b.bytes_vector(x_data, 16)
     return b.table(_BACKEND_DELEGATE_INLINE_DATA, (data_at,))
 
 
@@ -296,27 +305,31 @@ def _data_segment(b: Builder, v: DataSegment) -> int:
 def _subsegment_offsets(b: Builder, v: SubsegmentOffsets) -> int:
     if v is None:
         return b.table(_SUBSEGMENT_OFFSETS, ())
-    offsets_at = None if (x := v.offsets) is None else b.scalars(U64, x)
+    offsets_at = None if (x_offsets := v.offsets) is None else b.scalars(U64, x_offsets)
     return b.table(_SUBSEGMENT_OFFSETS, (v.segment_index, offsets_at))
 
 
 def _named_data(b: Builder, v: NamedData) -> int:
     if v is None:
         return b.table(_NAMED_DATA, ())
-    key_at = None if (x := v.key) is None else b.string(x)
+    key_at = None if (x_key := v.key) is None else b.string(x_key)
     return b.table(_NAMED_DATA, (key_at, v.segment_index))
 
 
 def _program(b: Builder, v: Program) -> int:
-    execution_plan_at = None if (x := v.execution_plan) is None else b.offsets([_execution_plan(b, y) for y in x])
-    constant_buffer_at = None if (x := v.constant_buffer) is None else b.offsets([_buffer(b, y) for y in x])
-    backend_delegate_data_at = None if (x := v.backend_delegate_data) is None else (
-        b.offsets([_backend_delegate_inline_data(b, y) for y in x]))
-    segments_at = None if (x := v.segments) is None else b.offsets([_data_segment(b, y) for y in x])
-    constant_segment_at = None if (x := v.constant_segment) is None else _subsegment_offsets(b, x)
-    mutable_data_segments_at = None if (x := v.mutable_data_segments) is None else (
-        b.offsets([_subsegment_offsets(b, y) for y in x]))
-    named_data_at = None if (x := v.named_data) is None else b.offsets([_named_data(b, y) for y in x])
+    execution_plan_at = None if (x_execution_plan := v.execution_plan) is None else (
+        b.offsets([_execution_plan(b, y) for y in x_execution_plan]))
+    constant_buffer_at = None if (x_constant_buffer := v.constant_buffer) is None else (
+        b.offsets([_buffer(b, y) for y in x_constant_buffer]))
+    backend_delegate_data_at = None if (x_backend_delegate_data := v.backend_delegate_data) is None else (
+        b.offsets([_backend_delegate_inline_data(b, y) for y in x_backend_delegate_data]))
+    segments_at = None if (x_segments := v.segments) is None else b.offsets([_data_segment(b, y) for y in x_segments])
+    constant_segment_at = None if (x_constant_segment := v.constant_segment) is None else (
+        _subsegment_offsets(b, x_constant_segment))
+    mutable_data_segments_at = None if (x_mutable_data_segments := v.mutable_data_segments) is None else (
+        b.offsets([_subsegment_offsets(b, y) for y in x_mutable_data_segments]))
+    named_data_at = None if (x_named_data := v.named_data) is None else (
+        b.offsets([_named_data(b, y) for y in x_named_data]))
     return b.table(_PROGRAM, (
         v.version,
         execution_plan_at,
@@ -330,22 +343,23 @@ def _program(b: Builder, v: Program) -> int:
 
 
 def _tensor_layout(b: Builder, v: TensorLayout) -> int:
-    sizes_at = None if (x := v.sizes) is None else b.scalars(I32, x)
-    dim_order_at = None if (x := v.dim_order) is None else b.scalars(U8, x)
+    sizes_at = None if (x_sizes := v.sizes) is None else b.scalars(I32, x_sizes)
+    dim_order_at = None if (x_dim_order := v.dim_order) is None else b.scalars(U8, x_dim_order)
     return b.table(_TENSOR_LAYOUT, (v.scalar_type, sizes_at, dim_order_at))
 
 
 def _ptd_named_data(b: Builder, v: PtdNamedData) -> int:
     if v is None:
         return b.table(_PTD_NAMED_DATA, ())
-    key_at = None if (x := v.key) is None else b.string(x)
-    tensor_layout_at = None if (x := v.tensor_layout) is None else _tensor_layout(b, x)
+    key_at = None if (x_key := v.key) is None else b.string(x_key)
+    tensor_layout_at = None if (x_tensor_layout := v.tensor_layout) is None else _tensor_layout(b, x_tensor_layout)
     return b.table(_PTD_NAMED_DATA, (key_at, v.segment_index, tensor_layout_at))
 
 
 def _flat_tensor(b: Builder, v: FlatTensor) -> int:
-    segments_at = None if (x := v.segments) is None else b.offsets([_data_segment(b, y) for y in x])
-    named_data_at = None if (x := v.named_data) is None else b.offsets([_ptd_named_data(b, y) for y in x])
+    segments_at = None if (x_segments := v.segments) is None else b.offsets([_data_segment(b, y) for y in x_segments])
+    named_data_at = None if (x_named_data := v.named_data) is None else (
+        b.offsets([_ptd_named_data(b, y) for y in x_named_data]))
     return b.table(_FLAT_TENSOR, (v.version, segments_at, named_data_at))
 
 
