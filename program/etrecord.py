@@ -245,7 +245,7 @@ class _TorchSave:
 
 def _method_names(members: list[str]) -> dict[str, str]:
     """method -> the entry of its serialized edge program (an old ETRecord has one, for ``forward``)."""
-    found = {}
+    found: dict[str, str] = {}
     for member in members:
         if member == EDGE_PREFIX:
             found.setdefault("forward", member)
@@ -307,7 +307,8 @@ def _recorded_method(record: zipfile.ZipFile, method: str, entry: str, where: st
                     and isinstance(spec.get("user_output"), dict)]
     keys = output_keys(_out_spec(module), len(user_outputs)) or (None,) * len(user_outputs)
 
-    constants, mutable = [], []
+    constants: list[RecordedConstant] = []
+    mutable: list[RecordedConstant] = []
     for spec in specs:
         if not isinstance(spec, dict) or len(spec) != 1:
             continue
@@ -343,7 +344,7 @@ def _recorded_method(record: zipfile.ZipFile, method: str, entry: str, where: st
                           tuple(value(arg, key) for arg, key in zip(user_outputs, keys)), tuple(mutable))
 
 
-def _out_spec(module: dict) -> Any:
+def _out_spec(module: dict[str, Any]) -> Any:
     """The serialized ``out_spec`` of the method's root call (``module_call_graph`` entry with ``fqn`` "")."""
     for entry in module.get("module_call_graph") or ():
         if isinstance(entry, dict) and entry.get("fqn") == "" and isinstance(entry.get("signature"), dict):

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from pte_devconst.schema import model as m
 from pte_devconst.program.etrecord import RecordedConstant, RecordedMethod, RecordedValue, output_keys
@@ -153,7 +153,7 @@ def _positional(values: Sequence[object], indices: Sequence[int], recorded: Opti
 
 def _match(source: PteFile, program: Sequence[tuple[int, m.Tensor]], recorded: Sequence[RecordedConstant]
            ) -> dict[int, str]:
-    groups: dict[tuple, tuple[list[tuple[int, m.Tensor]], list[RecordedConstant]]] = {}
+    groups: dict[tuple[object, ...], tuple[list[tuple[int, m.Tensor]], list[RecordedConstant]]] = {}
     for index, tensor in program:
         key = (scalar_type_name(tensor.scalar_type), tuple(tensor.sizes or ()))
         groups.setdefault(key, ([], []))[0].append((index, tensor))
@@ -216,7 +216,7 @@ def named_program(program: m.Program, names: Optional[ProgramNames]) -> m.Progra
     return replace(program, execution_plan=tuple(plans))
 
 
-def recorded_from_programs(programs: Mapping[str, object]) -> dict[str, RecordedMethod]:
+def recorded_from_programs(programs: Mapping[str, Any]) -> dict[str, RecordedMethod]:
     """method -> its constants, from live ``torch.export.ExportedProgram`` objects (an API caller's managers).
 
     Reads the graph signature and each placeholder's ``meta["val"]``; the bytes come from ``state_dict``
@@ -226,10 +226,12 @@ def recorded_from_programs(programs: Mapping[str, object]) -> dict[str, Recorded
     for method, program in programs.items():
         signature = program.graph_signature
         mutated = set(getattr(signature, "buffers_to_mutate", {}).values())
-        placeholders = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}  # type: ignore[attr-defined]
+        placeholders = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
         state = {**getattr(program, "constants", {}), **getattr(program, "state_dict", {})}
-        nodes = {node.name: node for node in program.graph.nodes}  # type: ignore[attr-defined]
-        constants, mutable, inputs = [], [], []
+        nodes = {node.name: node for node in program.graph.nodes}
+        constants: list[RecordedConstant] = []
+        mutable: list[RecordedConstant] = []
+        inputs: list[RecordedValue] = []
         for spec in signature.input_specs:
             kind = getattr(spec.kind, "name", "")
             if kind == "USER_INPUT":
@@ -250,7 +252,7 @@ def recorded_from_programs(programs: Mapping[str, object]) -> dict[str, Recorded
             tensor = state.get(spec.target)
             (mutable if spec.target in mutated else constants).append(RecordedConstant(
                 spec.target, str(value.dtype).removeprefix("torch."), sizes,
-                (lambda t=tensor: _tensor_digest(t)) if tensor is not None else None))
+                _digest_of(tensor) if tensor is not None else None))
         user_outputs = [spec.arg for spec in signature.output_specs if getattr(spec.kind, "name", "") == "USER_OUTPUT"]
         keys = output_keys(_live_out_spec(program), len(user_outputs)) or (None,) * len(user_outputs)
         outputs = tuple(_live_value(nodes.get(getattr(arg, "name", None)), key) for arg, key in zip(user_outputs, keys))
@@ -273,6 +275,11 @@ def _live_value(node: object, name: Optional[str]) -> RecordedValue:
         return RecordedValue(name)
     sizes = tuple(size if isinstance(size, int) else None for size in value.shape)  # a SymInt: compared with nothing
     return RecordedValue(name, str(value.dtype).removeprefix("torch."), sizes)
+
+
+def _digest_of(tensor: object) -> Callable[[], Optional[str]]:
+    """The digest of ``tensor``, computed when a match needs it (most constants are matched by shape alone)."""
+    return lambda: _tensor_digest(tensor)
 
 
 def _tensor_digest(tensor: object) -> Optional[str]:

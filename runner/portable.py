@@ -129,8 +129,8 @@ def _conv_transposed(x: torch.Tensor, w: torch.Tensor, bias: Optional[torch.Tens
 
 
 def _pair(values: Sequence[int], default: int) -> tuple[int, int]:
-    values = tuple(values)
-    return (values * 2)[:2] if values else (default, default)
+    pair = tuple(values)
+    return (pair[0], pair[-1] if len(pair) > 1 else pair[0]) if pair else (default, default)
 
 
 def _output_size(x: Sequence[int], w: Sequence[int], stride: Sequence[int], padding: Sequence[int],
@@ -162,8 +162,9 @@ def convolution_out(input: torch.Tensor, weight: torch.Tensor, bias: Optional[to
                     groups: int, *, out: torch.Tensor) -> torch.Tensor:
     """aten::convolution.out as the portable kernel computes it for floating types (ATen's for the others)."""
     if input.dtype not in _FLOAT_TYPES or input.dim() not in (3, 4):
-        return torch.ops.aten.convolution.out(input, weight, bias, stride, padding, dilation, transposed,
-                                              output_padding, groups, out=out)
+        aten: torch.Tensor = torch.ops.aten.convolution.out(input, weight, bias, stride, padding, dilation,
+                                                            transposed, output_padding, groups, out=out)
+        return aten
     one_d = input.dim() == 3
     x, w = (input.unsqueeze(2), weight.unsqueeze(2)) if one_d else (input, weight)
     if one_d:  # a 1-d convolution is a 2-d one of height 1 (convolution_wrapper's unsqueeze)
@@ -204,7 +205,8 @@ def addmm_out(self: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, *, bet
     output) both store ``sum * alpha + self * beta``, each operation rounded to the dtype.
     """
     if mat1.dtype not in _FLOAT_TYPES:
-        return torch.ops.aten.addmm.out(self, mat1, mat2, beta=beta, alpha=alpha, out=out)
+        aten: torch.Tensor = torch.ops.aten.addmm.out(self, mat1, mat2, beta=beta, alpha=alpha, out=out)
+        return aten
     dtype = mat1.dtype
     product = _matmul_in_order(mat1, mat2)
     result = product * _ctype_scalar(alpha, dtype) + self.to(dtype) * _ctype_scalar(beta, dtype)
@@ -226,8 +228,9 @@ def batch_norm_no_training_out(input: torch.Tensor, weight: Optional[torch.Tenso
     """
     dtype = input.dtype
     if dtype not in _FLOAT_TYPES or input.dim() < 1:
-        return torch.ops.aten._native_batch_norm_legit_no_training.out(
+        outs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] = torch.ops.aten._native_batch_norm_legit_no_training.out(
             input, weight, bias, running_mean, running_var, momentum, eps, out0=out0, out1=out1, out2=out2)
+        return outs
     channels = input.shape[1] if input.dim() >= 2 else input.shape[0]
     shape = [1] * input.dim()
     shape[1 if input.dim() >= 2 else 0] = channels

@@ -499,7 +499,7 @@ def out_kernel(qualified_name: str) -> Optional[tuple[Any, Callable[..., Any]]]:
 
 # The functional overloads (torch.ao.quantization.fx._decomposed's), as a delegate's graph names them.
 FUNCTIONAL: dict[str, Callable[..., Any]] = {
-    f"{NAMESPACE}::{name}": function for name, function in {
+    f"{NAMESPACE}::{name}": function for name, function in dict[str, Callable[..., Any]]({
         "quantize_per_tensor.default": quantize_per_tensor, "quantize_per_tensor.tensor": quantize_per_tensor,
         "quantize_per_tensor.tensor2": quantize_per_tensor,
         "dequantize_per_tensor.default": dequantize_per_tensor, "dequantize_per_tensor.tensor": dequantize_per_tensor,
@@ -513,5 +513,5 @@ FUNCTIONAL: dict[str, Callable[..., Any]] = {
         "embedding_2bit.default": embedding_2bit, "embedding_2bit.dtype": embedding_2bit,
         "embedding_4bit.default": embedding_4bit, "embedding_4bit.dtype": embedding_4bit,
         "add.default": add, "mixed_mm.default": mixed_mm, "mixed_linear.default": mixed_linear,
-    }.items()
+    }).items()
 }

@@ -87,7 +87,7 @@ class RunResult:
     # from as the JSON reports give it (``names_json``; None without an ETRecord): set by ``api.run``.
     input_names: tuple[Optional[str], ...] = ()
     output_names: tuple[Optional[str], ...] = ()
-    names: Optional[dict] = None
+    names: Optional[dict[str, Any]] = None
 
     @property
     def per_call_h2d_bytes(self) -> int:
