@@ -93,7 +93,8 @@ def _toml() -> Any:
 def _read(path: Path) -> dict[str, Any]:
     try:
         with open(path, "rb") as handle:
-            return _toml().load(handle)
+            table: dict[str, Any] = _toml().load(handle)
+            return table
     except OSError as error:
         raise PteDevconstError(f"{path}: {error.strerror or error}") from None
     except ValueError as error:  # tomllib.TOMLDecodeError
@@ -150,9 +151,9 @@ def parse(table: dict[str, Any], path: Path, pyproject: bool = True) -> Config:
             known = ", ".join(KEYS)
             raise PteDevconstError(f"{_where(path, pyproject, key)}: unknown key (known: {known})")
         kind, what = KEYS[key]
-        if not isinstance(value, kind) or (key == "min-bytes" and (isinstance(value, bool) or value < 0)):
+        if not isinstance(value, kind) or (key == "min-bytes" and (isinstance(value, bool) or (isinstance(value, int) and value < 0))):
             raise PteDevconstError(f"{_where(path, pyproject, key)}: must be {what}, not {value!r}")
-        if key in ("paths", "exclude") and not all(isinstance(v, str) for v in value):
+        if key in ("paths", "exclude") and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             raise PteDevconstError(f"{_where(path, pyproject, key)}: must be {what} (strings)")
         if key == "output-format" and value not in FORMATS:
             raise PteDevconstError(f"{_where(path, pyproject, key)}: must be {what}, not {value!r}")

@@ -94,7 +94,7 @@ def output_rows(outputs: Sequence[Any]) -> list[list[str]]:
         if s.kind != "tensor":
             rows.append([str(position), s.kind, "", repr(s.value), ""])
         else:
-            rows.append([str(position), s.dtype, "[" + ", ".join(map(str, s.shape or ())) + "]", (s.sha256 or "")[:16],
+            rows.append([str(position), s.dtype or "", "[" + ", ".join(map(str, s.shape or ())) + "]", (s.sha256 or "")[:16],
                          f"{s.sum:.6g}" if s.sum is not None else ""])
     return rows
 
