@@ -99,12 +99,13 @@ def test_the_data_of_a_program_is_looked_up_once(monkeypatch: pytest.MonkeyPatch
         return original(pte)
 
     monkeypatch.setattr(paths, "sibling_ptd", counting)
-    external = pte_path("v_g_external_copy")
-    for args in (["inspect", external], ["rewrite", external, "--dry-run", "--isolated"]):
-        asked.clear()
-        result = invoke(*args)
-        assert result.exit_code == 0, result.stderr
-        assert asked == [str(external)], (args, asked)
+    # with its .ptd next to it, and without one (where "no data" was taken for "not looked up yet")
+    for program in (pte_path("v_g_external_copy"), pte_path("v_a_dtypes_copy")):
+        for args in (["inspect", program], ["rewrite", program, "--dry-run", "--isolated"]):
+            asked.clear()
+            result = invoke(*args)
+            assert result.exit_code == 0, result.stderr
+            assert asked == [str(program)], (args, asked)
 
 
 def test_devices_are_parsed_once_per_command(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
