@@ -10,7 +10,8 @@ out is reported with its bytes per call, never as clean.
 What stays copied for a stated reason (read on the host too, transposed on the
 host, ...) is always reported, as a summary line, never as "nothing is copied".
 Patterns are expanded here too, for shells and CI runners that pass them
-through unexpanded.  The decisions are ``pte_devconst.api.check``'s; this module renders them.
+through unexpanded.  The decisions are the gate's (``rewriter/gate.py``, through
+``pte_devconst.api.check``); this module renders them.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ itself, following links to folders but entering each real folder once, so a syml
 it lists each name once.  ``pair_data`` gives each program its .ptd: a ``--ptd`` paired with it
 by path (never by stem alone), else its sibling (``sibling_ptd``); ``distinct_pairs`` then keeps
 each (program, data) pair once: two names of one file are one program only when their data is too.
+``programs`` does all of it, for every command and the API: the one way arguments become programs.
 
 **The .ptd rule**, one for every command and the Python API: the .ptd given, else ``NAME.ptd`` in
 the folder of ``NAME.pte``; for the rewrite's default output ``NAME.devconst.pte`` (which keeps

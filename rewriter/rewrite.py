@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from pte_devconst.util.atomic import atomic_output, check_destination
 from pte_devconst.util.errors import FormatError, PteDevconstError, ReportedError, UnsupportedProgramError
@@ -22,7 +22,7 @@ from pte_devconst.schema import model as m
 from pte_devconst.schema.limits import over_runtime_limits
 from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile, ProgramBytes
-from pte_devconst.schema.pte_writer import layout_pte, write_piece, write_pte_to_fd
+from pte_devconst.schema.pte_writer import Layout, SegmentContent, layout_pte, write_piece, write_pte_to_fd
 from pte_devconst.schema.span import Span
 from pte_devconst.util.record import record
 
@@ -189,7 +189,7 @@ def _rewrite_into_memory(source: PteFile, data: Optional[PtdFile], plan: Rewrite
     return output
 
 
-def _to_memory(layout, contents, progress: Optional[Progress]) -> bytes:  # type: ignore[no-untyped-def]
+def _to_memory(layout: Layout, contents: Sequence[SegmentContent], progress: Optional[Progress]) -> bytes:
     """The laid-out program's bytes, written by the file writer into an anonymous memory file (no disk)."""
     fd = os.memfd_create("pte-devconst-rewrite") if hasattr(os, "memfd_create") else None
     if fd is None:  # no memfd (not Linux): an unnamed temporary file, removed as it is closed
