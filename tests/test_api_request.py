@@ -108,21 +108,22 @@ def test_the_data_of_a_program_is_looked_up_once(monkeypatch: pytest.MonkeyPatch
             assert asked == [str(program)], (args, asked)
 
 
-def test_devices_are_parsed_once_per_command(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from pte_devconst.schema.model import Device
+def test_devices_are_parsed_once_per_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command line parses --device once into the plan's options; the API took them apart again per program."""
+    from pte_devconst import api
 
-    original = Device.parse.__func__  # type: ignore[attr-defined]
-    parsed: list[str] = []
+    original = api.parse_devices
+    parsed: list[Any] = []
 
-    def counting(cls: type, text: str) -> Any:
-        parsed.append(text)
-        return original(cls, text)
+    def counting(devices: Any, option: str = "devices") -> Any:
+        parsed.append(list(devices) if devices is not None else None)
+        return original(devices, option)
 
-    monkeypatch.setattr(Device, "parse", classmethod(counting))
+    monkeypatch.setattr(api, "parse_devices", counting)
     programs = [pte_path("v_a_dtypes_copy"), pte_path("v_f_multi_method_copy")]
     result = invoke("rewrite", *programs, "--dry-run", "--device", "cuda:0", "--isolated")
     assert result.exit_code == 0, result.stderr
-    assert parsed == ["cuda:0"]
+    assert parsed == [["cuda:0"]]
 
 
 def test_the_verify_mode_is_one_enum_from_the_option_to_the_result(tmp_path: Path) -> None:
