@@ -582,10 +582,7 @@ def check_command(
     settings = load(config, isolated)
     given = settings.programs(files, ctx)
     # Resolved once: the plan's options (devices parsed) and the programs, each paired with its data.
-    plan_options = api.rewrite_options(
-        devices=device or settings.device or None, min_bytes=min_bytes if min_bytes is not None else
-        settings.min_bytes or 0, fold=fold if fold is not None else bool(settings.fold),
-        device_option="--device" if device or not settings.device else f"{settings.path}: device")
+    plan_options = settings.plan_options(device, min_bytes, fold)
     chosen = api.programs(given, ptd or (), exclude=settings.exclude, exclude_root=settings.root, refuse=False)
     if chosen.excluded and not chosen.items and not chosen.problems:  # pre-commit named only excluded programs
         if not options.quiet:

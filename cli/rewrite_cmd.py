@@ -273,11 +273,7 @@ def rewrite_command(
     settings = load_config(config, isolated)
     given = settings.programs(files, ctx)
     # Resolved once for every program: the plan's options (devices parsed), the names' source, the verify mode.
-    plan_options = api.rewrite_options(
-        devices=device or settings.device or None, min_bytes=min_bytes if min_bytes is not None else
-        settings.min_bytes or 0, fold=fold if fold is not None else bool(settings.fold),
-        duplicate_shared=duplicate_shared,
-        device_option="--device" if device or not settings.device else f"{settings.path}: device")
+    plan_options = settings.plan_options(device, min_bytes, fold, duplicate_shared)
     names = api.names_from(etrecord)
     fmt = RewriteFormat.json if json_flag else fmt
     if fmt is RewriteFormat.concise and options.verbose:  # -v: the tables
