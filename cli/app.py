@@ -1,7 +1,7 @@
 """The ``pte-devconst`` command: a thin typer layer over the library.
 
-Exit codes follow ruff's convention: 0 clean, 1 findings (check/validate
-failed), 2 abnormal end (bad input, unreadable file, write error).  Every
+Exit codes are ``util.exit_code.ExitCode`` (ruff's convention: 0 clean, 1
+findings, 2 abnormal end; 3 check could not judge everything; 130, 141).  Every
 ``PteDevconstError`` becomes one line on stderr; ``--debug`` shows the
 traceback instead.  Commands register themselves from their own modules, call
 ``pte_devconst.api`` and render what it returns; the global options travel in
@@ -22,6 +22,7 @@ import typer
 from pte_devconst import __version__
 from pte_devconst.util.env import env_flag
 from pte_devconst.util.errors import PteDevconstError, ReportedError
+from pte_devconst.util.exit_code import ExitCode
 
 DEBUG_ENV = "PTE_DEVCONST_DEBUG"  # set (not 0, false, no, off): as --debug
 
@@ -36,10 +37,6 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 80},
 )
 
-EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what the shell reports for a program stopped by a closed pipe
-
-
 def stop_on_broken_pipe() -> "typer.Exit":
     """The reader of stdout went away (``... | head``): stop quietly, as a program stopped by SIGPIPE does.
 
@@ -51,7 +48,7 @@ def stop_on_broken_pipe() -> "typer.Exit":
         os.close(devnull)
     except (OSError, ValueError):  # no real file descriptor behind stdout (a test runner's buffer)
         pass
-    return typer.Exit(EXIT_BROKEN_PIPE)
+    return typer.Exit(ExitCode.BROKEN_PIPE)
 
 
 def _click_exception(name: str) -> type[Exception]:
@@ -87,7 +84,7 @@ def global_options(ctx: Optional[typer.Context]) -> GlobalOptions:
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"pte-devconst {__version__}")
-        raise typer.Exit(EXIT_OK)
+        raise typer.Exit(ExitCode.OK)
 
 
 @app.callback()
@@ -116,7 +113,7 @@ def fail(error: BaseException, debug: bool = False) -> "typer.Exit":
     from pte_devconst.cli.output import printable
 
     typer.echo(f"pte-devconst: error: {printable(' '.join(message.split()))}", err=True)
-    return typer.Exit(EXIT_ERROR)
+    return typer.Exit(ExitCode.ERROR)
 
 
 T = TypeVar("T")
@@ -158,7 +155,7 @@ def command(*args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callabl
                 raise
             except KeyboardInterrupt:
                 typer.echo("pte-devconst: interrupted", err=True)
-                raise typer.Exit(130)
+                raise typer.Exit(ExitCode.INTERRUPTED)
             except BrokenPipeError:  # stdout's reader is gone: every command, every format, stops quietly
                 raise stop_on_broken_pipe() from None
             except ModuleNotFoundError as error:
@@ -188,7 +185,8 @@ def hoist_global_flags(argv: list[str]) -> list[str]:
     if not any(arg in GLOBAL_FLAGS for arg in argv):
         return argv
     takes_value = _value_options(argv)
-    flags, rest = [], []
+    flags: list[str] = []
+    rest: list[str] = []
     position, count = 0, len(argv)
     while position < count:
         arg = argv[position]
@@ -227,13 +225,13 @@ def main(argv: Optional[list[str]] = None, prog_name: str = "pte-devconst") -> N
     except UsageError as error:
         if not argv:  # no arguments at all (click's NoArgsIsHelpError): the usage, as --help prints it; exit 2
             typer.echo(error.format_message())  # type: ignore[attr-defined]
-            raise SystemExit(EXIT_ERROR) from None
+            raise SystemExit(ExitCode.ERROR) from None
         context = getattr(error, "ctx", None)
         hint = f" (see '{context.command_path} --help')" if context is not None else ""
         from pte_devconst.cli.output import printable
 
         typer.echo(f"pte-devconst: error: {printable(error.format_message())}{hint}", err=True)  # type: ignore[attr-defined]
-        raise SystemExit(EXIT_ERROR) from None
+        raise SystemExit(ExitCode.ERROR) from None
     except ClickException as error:
         from pte_devconst.cli.output import printable
 
@@ -241,8 +239,8 @@ def main(argv: Optional[list[str]] = None, prog_name: str = "pte-devconst") -> N
         raise SystemExit(error.exit_code) from None  # type: ignore[attr-defined]
     except typer.Abort:
         typer.echo("pte-devconst: aborted", err=True)
-        raise SystemExit(130) from None
-    raise SystemExit(code if isinstance(code, int) else EXIT_OK)
+        raise SystemExit(ExitCode.INTERRUPTED) from None
+    raise SystemExit(code if isinstance(code, int) else ExitCode.OK)
 
 
 # Command modules register themselves on `app` (after it exists); none imports torch at import time.

@@ -10,7 +10,8 @@ out is reported with its bytes per call, never as clean.
 What stays copied for a stated reason (read on the host too, transposed on the
 host, ...) is always reported, as a summary line, never as "nothing is copied".
 Patterns are expanded here too, for shells and CI runners that pass them
-through unexpanded.  The decisions are ``pte_devconst.api.check``'s; this module renders them.
+through unexpanded.  The decisions are the gate's (``rewriter/gate.py``, through
+``pte_devconst.api.check``); this module renders them.
 """
 
 from __future__ import annotations
@@ -21,16 +22,17 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional, Sequence
 
 import typer
 
-from pte_devconst.cli.app import EXIT_ERROR, EXIT_OK, command, global_options
+from pte_devconst.cli.app import command, global_options
 from pte_devconst.cli.config import ConfigOption, IsolatedOption
 from pte_devconst.cli.output import (DataOption, GateFormat, GateFormatOption, JsonFlag, echo_lines, emit_json, fold_hint,
                                      github_annotation, human_bytes, markdown_table, md_code, md_text, printable,
                                      stdout_console, table)
 from pte_devconst.cli.output import EtrecordOption
 from pte_devconst.cli.progress import files_progress
+from pte_devconst.util.exit_code import ExitCode
 
 if TYPE_CHECKING:  # the analysis is imported when the command runs, not at start-up
-    from pte_devconst.api import CheckReport, FileCheck, Finding
+    from pte_devconst.rewriter.gate import CheckReport, FileCheck, Finding
 
 
 def constant_label(name: str, value: int) -> str:
@@ -121,14 +123,14 @@ def _quiet_line(f: Finding, what: str) -> str:
 def render_text(report: CheckReport, quiet: bool = False, verbose: bool = False) -> None:
     console = stdout_console()
     if quiet:  # one unwrapped line per failing or unjudged constant, for grep and editors
-        for f in report.findings:
-            typer.echo(_quiet_line(f, f"{f.device}: {f.bytes_per_call} B per call"))
-        for f in report.stays if report.strict else ():
-            typer.echo(_quiet_line(f, f"{f.device}: {f.bytes_per_call} B per call, stays: {f.reason}"))
-        for f in report.unknown:
-            typer.echo(_quiet_line(f, f"unknown (no .ptd; would move to {f.device})"))
-        for f in report.filtered:  # copied per call and not judged: never silence
-            typer.echo(_quiet_line(f, f"{f.device}: {f.bytes_per_call} B per call, not judged: {f.reason}"))
+        for x in report.findings:
+            typer.echo(_quiet_line(x, f"{x.device}: {x.bytes_per_call} B per call"))
+        for x in report.stays if report.strict else ():
+            typer.echo(_quiet_line(x, f"{x.device}: {x.bytes_per_call} B per call, stays: {x.reason}"))
+        for x in report.unknown:
+            typer.echo(_quiet_line(x, f"unknown (no .ptd; would move to {x.device})"))
+        for x in report.filtered:  # copied per call and not judged: never silence
+            typer.echo(_quiet_line(x, f"{x.device}: {x.bytes_per_call} B per call, not judged: {x.reason}"))
         return
     for f in report.files:
         if f.findings:
@@ -530,7 +532,8 @@ def sarif_document(report: CheckReport) -> dict[str, Any]:
         "tool": {"driver": {"name": "pte-devconst", "version": __version__, "semanticVersion": __version__,
                             "informationUri": "https://github.com/pte-devconst/pte-devconst", "rules": rules}},
         "results": results,
-        "invocations": [{"executionSuccessful": report.exit_code != EXIT_ERROR, "exitCode": report.exit_code}],
+        "invocations": [{"executionSuccessful": report.exit_code is not ExitCode.ERROR,
+                         "exitCode": int(report.exit_code)}],
     }]}
 
 
@@ -578,23 +581,17 @@ def check_command(
     options = global_options(ctx)
     settings = load(config, isolated)
     given = settings.programs(files, ctx)
-    devices = api.parse_devices(device or settings.device or None,
-                                "--device" if device or not settings.device else f"{settings.path}: device")
-    fold_on = fold if fold is not None else bool(settings.fold)
-    strict_on = strict if strict is not None else bool(settings.strict)
-    least = min_bytes if min_bytes is not None else settings.min_bytes or 0
-    exclude_root = settings.root
-    found, problems = api.expand_paths(given)
-    paths = [p for p in api.excluded(list(found), settings.exclude, exclude_root)]
-    if found and not paths and not problems:  # pre-commit named only excluded programs: nothing to check
+    # Resolved once: the plan's options (devices parsed) and the programs, each paired with its data.
+    plan_options = settings.plan_options(device, min_bytes, fold)
+    chosen = api.programs(given, ptd or (), exclude=settings.exclude, exclude_root=settings.root, refuse=False)
+    if chosen.excluded and not chosen.items and not chosen.problems:  # pre-commit named only excluded programs
         if not options.quiet:
             typer.echo(printable(f"nothing to check: every program named is excluded by {settings.path}"), err=True)
         return
-    with files_progress("checking", [str(p) for p in paths], options.quiet) as advance:
-        report = api.check(given, ptd=ptd or None, min_bytes=least, devices=devices, strict=strict_on,
+    with files_progress("checking", [str(p) for p in chosen.paths], options.quiet) as advance:
+        report = api.check(chosen, strict=strict if strict is not None else bool(settings.strict),
                            progress=(lambda done, total, name: advance(done, Path(name).name)) if advance else None,
-                           fold=fold_on, etrecord=etrecord, accept=settings.accept, exclude=settings.exclude,
-                           exclude_root=exclude_root)
+                           etrecord=etrecord, accept=settings.accept, options=plan_options)
     for failed in report.errors:
         typer.echo(printable(f"pte-devconst: error: {failed.error}"), err=True)
     for problem in report.device_problems:
@@ -605,21 +602,21 @@ def check_command(
     for unused in report.unused_accepts:
         typer.echo(printable(f"pte-devconst: warning: {unused.origin}: accepted finding matched nothing "
                              f"({unused.describe()})"), err=True)
-    chosen = (GateFormat.json if json_flag else fmt if fmt is not None
-              else GateFormat(settings.output_format) if settings.output_format else GateFormat.text)
-    if chosen is GateFormat.json:
+    shown = (GateFormat.json if json_flag else fmt if fmt is not None
+             else GateFormat(settings.output_format) if settings.output_format else GateFormat.text)
+    if shown is GateFormat.json:
         emit_json("check", report.to_json())
-    elif chosen is GateFormat.sarif:
+    elif shown is GateFormat.sarif:
         import json
 
         typer.echo(json.dumps(sarif_document(report), indent=2))
-    elif chosen is GateFormat.markdown:
+    elif shown is GateFormat.markdown:
         echo_lines([render_markdown(report)])
-    elif chosen is GateFormat.github:
+    elif shown is GateFormat.github:
         typer.echo(render_github(report, max_annotations))
-    elif chosen is GateFormat.concise and not options.verbose:  # -v: the tables
+    elif shown is GateFormat.concise and not options.verbose:  # -v: the tables
         render_concise(report)
     else:
         render_text(report, options.quiet, options.verbose)
-    if report.exit_code != EXIT_OK:
+    if report.exit_code is not ExitCode.OK:
         raise typer.Exit(report.exit_code)

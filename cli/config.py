@@ -24,7 +24,8 @@ import typer
 from pte_devconst.util.errors import PteDevconstError
 
 if TYPE_CHECKING:
-    from pte_devconst.api import Acceptance
+    from pte_devconst.rewriter.gate import Acceptance
+    from pte_devconst.rewriter.plan import RewriteOptions
 
 TABLE = "pte-devconst"
 FORMATS = ("text", "concise", "markdown", "json", "github", "sarif")
@@ -70,6 +71,18 @@ class Config:
         root = self.root or Path.cwd()
         return [p if os.path.isabs(p) else os.path.relpath(root / p) for p in self.paths or ()]
 
+    def plan_options(self, device: Optional[list[str]], min_bytes: Optional[int], fold: Optional[bool],
+                     duplicate_shared: bool = False) -> RewriteOptions:
+        """The plan's options from the command line, else this file (``--device`` parsed once, here): what
+        ``rewrite`` and ``check`` resolve before they look at any program."""
+        from pte_devconst import api  # the API loads the rewriter: only a command that runs needs it
+
+        return api.rewrite_options(
+            devices=device or self.device or None,
+            min_bytes=min_bytes if min_bytes is not None else self.min_bytes or 0,
+            fold=fold if fold is not None else bool(self.fold), duplicate_shared=duplicate_shared,
+            device_option="--device" if device or not self.device else f"{self.path}: device")
+
     def programs(self, files: Optional[list[str]], ctx: Any) -> list[str]:
         """The programs a command works on: those named, else ``paths``; neither is click's usage error."""
         given = files or self.files()
@@ -93,7 +106,8 @@ def _toml() -> Any:
 def _read(path: Path) -> dict[str, Any]:
     try:
         with open(path, "rb") as handle:
-            return _toml().load(handle)
+            table: dict[str, Any] = _toml().load(handle)
+            return table
     except OSError as error:
         raise PteDevconstError(f"{path}: {error.strerror or error}") from None
     except ValueError as error:  # tomllib.TOMLDecodeError
@@ -150,9 +164,9 @@ def parse(table: dict[str, Any], path: Path, pyproject: bool = True) -> Config:
             known = ", ".join(KEYS)
             raise PteDevconstError(f"{_where(path, pyproject, key)}: unknown key (known: {known})")
         kind, what = KEYS[key]
-        if not isinstance(value, kind) or (key == "min-bytes" and (isinstance(value, bool) or value < 0)):
+        if not isinstance(value, kind) or (key == "min-bytes" and (isinstance(value, bool) or (isinstance(value, int) and value < 0))):
             raise PteDevconstError(f"{_where(path, pyproject, key)}: must be {what}, not {value!r}")
-        if key in ("paths", "exclude") and not all(isinstance(v, str) for v in value):
+        if key in ("paths", "exclude") and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             raise PteDevconstError(f"{_where(path, pyproject, key)}: must be {what} (strings)")
         if key == "output-format" and value not in FORMATS:
             raise PteDevconstError(f"{_where(path, pyproject, key)}: must be {what}, not {value!r}")
@@ -168,7 +182,7 @@ def parse(table: dict[str, Any], path: Path, pyproject: bool = True) -> Config:
 
 
 def _acceptances(entries: list[Any], path: Path, pyproject: bool) -> tuple["Acceptance", ...]:
-    from pte_devconst.api import Acceptance
+    from pte_devconst.rewriter.gate import Acceptance
 
     accepted = []
     for index, entry in enumerate(entries):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -57,15 +57,15 @@ def _data_text(change: str, after: object) -> str:
     return "initial data changed" if getattr(after, "initial_data", False) else "data changed"
 
 
-def _tensor_rows(method: MethodDiff) -> list[list[str]]:
+def _tensor_rows(method: MethodDiff) -> list[list[Any]]:
     return [[t.value, name_cell(t.name, t.value), t.before.describe() if t.before else "-", t.after.describe() if t.after else "-",
-             human_bytes((t.after or t.before).nbytes), _data_text(t.data, t.after)] for t in method.tensors]
+             human_bytes(p.nbytes) if (p := t.after or t.before) else "-", _data_text(t.data, t.after)] for t in method.tensors]
 
 
 FOLD_COLUMNS = ["v", "from", "kernels (original #)", "device", "bytes", "H2D/call before"]
 
 
-def _fold_rows(method: MethodDiff) -> list[list[str]]:
+def _fold_rows(method: MethodDiff) -> list[list[Any]]:
     return [[f"{f.value} (new)" if f.new_value else f.value, constant_label(f.source_name, f.source),
              ", ".join(f.kernels) or "device copy (shared)", f.device, human_bytes(f.nbytes),
              human_bytes(f.bytes_per_call)] for f in method.folds]
@@ -74,7 +74,7 @@ def _fold_rows(method: MethodDiff) -> list[list[str]]:
 DELEGATE_COLUMNS = ["#", "backend", "change"]
 
 
-def _delegate_rows(method: MethodDiff) -> list[list[str]]:
+def _delegate_rows(method: MethodDiff) -> list[list[Any]]:
     return [[c.index, c.backend_after or c.backend_before or "", c.change if c.backend_before == c.backend_after
              or c.backend_before is None or c.backend_after is None else f"{c.change}: {c.backend_before} -> {c.backend_after}"]
             for c in method.delegates]
@@ -88,13 +88,13 @@ def _named_rows(d: ProgramDiff) -> list[list[str]]:
              "-" if c.size_after is None else human_bytes(c.size_after)] for c in d.named_data]
 
 
-def _instruction_rows(method: MethodDiff) -> list[list[str]]:
+def _instruction_rows(method: MethodDiff) -> list[list[Any]]:
     return [[i.change, "-" if i.before_index is None else i.before_index,
              "-" if i.after_index is None else i.after_index, i.before or "", i.after or ""]
             for i in method.instructions]
 
 
-def _limited(rows: list, verbose: bool) -> tuple[list, str]:
+def _limited(rows: list[list[Any]], verbose: bool) -> tuple[list[list[Any]], str]:
     if verbose or len(rows) <= ROW_LIMIT:
         return rows, ""
     return rows[:ROW_LIMIT], f"... and {len(rows) - ROW_LIMIT} more (--verbose or --format json for all)"

@@ -3,23 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import typer
 
-from pte_devconst.cli.app import EXIT_ERROR, command, for_each_program, global_options
+from pte_devconst.cli.app import command, for_each_program, global_options
 from pte_devconst.cli.output import (DataOption, EtrecordOption, constant_label, ProgramsArgument, FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json, fold_hint,
                                      human_bytes, markdown_table, markup_safe, md_code, md_name, md_text, name_cell, printable,
                                      resolve_format, shape_text, stdout_console, table)
 
 from pte_devconst.cli.mermaid import diagrams
+from pte_devconst.util.exit_code import ExitCode
 
 if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
     from pte_devconst.api import InspectReport
     from pte_devconst.rewriter.inventory import MethodSummary
 
 
-def _io(values) -> str:
+def _io(values: Iterable[Any]) -> str:
     """``tokens (v93): int64[1, 4], float32[]``: each input or output, with its name and value index where it has
     a name (an ETRecord's), else its type alone."""
     parts = []
@@ -52,7 +53,7 @@ def _per_call(method: MethodSummary) -> str:
     return ("<= " if method.h2d_per_call_is_bound else "") + human_bytes(method.h2d_bytes_per_call)
 
 
-def _method_tables(method: MethodSummary):
+def _method_tables(method: MethodSummary) -> Iterator[Any]:
     yield table(None, ["method", "style", "values", "instructions", "H2D/call (est.)"],
                 [[method.name, method.style, method.values, method.instructions,
                   _per_call(method)]], right=["values", "instructions", "H2D/call (est.)"])
@@ -85,7 +86,7 @@ def _method_tables(method: MethodSummary):
                     right=["v", "bytes/call"])
 
 
-def _stays(method: MethodSummary) -> list:
+def _stays(method: MethodSummary) -> list[Any]:
     return [c for c in method.per_call_copies if c.status == "stays"]
 
 
@@ -213,9 +214,14 @@ def inspect_command(
 
     fmt = resolve_format(fmt, json_flag)
     chosen = api.programs(files, ptd or ())
+    names = api.names_from(etrecord)  # read once for every program
+
+    def inspect_one(file: Path) -> InspectReport:
+        return api.inspect(file, chosen.data.get(file), paired=True, names=names)
+
     if chosen.single:  # one program: its report alone, its errors as they are
         (file,) = chosen.paths
-        report = api.inspect(file, chosen.data.get(file), etrecord=etrecord)
+        report = inspect_one(file)
         if fmt is OutputFormat.json:
             emit_json("inspect", report.to_json())
         else:
@@ -230,10 +236,8 @@ def inspect_command(
             render_text(report)
             stdout_console().print()
 
-    reports, failed = for_each_program(chosen.items, lambda item: api.inspect(item, chosen.data.get(item), etrecord=etrecord),
-                                       show,
-                                       global_options(ctx).debug)
+    reports, failed = for_each_program(chosen.items, inspect_one, show, global_options(ctx).debug)
     if fmt is OutputFormat.json:
         emit_json("inspect", {"reports": [r.to_json() for r in reports]})
     if failed:
-        raise typer.Exit(EXIT_ERROR)
+        raise typer.Exit(ExitCode.ERROR)

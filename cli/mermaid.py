@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from pte_devconst.cli.output import human_bytes, printable
 
@@ -93,7 +93,7 @@ def _route(flow: "Flow") -> str:
 def _groups(flows: Sequence["Flow"]) -> list[_Group]:
     """Flows grouped by how they travel, to which device, and what became of them; the moved ones first, then
     the largest (the delegates each group reaches are listed on its device's node)."""
-    groups: dict[tuple, _Group] = {}
+    groups: dict[tuple[Any, ...], _Group] = {}
     for flow in sorted(flows, key=lambda f: -f.bytes_per_call):
         key = (_route(flow), flow.device, flow.resident)
         groups.setdefault(key, _Group(*key)).add(flow)

@@ -350,9 +350,9 @@ class FitTable:
         from rich.text import Text
 
         widths, compact = self.layout(options.max_width)
+        narrow: dict[str, Any] = {"box": box.SIMPLE_HEAD, "show_edge": False, "padding": (0, 0)} if compact else {}
         t = Table(title=None if self.title is None else Text(printable(self.title), style="table.title"),
-                  title_justify="left", show_lines=False, expand=False, pad_edge=False,
-                  **({"box": box.SIMPLE_HEAD, "show_edge": False, "padding": (0, 0)} if compact else {}))
+                  title_justify="left", show_lines=False, expand=False, pad_edge=False, **narrow)
         for column, width in zip(self.columns, widths):
             t.add_column(wrap_cell(column, width), justify="right" if column in self.right else "left",
                          width=width, overflow="fold")

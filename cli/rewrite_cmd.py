@@ -6,21 +6,22 @@ One program (``-o`` names its output) or several (files, patterns, folders): eac
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from pte_devconst.cli.app import EXIT_ERROR, EXIT_FINDINGS, command, for_each_program, global_options
+from pte_devconst.cli.app import command, for_each_program, global_options
 from pte_devconst.cli.config import ConfigOption, IsolatedOption, load as load_config
 from pte_devconst.cli.output import (DataOption, EtrecordOption, JsonFlag, constant_label, device_memory_line,
                                      echo_lines, emit_json, fold_hint, human_bytes, markdown_table, markup_safe,
                                      md_code, md_text, name_cell, names_notes, printable, stderr_console, stdout_console, table)
 from pte_devconst.cli.mermaid import diagrams
 from pte_devconst.cli.progress import rewrite_progress
+from pte_devconst.rewriter.request import VerifyMode
 from pte_devconst.util.errors import PteDevconstError
+from pte_devconst.util.exit_code import ExitCode
 
 class RewriteFormat(str, enum.Enum):
     """``rewrite``'s formats: the common three, and one line per program (what the pre-commit hook prints)."""
@@ -35,11 +36,6 @@ RewriteFormatOption = Annotated[RewriteFormat, typer.Option(
     "--format", "--output-format", "-f", case_sensitive=False,
     help="text (rich tables), concise (one line per program; -v: the tables), markdown (for pull requests) or json "
     "(for CI).")]
-
-
-class VerifyMode(str, enum.Enum):
-    sampled = "sampled"
-    full = "full"
 
 
 if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
@@ -80,7 +76,7 @@ def cost_line(plan: Any) -> str:
 def _moved_rows(result: RewriteResult) -> list[list[Any]]:
     rows = []
     for edit in result.plan.methods:
-        per_device: dict[str, list] = {}
+        per_device: dict[str, list[int]] = {}
         for p in edit.placements:
             entry = per_device.setdefault(str(p.device), [0, 0, 0])
             entry[0] += 1
@@ -114,7 +110,8 @@ def moved_constant_rows(result: RewriteResult) -> list[list[Any]]:
             for edit in result.plan.methods for p in edit.placements]
 
 
-def render_text(result: RewriteResult, quiet: bool = False, verbose: bool = False) -> None:
+def render_text(result: RewriteResult, verbose: bool = False) -> None:
+    """The text report of one rewrite (``--quiet`` prints none: the caller does not call this)."""
     console = stdout_console()
     plan = result.plan
     verb = "would move" if result.output is None else "moved"
@@ -153,16 +150,17 @@ def render_text(result: RewriteResult, quiet: bool = False, verbose: bool = Fals
         if plan.folds:
             console.print(cost_line(plan))
     not_moved = [[m, v, name, human_bytes(nbytes), why] for m, v, name, nbytes, why in _not_moved_rows(result)]
-    if not_moved and not quiet:
+    if not_moved:
         console.print(table("left in place", ["method", "v", "name", "bytes", "why"], not_moved,
                             right=["v", "bytes"]))
     hint = fold_hint(result.fold_gain)
-    if hint and not quiet:
+    if hint:
         console.print(hint, markup=False)
     for note in names_notes(result.names):  # an ETRecord of another program, constants it could not name
         console.print(printable(f"note: {note}"), markup=False, soft_wrap=True)
     if result.output is not None and not plan.is_empty:
-        checked = "re-read and checked (every byte)" if result.verified == "full" else "re-read and checked"
+        checked = ("re-read and checked (every byte)" if result.verified is VerifyMode.FULL
+                   else "re-read and checked")
         console.print(f"wrote [bold]{markup_safe(result.output)}[/] ({human_bytes(result.output_size or 0)}; input "
                       f"{human_bytes(result.input_size)}), {checked}.", soft_wrap=True)
 
@@ -207,7 +205,7 @@ def render_markdown(result: RewriteResult) -> None:
         lines += ["", "Dry run: no file written." if dry else
                   f"Wrote {md_code(result.output)} ({human_bytes(result.output_size or 0)}; input "
                   f"{human_bytes(result.input_size)}), re-read and checked"
-                  + (" (every byte)." if result.verified == "full" else ".")]
+                  + (" (every byte)." if result.verified is VerifyMode.FULL else ".")]
     lines += [line for note in names_notes(result.names) for line in ("", f"> note: {md_text(note)}")]
     not_moved = _not_moved_rows(result)
     if not_moved:
@@ -277,29 +275,27 @@ def rewrite_command(
     options = global_options(ctx)
     settings = load_config(config, isolated)
     given = settings.programs(files, ctx)
-    devices = api.parse_devices(device or settings.device or None,
-                                "--device" if device or not settings.device else f"{settings.path}: device")
-    min_bytes = min_bytes if min_bytes is not None else settings.min_bytes or 0
-    fold = fold if fold is not None else bool(settings.fold)
+    # Resolved once for every program: the plan's options (devices parsed), the names' source, the verify mode.
+    plan_options = settings.plan_options(device, min_bytes, fold, duplicate_shared)
+    names = api.names_from(etrecord)
     fmt = RewriteFormat.json if json_flag else fmt
     if fmt is RewriteFormat.concise and options.verbose:  # -v: the tables
         fmt = RewriteFormat.text
 
     def rewrite_one(file: Path, destination: Optional[Path], data: Optional[Path]) -> RewriteResult:
+        request = api.rewrite_request(file, destination, ptd=data, paired=True, dry_run=dry_run, in_place=in_place,
+                                      fsync=fsync, verify=verify, options=plan_options, names=names)
         with rewrite_progress(file.name, _size(file), options.quiet) as bar:
-            return api.rewrite(file, destination, ptd=data, devices=devices, min_bytes=min_bytes, dry_run=dry_run,
-                               in_place=in_place, fsync=fsync, verify=verify.value if verify else None, fold=fold,
-                               duplicate_shared=duplicate_shared, progress=bar.progress if bar else None,
-                               phase=bar.phase if bar else None, etrecord=etrecord)
+            return api.rewrite_program(request, progress=bar.progress if bar else None,
+                                       phase=bar.phase if bar else None)
 
-    chosen = api.programs(given, ptd or (), skip_rewrites=not in_place)
-    if settings.exclude:  # as ruff's --force-exclude: also files named on the command line (pre-commit names them)
-        kept = tuple(api.excluded(list(chosen.items), settings.exclude, settings.root))
-        chosen = dataclasses.replace(chosen, items=kept, single=chosen.single and bool(kept))
-        if not kept:
-            if fmt is RewriteFormat.json:
-                emit_json("rewrite", {"results": [], "skipped_inputs": list(chosen.left_out)})
-            return
+    # as ruff's --force-exclude, the config's exclude also leaves out files named on the command line
+    chosen = api.programs(given, ptd or (), skip_rewrites=not in_place, exclude=settings.exclude,
+                          exclude_root=settings.root)
+    if chosen.excluded and not chosen.items:
+        if fmt is RewriteFormat.json:
+            emit_json("rewrite", {"results": [], "skipped_inputs": list(chosen.left_out)})
+        return
     if chosen.single:  # one program: its result alone, its errors as they are
         (file,) = chosen.paths
         result = rewrite_one(file, output, chosen.data.get(file))
@@ -310,9 +306,9 @@ def rewrite_command(
         elif fmt is RewriteFormat.concise:
             typer.echo(concise_line(result))
         elif not options.quiet:
-            render_text(result, options.quiet, options.verbose)
+            render_text(result, options.verbose)
         if exit_on_change and result.changed:
-            raise typer.Exit(EXIT_FINDINGS)
+            raise typer.Exit(ExitCode.FINDINGS)
         return
     if output is not None:
         raise PteDevconstError(f"--output names one output, but {len(chosen.paths)} program(s) were given; rewrite "
@@ -327,7 +323,7 @@ def rewrite_command(
         elif fmt is RewriteFormat.text and not options.quiet:  # which input each result is about, then it
             stdout_console().print(f"[bold]{markup_safe(result.input)}[/]"
                                    + (" (dry run)" if result.output is None else ""), soft_wrap=True)
-            render_text(result, options.quiet, options.verbose)
+            render_text(result, options.verbose)
 
     results, failed = for_each_program(chosen.items, lambda item: rewrite_one(item, None, chosen.data.get(item)),
                                        show, options.debug)
@@ -336,9 +332,9 @@ def rewrite_command(
     elif chosen.left_out and not options.quiet:
         echo_lines(chosen.left_out)
     if failed:
-        raise typer.Exit(EXIT_ERROR)
+        raise typer.Exit(ExitCode.ERROR)
     if exit_on_change and any(r.changed for r in results):
-        raise typer.Exit(EXIT_FINDINGS)
+        raise typer.Exit(ExitCode.FINDINGS)
 
 
 def _size(file: Path) -> int:

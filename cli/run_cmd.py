@@ -95,7 +95,7 @@ def output_rows(outputs: Sequence[Any], names: Sequence[Optional[str]] = ()) -> 
         if s.kind != "tensor":
             row = [str(position), s.kind, "", repr(s.value), ""]
         else:
-            row = [str(position), s.dtype, "[" + ", ".join(map(str, s.shape or ())) + "]", (s.sha256 or "")[:16],
+            row = [str(position), s.dtype or "", "[" + ", ".join(map(str, s.shape or ())) + "]", (s.sha256 or "")[:16],
                    f"{s.sum:.6g}" if s.sum is not None else ""]
         if names:
             row.insert(1, (names[position] if position < len(names) else None) or "-")

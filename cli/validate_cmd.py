@@ -7,7 +7,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from pte_devconst.cli.app import EXIT_FINDINGS, command, global_options
+from pte_devconst.cli.app import command, global_options
+from pte_devconst.util.exit_code import ExitCode
 from pte_devconst.cli.output import (EtrecordOption, FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json, markdown_table,
                                      markup_safe, md_code, md_text, printable, resolve_format, stdout_console, table)
 from pte_devconst.cli.run_cmd import (InputsOption, ProfileOption, PtdOption, SimulateOption, exact_bytes,
@@ -173,4 +174,4 @@ def validate_command(
     else:
         render_text(result)
     if not result.passed:
-        raise typer.Exit(EXIT_FINDINGS)
+        raise typer.Exit(ExitCode.FINDINGS)

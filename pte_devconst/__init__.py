@@ -4,17 +4,14 @@ The Python API (``analyze``, ``inspect``, ``rewrite``, ``diff``, ``check``, ``ru
 ``pte_devconst.api`` and is imported on first use, so ``import pte_devconst`` stays
 light and never imports torch (only ``run`` and ``validate`` do, when called).
 
-Layers (tests/test_layers.py): ``schema`` <- ``rewriter``, ``runner`` <- this package (``api``, ``paths``)
-<- ``cli``.  ``paths`` decides which files a command names and which .ptd goes with each program; the API
-passes the resolved paths down, so no lower layer guesses a file.
+Layers (tests/test_layers.py): ``util`` <- ``schema`` <- ``program`` <- ``rewriter``, ``runner`` <- this
+package (``api``, ``paths``) <- ``cli``.  ``paths`` decides which files a command names and which .ptd goes
+with each program (``paths.programs``); the API resolves them into one request per program and passes it
+down, so no lower layer guesses a file.
 
-Imports kept inside functions for start-up speed, in this package:
-
-* ``api``: every function imports the rewriter (``rewriter.*``), the runner (``runner.*``, torch) and
-  ``paths`` when called, so the CLI's ``--help``, argument parsing and the light commands load only what
-  they run: ``inspect``/``check`` never load the writer, and only ``run``/``validate`` (and ``rewrite
-  --fold``) load torch (tests/test_no_torch.py, tests/test_read_only.py).
-* ``paths.paired_or_refused`` imports ``util.errors`` only to raise.
+Imports kept inside functions, in this package: ``api`` is imported on first use (above); in it, only the
+runner (torch: ``run``, ``validate``) and the writer (``rewriter.rewrite``: ``inspect``/``check`` never load
+it, tests/test_read_only.py) are imported when called.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Module attributes imported on first use (PEP 562), so importing a package costs nothing up front.
 
 Start-up time matters here (``pte-devconst --help`` must not load the writer, the
-runner or torch); every package of the project exports its names this way.
+runner or torch).  The packages that export names from their ``__init__`` do it this way: ``pte_devconst``
+(the API), ``schema`` and ``rewriter``; the others export nothing there (import their modules).
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ itself, following links to folders but entering each real folder once, so a syml
 it lists each name once.  ``pair_data`` gives each program its .ptd: a ``--ptd`` paired with it
 by path (never by stem alone), else its sibling (``sibling_ptd``); ``distinct_pairs`` then keeps
 each (program, data) pair once: two names of one file are one program only when their data is too.
+``programs`` does all of it, for every command and the API: the one way arguments become programs.
 
 **The .ptd rule**, one for every command and the Python API: the .ptd given, else ``NAME.ptd`` in
 the folder of ``NAME.pte``; for the rewrite's default output ``NAME.devconst.pte`` (which keeps
@@ -14,11 +15,12 @@ original's ``NAME.ptd``.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Optional, Sequence, Union
+from typing import Iterable, Iterator, Mapping, Optional, Sequence, Union
+
+from pte_devconst.util.globs import match_parts, matches_glob
 
 PathLike = Union[str, "os.PathLike[str]"]
 GLOB_CHARS = frozenset("*?[")
@@ -79,41 +81,6 @@ def identity(path: Path) -> Identity:
     return info.st_dev, info.st_ino
 
 
-def _matches(name: str, pattern: str) -> bool:
-    """One path component against one glob component; like ``glob``, ``*`` does not match a leading dot."""
-    if name.startswith(".") and not pattern.startswith("."):
-        return False
-    return fnmatch.fnmatchcase(name, pattern)
-
-
-def _after_stars(pattern: Sequence[str], k: int) -> list[int]:
-    """Position ``k`` and every position reached by letting the ``**`` components from ``k`` on match nothing."""
-    positions = [k]
-    while k < len(pattern) and pattern[k] == "**":
-        k += 1
-        positions.append(k)
-    return positions
-
-
-def _match_parts(parts: Sequence[str], pattern: Sequence[str]) -> bool:
-    """Whether path components match glob components, ``**`` matching any number of (non-hidden) folders."""
-    reachable = {0}  # pattern positions the components so far can have reached
-    for part in parts:
-        nxt = set()
-        for k in reachable:
-            for j in _after_stars(pattern, k):
-                if j < len(pattern):
-                    if pattern[j] == "**":
-                        if not part.startswith("."):
-                            nxt.add(j)
-                    elif _matches(part, pattern[j]):
-                        nxt.add(j + 1)
-        reachable = nxt
-        if not reachable:
-            return False
-    return any(len(pattern) in _after_stars(pattern, k) for k in reachable)
-
-
 def walk(root: Path, depth: Optional[int] = None) -> Iterator[Path]:
     """Regular files below ``root`` (at most ``depth`` levels down), following links to folders but entering
     each real folder once: a symlink loop is a folder already seen, not an endless path."""
@@ -151,7 +118,7 @@ def glob_files(pattern: str) -> list[Path]:
     rest = parts[literal:]
     depth = None if "**" in rest else len(rest)
     return [path for path in walk(root, depth)
-            if _match_parts(path.relative_to(root).parts if literal else path.parts, rest)]
+            if match_parts(path.relative_to(root).parts if literal else path.parts, rest)]
 
 
 def names_one_file(argument: PathLike) -> bool:
@@ -248,17 +215,6 @@ class DataArgument:
         return cls(Path(text), None, text)
 
 
-def paired_or_refused(programs: Sequence[Path], ptd: Sequence[PathLike]) -> dict[Path, Path]:
-    """Each program's .ptd (``pair_data``), raising the first problem: a command that writes or shows programs
-    refuses a ``--ptd`` it cannot place rather than guess."""
-    from pte_devconst.util.errors import PteDevconstError
-
-    pairs, problems = pair_data(programs, [DataArgument.parse(p) for p in ptd])
-    if problems:
-        raise PteDevconstError(problems[0])
-    return pairs
-
-
 def pair_data(programs: Sequence[Path], given: Sequence[DataArgument]) -> tuple[dict[Path, Path], list[str]]:
     """Each program's .ptd, and a problem for every ``--ptd`` that pairs with no program or a paired one.
 
@@ -291,16 +247,47 @@ def pair_data(programs: Sequence[Path], given: Sequence[DataArgument]) -> tuple[
     return pairs, problems
 
 
-def matches_glob(path: PathLike, pattern: str, root: Optional[PathLike] = None) -> bool:
-    """Whether ``pattern`` (a glob: ``*`` and ``?`` stay within a folder, ``**`` crosses folders) names ``path``
-    or a folder above it.  A relative pattern is relative to ``root`` (a config file's folder; default: the working
-    folder), an absolute one is matched as it is; ``models/legacy`` matches every file below that folder."""
-    base = Path(root) if root is not None else Path.cwd()
-    absolute = Path(os.path.abspath(path))
-    target = Path(os.path.abspath(base / pattern)) if not os.path.isabs(pattern) else Path(pattern)
-    wanted = target.parts
-    candidate = absolute.parts
-    for end in range(len(candidate), 0, -1):
-        if _match_parts(candidate[:end], wanted):
-            return True
-    return False
+@dataclass(frozen=True)
+class Programs:
+    """The programs a command line names, in argument order, each with its .ptd: the one way every command
+    expands its arguments and pairs data (``programs``)."""
+
+    items: tuple[Union[Path, str], ...]  # a program (Path) or a problem (str: a pattern that matched nothing)
+    data: Mapping[Path, Path]  # each program's .ptd, where it has one
+    single: bool  # one argument that names one file: its result alone, its errors as they are
+    left_out: tuple[str, ...] = ()  # inputs not taken, and why
+    problems: tuple[str, ...] = ()  # --ptd arguments that pair with no program (or with one already paired)
+    excluded: tuple[Path, ...] = ()  # programs an exclude glob left out
+
+    @property
+    def paths(self) -> list[Path]:
+        return [item for item in self.items if isinstance(item, Path)]
+
+
+def programs(files: Iterable[PathLike], ptd: Iterable[PathLike] = (), *, skip_rewrites: bool = False,
+             exclude: Sequence[str] = (), exclude_root: Optional[PathLike] = None) -> Programs:
+    """Expand files, glob patterns and folders into programs and pair each with its .ptd (``pair_data``).
+
+    One argument that names one file is taken as it is (``single``).  ``skip_rewrites`` leaves out an input
+    that is another input's default output (``models/*.pte`` after a first rewrite also matches
+    ``net.devconst.pte``, which is ``net.pte``'s rewrite, not a program to rewrite again); each (program, data)
+    pair is kept once (``distinct_pairs``); ``exclude`` globs (relative to ``exclude_root``, ``matches_glob``)
+    leave out programs, also ones named explicitly (as ruff's ``--force-exclude``: pre-commit names them).
+    """
+    arguments, given = list(files), [DataArgument.parse(p) for p in ptd]
+    single = len(arguments) == 1 and names_one_file(arguments[0])
+    items: list[Union[Path, str]] = [Path(arguments[0])] if single else expand(arguments)
+    left_out: list[str] = []
+    if skip_rewrites and len(items) > 1:
+        outputs = {identity(default_output(i)) for i in items if isinstance(i, Path)}
+        kept = [i for i in items if not isinstance(i, Path) or identity(i) not in outputs]
+        left_out = [f"{i}: skipped, it is the rewrite of another input" for i in items if i not in kept]
+        items = kept
+    pairs, problems = pair_data([i for i in items if isinstance(i, Path)], given)
+    if not single:
+        items, same = distinct_pairs(items, pairs)
+        left_out += same
+    excluded = [i for i in items if isinstance(i, Path) and any(matches_glob(i, g, exclude_root) for g in exclude)]
+    if excluded:
+        items = [i for i in items if i not in excluded]
+    return Programs(tuple(items), pairs, single and bool(items), tuple(left_out), tuple(problems), tuple(excluded))

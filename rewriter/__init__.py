@@ -4,6 +4,9 @@ Names are imported on first use, so a command that only analyses (``inspect``,
 ``check``) never loads the writer, and start-up stays short.  Paths arrive resolved from the API layer
 (the .ptd rule and default output name live in ``pte_devconst.paths``); nothing here imports it.
 
+``request`` holds what a command asks (``RewriteRequest``, ``VerifyMode``), resolved once by the API;
+``gate`` is ``check``: its findings, rules and report.
+
 Imports kept inside functions for start-up speed, in this package: ``fold.compute`` (torch) in
 ``apply``, ``verify`` and ``fold.refusals``, only when a chain folds or a cast must be checked;
 ``importlib.util`` in ``fold.refusals.torch_found``, which looks for torch without importing it.  The modules
@@ -17,7 +20,8 @@ from pte_devconst._lazy import lazy_exports
 _EXPORTS = {
     "Analysis": "analysis", "ConstantVerdict": "analysis", "MethodAnalysis": "analysis",
     "analyze_program": "analysis", "RewriteOptions": "plan", "RewritePlan": "plan", "make_plan": "plan",
-    "RewriteResult": "rewrite", "analyze_file": "load", "rewrite_file": "rewrite",
+    "RewriteResult": "rewrite", "analyze_file": "load", "rewrite_file": "rewrite", "RewriteRequest": "request",
+    "VerifyMode": "request", "CheckReport": "gate", "check_programs": "gate",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -14,14 +14,15 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from pte_devconst.util.atomic import atomic_output, check_destination
 from pte_devconst.util.errors import FormatError, PteDevconstError, ReportedError, UnsupportedProgramError
+from pte_devconst.schema import model as m
 from pte_devconst.schema.limits import over_runtime_limits
 from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile, ProgramBytes
-from pte_devconst.schema.pte_writer import layout_pte, write_piece, write_pte_to_fd
+from pte_devconst.schema.pte_writer import Layout, SegmentContent, layout_pte, write_piece, write_pte_to_fd
 from pte_devconst.schema.span import Span
 from pte_devconst.util.record import record
 
@@ -32,11 +33,13 @@ from .fold import fold_refusals, need_torch
 from .flows import MethodFlows, plan_residents, program_flows
 from .names import ProgramNames, named_program
 from .plan import FoldGain, RewriteOptions, RewritePlan, make_plan, safe_fold_gain
-from .verify import VERIFY_MODES, check_copy, check_rewrite, full_by_default, read_back
+from .request import Namer, RewriteRequest, VerifyMode
+from .verify import check_copy, check_rewrite, read_back
 from .verify_bytes import WriteRecipe
 from .rewrite_json import left_in_place, rewrite_json
 
 Progress = Callable[[int, int], None]
+Phase = Callable[[str], None]
 
 
 @record
@@ -47,7 +50,7 @@ class RewriteResult:
     input_size: int
     output_size: Optional[int]
     instructions_removed: int
-    verified: Optional[str] = None  # how the self-check compared the output: "sampled" or "full" (None: dry run)
+    verified: Optional[VerifyMode] = None  # how the self-check compared the output (None: dry run)
     fold_gain: Optional[FoldGain] = None  # without --fold: what --fold would add (None: nothing, or --fold given)
     data: Optional[bytes] = None  # the rewritten program, for a program rewritten in memory (output is None)
     names: Optional[ProgramNames] = None  # where the constants' names in the plan came from (an ETRecord)
@@ -66,7 +69,7 @@ class RewriteResult:
         """Every constant the rewrite leaves on the host (not eligible, not a folded chain's source)."""
         return [c for method in self.plan.analysis.methods for c in left_in_place(self.plan, method)]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """``rewrite``'s JSON document for this program (cli/report.schema.json)."""
         return rewrite_json(self)
 
@@ -81,125 +84,112 @@ def plan_file(source: PteFile, ptd: Optional[PtdFile], options: RewriteOptions) 
     return plan
 
 
-def full_check(verify: Optional[str]) -> bool:
-    """``verify`` ("sampled" or "full"; None: full when PTE_DEVCONST_FULL_CHECK is set) -> compare every byte?"""
-    if verify is None:
-        return full_by_default()
-    if verify not in VERIFY_MODES:
-        raise PteDevconstError(f"verify must be one of {', '.join(VERIFY_MODES)}, got {verify!r}")
-    return verify == "full"
-
-
-def rewrite_file(input_path: str | os.PathLike[str], output_path: Optional[str | os.PathLike[str]] = None, *,
+def rewrite_file(input_path: str | os.PathLike[str] | ProgramBytes,
+                 output_path: Optional[str | os.PathLike[str]] = None, *,
                  ptd: Optional[str | os.PathLike[str]] = None, options: RewriteOptions = RewriteOptions(),
                  dry_run: bool = False, in_place: bool = False, progress: Optional[Progress] = None,
-                 durable: bool = True, verify: Optional[str] = None,
-                 names: Optional[Callable[[PteFile], Optional[ProgramNames]]] = None,
-                 phase: Optional[Callable[[str], None]] = None) -> RewriteResult:
-    """Rewrite ``input_path``; write ``output_path`` (required unless ``dry_run`` or ``in_place``).
+                 durable: bool = True, verify: Optional[str | VerifyMode] = None, names: Optional[Namer] = None,
+                 phase: Optional[Phase] = None) -> RewriteResult:
+    """Rewrite ``input_path`` to ``output_path`` (required unless ``dry_run`` or ``in_place``): ``rewrite`` with
+    the request these arguments make, for a library caller that has the paths already (tests, benchmarks)."""
+    source = input_path if isinstance(input_path, ProgramBytes) else Path(input_path)
+    destination = (None if dry_run or isinstance(source, ProgramBytes) else source if in_place
+                   else None if output_path is None else Path(output_path))
+    request = RewriteRequest(source, destination, None if ptd is None else Path(ptd), options, dry_run, in_place,
+                             durable, VerifyMode.parse(verify), names)
+    return rewrite(request, progress, phase)
 
-    Paths arrive resolved (``ptd`` is the data itself, not a guess): the API layer applies the .ptd rule and
-    the default output name (``pte_devconst.paths``).
 
-    ``durable=False`` skips the fsyncs (``atomic_output``): still atomic, not power-failure safe;
-    refused with ``in_place``, where the file replaced is the only copy of the model.
-    ``verify="full"`` makes the self-check compare every byte instead of sampling bulk copies.
-    A program in memory (``ProgramBytes``) is rewritten in memory: ``result.data`` is the output, checked like a
-    file, and nothing touches the disk.  ``names(source)`` names the constants in the result's plan (an
-    ETRecord's names: the report shows them, the output is the same).  ``phase(what)`` names each step as it starts.
+def rewrite(request: RewriteRequest, progress: Optional[Progress] = None,
+            phase: Optional[Phase] = None) -> RewriteResult:
+    """Carry out ``request``: plan, then (unless a dry run) write the output atomically and re-read it.
+
+    Paths arrive resolved (``request.ptd`` is the data itself, not a guess): the API layer applies the .ptd rule
+    and the default output name (``pte_devconst.paths``).  A file is written through ``atomic_output`` and
+    replaces the destination only once its re-read passes the self-check (``request.durable=False`` skips the
+    fsyncs: still atomic, not power-failure safe); a program in memory (``ProgramBytes``) is written to an
+    anonymous memory file and checked the same way, and ``result.data`` holds it.  ``progress(done, total)`` is
+    called as the output is written, ``phase(what)`` as each step starts.
     """
-    if isinstance(input_path, ProgramBytes):
-        return _rewrite_in_memory(input_path, ptd, options, dry_run, progress, verify, names, phase)
-    input_path = Path(input_path)
-    full = full_check(verify)
-    if in_place and not durable and not dry_run:
-        raise PteDevconstError("an in-place rewrite always fsyncs (--no-fsync refused): a power failure must not "
-                               "lose the only copy of the model", file=str(input_path))
-    if output_path is None and not (in_place or dry_run):
-        raise PteDevconstError("no output given (pass an output path, in_place or dry_run)", file=str(input_path))
-    output = input_path if in_place or output_path is None else Path(output_path)
-    if not dry_run:
-        _readable(input_path)
-        inputs = [("the .ptd input", Path(ptd), "")] if ptd is not None else []
-        if not in_place:
-            inputs.insert(0, ("the input", input_path, " (pass --in-place to replace it)"))
-        check_destination(output, inputs=inputs)
+    source_path = request.source if isinstance(request.source, Path) else None
+    where = str(request.source)  # a file's name, or the name a program in memory goes by
+    refusal = request.refusal()
+    if refusal:
+        raise PteDevconstError(refusal, file=where if source_path is not None else None)
+    full = request.verify is VerifyMode.FULL
+    if source_path is not None and not request.dry_run:
+        assert request.destination is not None  # request.refusal() says so
+        _readable(source_path)
+        inputs = [("the .ptd input", request.ptd, "")] if request.ptd is not None else []
+        if not request.in_place:
+            inputs.insert(0, ("the input", source_path, " (pass --in-place to replace it)"))
+        check_destination(request.destination, inputs=inputs)
     _phase(phase, "planning")
-    with opened(input_path, ptd) as (source, data):
-        plan = plan_file(source, data, options)
+    with opened(request.source, request.ptd) as (source, data):
+        found = request.names(source) if request.names is not None else None
+        plan, program = _plan(source, data, request.options, found)
         removed = sum(len(edit.removed) for edit in plan.methods)
-        gain = None if options.fold else safe_fold_gain(source.program, plan.analysis, options, plain=plan)
-        shown, found, flows = _named_plan(source, data, plan, options, names)
-        if dry_run:
-            return RewriteResult(str(input_path), None, shown, source.size, None, removed, fold_gain=gain, names=found,
+        gain = None if request.options.fold else safe_fold_gain(program, plan.analysis, request.options, plain=plan)
+        flows = program_flows(program, plan.analysis, plan_residents(plan))
+        if request.dry_run:
+            return RewriteResult(where, None, plan, source.size, None, removed, fold_gain=gain, names=found,
                                  flows=flows)
+        if source_path is None:
+            output = (bytes(request.source) if plan.is_empty
+                      else _rewrite_into_memory(source, data, plan, progress, full, phase))
+            return RewriteResult(where, None, plan, source.size, len(output), removed, request.verify, gain, output,
+                                 found, flows)
+        destination = request.destination
+        assert destination is not None
         try:
             if plan.is_empty:
-                size = _copy_unchanged(source, output, progress, durable, full, phase)
+                size = _copy_unchanged(source, destination, progress, request.durable, full, phase)
             else:
-                size = _write_rewrite(source, data, plan, output, progress, durable, full, phase)
+                size = _write_rewrite(source, data, plan, destination, progress, request.durable, full, phase)
         except ReportedError as error:
-            raise error.with_file(str(input_path)) from None  # e.g. the input shrank while it was copied
-    return RewriteResult(str(input_path), str(output), shown, source.size, size, removed, "full" if full else "sampled",
-                         gain, names=found, flows=flows)
+            raise error.with_file(where) from None  # e.g. the input shrank while it was copied
+    return RewriteResult(where, str(destination), plan, source.size, size, removed, request.verify, gain,
+                         names=found, flows=flows)
 
 
-def _phase(phase: Optional[Callable[[str], None]], what: str) -> None:
+def _phase(phase: Optional[Phase], what: str) -> None:
     if phase is not None:
         phase(what)
 
 
-def _named_plan(source: PteFile, data: Optional[PtdFile], plan: RewritePlan, options: RewriteOptions,
-                names: Optional[Callable[[PteFile], Optional[ProgramNames]]]
-                ) -> tuple[RewritePlan, Optional[ProgramNames], tuple[MethodFlows, ...]]:
-    """The plan as the report shows it, its names and its picture: made again over the program with its
-    constants named (the plan that is written is ``plan``, over the program as it is, so the names never reach
-    the output)."""
-    found = names(source) if names is not None else None
-    shown, program = plan, source.program
-    if found is not None and found.count:
-        view = copy.copy(source)  # the same bytes, a program with names; never closed (``source`` owns the map)
-        view.program = program = named_program(source.program, found)
-        shown = plan_file(view, data, options)
-    return shown, found, program_flows(program, shown.analysis, plan_residents(shown))
+def _plan(source: PteFile, data: Optional[PtdFile], options: RewriteOptions, names: Optional[ProgramNames]
+          ) -> tuple[RewritePlan, m.Program]:
+    """The one plan of a rewrite, made once, and the program the report shows (its constants named).
+
+    With names (an ETRecord's), the analysis and the plan are made over the program with its constants named, so
+    the report shows the names; the output is applied to ``source``'s own program and the plan refers to values
+    by index, so the names never reach the file (tests/test_names.py).
+    """
+    if names is None or not names.count:
+        return plan_file(source, data, options), source.program
+    view = copy.copy(source)  # the same bytes, a program with names; never closed (``source`` owns the map)
+    view.program = named_program(source.program, names)
+    return plan_file(view, data, options), view.program
 
 
-def _rewrite_in_memory(program: ProgramBytes, ptd: Optional[str | os.PathLike[str]], options: RewriteOptions,
-                       dry_run: bool, progress: Optional[Progress], verify: Optional[str],
-                       names: Optional[Callable[[PteFile], Optional[ProgramNames]]],
-                       phase: Optional[Callable[[str], None]]) -> RewriteResult:
-    """Rewrite a program held in memory into memory: the output is laid out, written to an anonymous memory
-    file, read back and checked exactly as a file would be; ``result.data`` holds it."""
-    full = full_check(verify)
-    _phase(phase, "planning")
-    with opened(program, ptd) as (source, data):
-        plan = plan_file(source, data, options)
-        removed = sum(len(edit.removed) for edit in plan.methods)
-        gain = None if options.fold else safe_fold_gain(source.program, plan.analysis, options, plain=plan)
-        shown, found, flows = _named_plan(source, data, plan, options, names)
-        if dry_run:
-            return RewriteResult(program.name, None, shown, source.size, None, removed, fold_gain=gain, names=found,
-                                 flows=flows)
-        if plan.is_empty:
-            output = bytes(program)
-        else:
-            program_out, contents = apply_plan(source, plan, data)
-            over = over_runtime_limits(program_out)
-            if over:
-                raise UnsupportedProgramError(f"cannot rewrite: the rewritten program would have {over}",
-                                              file=source.path)
-            layout = layout_pte(program_out, contents)
-            _phase(phase, "writing")
-            output = _to_memory(layout, contents, progress)
-            _phase(phase, "self-check")
-            with PteFile.from_bytes(output, path=f"{program.name} (rewritten)") as written:
-                check_rewrite(source, written, plan, ptd=data, recipe=WriteRecipe.of_layout(layout, contents),
-                              full=full)
-    return RewriteResult(program.name, None, shown, source.size, len(output), removed,
-                         "full" if full else "sampled", gain, output, found, flows)
+def _rewrite_into_memory(source: PteFile, data: Optional[PtdFile], plan: RewritePlan, progress: Optional[Progress],
+                         full: bool, phase: Optional[Phase]) -> bytes:
+    """A program held in memory, rewritten into memory: the output is laid out, written to an anonymous memory
+    file, read back and checked exactly as a file would be."""
+    program_out, contents = apply_plan(source, plan, data)
+    over = over_runtime_limits(program_out)
+    if over:
+        raise UnsupportedProgramError(f"cannot rewrite: the rewritten program would have {over}", file=source.path)
+    layout = layout_pte(program_out, contents)
+    _phase(phase, "writing")
+    output = _to_memory(layout, contents, progress)
+    _phase(phase, "self-check")
+    with PteFile.from_bytes(output, path=f"{source.path} (rewritten)") as written:
+        check_rewrite(source, written, plan, ptd=data, recipe=WriteRecipe.of_layout(layout, contents), full=full)
+    return output
 
 
-def _to_memory(layout, contents, progress: Optional[Progress]) -> bytes:  # type: ignore[no-untyped-def]
+def _to_memory(layout: Layout, contents: Sequence[SegmentContent], progress: Optional[Progress]) -> bytes:
     """The laid-out program's bytes, written by the file writer into an anonymous memory file (no disk)."""
     fd = os.memfd_create("pte-devconst-rewrite") if hasattr(os, "memfd_create") else None
     if fd is None:  # no memfd (not Linux): an unnamed temporary file, removed as it is closed

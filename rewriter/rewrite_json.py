@@ -78,7 +78,7 @@ def rewrite_json(result: "RewriteResult") -> dict[str, Any]:
     gain = result.fold_gain
     hint: Optional[dict[str, int]] = None if gain is None else {"tensors": gain.tensors,
                                                                  "bytes_per_call": gain.bytes_per_call}
-    return to_jsonable({
+    document: dict[str, Any] = to_jsonable({
         "input": result.input, "output": result.output, "dry_run": result.output is None and result.data is None,
         "changed": result.changed, "names": names_json(result.names),
         "verified": result.verified,
@@ -103,3 +103,4 @@ def rewrite_json(result: "RewriteResult") -> dict[str, Any]:
         "fold_hint": hint,
         "methods": _methods_json(plan),
     })
+    return document

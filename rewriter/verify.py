@@ -64,7 +64,6 @@ FULL_CHECK_ENV = "PTE_DEVCONST_FULL_CHECK"
 # fields a moved constant keeps; attrgetter compares them at C speed (a 100,000-value program has ~50,000 constants).
 _ALL_BUT_INDEX = operator.attrgetter(*(f.name for f in dataclasses.fields(m.Tensor) if f.name != "data_buffer_idx"))
 _KEPT_WHEN_MOVED = operator.attrgetter("scalar_type", "sizes", "dim_order", "requires_grad", "layout")
-VERIFY_MODES = ("sampled", "full")
 
 
 class RewriteCheckError(InternalError):

@@ -2,8 +2,8 @@
 
 A member is a ``str``, so it compares equal to its value, renders in a table and
 serializes to JSON as that value; ``str()`` and ``format()`` give the value on
-every Python version (a plain ``(str, Enum)`` prints ``Class.MEMBER`` from 3.12 on),
-so an f-string of a member reads as before.
+every Python version (a plain ``(str, Enum)`` gives ``Class.MEMBER`` from ``str()``, and from
+``format()`` and f-strings too from 3.11 on), so an f-string of a member reads as its value.
 """
 
 from __future__ import annotations

@@ -1,0 +1,511 @@
+"""``check``, the gate: its model (``Finding``, ``FileCheck``, ``CheckReport``) and its rules.
+
+A program's findings are the placements (and, with fold, the folds) of the very plan ``rewrite`` would make:
+one plan per program, made once, from which everything the report says is read: what moves (the findings),
+what the options left out (``--device``/``--min-bytes``: the plan's skipped constants and chains, reported as
+``filtered``, never as clean), the external constants not judged for want of their .ptd, the constant-derived
+copies that stay with their reason, the fold hint and the device memory.  The project's accepted findings move
+to ``accepted``; the status and the exit code (``ExitCode``) follow from what is left.
+
+The API resolves the command line into a ``CheckRequest`` (programs paired with their data, options, the
+accepted findings); ``check_programs`` judges it and never raises for a bad file: each becomes a ``FileCheck``
+with ``error`` set.  Where to add a check to the gate: ``check_program`` (what a file reports) and
+``FileCheck.status``/``CheckReport.exit_code`` (what fails).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence, Union
+
+from pte_devconst.schema.model import Device, Program
+from pte_devconst.schema.pte_file import ProgramBytes
+from pte_devconst.util.errors import PteDevconstError
+from pte_devconst.util.exit_code import ExitCode
+from pte_devconst.util.globs import matches_glob
+from pte_devconst.util.named_enum import NamedEnum
+
+from .analysis import Analysis
+from .derived import DerivedCopy, DerivedStatus, derived_copies
+from .fold import NOT_JUDGED, fold_refusals, torch_found
+from .load import analyze_opened, opened
+from .names import named_program
+from .plan import DeviceMemory, FoldGain, RewriteOptions, RewritePlan, make_plan, safe_fold_gain, skip_reason
+from .request import Namer
+
+__all__ = ["Acceptance", "CheckReport", "CheckRequest", "CheckStatus", "CheckTarget", "FileCheck", "Finding",
+           "check_programs", "device_memory_json", "findings_json"]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A constant-derived value copied host-to-device on every call.
+
+    In ``FileCheck.findings`` a constant the rewrite can move; in ``FileCheck.unknown`` an external constant
+    that could move if its .ptd showed matching data; in ``FileCheck.stays`` a copy the rewrite cannot
+    remove, with ``reason`` saying why (read on the host too, transposed on the host, ...).
+    """
+
+    file: str
+    method: str
+    value: int
+    name: str
+    device: str
+    nbytes: int
+    copies_per_call: int
+    reason: str = ""  # why it stays copied (``FileCheck.stays``); empty for a finding
+    accepted: str = ""  # in ``FileCheck.accepted``: the reason the project gave for accepting it
+
+    @property
+    def bytes_per_call(self) -> int:
+        return self.nbytes * self.copies_per_call
+
+
+@dataclass(frozen=True, slots=True)
+class Acceptance:
+    """A finding a project accepts, with its reason (``[[tool.pte-devconst.accept]]``): ``check`` reports it as
+    accepted instead of failing on it.
+
+    ``program`` is a glob (``models/*.pte``) relative to ``root`` (the config file's folder); ``method`` one method
+    (None: any); ``constant`` a name (``encoder.weight``) or ``value`` an index (``value 3``), at least one of them.
+    """
+
+    program: str
+    reason: str
+    method: Optional[str] = None
+    constant: Optional[str] = None
+    value: Optional[int] = None
+    root: Optional[str] = None
+    origin: str = ""  # where it was written (``pyproject.toml: accept[2]``), for the warning when it matches nothing
+
+    def matches(self, finding: Finding) -> bool:
+        return ((self.method is None or self.method == finding.method)
+                and (self.constant is None or self.constant == finding.name)
+                and (self.value is None or self.value == finding.value)
+                and matches_glob(finding.file, self.program, self.root))
+
+    def describe(self) -> str:
+        what = [f"program {self.program!r}"] + ([f"method {self.method!r}"] if self.method is not None else [])
+        what += [f"constant {self.constant!r}"] if self.constant is not None else []
+        what += [f"value {self.value}"] if self.value is not None else []
+        return ", ".join(what)
+
+
+class CheckStatus(NamedEnum):
+    """One file's result in ``check``, in a word (the JSON's ``status``)."""
+
+    OK = "ok"
+    FINDINGS = "findings"  # what fails the gate
+    UNKNOWN = "unknown"  # only external constants that could not be judged
+    ERROR = "error"  # the file could not be read
+
+
+@dataclass(frozen=True, slots=True)
+class FileCheck:
+    """One file's result: its findings, the constants it could not judge, or the error that kept it from being read."""
+
+    file: str
+    ptd: Optional[str]
+    constants: int  # constants examined
+    findings: tuple[Finding, ...]
+    error: Optional[str] = None
+    note: Optional[str] = None  # e.g. why `rewrite` would refuse this program
+    unknown: tuple[Finding, ...] = ()  # external constants whose .ptd was not found or given
+    foldable: int = 0  # without fold=True: tensors `rewrite --fold` would move beyond a plain rewrite
+    foldable_bytes_per_call: int = 0
+    stays: tuple[Finding, ...] = ()  # constant-derived copies the rewrite cannot remove, each with its reason
+    strict: bool = False  # stays count as findings
+    # What --device/--min-bytes left out: findings, unknown and stays the check would report without them, each
+    # with the option that left it out as its reason (copied per call all the same: never "clean").
+    filtered: tuple[Finding, ...] = ()
+    devices: tuple[str, ...] = ()  # the non-CPU devices the program uses (delegates, planned buffers, copies)
+    device_selection: Optional[tuple[str, ...]] = None  # --device, when given
+    device_memory: Optional[DeviceMemory] = None  # planned device memory now and after the rewrite
+
+    @property
+    def filtered_bytes_per_call(self) -> int:
+        return sum(f.bytes_per_call for f in self.filtered)
+
+    @property
+    def unused_selection(self) -> bool:
+        """--device names only devices this program does not use: nothing in it was judged."""
+        return (self.error is None and self.device_selection is not None
+                and not set(self.device_selection) & set(self.devices))
+    accepted: tuple[Finding, ...] = ()  # findings (or stays, or unknown) the project accepts, each with its reason
+
+    @property
+    def failing(self) -> tuple[Finding, ...]:
+        """What fails the gate: the findings; with ``strict`` every constant-derived per-call copy, also what stays
+        and the external constants not judged (copied per call either way; only whether they could move is open)."""
+        return self.findings + self.stays + self.unknown if self.strict else self.findings
+
+    @property
+    def status(self) -> CheckStatus:
+        return (CheckStatus.ERROR if self.error else CheckStatus.FINDINGS if self.failing
+                else CheckStatus.UNKNOWN if self.unknown else CheckStatus.OK)
+
+    @property
+    def bytes_per_call(self) -> int:
+        """Bytes per call of the findings: what a rewrite saves."""
+        return sum(f.bytes_per_call for f in self.findings)
+
+    @property
+    def stays_bytes_per_call(self) -> int:
+        return sum(f.bytes_per_call for f in self.stays)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckReport:
+    files: tuple[FileCheck, ...]
+    min_bytes: int
+    fold: bool = False  # findings include what rewrite --fold would move
+    strict: bool = False
+    devices: Optional[tuple[str, ...]] = None  # --device, when given
+    unused_accepts: tuple[Acceptance, ...] = ()  # accepted findings that matched nothing (a warning, as ruff's RUF100)
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        return tuple(f for file in self.files for f in file.findings)
+
+    @property
+    def filtered(self) -> tuple[Finding, ...]:
+        """What --device/--min-bytes left out, over all files (``FileCheck.filtered``)."""
+        return tuple(f for file in self.files for f in file.filtered)
+
+    @property
+    def filtered_bytes_per_call(self) -> int:
+        return sum(f.bytes_per_call for f in self.filtered)
+
+    @property
+    def unused_devices(self) -> tuple[str, ...]:
+        """Devices given with --device that no program checked uses (a typo in CI): an error, as nothing was
+        judged for them.  Empty when no program could be read (those errors say enough)."""
+        checked = [f for f in self.files if not f.error]
+        if self.devices is None or not checked:
+            return ()
+        used = {d for f in checked for d in f.devices}
+        return tuple(d for d in self.devices if d not in used)
+
+    @property
+    def device_problems(self) -> tuple[str, ...]:
+        """One line per device no program uses (exit 2)."""
+        checked = [f for f in self.files if not f.error]
+        used = sorted({d for f in checked for d in f.devices})
+        return tuple(f"--device {d}: no program checked uses this device (they use "
+                     f"{', '.join(used) or 'no device'}): nothing was judged for it" for d in self.unused_devices)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """One line per program that uses none of the devices given with --device: nothing in it was judged."""
+        return tuple(f"{f.file}: uses none of the devices selected (--device {', '.join(f.device_selection or ())}); "
+                     f"it uses {', '.join(f.devices) or 'no device'}: nothing in it was judged"
+                     for f in self.files if f.unused_selection)
+
+    @property
+    def accepted(self) -> tuple[Finding, ...]:
+        return tuple(f for file in self.files for f in file.accepted)
+
+    @property
+    def unknown(self) -> tuple[Finding, ...]:
+        return tuple(f for file in self.files for f in file.unknown)
+
+    @property
+    def stays(self) -> tuple[Finding, ...]:
+        return tuple(f for file in self.files for f in file.stays)
+
+    @property
+    def failing(self) -> tuple[Finding, ...]:
+        return tuple(f for file in self.files for f in file.failing)
+
+    @property
+    def errors(self) -> tuple[FileCheck, ...]:
+        return tuple(file for file in self.files if file.error)
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code is ExitCode.OK
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """OK clean; FINDINGS some file still copies an eligible constant per call (with ``strict``: any
+        constant-derived value, judged or not); ERROR some file could not be checked; UNKNOWN nothing else, but
+        some external constant could not be judged because its .ptd is missing.  A device given with ``--device``
+        that no program uses is ERROR too: a gate that judged nothing must not pass."""
+        if self.errors or self.unused_devices:
+            return ExitCode.ERROR
+        if self.failing:
+            return ExitCode.FINDINGS
+        return ExitCode.UNKNOWN if self.unknown else ExitCode.OK
+
+    @property
+    def bytes_per_call(self) -> int:
+        return sum(f.bytes_per_call for f in self.findings)
+
+    @property
+    def foldable(self) -> int:
+        """Without ``fold=True``: how many more tensors ``rewrite --fold`` would move, over all files."""
+        return sum(f.foldable for f in self.files)
+
+    @property
+    def foldable_bytes_per_call(self) -> int:
+        return sum(f.foldable_bytes_per_call for f in self.files)
+
+    @property
+    def stays_bytes_per_call(self) -> int:
+        return sum(f.bytes_per_call for f in self.stays)
+
+    @property
+    def fold_gain(self) -> Optional[FoldGain]:
+        """Without ``fold=True``: what ``rewrite --fold`` would move beyond a plain rewrite (None: nothing more)."""
+        return FoldGain(self.foldable, self.foldable_bytes_per_call) if self.foldable else None
+
+    def to_json(self) -> dict[str, Any]:
+        """``check``'s JSON document (cli/report.schema.json)."""
+        return {
+            "fold_hint": ({"tensors": self.foldable, "bytes_per_call": self.foldable_bytes_per_call}
+                          if self.foldable else None),
+            "passed": self.passed,
+            "exit_code": int(self.exit_code),
+            "fold": self.fold,
+            "strict": self.strict,
+            "min_bytes": self.min_bytes,
+            "findings": len(self.findings),
+            "bytes_per_call": self.bytes_per_call,
+            "errors": len(self.errors),
+            "unknown": len(self.unknown),
+            "stays": len(self.stays),
+            "stays_bytes_per_call": self.stays_bytes_per_call,
+            "filtered": len(self.filtered),
+            "filtered_bytes_per_call": self.filtered_bytes_per_call,
+            "devices": None if self.devices is None else list(self.devices),
+            "device_problems": list(self.device_problems),
+            "warnings": list(self.warnings),
+            "accepted": len(self.accepted),
+            "unused_accepts": [{"program": a.program, "method": a.method, "constant": a.constant, "value": a.value,
+                                "reason": a.reason, "origin": a.origin} for a in self.unused_accepts],
+            "files": [{
+                "file": f.file, "ptd": f.ptd, "status": f.status, "constants": f.constants,
+                "bytes_per_call": f.bytes_per_call, "error": f.error, "note": f.note,
+                "findings": findings_json(f.findings), "unknown": findings_json(f.unknown),
+                "stays": findings_json(f.stays, reasons=True), "stays_bytes_per_call": f.stays_bytes_per_call,
+                "device_memory": device_memory_json(f.device_memory),
+                "filtered": findings_json(f.filtered, reasons=True),
+                "filtered_bytes_per_call": f.filtered_bytes_per_call, "devices": list(f.devices),
+                "accepted": [{**item, "accepted": x.accepted, "reason": x.reason}
+                             for item, x in zip(findings_json(f.accepted), f.accepted)],
+            } for f in self.files],
+        }
+
+
+def device_memory_json(memory: Optional[DeviceMemory]) -> Optional[dict[str, Any]]:
+    """The ``device_memory`` object of a report (cli/report.schema.json), or None."""
+    if memory is None:
+        return None
+    return {"before": memory.before, "after": memory.after, "bound": memory.bound,
+            "without_relayout": memory.appended, "warning": memory.warning()}
+
+
+def findings_json(findings: tuple[Finding, ...], reasons: bool = False) -> list[dict[str, Any]]:
+    return [{"method": x.method, "value": x.value, "name": x.name, "device": x.device, "nbytes": x.nbytes,
+             "copies_per_call": x.copies_per_call, "bytes_per_call": x.bytes_per_call,
+             **({"reason": x.reason} if reasons else {})} for x in findings]
+
+
+# --------------------------------------------------------------------------------------------- the rules
+
+
+@dataclass(frozen=True)
+class CheckTarget:
+    """One program to judge, with its data (decided by the API's .ptd rule) and how to give it data it lacks."""
+
+    program: Union[Path, ProgramBytes]
+    ptd: Optional[Path] = None
+    ptd_hint: str = "pass ptd=FILE.ptd"  # for a file: "put NAME.ptd next to it or pass --ptd FILE.ptd"
+
+
+@dataclass(frozen=True)
+class CheckProblem:
+    """An argument that names no program to judge (a pattern that matched nothing, a --ptd that pairs with
+    nothing): a ``FileCheck`` with an error, in its place among the results."""
+
+    file: str
+    text: str
+    ptd: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class CheckRequest:
+    """What one ``check`` judges, resolved once: the programs (and problems) in order, and how to judge them."""
+
+    items: tuple[Union[CheckTarget, CheckProblem], ...]
+    options: RewriteOptions
+    strict: bool = False
+    accept: tuple[Acceptance, ...] = ()
+    names: Optional[Namer] = None
+
+
+def check_programs(request: CheckRequest, progress: Optional[Callable[[int, int, str], None]] = None
+                   ) -> CheckReport:
+    """Judge every program of ``request``; never raises for a bad file (its ``FileCheck.error`` says why).
+
+    ``progress(done, total, name)`` is called after each program read from a file.
+    """
+    results: list[FileCheck] = []
+    used: set[int] = set()
+    files = sum(1 for i in request.items if isinstance(i, CheckTarget) and isinstance(i.program, Path))
+    done = 0
+    for item in request.items:
+        if isinstance(item, CheckProblem):
+            results.append(FileCheck(item.file, item.ptd, 0, (), item.text))
+            continue
+        name, data = str(item.program), str(item.ptd) if item.ptd else None
+        try:
+            results.append(_accepting(check_program(item, request), request.accept, used))
+        except PteDevconstError as error:
+            text = " ".join(str(error).split())
+            results.append(FileCheck(name, data, 0, (), text if name in text or not isinstance(item.program, Path)
+                                     else f"{name}: {text}"))
+        except OSError as error:
+            results.append(FileCheck(name, data, 0, (), f"{name}: {error.strerror or error}"))
+        if isinstance(item.program, Path):
+            done += 1
+            if progress is not None:
+                progress(done, files, name)
+    if not results:
+        results.append(FileCheck("", None, 0, (), "no files given"))
+    options = request.options
+    return CheckReport(tuple(results), options.min_bytes, options.fold, request.strict,
+                       devices=None if options.devices is None else tuple(sorted(str(d) for d in options.devices)),
+                       unused_accepts=tuple(a for index, a in enumerate(request.accept) if index not in used))
+
+
+def check_program(target: CheckTarget, request: CheckRequest) -> FileCheck:
+    """One program's findings: the placements (and, with fold, folds) of the very plan ``rewrite`` would make,
+    made once; what ``--device``/``--min-bytes`` leave out is read from the same plan (``FileCheck.filtered``)."""
+    options, file = request.options, str(target.program)
+    with opened(target.program, target.ptd) as (source, data):
+        if source.load_refusal:
+            raise PteDevconstError(source.load_refusal, file=file)
+        names = request.names(source) if request.names is not None else None
+        if names is not None and names.count:
+            source.program = named_program(source.program, names)
+        analysis = analyze_opened(source, data)
+        program = source.program
+        derived = derived_copies(program, analysis)
+        # As rewrite --fold plans: chains whose data it refuses (a NaN cast to int) do not fold.  Without torch
+        # no fold computes at all, so the gate counts every chain (rewrite --fold asks for torch first).
+        refusals = fold_refusals(source, data, analysis, judge=torch_found()) if options.fold else {}
+    # The very plan rewrite makes; its refusal (a buffer past the reader's limit) is this file's error.
+    plan = make_plan(program, analysis, options, refusals)
+    judged = _judged(file, plan, analysis, derived, options)
+    # Chains whose data needs torch to judge (a float-to-int cast): not judged, never a silent answer either way.
+    unjudged = {key for key, why in refusals.items() if why == NOT_JUDGED}
+    chains = [chain for method in analysis.methods for chain in (method.folds.chains if method.folds else ())
+              if (chain.plan_index, chain.result) in unjudged]
+    unknown = judged.unknown + [Finding(file, chain.method, chain.result, _chain_name(chain), str(chain.device),
+                                        chain.nbytes, chain.copies_per_call, NOT_JUDGED) for chain in chains]
+    not_judged = {(chain.method, chain.result) for chain in chains}
+    stays = [f for f in judged.stays if (f.method, f.value) not in not_judged]
+    gain = None if options.fold else safe_fold_gain(program, analysis, options, plain=plan)
+    notes = list(analysis.notes) + list(names.notes if names else ())
+    if analysis.refusal and judged.findings:
+        notes.append(f"rewrite would refuse this program: {analysis.refusal}")
+    external = [f for f in unknown if f.reason != NOT_JUDGED]
+    if external:
+        notes.append(f"{len(external)} external constant(s) not judged: their data is in a .ptd; {target.ptd_hint}")
+    if chains:
+        notes.append(f"{len(chains)} folded chain(s) not judged: {NOT_JUDGED.removeprefix('not judged: ')}")
+    return FileCheck(file, str(target.ptd) if target.ptd else None, sum(len(m.constants) for m in analysis.methods),
+                     tuple(judged.findings), None, "; ".join(notes) or None, tuple(unknown),
+                     gain.tensors if gain else 0, gain.bytes_per_call if gain else 0, tuple(stays), request.strict,
+                     tuple(judged.filtered), devices_used(program, analysis),
+                     None if options.devices is None else tuple(sorted(str(d) for d in options.devices)),
+                     plan.memory)
+
+
+@dataclass
+class _Judged:
+    findings: list[Finding]
+    unknown: list[Finding]
+    stays: list[Finding]
+    filtered: list[Finding]  # what the options left out, each with the option that did
+
+
+def _chain_name(chain: Any) -> str:
+    """``permute_copy of encoder.weight``: a folded chain as a finding names it."""
+    return f"{chain.kernels} of {chain.source_tensor.fqn or f'value {chain.source}'}"
+
+
+def _judged(file: str, plan: RewritePlan, analysis: Analysis, derived: Sequence[DerivedCopy],
+            options: RewriteOptions) -> _Judged:
+    """The findings, unknown constants and copies that stay, of ``plan``, as ``options`` select them; and what
+    the selection left out, from the same plan: the constants and chains it skipped for ``--device`` or
+    ``--min-bytes`` (``plan.skipped``, ``plan.fold_skipped``, with ``skip_reason``'s words) and the unknown
+    constants and copies that stay that ``skip_reason`` leaves out."""
+    eligible = {(c.plan_index, c.value) for c in analysis.eligible}
+    found = [(p, Finding(file, p.method, p.value, p.name, str(p.device), p.nbytes, p.copies_per_call))
+             for p in plan.placements]
+    released = [(p, f) for p, f in found if (p.plan_index, p.value) not in eligible]  # moved once their kernels fold
+    findings = [f for p, f in found if (p.plan_index, p.value) in eligible]
+    findings += [Finding(file, f.method, f.value, _chain_name(f.chain), str(f.device), f.nbytes,
+                         f.chain.copies_per_call) for f in plan.folds]
+    findings += [f for _, f in released]
+    filtered = [Finding(file, s.verdict.method, s.verdict.value, s.verdict.name, str(s.verdict.device),
+                        s.verdict.nbytes, s.verdict.copies_per_call, s.reason) for s in plan.skipped]
+    left_out = [s.chain for s in plan.fold_skipped
+                if s.reason == skip_reason(s.chain.device, s.chain.nbytes, options) is not None]
+    filtered += [Finding(file, c.method, c.result, _chain_name(c), str(c.device), c.nbytes, c.copies_per_call,
+                         skip_reason(c.device, c.nbytes, options) or "") for c in left_out]
+    # What folding moves (or would, but for the options) no longer stays: the chains' results and the constants
+    # released by them.
+    covered = {(f.plan_index, f.chain.result) for f in plan.folds} | {(p.plan_index, p.value) for p, _ in released}
+    covered |= {(c.plan_index, c.result) for c in left_out}
+    covered |= {(s.verdict.plan_index, s.verdict.value) for s in plan.skipped}
+    unknown: list[Finding] = []
+    for method in analysis.methods:
+        for v in method.constants:
+            if v.unknown:
+                why = skip_reason(v.pending_device, v.nbytes, options)
+                (filtered if why else unknown).append(Finding(file, v.method, v.value, v.name, str(v.pending_device),
+                                                              v.nbytes, v.copies_per_call, why or ""))
+    stays: list[Finding] = []
+    for copy in derived:
+        if copy.status is DerivedStatus.STAYS and (copy.plan_index, copy.value) not in covered:
+            why = skip_reason(copy.device, copy.nbytes, options)
+            stays_or_left = filtered if why else stays
+            stays_or_left.append(Finding(file, copy.method, copy.value, copy.name, str(copy.device), copy.nbytes,
+                                         copy.copies_per_call, why or copy.reason))
+    return _Judged(findings, unknown, stays, filtered)
+
+
+def devices_used(program: Program, analysis: Analysis) -> tuple[str, ...]:
+    """The non-CPU devices a program uses: its delegates' target devices, its planned buffers' devices and the
+    devices its host-to-device copies go to (what ``--device`` can select)."""
+    used: set[Optional[Device]] = {d.device for method in analysis.methods for d in method.delegates}
+    used |= {t.device for method in analysis.methods for t in method.transfers}
+    for plan in program.execution_plan or ():
+        used |= set(plan.buffer_devices().values())
+    return tuple(sorted(str(d) for d in used if d is not None and not d.is_cpu))
+
+
+def _accepting(checked: FileCheck, accept: Sequence[Acceptance], used: set[int]) -> FileCheck:
+    """``checked`` with what ``accept`` matches moved to ``accepted`` (the first matching entry's reason); the
+    indices of the entries that matched are added to ``used``."""
+    if not accept:
+        return checked
+    taken: list[Finding] = []
+
+    def keep(findings: tuple[Finding, ...]) -> tuple[Finding, ...]:
+        kept = []
+        for finding in findings:
+            index = next((k for k, a in enumerate(accept) if a.matches(finding)), None)
+            if index is None:
+                kept.append(finding)
+            else:
+                used.add(index)
+                taken.append(replace(finding, accepted=accept[index].reason))
+        return tuple(kept)
+
+    findings, stays, unknown = keep(checked.findings), keep(checked.stays), keep(checked.unknown)
+    return replace(checked, findings=findings, stays=stays, unknown=unknown, accepted=tuple(taken))

@@ -1,0 +1,22 @@
+"""``ExitCode``: the one list of the tool's exit codes, used by the command line, ``check``'s report and the docs.
+
+They follow ruff's convention (0 clean, 1 findings, 2 abnormal end), with 3 for a gate that could not judge
+everything and the shell's own codes for an interrupt and a closed pipe (docs/cli.md, "Exit codes").
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["ExitCode"]
+
+
+class ExitCode(enum.IntEnum):
+    """What a ``pte-devconst`` command's exit status means (an ``int``: ``raise typer.Exit(ExitCode.ERROR)``)."""
+
+    OK = 0  # clean: nothing left to report
+    FINDINGS = 1  # check/validate failed; rewrite --exit-non-zero-on-change changed a program
+    ERROR = 2  # abnormal end: bad input, an unreadable file, a write error, a usage error
+    UNKNOWN = 3  # check: nothing failed, but some external constant could not be judged (its .ptd is missing)
+    INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C
+    BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of stdout went away (``... | head``)
