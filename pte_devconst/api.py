@@ -125,7 +125,8 @@ def _namer(source: Optional[NamesLike]) -> Optional[Namer]:
         recorded = recorded_from_programs(programs if isinstance(programs, Mapping) else {"forward": programs})
         origin = "ETRecord"
     elif callable(getattr(source, "exported_program", None)) and hasattr(source, "methods"):
-        recorded = recorded_from_programs({m: source.exported_program(m) for m in source.methods})
+        manager: Any = source  # an EdgeProgramManager or ExecutorchProgramManager (executorch is not imported)
+        recorded = recorded_from_programs({m: manager.exported_program(m) for m in manager.methods})
         origin = type(source).__name__
     else:
         raise PteDevconstError(f"etrecord: expected an ETRecord file (a path or binary file object), an ETRecord, or "

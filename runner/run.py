@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from pte_devconst.schema import model as m
+from pte_devconst.schema.pte_file import ProgramBytes
 from pte_devconst.util.errors import PteDevconstError
 
 from .copies import LOAD, CopyEvent, PhaseCopies
@@ -183,7 +184,7 @@ def default_method(program: LoadedProgram, method: Optional[str]) -> str:
     return "forward" if "forward" in names or not names else names[0]
 
 
-def run_program(pte_path: str | Path, *, ptd_path: Optional[str | Path] = None, method: Optional[str] = None,
+def run_program(pte_path: str | Path | ProgramBytes, *, ptd_path: Optional[str | Path] = None, method: Optional[str] = None,
                 inputs: Any = None, calls: int = 1, simulate_devices: bool = False,
                 profile: bool = False, opaque: OpaquePolicy = OpaquePolicy.NEVER,
                 transcript: bool = False, on_call: Optional[Callable[[int], None]] = None) -> RunResult:
@@ -202,7 +203,7 @@ def run_program(pte_path: str | Path, *, ptd_path: Optional[str | Path] = None, 
         raise error.with_file(str(pte_path))
 
 
-def _run_program(pte_path: str | Path, ptd_path: Optional[str | Path], method: Optional[str], inputs: Any,
+def _run_program(pte_path: str | Path | ProgramBytes, ptd_path: Optional[str | Path], method: Optional[str], inputs: Any,
                  calls: int, simulate_devices: bool, profile: bool, opaque: OpaquePolicy,
                  transcript: bool, on_call: Optional[Callable[[int], None]] = None) -> RunResult:
     if calls < 1:
@@ -212,7 +213,7 @@ def _run_program(pte_path: str | Path, ptd_path: Optional[str | Path], method: O
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         baseline = torch.cuda.memory_allocated()
-    with exact_float_math(), LoadedProgram(pte_path if isinstance(pte_path, bytes) else str(pte_path),
+    with exact_float_math(), LoadedProgram(pte_path if isinstance(pte_path, ProgramBytes) else str(pte_path),
                                            str(ptd_path) if ptd_path else None,
                                            simulate_devices=simulate_devices, opaque=opaque,
                                            transcript=transcript) as program:

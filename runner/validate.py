@@ -51,7 +51,7 @@ from pte_devconst.program.moves import moved_values
 from pte_devconst.program.regions import IntervalIndex, planned_region
 from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.program.executorch import COPY_KERNELS
-from pte_devconst.schema.pte_file import PteFile, open_pte
+from pte_devconst.schema.pte_file import ProgramBytes, PteFile, open_pte
 
 from .copies import LOAD, Cause, CopyEvent, Direction
 from .delegates import OpaquePolicy
@@ -603,7 +603,7 @@ def _reporter(progress: Optional[Callable[[int, int, str], None]], start: int, t
     return lambda index: progress(start + index, total, f"{what}, call {index + 1}/{calls}")
 
 
-def validate(original: str | Path, rewritten: str | Path, *, ptd: Optional[str | Path] = None,
+def validate(original: str | Path | ProgramBytes, rewritten: str | Path | ProgramBytes, *, ptd: Optional[str | Path] = None,
              rewritten_ptd: Optional[str | Path] = None, inputs: Any = None, expected: Any = None,
              calls: int = 2, rtol: Optional[float] = None, atol: Optional[float] = None,
              simulate_devices: bool = False, methods: Optional[Sequence[str]] = None, profile: bool = False,
