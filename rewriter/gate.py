@@ -15,6 +15,7 @@ with ``error`` set.  Where to add a check to the gate: ``check_program`` (what a
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
@@ -68,7 +69,8 @@ class Acceptance:
     accepted instead of failing on it.
 
     ``program`` is a glob (``models/*.pte``) relative to ``root`` (the config file's folder); ``method`` one method
-    (None: any); ``constant`` a name (``encoder.weight``) or ``value`` an index (``value 3``), at least one of them.
+    (None: any); ``constant`` a name or a shell-style pattern of names (``encoder.weight``, ``layers.*.bias``:
+    ``*`` matches any characters, dots too) or ``value`` an index (``value 3``), at least one of them.
     """
 
     program: str
@@ -81,7 +83,7 @@ class Acceptance:
 
     def matches(self, finding: Finding) -> bool:
         return ((self.method is None or self.method == finding.method)
-                and (self.constant is None or self.constant == finding.name)
+                and (self.constant is None or fnmatch.fnmatchcase(finding.name, self.constant))
                 and (self.value is None or self.value == finding.value)
                 and matches_glob(finding.file, self.program, self.root))
 

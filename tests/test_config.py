@@ -82,6 +82,22 @@ def test_accepted_findings_pass_and_show_in_every_format(tmp_path: Path) -> None
                                      for r in results)
 
 
+def test_an_accepted_constant_is_a_pattern_and_paths_are_the_configs(tmp_path: Path) -> None:
+    """``constant = "*"`` accepts every finding of the program (a shell pattern of names, as a user writes it),
+    and the program's path is the config's, also when check runs from a subfolder."""
+    root = repo(tmp_path, '[tool.pte-devconst]\npaths = ["models"]\n\n[[tool.pte-devconst.accept]]\n'
+                          f'program = "models/{COPYING}"\nconstant = "*"\nreason = "tracked"\n')
+    (root / "src" / "deep").mkdir(parents=True)
+    for where in (root, root / "src" / "deep"):
+        done = subprocess.run([sys.executable, "-m", "pte_devconst", "check", "--format", "concise"], cwd=where,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and "matched nothing" not in done.stderr, done.stdout + done.stderr
+        assert "4 accepted" in done.stdout
+    narrow = repo(tmp_path / "narrow", '[tool.pte-devconst]\npaths = ["models"]\n\n[[tool.pte-devconst.accept]]\n'
+                                       f'program = "models/{COPYING}"\nconstant = "value 1?"\nreason = "no"\n')
+    assert cli(narrow, "check", "-f", "concise").returncode == 1  # a pattern that matches no finding accepts none
+
+
 def test_the_command_line_overrides_the_config(tmp_path: Path) -> None:
     root = repo(tmp_path, '[tool.pte-devconst]\npaths = ["models"]\nmin-bytes = 1000000\noutput-format = "json"\n')
     passing = cli(root, "check")
