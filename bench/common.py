@@ -18,7 +18,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -170,3 +170,17 @@ def machine(folder: Path) -> str:
     fs = subprocess.run(["df", "-T", str(folder)], capture_output=True, text=True).stdout.splitlines()[-1].split()[1]
     return (f"{os.cpu_count()} CPUs ({cpu}), {mem:.1f} GiB RAM, {fs} file system, Linux {platform.release()},"
             f" Python {platform.python_version()}")
+
+
+def in_out_main(measure: Callable[[str, str], dict[str, Any]], usage: str,
+                argv: Optional[Sequence[str]] = None) -> int:
+    """A child's command line that takes IN OUT and prints ``measure(IN, OUT)`` as one JSON line (what
+    ``run_child`` reads back)."""
+    import json
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2:
+        print(f"usage: {usage}", file=sys.stderr)
+        return 2
+    print(json.dumps(measure(args[0], args[1])))
+    return 0

@@ -7,10 +7,10 @@ the in-process seconds of each step (imports excluded).
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 from typing import Optional, Sequence
+
+from bench.common import in_out_main
 
 
 def roundtrip(source: str, destination: str) -> dict[str, float]:
@@ -32,12 +32,7 @@ def roundtrip(source: str, destination: str) -> dict[str, float]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 2:
-        print("usage: python -m bench.et_roundtrip IN OUT", file=sys.stderr)
-        return 2
-    print(json.dumps(roundtrip(args[0], args[1])))
-    return 0
+    return in_out_main(roundtrip, "python -m bench.et_roundtrip IN OUT", argv)
 
 
 if __name__ == "__main__":

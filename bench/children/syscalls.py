@@ -7,10 +7,10 @@ Python's reads and writes.  Prints JSON: bytes per ``os`` function used, and ``o
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import sys
 from typing import Any, Callable, Iterator, Optional, Sequence
+
+from bench.common import in_out_main
 
 # How many bytes each call moved, from its arguments and result.
 SIZES: dict[str, Callable[[tuple[Any, ...], Any], int]] = {
@@ -63,12 +63,7 @@ def measure(source: str, destination: str) -> dict[str, int]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 2:
-        print("usage: python -m bench.children.syscalls SRC DST", file=sys.stderr)
-        return 2
-    print(json.dumps(measure(args[0], args[1])))
-    return 0
+    return in_out_main(measure, "python -m bench.children.syscalls SRC DST", argv)
 
 
 if __name__ == "__main__":
