@@ -78,8 +78,10 @@ def _summary(report: CheckReport) -> str:
     if report.passed and not report.stays and not report.filtered and not report.accepted:
         return f"{checked} file(s) checked: no constant is copied to a device on every call."
     selected = f" selected by {selection_text(report)}" if selection_text(report) else ""
-    parts = ([] if report.findings or not checked else [f"{checked} file(s) checked without findings{selected}"]
-             if report.unknown else [f"{checked} file(s) checked: nothing{selected} left that the rewrite can move"])
+    parts: list[str] = []
+    if checked and not report.findings:
+        parts.append(f"{checked} file(s) checked without findings{selected}" if report.unknown
+                     else f"{checked} file(s) checked: nothing{selected} left that the rewrite can move")
     if report.findings:
         parts.append(f"{len(report.findings)} {'tensor' if report.fold else 'constant'}(s) in "
                      f"{sum(1 for f in report.files if f.findings)} file(s) still copied to a device on every "
@@ -602,8 +604,14 @@ def check_command(
     for unused in report.unused_accepts:
         typer.echo(printable(f"pte-devconst: warning: {unused.origin}: accepted finding matched nothing "
                              f"({unused.describe()})"), err=True)
-    shown = (GateFormat.json if json_flag else fmt if fmt is not None
-             else GateFormat(settings.output_format) if settings.output_format else GateFormat.text)
+    if json_flag:
+        shown = GateFormat.json
+    elif fmt is not None:
+        shown = fmt
+    elif settings.output_format:
+        shown = GateFormat(settings.output_format)
+    else:
+        shown = GateFormat.text
     if shown is GateFormat.json:
         emit_json("check", report.to_json())
     elif shown is GateFormat.sarif:

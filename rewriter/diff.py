@@ -511,8 +511,10 @@ def _folds(a: m.ExecutionPlan, b: m.ExecutionPlan, tensors: list[TensorChange]) 
         traced = next((x for x in map(tracer.trace, origins) if x is not None), None)
         if traced is None:
             continue
-        host = traced.copied_from if traced.copied_from is not None else \
-            traced.steps[-1].output if traced.steps else traced.source
+        if traced.copied_from is not None:
+            host = traced.copied_from
+        else:
+            host = traced.steps[-1].output if traced.steps else traced.source
         source = (a.values or ())[traced.source]
         assert isinstance(source, m.Tensor) and t.after is not None  # traced from a constant; a candidate is planned
         found.append(FoldedChange(t.value, t.before is None, traced.source, source.fqn or f"value {traced.source}",
@@ -572,7 +574,10 @@ def _diff_named_data(a: PteFile, b: PteFile, digests: tuple[_Digests, _Digests])
     for key in list(named_a) + [k for k in named_b if k not in named_a]:
         before, after = named_a.get(key), named_b.get(key)
         if before != after:
-            change = Change.ADDED if before is None else Change.REMOVED if after is None else Change.CHANGED
+            if before is None:
+                change = Change.ADDED
+            else:
+                change = Change.REMOVED if after is None else Change.CHANGED
             changes.append(NamedDataChange(key, change, before[0] if before else None, after[0] if after else None))
     return changes
 
@@ -582,7 +587,10 @@ def _segment_sizes(source: PteFile) -> dict[str, int]:
     sizes: dict[str, int] = {}
     for index, segment in enumerate(source.program.segments or ()):
         role = roles.get(index, "unused")
-        role = "delegates" if role.startswith("delegate") else "named data" if role.startswith("named") else role
+        if role.startswith("delegate"):
+            role = "delegates"
+        elif role.startswith("named"):
+            role = "named data"
         sizes[role] = sizes.get(role, 0) + segment.size
     return sizes
 

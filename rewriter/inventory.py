@@ -252,7 +252,12 @@ def summarize(source: PteFile, analysis: Analysis, names: Optional["ProgramNames
             delegate = (plan.delegates or ())[info.index]
             span = source.delegate_span(delegate)
             inline = (program.backend_delegate_data or ())
-            size = span.size if span else len((inline[delegate.processed.index].data or b"")) if delegate.processed else 0
+            if span:
+                size = span.size
+            elif delegate.processed:
+                size = len(inline[delegate.processed.index].data or b"")
+            else:
+                size = 0
             specs = tuple(f"{s.key}={_spec_text(s.value)}" for s in delegate.compile_specs or ())
             delegates.append(DelegateSummary(info.index, info.backend_id, str(info.device),
                                              BytesLocation.SEGMENT if span else BytesLocation.INLINE, size,

@@ -617,8 +617,12 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
                 target, appended = appended, appended + 1
             source_tensor = chain.source_tensor
             external = chain.duplicate and source_tensor.is_external
-            index = 0 if external else entry_of_source[source_tensor.data_buffer_idx] if chain.duplicate \
-                else entry_of_recipe[chain.recipe]
+            if external:
+                index = 0
+            elif chain.duplicate:
+                index = entry_of_source[source_tensor.data_buffer_idx]
+            else:
+                index = entry_of_recipe[chain.recipe]
             kernels = tuple((s.chain, s.instruction) for s in chain.steps if (s.chain, s.instruction) in choice.removed)
             folds.append(FoldPlacement(
                 method=chain.method, plan_index=method.plan_index, value=target,

@@ -183,9 +183,12 @@ class ByteChecker:
         work: list[Requirement] = [*_without_repeats(same), *zeros, *computed]
         work.sort(key=lambda r: r.written.offset)  # sequential reads of the output
         for requirement in work:
-            offset = (self._differs(requirement) if isinstance(requirement, SameBytes)
-                      else self._computed(requirement) if isinstance(requirement, ComputedBytes)
-                      else self._not_zero(requirement))
+            if isinstance(requirement, SameBytes):
+                offset = self._differs(requirement)
+            elif isinstance(requirement, ComputedBytes):
+                offset = self._computed(requirement)
+            else:
+                offset = self._not_zero(requirement)
             if offset is not None:
                 return Difference(requirement, offset)
         return None

@@ -304,8 +304,11 @@ def static_checks(original: m.ExecutionPlan, rewritten: m.ExecutionPlan, moved: 
                 slots += 1
                 out = site.args[pos]
                 region = planned_region(values[out]) if 0 <= out < len(values) else None
-                hit = out if out in moved_ids else next(iter(overlaps[region.memory_id].overlapping(
-                    region.start, region.end)), None) if region is not None and region.memory_id in overlaps else None
+                hit: Optional[int] = None
+                if out in moved_ids:
+                    hit = out
+                elif region is not None and region.memory_id in overlaps:
+                    hit = next(iter(overlaps[region.memory_id].overlapping(region.start, region.end)), None)
                 if hit is not None:
                     writes.append(f"delegate {site.delegate_index} at instruction {site.instruction} writes value "
                                   f"{out} (argument {pos})" + ("" if hit == out else f", which shares bytes with "
@@ -383,9 +386,12 @@ class Tolerance:
         return f"{self.dtype} within rtol={self.rtol:g}, atol={self.atol:g} ({'given' if self.given else 'dtype default'})"
 
     def to_json(self) -> dict[str, Any]:
+        if self.exact:
+            source = "exact"
+        else:
+            source = "given" if self.given else "dtype default"
         return {"dtype": self.dtype, "exact": self.exact, "rtol": None if self.exact else self.rtol,
-                "atol": None if self.exact else self.atol,
-                "source": "exact" if self.exact else "given" if self.given else "dtype default"}
+                "atol": None if self.exact else self.atol, "source": source}
 
 
 def output_tolerance(dtype: torch.dtype, rtol: Optional[float], atol: Optional[float]) -> Tolerance:
