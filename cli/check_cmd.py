@@ -24,8 +24,9 @@ import typer
 
 from pte_devconst.cli.app import command, global_options
 from pte_devconst.cli.config import ConfigOption, IsolatedOption
-from pte_devconst.cli.output import (DataOption, GateFormat, GateFormatOption, JsonFlag, echo_lines, emit_json, fold_hint,
-                                     github_annotation, human_bytes, markdown_table, md_code, md_text, printable,
+from pte_devconst.cli.output import (DataOption, GateFormat, GateFormatOption, JsonFlag, echo_lines, emit_json,
+                                     fold_hint, github_annotation, human_bytes, markdown_table, md_code, md_text,
+                                     printable,
                                      stdout_console, table)
 from pte_devconst.cli.output import EtrecordOption
 from pte_devconst.cli.progress import files_progress
@@ -279,7 +280,8 @@ def file_details(report: CheckReport, f: FileCheck) -> tuple[str, list[str], str
         body += markdown_table(["method", "constant", "would move to", "bytes/call"],
                                _markdown_finding_rows(f.unknown), right=["bytes/call"]).split("\n") + [""]
     if f.stays:
-        body += [f"**Copied on every call; the rewrite cannot move them{' (--strict: failing)' if report.strict else ''}:**", ""]
+        strict_note = " (--strict: failing)" if report.strict else ""
+        body += [f"**Copied on every call; the rewrite cannot move them{strict_note}:**", ""]
         body += markdown_table(["method", "value", "device", "bytes/call", "why"],
                                [row + [md_text(x.reason)] for row, x in zip(_markdown_finding_rows(f.stays), f.stays)],
                                right=["bytes/call"]).split("\n") + [""]

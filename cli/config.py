@@ -164,7 +164,8 @@ def parse(table: dict[str, Any], path: Path, pyproject: bool = True) -> Config:
             known = ", ".join(KEYS)
             raise PteDevconstError(f"{_where(path, pyproject, key)}: unknown key (known: {known})")
         kind, what = KEYS[key]
-        if not isinstance(value, kind) or (key == "min-bytes" and (isinstance(value, bool) or (isinstance(value, int) and value < 0))):
+        not_a_count = isinstance(value, bool) or (isinstance(value, int) and value < 0)
+        if not isinstance(value, kind) or (key == "min-bytes" and not_a_count):
             raise PteDevconstError(f"{_where(path, pyproject, key)}: must be {what}, not {value!r}")
         if key in ("paths", "exclude") and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             raise PteDevconstError(f"{_where(path, pyproject, key)}: must be {what} (strings)")

@@ -186,7 +186,8 @@ def _escape_code_point(match: "re.Match[str]") -> str:
 
 
 def printable(text: Any) -> str:
-    """Text from a file made safe for a terminal: controls and bidi/invisible characters shown as ``\\x1b``, ``\\u202e``.
+    """Text from a file made safe for a terminal: controls and bidi/invisible characters shown as ``\\x1b``,
+    ``\\u202e``.
 
     The one escaping function for terminal output: every table cell, title, message and error line goes
     through it (``table``, ``markup_safe``, ``echo_lines``, ``cli.app.fail``).

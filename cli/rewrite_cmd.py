@@ -16,7 +16,8 @@ from pte_devconst.cli.app import command, for_each_program, global_options
 from pte_devconst.cli.config import ConfigOption, IsolatedOption, load as load_config
 from pte_devconst.cli.output import (DataOption, EtrecordOption, JsonFlag, constant_label, device_memory_line,
                                      echo_lines, emit_json, fold_hint, human_bytes, markdown_table, markup_safe,
-                                     md_code, md_text, name_cell, names_notes, printable, stderr_console, stdout_console, table)
+                                     md_code, md_text, name_cell, names_notes, printable, stderr_console,
+                                     stdout_console, table)
 from pte_devconst.cli.mermaid import diagrams
 from pte_devconst.cli.progress import rewrite_progress
 from pte_devconst.rewriter.request import VerifyMode
@@ -50,8 +51,8 @@ def fold_rows(result: RewriteResult) -> list[list[Any]]:
         chain = fold.chain
         value = f"{fold.value} (new)" if fold.appended else str(fold.value)
         kernels = chain.kernels if chain.steps else "device copy (shared)"
-        rows.append([fold.method, value, constant_label(chain.source_tensor.fqn or f"value {chain.source}", chain.source),
-                     kernels,
+        rows.append([fold.method, value,
+                     constant_label(chain.source_tensor.fqn or f"value {chain.source}", chain.source), kernels,
                      str(chain.device), human_bytes(fold.nbytes), human_bytes(fold.bytes_per_call)])
     return rows
 
@@ -260,7 +261,8 @@ def rewrite_command(
                                                      help="Leave constants smaller than this in place [default: "
                                                      "0].")] = None,
     fold: Annotated[Optional[bool], typer.Option(
-        "--fold/--no-fold", show_default=False, help="Also fold chains of host kernels that only move or cast a constant (permute_copy, "
+        "--fold/--no-fold", show_default=False,
+        help="Also fold chains of host kernels that only move or cast a constant (permute_copy, "
         "view_copy, _to_copy, ...) before device delegates read it: compute the result once, offline, and store "
         "it as device-resident initial data [default: no].")] = None,
     duplicate_shared: Annotated[bool, typer.Option(
