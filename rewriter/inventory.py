@@ -246,7 +246,8 @@ def summarize(source: PteFile, analysis: Analysis, names: Optional["ProgramNames
                 if value.has_initial_data:
                     initial.append(InitialDataSummary(
                         index, value.fqn or f"value {index}", value.nbytes, mid, value.allocation_info.memory_offset,
-                        str(value.device), BytesLocation.EXTERNAL if value.is_external else BytesLocation.MUTABLE_SEGMENT))
+                        str(value.device),
+                        BytesLocation.EXTERNAL if value.is_external else BytesLocation.MUTABLE_SEGMENT))
         delegates = []
         for info in method.delegates:
             delegate = (plan.delegates or ())[info.index]
@@ -264,10 +265,12 @@ def summarize(source: PteFile, analysis: Analysis, names: Optional["ProgramNames
                                              tuple(k for _, k in info.call_sites), specs, info.device_error))
         sizes = plan.non_const_buffer_sizes or ()
         on = buffer_devices(plan)
-        buffers = tuple(BufferSummary(i, sizes[i], str(on.get(i, m.CPU)), counts.get(i, 0)) for i in range(1, len(sizes)))
+        buffers = tuple(BufferSummary(i, sizes[i], str(on.get(i, m.CPU)), counts.get(i, 0))
+                        for i in range(1, len(sizes)))
         folds = method.folds
         constants = tuple(
-            ConstantSummary(c.value, c.name, scalar_type_name(c.tensor.scalar_type), tuple(c.tensor.sizes or ()), c.nbytes,
+            ConstantSummary(c.value, c.name, scalar_type_name(c.tensor.scalar_type), tuple(c.tensor.sizes or ()),
+                            c.nbytes,
                             _constant_location(c.tensor, program), str(c.tensor.device),
                             tuple(describe_reader(r) for r in c.readers), (folds and folds.verdict(c)) or c.verdict)
             for c in method.constants

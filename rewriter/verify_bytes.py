@@ -131,7 +131,8 @@ def _without_repeats(requirements: Iterable[SameBytes]) -> list[SameBytes]:
     for requirement in by_shift:
         if kept:
             last = kept[-1]
-            same_shift = last.written.offset - last.source.offset == requirement.written.offset - requirement.source.offset
+            same_shift = (last.written.offset - last.source.offset
+                          == requirement.written.offset - requirement.source.offset)
             if same_shift and requirement.source.end <= last.source.end:
                 continue
         kept.append(requirement)

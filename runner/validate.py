@@ -383,7 +383,8 @@ class Tolerance:
     def describe(self) -> str:
         if self.exact:
             return f"{self.dtype} exactly"
-        return f"{self.dtype} within rtol={self.rtol:g}, atol={self.atol:g} ({'given' if self.given else 'dtype default'})"
+        source = "given" if self.given else "dtype default"
+        return f"{self.dtype} within rtol={self.rtol:g}, atol={self.atol:g} ({source})"
 
     def to_json(self) -> dict[str, Any]:
         if self.exact:
@@ -580,8 +581,9 @@ def _check_method(name: str, before: RunResult, after: RunResult, moved: list[Mo
         moved_before = sum(e.nbytes for e in _h2d(before.events, phase, name) if e.source_value in origins)
         still = [e for e in _h2d(after.events, phase, name) if e.source_value in origins | set(resident)]
         if still:
+            sources = sorted({e.source_value for e in still if e.source_value is not None})
             per_call_problems.append(f"call {i}: {len(still)} copies ({sum(e.nbytes for e in still)} B) "
-                                     f"of values {sorted({e.source_value for e in still if e.source_value is not None})}")
+                                     f"of values {sources}")
         drop = a.copies.h2d.nbytes - b.copies.h2d.nbytes
         if drop != moved_before:
             drop_problems.append(f"call {i}: fell by {drop} B, expected {moved_before} B")
@@ -609,7 +611,8 @@ def _reporter(progress: Optional[Callable[[int, int, str], None]], start: int, t
     return lambda index: progress(start + index, total, f"{what}, call {index + 1}/{calls}")
 
 
-def validate(original: str | Path | ProgramBytes, rewritten: str | Path | ProgramBytes, *, ptd: Optional[str | Path] = None,
+def validate(original: str | Path | ProgramBytes, rewritten: str | Path | ProgramBytes, *,
+             ptd: Optional[str | Path] = None,
              rewritten_ptd: Optional[str | Path] = None, inputs: Any = None, expected: Any = None,
              calls: int = 2, rtol: Optional[float] = None, atol: Optional[float] = None,
              simulate_devices: bool = False, methods: Optional[Sequence[str]] = None, profile: bool = False,
@@ -678,8 +681,8 @@ def validate(original: str | Path | ProgramBytes, rewritten: str | Path | Progra
                 expected_missing = (f"{MISSING_ENTRY} {name!r}: its outputs were not compared with them")
             else:
                 expected_calls = [tuple(c) for c in calls_from(expected_data, name, "expected outputs")]
-        common: dict[str, Any] = dict(method=name, inputs=call_inputs, calls=calls, simulate_devices=simulate_devices, profile=profile,
-                      opaque=policy, transcript=True)
+        common: dict[str, Any] = dict(method=name, inputs=call_inputs, calls=calls, simulate_devices=simulate_devices,
+                                      profile=profile, opaque=policy, transcript=True)
         position = names.index(name) * 2 * calls
         before = run_program(original, ptd_path=ptd, on_call=_reporter(progress, position, len(names) * 2 * calls,
                                                                        f"{name}: original", calls), **common)
