@@ -33,12 +33,14 @@ def test_ruff_is_clean() -> None:
 
 
 def test_the_lint_catches_what_it_is_for(tmp_path: Path) -> None:
-    """Not vacuous: a bare except and a mutable default are reported under the project's configuration."""
+    """Not vacuous: a bare except, a mutable default and a line over 120 columns are reported under the
+    project's configuration."""
     bad = tmp_path / "bad.py"
-    bad.write_text("def f(x=[]):\n    try:\n        return x\n    except:\n        pass\n")
+    bad.write_text("def f(x=[]):\n    try:\n        return x\n    except:\n        pass\n"
+                   f"LONG = {'x' * 120!r}\n")
     done = subprocess.run([*_ruff(), "check", "--config", str(ROOT / "pyproject.toml"), "--output-format", "concise",
                            str(bad)], capture_output=True, text=True)
-    assert done.returncode == 1 and "B006" in done.stdout and "E722" in done.stdout
+    assert done.returncode == 1 and "B006" in done.stdout and "E722" in done.stdout and "E501" in done.stdout
 
 
 # Files other changes are making type-clean (issue 21): their errors are left out until those are merged, when the
