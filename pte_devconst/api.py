@@ -303,7 +303,7 @@ def rewrite_request(pte: ProgramLike, output: Optional[PathLike] = None, *, ptd:
         options = rewrite_options(devices=devices, min_bytes=min_bytes, fold=fold, duplicate_shared=duplicate_shared)
     if names is None:
         names = _namer(_names_source(pte, etrecord))
-    destination: Optional[Path] = None
+    destination: Optional[Path]
     if dry_run or not isinstance(source, Path):
         destination = None
     elif in_place:
