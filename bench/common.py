@@ -150,7 +150,8 @@ class Report:
 
 
 def profile(target: str, *args: str, top: int = 14) -> str:
-    """cProfile ``bench.children.profile_step``'s ``target`` in a child; its top entries by own time, paths shortened."""
+    """cProfile ``bench.children.profile_step``'s ``target`` in a child; its top entries by own time, paths
+    shortened."""
     text = run_child(child_module("profile_step", "--top", str(top), target, *args)).stdout
     lines = [line.rstrip() for line in text.splitlines() if line.strip()]
     start = next((i for i, line in enumerate(lines) if "function calls" in line), 0)

@@ -1,4 +1,5 @@
-"""This project's plain round trip of a .pte (decode, re-encode, stream every segment): ``python -m bench.roundtrip IN OUT``.
+"""This project's plain round trip of a .pte (decode, re-encode, stream every segment):
+``python -m bench.roundtrip IN OUT``.
 
 The like-for-like counterpart of ``bench.et_roundtrip``.  Prints one JSON line of in-process seconds.
 """

@@ -87,7 +87,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     unknown = set(chosen) - set(SECTIONS)
     if unknown:
         parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
-    command = f"python -m bench --rounds {args.rounds}" + (f" --only {args.only}" if args.only != ",".join(SECTIONS) else "")
+    command = (f"python -m bench --rounds {args.rounds}"
+               + (f" --only {args.only}" if args.only != ",".join(SECTIONS) else ""))
     if args.tiny:
         with tempfile.TemporaryDirectory(prefix="bench-tiny-") as folder:
             started = datetime.datetime.now()

@@ -128,7 +128,8 @@ def analysis_program(n_values: int, seed: int = 0) -> tuple[m.Program, list[Segm
             instructions.append(m.KernelCall(H2D, (const, dst, dst)))
             dsts.append(dst)
         out_dev = add(memory=(2, GROUP * nbytes), device=True)
-        delegates.append(m.BackendDelegate("BackendWithCompilerDemo", m.BackendDelegateDataReference(m.DataLocation.SEGMENT, 1),
+        delegates.append(m.BackendDelegate("BackendWithCompilerDemo",
+                                           m.BackendDelegateDataReference(m.DataLocation.SEGMENT, 1),
                                            (m.CompileSpec("target_device", b"cuda:0"),)))
         instructions.append(m.DelegateCall(g, tuple(dsts) + (out_dev,)))
         out_host = add(memory=(1, nbytes))
@@ -194,7 +195,8 @@ def seed_program(n_constants: int, style: str = "copy", rows: int = 4, seed: int
         out = add(memory=(1, nbytes))
         instructions += [m.DelegateCall(0, tuple(args) + (out_dev,)), m.KernelCall(1, (out_dev, out, out))]
         sizes: tuple[int, ...] = (0, 2 * nbytes, (n_constants + 2) * nbytes)
-        buffer_devices: Optional[tuple[m.NonConstBufferDevice, ...]] = (m.NonConstBufferDevice(2, m.DeviceType.CUDA, 0),)
+        buffer_devices: Optional[tuple[m.NonConstBufferDevice, ...]] = (
+            m.NonConstBufferDevice(2, m.DeviceType.CUDA, 0),)
         operators = (m.Operator("et_copy::_h2d_copy", "out"), m.Operator("et_copy::_d2h_copy", "out"))
     else:
         out = add(memory=(1, nbytes))
@@ -203,7 +205,8 @@ def seed_program(n_constants: int, style: str = "copy", rows: int = 4, seed: int
     plan = m.ExecutionPlan(
         name="forward", values=tuple(values), inputs=(x,), outputs=(out,),
         chains=(m.Chain(instructions=tuple(instructions)),), operators=operators,
-        delegates=(m.BackendDelegate("BackendWithCompilerDemo", m.BackendDelegateDataReference(m.DataLocation.SEGMENT, 1),
+        delegates=(m.BackendDelegate("BackendWithCompilerDemo",
+                                     m.BackendDelegateDataReference(m.DataLocation.SEGMENT, 1),
                                      (m.CompileSpec("target_device", b"cuda:0"),)),),
         non_const_buffer_sizes=sizes, non_const_buffer_device=buffer_devices)
     program = m.Program(

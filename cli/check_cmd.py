@@ -24,8 +24,9 @@ import typer
 
 from pte_devconst.cli.app import command, global_options
 from pte_devconst.cli.config import ConfigOption, IsolatedOption
-from pte_devconst.cli.output import (DataOption, GateFormat, GateFormatOption, JsonFlag, echo_lines, emit_json, fold_hint,
-                                     github_annotation, human_bytes, markdown_table, md_code, md_text, printable,
+from pte_devconst.cli.output import (DataOption, GateFormat, GateFormatOption, JsonFlag, echo_lines, emit_json,
+                                     fold_hint, github_annotation, human_bytes, markdown_table, md_code, md_text,
+                                     printable,
                                      stdout_console, table)
 from pte_devconst.cli.output import EtrecordOption
 from pte_devconst.cli.progress import files_progress
@@ -78,8 +79,10 @@ def _summary(report: CheckReport) -> str:
     if report.passed and not report.stays and not report.filtered and not report.accepted:
         return f"{checked} file(s) checked: no constant is copied to a device on every call."
     selected = f" selected by {selection_text(report)}" if selection_text(report) else ""
-    parts = ([] if report.findings or not checked else [f"{checked} file(s) checked without findings{selected}"]
-             if report.unknown else [f"{checked} file(s) checked: nothing{selected} left that the rewrite can move"])
+    parts: list[str] = []
+    if checked and not report.findings:
+        parts.append(f"{checked} file(s) checked without findings{selected}" if report.unknown
+                     else f"{checked} file(s) checked: nothing{selected} left that the rewrite can move")
     if report.findings:
         parts.append(f"{len(report.findings)} {'tensor' if report.fold else 'constant'}(s) in "
                      f"{sum(1 for f in report.files if f.findings)} file(s) still copied to a device on every "
@@ -277,7 +280,8 @@ def file_details(report: CheckReport, f: FileCheck) -> tuple[str, list[str], str
         body += markdown_table(["method", "constant", "would move to", "bytes/call"],
                                _markdown_finding_rows(f.unknown), right=["bytes/call"]).split("\n") + [""]
     if f.stays:
-        body += [f"**Copied on every call; the rewrite cannot move them{' (--strict: failing)' if report.strict else ''}:**", ""]
+        strict_note = " (--strict: failing)" if report.strict else ""
+        body += [f"**Copied on every call; the rewrite cannot move them{strict_note}:**", ""]
         body += markdown_table(["method", "value", "device", "bytes/call", "why"],
                                [row + [md_text(x.reason)] for row, x in zip(_markdown_finding_rows(f.stays), f.stays)],
                                right=["bytes/call"]).split("\n") + [""]
@@ -602,8 +606,14 @@ def check_command(
     for unused in report.unused_accepts:
         typer.echo(printable(f"pte-devconst: warning: {unused.origin}: accepted finding matched nothing "
                              f"({unused.describe()})"), err=True)
-    shown = (GateFormat.json if json_flag else fmt if fmt is not None
-             else GateFormat(settings.output_format) if settings.output_format else GateFormat.text)
+    if json_flag:
+        shown = GateFormat.json
+    elif fmt is not None:
+        shown = fmt
+    elif settings.output_format:
+        shown = GateFormat(settings.output_format)
+    else:
+        shown = GateFormat.text
     if shown is GateFormat.json:
         emit_json("check", report.to_json())
     elif shown is GateFormat.sarif:

@@ -164,14 +164,19 @@ def parse(table: dict[str, Any], path: Path, pyproject: bool = True) -> Config:
             known = ", ".join(KEYS)
             raise PteDevconstError(f"{_where(path, pyproject, key)}: unknown key (known: {known})")
         kind, what = KEYS[key]
-        if not isinstance(value, kind) or (key == "min-bytes" and (isinstance(value, bool) or (isinstance(value, int) and value < 0))):
+        not_a_count = isinstance(value, bool) or (isinstance(value, int) and value < 0)
+        if not isinstance(value, kind) or (key == "min-bytes" and not_a_count):
             raise PteDevconstError(f"{_where(path, pyproject, key)}: must be {what}, not {value!r}")
         if key in ("paths", "exclude") and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             raise PteDevconstError(f"{_where(path, pyproject, key)}: must be {what} (strings)")
         if key == "output-format" and value not in FORMATS:
             raise PteDevconstError(f"{_where(path, pyproject, key)}: must be {what}, not {value!r}")
     device = table.get("device")
-    devices = (device,) if isinstance(device, str) else tuple(device) if device is not None else None
+    devices: Optional[tuple[Any, ...]] = None
+    if isinstance(device, str):
+        devices = (device,)
+    elif device is not None:
+        devices = tuple(device)
     if devices is not None and not all(isinstance(d, str) for d in devices):
         raise PteDevconstError(f"{_where(path, pyproject, 'device')}: must be a device (cuda:0) or a list of them")
     return Config(path=path, paths=tuple(table["paths"]) if "paths" in table else None,

@@ -37,7 +37,8 @@ def _summary_rows(d: ProgramDiff) -> list[list[str]]:
     rows += [[f"segment: {s.role}", human_bytes(s.size_before), human_bytes(s.size_after),
               _ratio(s.size_before, s.size_after)] for s in d.segments]
     rows.append(["H2D bytes/call (est.)", human_bytes(d.h2d_bytes_per_call_before),
-                 human_bytes(d.h2d_bytes_per_call_after), _ratio(d.h2d_bytes_per_call_before, d.h2d_bytes_per_call_after)])
+                 human_bytes(d.h2d_bytes_per_call_after),
+                 _ratio(d.h2d_bytes_per_call_before, d.h2d_bytes_per_call_after)])
     if d.device_bytes_before or d.device_bytes_after:
         rows.append(["device memory planned", human_bytes(d.device_bytes_before), human_bytes(d.device_bytes_after),
                      _ratio(d.device_bytes_before, d.device_bytes_after)])
@@ -58,8 +59,10 @@ def _data_text(change: str, after: object) -> str:
 
 
 def _tensor_rows(method: MethodDiff) -> list[list[Any]]:
-    return [[t.value, name_cell(t.name, t.value), t.before.describe() if t.before else "-", t.after.describe() if t.after else "-",
-             human_bytes(p.nbytes) if (p := t.after or t.before) else "-", _data_text(t.data, t.after)] for t in method.tensors]
+    return [[t.value, name_cell(t.name, t.value), t.before.describe() if t.before else "-",
+             t.after.describe() if t.after else "-", human_bytes(p.nbytes) if (p := t.after or t.before) else "-",
+             _data_text(t.data, t.after)]
+            for t in method.tensors]
 
 
 FOLD_COLUMNS = ["v", "from", "kernels (original #)", "device", "bytes", "H2D/call before"]
@@ -76,7 +79,8 @@ DELEGATE_COLUMNS = ["#", "backend", "change"]
 
 def _delegate_rows(method: MethodDiff) -> list[list[Any]]:
     return [[c.index, c.backend_after or c.backend_before or "", c.change if c.backend_before == c.backend_after
-             or c.backend_before is None or c.backend_after is None else f"{c.change}: {c.backend_before} -> {c.backend_after}"]
+             or c.backend_before is None or c.backend_after is None
+             else f"{c.change}: {c.backend_before} -> {c.backend_after}"]
             for c in method.delegates]
 
 
@@ -102,7 +106,8 @@ def _limited(rows: list[list[Any]], verbose: bool) -> tuple[list[list[Any]], str
 
 def render_text(d: ProgramDiff, verbose: bool = False) -> None:
     console = stdout_console()
-    console.print(f"[bold]{markup_safe(d.a)}[/] -> [bold]{markup_safe(d.b)}[/]" + (": identical programs" if d.identical else ""), soft_wrap=True)
+    console.print(f"[bold]{markup_safe(d.a)}[/] -> [bold]{markup_safe(d.b)}[/]"
+                  + (": identical programs" if d.identical else ""), soft_wrap=True)
     console.print(table(None, ["", "before", "after", "change"], _summary_rows(d), right=["before", "after"]))
     if d.named_data:
         console.print(table("named data", NAMED_COLUMNS, _named_rows(d), right=["before", "after"]))

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 import typer
 
 from pte_devconst.cli.app import command, for_each_program, global_options
-from pte_devconst.cli.output import (DataOption, EtrecordOption, constant_label, ProgramsArgument, FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json, fold_hint,
-                                     human_bytes, markdown_table, markup_safe, md_code, md_name, md_text, name_cell, printable,
+from pte_devconst.cli.output import (DataOption, EtrecordOption, constant_label, ProgramsArgument, FormatOption,
+                                     JsonFlag, OutputFormat, echo_lines, emit_json, fold_hint, human_bytes,
+                                     markdown_table, markup_safe, md_code, md_name, md_text, name_cell, printable,
                                      resolve_format, shape_text, stdout_console, table)
 
 from pte_devconst.cli.mermaid import diagrams
@@ -76,13 +77,15 @@ def _method_tables(method: MethodSummary) -> Iterator[Any]:
                     fold_rows(method), right=["v", "bytes", "per call"])
     if method.initial_data:
         yield table("planned with initial data", ["v", "name", "bytes", "buffer", "offset", "device", "from"],
-                    [[i.value, name_cell(i.name, i.value), human_bytes(i.nbytes), i.memory_id, i.offset, i.device, i.source]
+                    [[i.value, name_cell(i.name, i.value), human_bytes(i.nbytes), i.memory_id, i.offset, i.device,
+                      i.source]
                      for i in method.initial_data], right=["v", "bytes", "buffer", "offset"])
     stays = _stays(method)
     if stays:
         yield table("constant-derived copies on every call that the rewrite cannot move",
                     ["v", "name", "device", "bytes/call", "why"],
-                    [[c.value, name_cell(c.name, c.value), c.device, human_bytes(c.bytes_per_call), c.reason] for c in stays],
+                    [[c.value, name_cell(c.name, c.value), c.device, human_bytes(c.bytes_per_call), c.reason]
+                     for c in stays],
                     right=["v", "bytes/call"])
 
 
@@ -136,7 +139,8 @@ def closing_lines(report: InspectReport) -> list[str]:
     if memory is not None:
         change = memory.after - memory.before
         after = ("the same after a rewrite" if change == 0 else
-                 f"{human_bytes(memory.after)} after a rewrite ({'+' if change > 0 else '-'}{human_bytes(abs(change))})")
+                 f"{human_bytes(memory.after)} after a rewrite "
+                 f"({'+' if change > 0 else '-'}{human_bytes(abs(change))})")
         lines.append(f"Device memory planned: {human_bytes(memory.before)}; {after}.")
     return lines
 

@@ -123,7 +123,8 @@ def _side(prefix: str, title: str, groups: list[_Group], after: bool) -> list[st
             lines.append(f'    {node} -->|"{mermaid_text(edge)}"| {target}')
     if rest:
         copies, nbytes = sum(g.copies for g in rest), sum(g.nbytes for g in rest)
-        lines.append(f'    {prefix}M["{mermaid_text(f"{len(rest)} more group(s): {copies} value(s), {human_bytes(nbytes)}")}"]')
+        more = mermaid_text(f"{len(rest)} more group(s): {copies} value(s), {human_bytes(nbytes)}")
+        lines.append(f'    {prefix}M["{more}"]')
     for name, node in targets.items():
         lines.append(f'    {node}["{mermaid_text(name)}"]')
     lines.append("  end")

@@ -178,11 +178,16 @@ _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\
 
 def _escape_code_point(match: "re.Match[str]") -> str:
     code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
 
 
 def printable(text: Any) -> str:
-    """Text from a file made safe for a terminal: controls and bidi/invisible characters shown as ``\\x1b``, ``\\u202e``.
+    """Text from a file made safe for a terminal: controls and bidi/invisible characters shown as ``\\x1b``,
+    ``\\u202e``.
 
     The one escaping function for terminal output: every table cell, title, message and error line goes
     through it (``table``, ``markup_safe``, ``echo_lines``, ``cli.app.fail``).

@@ -16,7 +16,8 @@ from pte_devconst.cli.app import command, for_each_program, global_options
 from pte_devconst.cli.config import ConfigOption, IsolatedOption, load as load_config
 from pte_devconst.cli.output import (DataOption, EtrecordOption, JsonFlag, constant_label, device_memory_line,
                                      echo_lines, emit_json, fold_hint, human_bytes, markdown_table, markup_safe,
-                                     md_code, md_text, name_cell, names_notes, printable, stderr_console, stdout_console, table)
+                                     md_code, md_text, name_cell, names_notes, printable, stderr_console,
+                                     stdout_console, table)
 from pte_devconst.cli.mermaid import diagrams
 from pte_devconst.cli.progress import rewrite_progress
 from pte_devconst.rewriter.request import VerifyMode
@@ -40,6 +41,7 @@ RewriteFormatOption = Annotated[RewriteFormat, typer.Option(
 
 if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
     from pte_devconst.rewriter.rewrite import RewriteResult
+    from pte_devconst.rewriter.plan import BufferGrowth
 
 
 def fold_rows(result: RewriteResult) -> list[list[Any]]:
@@ -49,8 +51,8 @@ def fold_rows(result: RewriteResult) -> list[list[Any]]:
         chain = fold.chain
         value = f"{fold.value} (new)" if fold.appended else str(fold.value)
         kernels = chain.kernels if chain.steps else "device copy (shared)"
-        rows.append([fold.method, value, constant_label(chain.source_tensor.fqn or f"value {chain.source}", chain.source),
-                     kernels,
+        rows.append([fold.method, value,
+                     constant_label(chain.source_tensor.fqn or f"value {chain.source}", chain.source), kernels,
                      str(chain.device), human_bytes(fold.nbytes), human_bytes(fold.bytes_per_call)])
     return rows
 
@@ -116,9 +118,13 @@ def render_text(result: RewriteResult, verbose: bool = False) -> None:
     plan = result.plan
     verb = "would move" if result.output is None else "moved"
     if plan.is_empty:
-        console.print(f"{markup_safe(result.input)}: nothing to move; " +
-                      ("no file written (dry run)." if result.output is None else "left as it is." if result.in_place
-                       else f"{markup_safe(result.output)} is an identical copy."), soft_wrap=True)
+        if result.output is None:
+            outcome = "no file written (dry run)."
+        elif result.in_place:
+            outcome = "left as it is."
+        else:
+            outcome = f"{markup_safe(result.output)} is an identical copy."
+        console.print(f"{markup_safe(result.input)}: nothing to move; " + outcome, soft_wrap=True)
     else:
         if plan.placements:
             console.print(table(f"constants {verb} to device memory", ["method", "device", "constants", "bytes",
@@ -132,7 +138,7 @@ def render_text(result: RewriteResult, verbose: bool = False) -> None:
             console.print(table(f"chains {'that would fold' if result.output is None else 'folded'} into device "
                                 "memory", FOLD_COLUMNS, fold_rows(result), right=["v", "bytes", "H2D saved/call"]))
         growth = [[e.name, b.memory_id, str(b.device), human_bytes(b.old_size), human_bytes(b.new_size),
-                   "new" if b.added else "relaid" if b.relaid else "grown" if b.new_size > b.old_size else "same"]
+                   _buffer_change(b)]
                   for e in plan.methods for b in e.buffers]
         console.print(table("planned buffers", ["method", "id", "device", "before", "after", ""], growth,
                             right=["id", "before", "after"]))
@@ -165,14 +171,27 @@ def render_text(result: RewriteResult, verbose: bool = False) -> None:
                       f"{human_bytes(result.input_size)}), {checked}.", soft_wrap=True)
 
 
+def _buffer_change(buffer: BufferGrowth) -> str:
+    """The last column of the planned-buffers table: how the rewrite changed that buffer."""
+    if buffer.added:
+        return "new"
+    if buffer.relaid:
+        return "relaid"
+    return "grown" if buffer.new_size > buffer.old_size else "same"
+
+
 def concise_line(result: RewriteResult) -> str:
     """One program in one line (``--format concise``, what the pre-commit hook prints)."""
     plan = result.plan
     if plan.is_empty:
         return printable(f"{result.input}: nothing to move")
     moved = len(plan.placements) + len(plan.folds)
-    where = ("dry run, nothing written" if result.output is None else "rewritten in place" if result.in_place
-             else f"wrote {result.output}")
+    if result.output is None:
+        where = "dry run, nothing written"
+    elif result.in_place:
+        where = "rewritten in place"
+    else:
+        where = f"wrote {result.output}"
     return printable(f"{result.input}: {moved} tensor(s) moved to device memory "
                      f"({human_bytes(plan.bytes_per_call_saved)} fewer host-to-device bytes per call); {where}")
 
@@ -182,8 +201,13 @@ def render_markdown(result: RewriteResult) -> None:
     dry = result.output is None
     lines = [f"### pte-devconst rewrite: {md_code(Path(result.input).name)}{' (dry run)' if dry else ''}", ""]
     if plan.is_empty:
-        lines.append("Nothing to move." + (" No file written (dry run)." if dry else " Left as it is." if result.in_place
-                                           else f" {md_code(result.output)} is an identical copy."))
+        if dry:
+            outcome = " No file written (dry run)."
+        elif result.in_place:
+            outcome = " Left as it is."
+        else:
+            outcome = f" {md_code(result.output)} is an identical copy."
+        lines.append("Nothing to move." + outcome)
     else:
         if plan.placements:
             moved = moved_constant_rows(result)
@@ -237,7 +261,8 @@ def rewrite_command(
                                                      help="Leave constants smaller than this in place [default: "
                                                      "0].")] = None,
     fold: Annotated[Optional[bool], typer.Option(
-        "--fold/--no-fold", show_default=False, help="Also fold chains of host kernels that only move or cast a constant (permute_copy, "
+        "--fold/--no-fold", show_default=False,
+        help="Also fold chains of host kernels that only move or cast a constant (permute_copy, "
         "view_copy, _to_copy, ...) before device delegates read it: compute the result once, offline, and store "
         "it as device-resident initial data [default: no].")] = None,
     duplicate_shared: Annotated[bool, typer.Option(

@@ -8,9 +8,9 @@ from typing import Annotated, Any, Optional, Sequence
 import typer
 
 from pte_devconst.cli.app import command, global_options
-from pte_devconst.cli.output import (EtrecordOption, FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json, human_bytes,
-                                     markdown_table, markup_safe, md_code, md_text, printable, resolve_format, stdout_console,
-                                     table)
+from pte_devconst.cli.output import (EtrecordOption, FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json,
+                                     human_bytes, markdown_table, markup_safe, md_code, md_text, printable,
+                                     resolve_format, stdout_console, table)
 
 MAX_CALL_COLUMNS = 6
 
@@ -138,7 +138,8 @@ def render(result: Any, fmt: OutputFormat) -> None:
     from rich.text import Text
 
     console = stdout_console()
-    console.print(f"[bold]{markup_safe(result.path)}[/] method [bold]{markup_safe(result.method)}[/]: {len(result.calls)} call(s), {devices}", soft_wrap=True)
+    console.print(f"[bold]{markup_safe(result.path)}[/] method [bold]{markup_safe(result.method)}[/]: "
+                  f"{len(result.calls)} call(s), {devices}", soft_wrap=True)
     for line in note:
         console.print(Text(printable(line)), soft_wrap=True)
     console.print(table(f"outputs (call {last.index})", output_columns(names), output_rows(last.outputs, names),

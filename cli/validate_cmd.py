@@ -9,8 +9,9 @@ import typer
 
 from pte_devconst.cli.app import command, global_options
 from pte_devconst.util.exit_code import ExitCode
-from pte_devconst.cli.output import (EtrecordOption, FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json, markdown_table,
-                                     markup_safe, md_code, md_text, printable, resolve_format, stdout_console, table)
+from pte_devconst.cli.output import (EtrecordOption, FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json,
+                                     markdown_table, markup_safe, md_code, md_text, printable, resolve_format,
+                                     stdout_console, table)
 from pte_devconst.cli.run_cmd import (InputsOption, ProfileOption, PtdOption, SimulateOption, exact_bytes,
                                       opaque_note)
 
@@ -84,7 +85,8 @@ def render_text(result: Any) -> None:
 
     console = stdout_console()
     devices = "simulated devices" if result.simulated else "real devices"
-    console.print(f"[bold]{markup_safe(result.original)}[/] vs [bold]{markup_safe(result.rewritten)}[/]: {result.calls} calls each, {devices}", soft_wrap=True)
+    console.print(f"[bold]{markup_safe(result.original)}[/] vs [bold]{markup_safe(result.rewritten)}[/]: "
+                  f"{result.calls} calls each, {devices}", soft_wrap=True)
     marks = {"pass": Text("pass", style="green"), "fail": Text("FAIL", style="red"),
              "skipped": Text("skipped", style="yellow")}
     for mv in result.methods:
@@ -98,7 +100,8 @@ def render_text(result: Any) -> None:
 
 
 def render_markdown(result: Any) -> None:
-    lines = [f"### pte-devconst validate: {md_code(Path(result.original).name)} → {md_code(Path(result.rewritten).name)}", "",
+    lines = [f"### pte-devconst validate: {md_code(Path(result.original).name)} → "
+             f"{md_code(Path(result.rewritten).name)}", "",
              f"{result.calls} calls each, {'simulated' if result.simulated else 'real'} devices: "
              f"**{'PASS' if result.passed else 'FAIL'}**", ""]
     lines += [f"> **warning:** {md_text(w)}" for w in result.warnings] + ([""] if result.warnings else [])

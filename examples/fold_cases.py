@@ -77,9 +77,10 @@ class Oracle(torch.nn.Module):
             w.to(torch.float16), w.to(torch.bfloat16), w.to(torch.float64), w.to(torch.bool),
             f.to(torch.int32), f.to(torch.int16), f.to(torch.int64), self.pos.to(torch.uint8), self.pos.to(torch.int8),
             self.f16.to(torch.float32), self.f16.to(torch.bfloat16), self.bf16.to(torch.float16),
-            self.bf16.to(torch.float32), self.ints.to(torch.float32), self.ints.to(torch.int8), self.ints.to(torch.float16),
-            self.small.to(torch.int8), self.small.to(torch.float16), self.flags.to(torch.float32), self.flags.to(torch.int32),
-            w4.to(memory_format=torch.channels_last), w4.contiguous(memory_format=torch.channels_last).to(torch.float16),
+            self.bf16.to(torch.float32), self.ints.to(torch.float32), self.ints.to(torch.int8),
+            self.ints.to(torch.float16), self.small.to(torch.int8), self.small.to(torch.float16),
+            self.flags.to(torch.float32), self.flags.to(torch.int32), w4.to(memory_format=torch.channels_last),
+            w4.contiguous(memory_format=torch.channels_last).to(torch.float16),
             w4.permute(0, 2, 3, 1).contiguous(), w.to(torch.float16).to(torch.float32),
         ]
 

@@ -129,10 +129,12 @@ class ShuffleUnit(nn.Module):
         super().__init__()
         half = c_out // 2
         self.stride = stride
-        self.branch1 = (nn.Sequential(_conv_bn(c_in, c_in, 3, stride, groups=c_in), _conv_bn(c_in, half, 1, act=nn.ReLU()))
+        self.branch1 = (nn.Sequential(_conv_bn(c_in, c_in, 3, stride, groups=c_in),
+                                      _conv_bn(c_in, half, 1, act=nn.ReLU()))
                         if stride > 1 else nn.Identity())
         self.branch2 = nn.Sequential(_conv_bn(c_in if stride > 1 else half, half, 1, act=nn.ReLU()),
-                                     _conv_bn(half, half, 3, stride, groups=half), _conv_bn(half, half, 1, act=nn.ReLU()))
+                                     _conv_bn(half, half, 3, stride, groups=half),
+                                     _conv_bn(half, half, 1, act=nn.ReLU()))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.stride == 1:
@@ -159,7 +161,8 @@ class DenseLayer(nn.Module):
     def __init__(self, c_in: int, growth: int) -> None:
         super().__init__()
         self.body = nn.Sequential(nn.BatchNorm2d(c_in), nn.ReLU(), nn.Conv2d(c_in, 2 * growth, 1, bias=False),
-                                  nn.BatchNorm2d(2 * growth), nn.ReLU(), nn.Conv2d(2 * growth, growth, 3, padding=1, bias=False))
+                                  nn.BatchNorm2d(2 * growth), nn.ReLU(),
+                                  nn.Conv2d(2 * growth, growth, 3, padding=1, bias=False))
 
     def forward(self, features: list[torch.Tensor]) -> torch.Tensor:
         return self.body(torch.cat(features, 1))
@@ -386,9 +389,11 @@ ARCHITECTURES: tuple[Architecture, ...] = (
     Architecture("mobilenet_v2", MobileNetV2, _repeat(_image(16))),
     Architecture("shufflenet_v2", ShuffleNetV2, _repeat(_image(32))),
     Architecture("densenet", DenseNet, _repeat(_image(16))),
-    Architecture("lstm", LSTMModel, _repeat(lambda g: (torch.randn(1, 5, 8, generator=g), torch.randn(2, 1, 16, generator=g),
+    Architecture("lstm", LSTMModel, _repeat(lambda g: (torch.randn(1, 5, 8, generator=g),
+                                                       torch.randn(2, 1, 16, generator=g),
                                                        torch.randn(2, 1, 16, generator=g)))),
-    Architecture("gru", GRUModel, _repeat(lambda g: (torch.randn(1, 5, 8, generator=g), torch.randn(2, 1, 12, generator=g)))),
+    Architecture("gru", GRUModel, _repeat(lambda g: (torch.randn(1, 5, 8, generator=g),
+                                                     torch.randn(2, 1, 12, generator=g)))),
     Architecture("cond", CondModel, _cond_calls),
     Architecture("bert", _hf("BertConfig", "BertModel", ("input_ids", "attention_mask"),
                              ("last_hidden_state", "pooler_output"), vocab_size=64, hidden_size=16,
@@ -561,7 +566,8 @@ def export_all(out: Path, only: Optional[set[str]] = None, variants: Sequence[Va
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default tests/fixtures/real_models)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                        help="output folder (default tests/fixtures/real_models)")
     parser.add_argument("--only", action="append", metavar="ARCH", help="export only this architecture; repeatable")
     parser.add_argument("--list", action="store_true", help="list the architectures and variants, export nothing")
     parser.add_argument("--verbose", action="store_true", help="print the traceback of an export that fails")

@@ -23,8 +23,8 @@ def torch_dtype(scalar_type: int, where: str = "") -> torch.dtype:
     try:
         return _TORCH_DTYPES[scalar_type]
     except KeyError:
-        raise UnsupportedProgramError(f"the runner cannot execute tensors of scalar type {scalar_type_name(scalar_type)}",
-                                      where=where or None) from None
+        raise UnsupportedProgramError("the runner cannot execute tensors of scalar type "
+                                      f"{scalar_type_name(scalar_type)}", where=where or None) from None
 
 
 def scalar_type(dtype: torch.dtype) -> int:

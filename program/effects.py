@@ -196,4 +196,5 @@ def outputs_depending_on(plan: m.ExecutionPlan, delegates: Collection[int],
                 if region is not None:
                     tainted_regions.discard(region)
     return frozenset(position for position, index in enumerate(effects.outputs)
-                     if 0 <= index < len(values) and (tainted(index) or any(tainted(i) for i in list_items(values[index]))))
+                     if 0 <= index < len(values)
+                     and (tainted(index) or any(tainted(i) for i in list_items(values[index]))))

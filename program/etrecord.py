@@ -146,7 +146,8 @@ def _int(item: Any) -> Optional[int]:
 
 
 class _TensorRecord:
-    """What the restricted unpickler makes of ``torch._utils._rebuild_tensor_v2(storage, offset, size, stride, ...)``."""
+    """What the restricted unpickler makes of
+    ``torch._utils._rebuild_tensor_v2(storage, offset, size, stride, ...)``."""
 
     def __init__(self, storage: Any, offset: Any, size: Any, stride: Any, *_: Any) -> None:
         self.storage, self.offset, self.size, self.stride = storage, offset, tuple(size), tuple(stride)

@@ -173,7 +173,8 @@ def per_call_transfers(plan: m.ExecutionPlan, sites: Optional[Sequence[DelegateC
             if isinstance(instruction, m.KernelCall):
                 args = tuple(instruction.args or ())
                 if 0 <= instruction.op_index < len(ops) and ops[instruction.op_index] == H2D_COPY and len(args) >= 2:
-                    found.append(Transfer(TransferKind.H2D_KERNEL, c, k, args[0], _nbytes(values[args[0]]), where.of(args[1])))
+                    found.append(Transfer(TransferKind.H2D_KERNEL, c, k, args[0], _nbytes(values[args[0]]),
+                                          where.of(args[1])))
                     for ret in args[2:]:
                         if ret != args[1]:
                             where.moved[ret] = where.of(args[1])
@@ -185,9 +186,11 @@ def per_call_transfers(plan: m.ExecutionPlan, sites: Optional[Sequence[DelegateC
                         continue
                     here = where.of(arg)
                     if pos < site.n_inputs and here.is_cpu and not target.is_cpu:
-                        found.append(Transfer(TransferKind.DELEGATE_HOST_INPUT, c, k, arg, _nbytes(values[arg]), target, pos))
+                        found.append(Transfer(TransferKind.DELEGATE_HOST_INPUT, c, k, arg, _nbytes(values[arg]),
+                                              target, pos))
                     elif pos >= site.n_inputs and not here.is_cpu and target.is_cpu:
-                        found.append(Transfer(TransferKind.HOST_DELEGATE_OUTPUT, c, k, arg, _nbytes(values[arg]), here, pos))
+                        found.append(Transfer(TransferKind.HOST_DELEGATE_OUTPUT, c, k, arg, _nbytes(values[arg]),
+                                              here, pos))
             elif isinstance(instruction, m.MoveCall):
                 where.moved[instruction.move_to] = where.of(instruction.move_from)
         if any(isinstance(i, m.JumpFalseCall) for i in instructions):

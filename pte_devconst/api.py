@@ -303,8 +303,15 @@ def rewrite_request(pte: ProgramLike, output: Optional[PathLike] = None, *, ptd:
         options = rewrite_options(devices=devices, min_bytes=min_bytes, fold=fold, duplicate_shared=duplicate_shared)
     if names is None:
         names = _namer(_names_source(pte, etrecord))
-    destination = (None if dry_run or not isinstance(source, Path) else source if in_place
-                   else Path(output) if output is not None else paths.default_output(source))
+    destination: Optional[Path]
+    if dry_run or not isinstance(source, Path):
+        destination = None
+    elif in_place:
+        destination = source
+    elif output is not None:
+        destination = Path(output)
+    else:
+        destination = paths.default_output(source)
     data = (Path(ptd) if ptd is not None else None) if paired else _data_for(source, ptd)
     return RewriteRequest(source, destination, data, options, dry_run, in_place, fsync,
                           VerifyMode.parse(verify), names)
@@ -482,7 +489,12 @@ def check(files: Union[ProgramLike, Iterable[ProgramLike], Programs], *,
         chosen = None
     memory = [_program(item, "check") for item in arguments if not isinstance(item, (str, os.PathLike))]
     names = _namer(_names_source(arguments[0], etrecord) if len(arguments) == 1 else etrecord)
-    given = [] if ptd is None else [ptd] if isinstance(ptd, (str, os.PathLike)) else list(ptd)
+    if ptd is None:
+        given = []
+    elif isinstance(ptd, (str, os.PathLike)):
+        given = [ptd]
+    else:
+        given = list(ptd)
     named = [item for item in arguments if isinstance(item, (str, os.PathLike))]
     if chosen is None and (named or not memory):
         chosen = paths.programs(named, given, exclude=exclude, exclude_root=exclude_root)

@@ -99,8 +99,9 @@ class ConstantVerdict:
 
     @property
     def status(self) -> VerdictStatus:
-        return (VerdictStatus.ELIGIBLE if self.eligible else VerdictStatus.UNKNOWN if self.unknown
-                else VerdictStatus.NOT_ELIGIBLE)
+        if self.eligible:
+            return VerdictStatus.ELIGIBLE
+        return VerdictStatus.UNKNOWN if self.unknown else VerdictStatus.NOT_ELIGIBLE
 
     @property
     def verdict(self) -> str:
@@ -343,7 +344,10 @@ def analyze_program(program: m.Program, external: Optional[ExternalData] = None,
         has_copies = any(isinstance(ins, m.KernelCall) and ops[ins.op_index] == H2D_COPY
                          for chain in plan.chains or () for ins in chain.instructions or ())
         on_device = any(not d.device.is_cpu for d in delegates.values())
-        style = MethodStyle.COPY if has_copies else MethodStyle.LEGACY if on_device else MethodStyle.CPU
+        if has_copies:
+            style = MethodStyle.COPY
+        else:
+            style = MethodStyle.LEGACY if on_device else MethodStyle.CPU
         transfers, sites = method_transfers(plan, budget)
         methods.append(MethodAnalysis(method_name(plan.name, plan_index), plan_index, constants,
                                       tuple(delegates.values()), sum(t.nbytes for t in transfers), style, label,

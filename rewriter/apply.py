@@ -116,7 +116,8 @@ def apply_plan(source: PteFile, plan: RewritePlan, ptd: Optional[PtdFile] = None
         contents[constant_segment.segment_index] = content
         constant_segment = replace(constant_segment, offsets=offsets)
     edits = {edit.plan_index: edit for edit in plan.methods}
-    plans = tuple(edit_method(p, edits[i], remap) if i in edits else p for i, p in enumerate(program.execution_plan or ()))
+    plans = tuple(edit_method(p, edits[i], remap) if i in edits else p
+                  for i, p in enumerate(program.execution_plan or ()))
     mutable = program.mutable_data_segments
     if plan.initial_data:
         content, offsets, index = _mutable_content(source, plan, ptd)

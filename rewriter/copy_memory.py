@@ -160,9 +160,12 @@ class CopyMemory:
             if use.writes and use.position != copy_at:
                 step = self.effects.steps[use.position]
                 ins = ((self.effects.plan.chains or ())[step.chain].instructions or ())[step.instruction]
-                what = (f"delegate {ins.delegate_index}" if isinstance(ins, m.DelegateCall)
-                        else "a MoveCall" if isinstance(ins, m.MoveCall)
-                        else f"kernel {self.effects.kernel_names.get(use.position, '?')}")
+                if isinstance(ins, m.DelegateCall):
+                    what = f"delegate {ins.delegate_index}"
+                elif isinstance(ins, m.MoveCall):
+                    what = "a MoveCall"
+                else:
+                    what = f"kernel {self.effects.kernel_names.get(use.position, '?')}"
                 return ("its device copy is also written by another instruction",
                         f"its device copy (value {dst}) is also written by {what} at instruction {step.instruction}; "
                         "without the copy that write would land on the resident constant")

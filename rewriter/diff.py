@@ -252,7 +252,9 @@ class _Digests:
 
     def delegate(self, delegate: m.BackendDelegate) -> str:
         span = self.source.delegate_span(delegate)
-        return self.digest(span) if span is not None else hashlib.sha256(self.source.delegate_blob(delegate)).hexdigest()
+        if span is not None:
+            return self.digest(span)
+        return hashlib.sha256(self.source.delegate_blob(delegate)).hexdigest()
 
 
 def placement(plan: m.ExecutionPlan, value: m.EValue, digests: Optional[_Digests] = None,
@@ -263,8 +265,9 @@ def placement(plan: m.ExecutionPlan, value: m.EValue, digests: Optional[_Digests
         nbytes = value.nbytes
     except KeyError:
         nbytes = 0
-    common: dict[str, Any] = dict(nbytes=nbytes, dtype=scalar_type_name(value.scalar_type), shape=tuple(value.sizes or ()),
-                  sha256=digests.tensor(value) if digests is not None else None)
+    common: dict[str, Any] = dict(nbytes=nbytes, dtype=scalar_type_name(value.scalar_type),
+                                  shape=tuple(value.sizes or ()),
+                                  sha256=digests.tensor(value) if digests is not None else None)
     if value.allocation_info is not None:
         alloc = value.allocation_info
         device = plan.buffer_device(alloc.memory_id) if devices is None else devices.get(alloc.memory_id, CPU)
@@ -491,8 +494,8 @@ def _diff_method(name: str, a: Optional[m.ExecutionPlan], b: Optional[m.Executio
     folds = _folds(a, b, tensors)
     status = {f.value: _fold_data(a, f, next(t for t in tensors if t.value == f.value), digests[0]) for f in folds}
     tensors = [m.replace(t, data=status[t.value]) if t.value in status else t for t in tensors]
-    return MethodDiff(name, Change.CHANGED if changed else Change.SAME, tuple(tensors), tuple(buffers), tuple(delegates),
-                      tuple(instructions), tuple(mapping), count_a, count_b, *h2d, tuple(folds))
+    return MethodDiff(name, Change.CHANGED if changed else Change.SAME, tuple(tensors), tuple(buffers),
+                      tuple(delegates), tuple(instructions), tuple(mapping), count_a, count_b, *h2d, tuple(folds))
 
 
 def _folds(a: m.ExecutionPlan, b: m.ExecutionPlan, tensors: list[TensorChange]) -> list[FoldedChange]:
@@ -511,8 +514,10 @@ def _folds(a: m.ExecutionPlan, b: m.ExecutionPlan, tensors: list[TensorChange]) 
         traced = next((x for x in map(tracer.trace, origins) if x is not None), None)
         if traced is None:
             continue
-        host = traced.copied_from if traced.copied_from is not None else \
-            traced.steps[-1].output if traced.steps else traced.source
+        if traced.copied_from is not None:
+            host = traced.copied_from
+        else:
+            host = traced.steps[-1].output if traced.steps else traced.source
         source = (a.values or ())[traced.source]
         assert isinstance(source, m.Tensor) and t.after is not None  # traced from a constant; a candidate is planned
         found.append(FoldedChange(t.value, t.before is None, traced.source, source.fqn or f"value {traced.source}",
@@ -531,7 +536,8 @@ def _fold_data(a: m.ExecutionPlan, fold: FoldedChange, change: TensorChange, dig
 
 
 def _replaced_arguments(a: m.ExecutionPlan, b: m.ExecutionPlan) -> dict[int, set[int]]:
-    """For each value ``b``'s delegate calls pass where ``a``'s passed another: those others (calls matched in order)."""
+    """For each value ``b``'s delegate calls pass where ``a``'s passed another: those others (calls matched in
+    order)."""
     calls_a = [i for chain in a.chains or () for i in chain.instructions or () if isinstance(i, m.DelegateCall)]
     calls_b = [i for chain in b.chains or () for i in chain.instructions or () if isinstance(i, m.DelegateCall)]
     found: dict[int, set[int]] = {}
@@ -572,7 +578,10 @@ def _diff_named_data(a: PteFile, b: PteFile, digests: tuple[_Digests, _Digests])
     for key in list(named_a) + [k for k in named_b if k not in named_a]:
         before, after = named_a.get(key), named_b.get(key)
         if before != after:
-            change = Change.ADDED if before is None else Change.REMOVED if after is None else Change.CHANGED
+            if before is None:
+                change = Change.ADDED
+            else:
+                change = Change.REMOVED if after is None else Change.CHANGED
             changes.append(NamedDataChange(key, change, before[0] if before else None, after[0] if after else None))
     return changes
 
@@ -582,7 +591,10 @@ def _segment_sizes(source: PteFile) -> dict[str, int]:
     sizes: dict[str, int] = {}
     for index, segment in enumerate(source.program.segments or ()):
         role = roles.get(index, "unused")
-        role = "delegates" if role.startswith("delegate") else "named data" if role.startswith("named") else role
+        if role.startswith("delegate"):
+            role = "delegates"
+        elif role.startswith("named"):
+            role = "named data"
         sizes[role] = sizes.get(role, 0) + segment.size
     return sizes
 

@@ -144,8 +144,11 @@ class FileCheck:
 
     @property
     def status(self) -> CheckStatus:
-        return (CheckStatus.ERROR if self.error else CheckStatus.FINDINGS if self.failing
-                else CheckStatus.UNKNOWN if self.unknown else CheckStatus.OK)
+        if self.error:
+            return CheckStatus.ERROR
+        if self.failing:
+            return CheckStatus.FINDINGS
+        return CheckStatus.UNKNOWN if self.unknown else CheckStatus.OK
 
     @property
     def bytes_per_call(self) -> int:

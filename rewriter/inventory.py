@@ -246,23 +246,31 @@ def summarize(source: PteFile, analysis: Analysis, names: Optional["ProgramNames
                 if value.has_initial_data:
                     initial.append(InitialDataSummary(
                         index, value.fqn or f"value {index}", value.nbytes, mid, value.allocation_info.memory_offset,
-                        str(value.device), BytesLocation.EXTERNAL if value.is_external else BytesLocation.MUTABLE_SEGMENT))
+                        str(value.device),
+                        BytesLocation.EXTERNAL if value.is_external else BytesLocation.MUTABLE_SEGMENT))
         delegates = []
         for info in method.delegates:
             delegate = (plan.delegates or ())[info.index]
             span = source.delegate_span(delegate)
             inline = (program.backend_delegate_data or ())
-            size = span.size if span else len((inline[delegate.processed.index].data or b"")) if delegate.processed else 0
+            if span:
+                size = span.size
+            elif delegate.processed:
+                size = len(inline[delegate.processed.index].data or b"")
+            else:
+                size = 0
             specs = tuple(f"{s.key}={_spec_text(s.value)}" for s in delegate.compile_specs or ())
             delegates.append(DelegateSummary(info.index, info.backend_id, str(info.device),
                                              BytesLocation.SEGMENT if span else BytesLocation.INLINE, size,
                                              tuple(k for _, k in info.call_sites), specs, info.device_error))
         sizes = plan.non_const_buffer_sizes or ()
         on = buffer_devices(plan)
-        buffers = tuple(BufferSummary(i, sizes[i], str(on.get(i, m.CPU)), counts.get(i, 0)) for i in range(1, len(sizes)))
+        buffers = tuple(BufferSummary(i, sizes[i], str(on.get(i, m.CPU)), counts.get(i, 0))
+                        for i in range(1, len(sizes)))
         folds = method.folds
         constants = tuple(
-            ConstantSummary(c.value, c.name, scalar_type_name(c.tensor.scalar_type), tuple(c.tensor.sizes or ()), c.nbytes,
+            ConstantSummary(c.value, c.name, scalar_type_name(c.tensor.scalar_type), tuple(c.tensor.sizes or ()),
+                            c.nbytes,
                             _constant_location(c.tensor, program), str(c.tensor.device),
                             tuple(describe_reader(r) for r in c.readers), (folds and folds.verdict(c)) or c.verdict)
             for c in method.constants

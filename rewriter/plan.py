@@ -215,7 +215,8 @@ class DeviceMemory:
         """Why the rewritten program needs more device memory than the input, when it does."""
         if self.after <= self.before:
             return None
-        head = f"the rewritten program plans {self.grown:,} B more device memory ({self.before:,} B -> {self.after:,} B)"
+        head = (f"the rewritten program plans {self.grown:,} B more device memory "
+                f"({self.before:,} B -> {self.after:,} B)")
         if self.added >= self.grown:
             return (f"{head}: the moved constants now live in planned device memory for the whole method; before, "
                     "the delegates copied them into device memory of their own on every call (legacy style), "
@@ -320,7 +321,8 @@ def fold_gain(program: m.Program, analysis: Analysis, options: RewriteOptions = 
         return FoldGain(0, 0)
     plain = plain if plain is not None else make_plan(program, analysis, options)
     folded = make_plan(program, analysis, m.replace(options, fold=True))
-    return FoldGain(folded.moved_tensors - plain.moved_tensors, folded.bytes_per_call_saved - plain.bytes_per_call_saved)
+    return FoldGain(folded.moved_tensors - plain.moved_tensors,
+                    folded.bytes_per_call_saved - plain.bytes_per_call_saved)
 
 
 def safe_fold_gain(program: m.Program, analysis: Analysis, options: RewriteOptions = RewriteOptions(),
@@ -617,8 +619,12 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
                 target, appended = appended, appended + 1
             source_tensor = chain.source_tensor
             external = chain.duplicate and source_tensor.is_external
-            index = 0 if external else entry_of_source[source_tensor.data_buffer_idx] if chain.duplicate \
-                else entry_of_recipe[chain.recipe]
+            if external:
+                index = 0
+            elif chain.duplicate:
+                index = entry_of_source[source_tensor.data_buffer_idx]
+            else:
+                index = entry_of_recipe[chain.recipe]
             kernels = tuple((s.chain, s.instruction) for s in chain.steps if (s.chain, s.instruction) in choice.removed)
             folds.append(FoldPlacement(
                 method=chain.method, plan_index=method.plan_index, value=target,
@@ -680,7 +686,8 @@ def _relaid(plan: m.ExecutionPlan, edit: MethodEdit) -> MethodEdit:
                 relocations.append((index, g.memory_id, offset))
         for index, value in enumerate(values):  # zero-byte tensors have no region: keep them inside the buffer
             if isinstance(value, m.Tensor) and value.allocation_info is not None and index not in layout.offsets \
-                    and value.allocation_info.memory_id == g.memory_id and value.allocation_info.memory_offset > layout.size:
+                    and value.allocation_info.memory_id == g.memory_id \
+                    and value.allocation_info.memory_offset > layout.size:
                 relocations.append((index, g.memory_id, 0))
     if not relocations and all(not g.relaid for g in growth):
         return replace(edit, buffers=tuple(growth))

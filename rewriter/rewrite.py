@@ -93,8 +93,13 @@ def rewrite_file(input_path: str | os.PathLike[str] | ProgramBytes,
     """Rewrite ``input_path`` to ``output_path`` (required unless ``dry_run`` or ``in_place``): ``rewrite`` with
     the request these arguments make, for a library caller that has the paths already (tests, benchmarks)."""
     source = input_path if isinstance(input_path, ProgramBytes) else Path(input_path)
-    destination = (None if dry_run or isinstance(source, ProgramBytes) else source if in_place
-                   else None if output_path is None else Path(output_path))
+    destination: Optional[Path] = None
+    if dry_run or isinstance(source, ProgramBytes):
+        destination = None
+    elif in_place:
+        destination = source
+    elif output_path is not None:
+        destination = Path(output_path)
     request = RewriteRequest(source, destination, None if ptd is None else Path(ptd), options, dry_run, in_place,
                              durable, VerifyMode.parse(verify), names)
     return rewrite(request, progress, phase)

@@ -514,7 +514,8 @@ class _MethodCheck:
     def _check_released(self, index: int, old: m.EValue, new: m.EValue) -> None:
         """A constant nothing reads any more, whose bytes left the file: unbound (data index 0), else unchanged."""
         if not isinstance(old, m.Tensor) or not old.is_constant or old.is_external or \
-                old.data_buffer_idx not in self.context.plan.dropped_constants or new != m.replace(old, data_buffer_idx=0):
+                old.data_buffer_idx not in self.context.plan.dropped_constants or \
+                new != m.replace(old, data_buffer_idx=0):
             raise self.fail(f"value {index} was released but is not a constant whose entry was dropped, unbound")
         self.dead.add(index)  # nothing may read it any more
 
@@ -524,13 +525,15 @@ class _MethodCheck:
             raise self.fail(f"{where} was not a constant of this method in the input")
         if not isinstance(new, m.Tensor) or new.allocation_info is None:
             raise self.fail(f"{where} is not planned memory")
-        if _KEPT_WHEN_MOVED(old) != _KEPT_WHEN_MOVED(new) or new.storage_offset != 0 or new.shape_dynamism != m.TensorShapeDynamism.STATIC:
+        if _KEPT_WHEN_MOVED(old) != _KEPT_WHEN_MOVED(new) or new.storage_offset != 0 \
+                or new.shape_dynamism != m.TensorShapeDynamism.STATIC:
             raise self.fail(f"{where} changed its type, shape or layout")
         memory_id, offset = new.allocation_info.memory_id, new.allocation_info.memory_offset
         if (memory_id, offset) != (p.memory_id, p.offset) or p.nbytes != old.nbytes:
             raise self.fail(f"{where} is not at buffer {p.memory_id} offset {p.offset}")
         device = self.new_devices.get(memory_id, m.CPU)
-        if new.device != p.device or device != p.device or device.is_cpu and not self.context.plan.options.host_placement:
+        if new.device != p.device or device != p.device \
+                or device.is_cpu and not self.context.plan.options.host_placement:
             raise self.fail(f"{where}, its buffer and the plan disagree on its device "
                             f"({new.device}, {device}, {p.device})")
         sizes = self.new.non_const_buffer_sizes or ()

@@ -131,7 +131,8 @@ def _without_repeats(requirements: Iterable[SameBytes]) -> list[SameBytes]:
     for requirement in by_shift:
         if kept:
             last = kept[-1]
-            same_shift = last.written.offset - last.source.offset == requirement.written.offset - requirement.source.offset
+            same_shift = (last.written.offset - last.source.offset
+                          == requirement.written.offset - requirement.source.offset)
             if same_shift and requirement.source.end <= last.source.end:
                 continue
         kept.append(requirement)
@@ -183,9 +184,12 @@ class ByteChecker:
         work: list[Requirement] = [*_without_repeats(same), *zeros, *computed]
         work.sort(key=lambda r: r.written.offset)  # sequential reads of the output
         for requirement in work:
-            offset = (self._differs(requirement) if isinstance(requirement, SameBytes)
-                      else self._computed(requirement) if isinstance(requirement, ComputedBytes)
-                      else self._not_zero(requirement))
+            if isinstance(requirement, SameBytes):
+                offset = self._differs(requirement)
+            elif isinstance(requirement, ComputedBytes):
+                offset = self._computed(requirement)
+            else:
+                offset = self._not_zero(requirement)
             if offset is not None:
                 return Difference(requirement, offset)
         return None

@@ -32,7 +32,8 @@ import torch
 from .delegates import DelegateArg, DelegateContext, DelegateExecutor, DelegateInitContext
 from .values import RunnerError
 
-_ENTRY = re.compile(r"op:demo::(?P<op>[^,]+), numel:(?P<numel>-?\d+), dtype:(?P<dtype>[^<]+)<debug_handle>(?P<handle>-?\d+)")
+_ENTRY = re.compile(r"op:demo::(?P<op>[^,]+), numel:(?P<numel>-?\d+), "
+                    r"dtype:(?P<dtype>[^<]+)<debug_handle>(?P<handle>-?\d+)")
 
 # op name in the blob -> (arity, torch function)
 _OPS: dict[str, tuple[int, Any]] = {

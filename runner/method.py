@@ -192,7 +192,8 @@ class LoadedMethod:
                 raise RunnerError(f"expected dtype {dtype_name(dtype)}, got {dtype_name(given.dtype)} "
                                   f"(shape {list(shape)})", where=where)
             dynamic = spec.shape_dynamism == m.TensorShapeDynamism.DYNAMIC_BOUND
-            if shape != sizes and not (dynamic and len(shape) == len(sizes) and all(a <= b for a, b in zip(shape, sizes))):
+            if shape != sizes and not (dynamic and len(shape) == len(sizes)
+                                       and all(a <= b for a, b in zip(shape, sizes))):
                 raise RunnerError(f"expected shape {list(sizes)}{' (upper bounds)' if dynamic else ''}, "
                                   f"got {list(shape)}", where=where)
             if spec.allocation_info is not None:
@@ -323,8 +324,9 @@ def _executor_errors(backend_id: str, step: str, where: str) -> Iterator[None]:
 class LoadedProgram:
     """An opened .pte (plus optional .ptd) whose methods load on demand; close it when done."""
 
-    def __init__(self, pte_path: "str | ProgramBytes", ptd_path: Optional[str] = None, *, simulate_devices: bool = False,
-                 opaque: OpaquePolicy = OpaquePolicy.NEVER, transcript: bool = False) -> None:
+    def __init__(self, pte_path: "str | ProgramBytes", ptd_path: Optional[str] = None, *,
+                 simulate_devices: bool = False, opaque: OpaquePolicy = OpaquePolicy.NEVER,
+                 transcript: bool = False) -> None:
         self.opaque = opaque
         self.transcript = transcript
         self.pte = open_pte(pte_path)  # a path, or a program in memory (ProgramBytes)

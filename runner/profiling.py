@@ -35,10 +35,14 @@ def memcpy_totals(trace: dict[str, Any]) -> ProfiledCopies:
             continue
         name = event.get("name", "")
         nbytes = int((event.get("args") or {}).get("bytes", 0))
-        bucket = h2d if "HtoD" in name else d2h if "DtoH" in name else None
-        if bucket is not None:
-            bucket[0] += 1
-            bucket[1] += nbytes
+        if "HtoD" in name:
+            bucket = h2d
+        elif "DtoH" in name:
+            bucket = d2h
+        else:
+            continue
+        bucket[0] += 1
+        bucket[1] += nbytes
     return ProfiledCopies(h2d[0], h2d[1], d2h[0], d2h[1])
 
 

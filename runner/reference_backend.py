@@ -108,7 +108,8 @@ class ReferenceBackendExecutor(DelegateExecutor):
         try:
             declared = None if declared is None else m.Device.parse(declared)
         except (ValueError, TypeError, AttributeError):
-            raise RunnerError(f"reference backend blob names an unknown target device {declared!r}", where=where) from None
+            raise RunnerError(f"reference backend blob names an unknown target device {declared!r}",
+                              where=where) from None
         if declared is not None and declared != context.target_device:
             raise RunnerError(f"blob targets {declared} but the compile spec says {context.target_device}", where=where)
         try:
@@ -130,7 +131,8 @@ class ReferenceBackendExecutor(DelegateExecutor):
                           for n in doc["nodes"])
             outputs = tuple(doc["outputs"])
         except (KeyError, TypeError, ValueError) as error:
-            raise RunnerError(f"malformed reference backend blob: {type(error).__name__}: {error}", where=where) from None
+            raise RunnerError(f"malformed reference backend blob: {type(error).__name__}: {error}",
+                              where=where) from None
         return ReferenceProgram(inputs, tuple(constants), nodes, outputs)
 
     def execute(self, handle: ReferenceProgram, args: list[DelegateArg], context: DelegateContext) -> None:

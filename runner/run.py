@@ -184,7 +184,8 @@ def default_method(program: LoadedProgram, method: Optional[str]) -> str:
     return "forward" if "forward" in names or not names else names[0]
 
 
-def run_program(pte_path: str | Path | ProgramBytes, *, ptd_path: Optional[str | Path] = None, method: Optional[str] = None,
+def run_program(pte_path: str | Path | ProgramBytes, *, ptd_path: Optional[str | Path] = None,
+                method: Optional[str] = None,
                 inputs: Any = None, calls: int = 1, simulate_devices: bool = False,
                 profile: bool = False, opaque: OpaquePolicy = OpaquePolicy.NEVER,
                 transcript: bool = False, on_call: Optional[Callable[[int], None]] = None) -> RunResult:
@@ -203,7 +204,8 @@ def run_program(pte_path: str | Path | ProgramBytes, *, ptd_path: Optional[str |
         raise error.with_file(str(pte_path))
 
 
-def _run_program(pte_path: str | Path | ProgramBytes, ptd_path: Optional[str | Path], method: Optional[str], inputs: Any,
+def _run_program(pte_path: str | Path | ProgramBytes, ptd_path: Optional[str | Path], method: Optional[str],
+                 inputs: Any,
                  calls: int, simulate_devices: bool, profile: bool, opaque: OpaquePolicy,
                  transcript: bool, on_call: Optional[Callable[[int], None]] = None) -> RunResult:
     if calls < 1:

@@ -304,8 +304,11 @@ def static_checks(original: m.ExecutionPlan, rewritten: m.ExecutionPlan, moved: 
                 slots += 1
                 out = site.args[pos]
                 region = planned_region(values[out]) if 0 <= out < len(values) else None
-                hit = out if out in moved_ids else next(iter(overlaps[region.memory_id].overlapping(
-                    region.start, region.end)), None) if region is not None and region.memory_id in overlaps else None
+                hit: Optional[int] = None
+                if out in moved_ids:
+                    hit = out
+                elif region is not None and region.memory_id in overlaps:
+                    hit = next(iter(overlaps[region.memory_id].overlapping(region.start, region.end)), None)
                 if hit is not None:
                     writes.append(f"delegate {site.delegate_index} at instruction {site.instruction} writes value "
                                   f"{out} (argument {pos})" + ("" if hit == out else f", which shares bytes with "
@@ -380,12 +383,16 @@ class Tolerance:
     def describe(self) -> str:
         if self.exact:
             return f"{self.dtype} exactly"
-        return f"{self.dtype} within rtol={self.rtol:g}, atol={self.atol:g} ({'given' if self.given else 'dtype default'})"
+        source = "given" if self.given else "dtype default"
+        return f"{self.dtype} within rtol={self.rtol:g}, atol={self.atol:g} ({source})"
 
     def to_json(self) -> dict[str, Any]:
+        if self.exact:
+            source = "exact"
+        else:
+            source = "given" if self.given else "dtype default"
         return {"dtype": self.dtype, "exact": self.exact, "rtol": None if self.exact else self.rtol,
-                "atol": None if self.exact else self.atol,
-                "source": "exact" if self.exact else "given" if self.given else "dtype default"}
+                "atol": None if self.exact else self.atol, "source": source}
 
 
 def output_tolerance(dtype: torch.dtype, rtol: Optional[float], atol: Optional[float]) -> Tolerance:
@@ -574,8 +581,9 @@ def _check_method(name: str, before: RunResult, after: RunResult, moved: list[Mo
         moved_before = sum(e.nbytes for e in _h2d(before.events, phase, name) if e.source_value in origins)
         still = [e for e in _h2d(after.events, phase, name) if e.source_value in origins | set(resident)]
         if still:
+            sources = sorted({e.source_value for e in still if e.source_value is not None})
             per_call_problems.append(f"call {i}: {len(still)} copies ({sum(e.nbytes for e in still)} B) "
-                                     f"of values {sorted({e.source_value for e in still if e.source_value is not None})}")
+                                     f"of values {sources}")
         drop = a.copies.h2d.nbytes - b.copies.h2d.nbytes
         if drop != moved_before:
             drop_problems.append(f"call {i}: fell by {drop} B, expected {moved_before} B")
@@ -603,7 +611,8 @@ def _reporter(progress: Optional[Callable[[int, int, str], None]], start: int, t
     return lambda index: progress(start + index, total, f"{what}, call {index + 1}/{calls}")
 
 
-def validate(original: str | Path | ProgramBytes, rewritten: str | Path | ProgramBytes, *, ptd: Optional[str | Path] = None,
+def validate(original: str | Path | ProgramBytes, rewritten: str | Path | ProgramBytes, *,
+             ptd: Optional[str | Path] = None,
              rewritten_ptd: Optional[str | Path] = None, inputs: Any = None, expected: Any = None,
              calls: int = 2, rtol: Optional[float] = None, atol: Optional[float] = None,
              simulate_devices: bool = False, methods: Optional[Sequence[str]] = None, profile: bool = False,
@@ -672,8 +681,8 @@ def validate(original: str | Path | ProgramBytes, rewritten: str | Path | Progra
                 expected_missing = (f"{MISSING_ENTRY} {name!r}: its outputs were not compared with them")
             else:
                 expected_calls = [tuple(c) for c in calls_from(expected_data, name, "expected outputs")]
-        common: dict[str, Any] = dict(method=name, inputs=call_inputs, calls=calls, simulate_devices=simulate_devices, profile=profile,
-                      opaque=policy, transcript=True)
+        common: dict[str, Any] = dict(method=name, inputs=call_inputs, calls=calls, simulate_devices=simulate_devices,
+                                      profile=profile, opaque=policy, transcript=True)
         position = names.index(name) * 2 * calls
         before = run_program(original, ptd_path=ptd, on_call=_reporter(progress, position, len(names) * 2 * calls,
                                                                        f"{name}: original", calls), **common)

@@ -309,7 +309,8 @@ def records_source(model: Model, module: str) -> str:
             if field.high is not None:
                 lines.append(f"    # {field.wire.name} | {field.high.name} << 32 on the wire")
             lines += [f"    # {line}".rstrip() for line in field.wire.doc.splitlines()]
-            lines.append(f"    {field.name}: {model.annotation(table, field.wire)} = {model.default(table, field.wire)}")
+            lines.append(f"    {field.name}: {model.annotation(table, field.wire)} = "
+                         f"{model.default(table, field.wire)}")
         lines += [] if fields else ["    pass"]
         lines.append("")
     for wrapper in wrappers:
@@ -430,8 +431,10 @@ def _encoder(model: Model, table: TableDef, vector_elements: set[str]) -> list[s
         if field.high is not None:
             values += [f"v.{field.name} & 0xFFFFFFFF", f"v.{field.name} >> 32"]
         elif wire.type.kind == "union":
-            lines += [f"    if ({x} := v.{field.name}) is None:", f"        {field.name}_tag, {field.name}_at = 0, None",
-                      "    else:", f"        {field.name}_tag, write = {model.constant(wire.type.name)}[type({x})]",
+            lines += [f"    if ({x} := v.{field.name}) is None:",
+                      f"        {field.name}_tag, {field.name}_at = 0, None",
+                      "    else:",
+                      f"        {field.name}_tag, write = {model.constant(wire.type.name)}[type({x})]",
                       f"        {field.name}_at = write(b, {x})"]
             values += [f"{field.name}_tag", f"{field.name}_at"]
         elif wire.type.vector or wire.type.kind in ("string", "table"):

@@ -95,7 +95,8 @@ class FlatReader:
     def spend(self, amount: int) -> None:
         self.budget -= amount
         if self.budget < 0:
-            raise FlatbufferError("offsets reference far more data than the buffer holds (shared or overlapping offsets)")
+            raise FlatbufferError("offsets reference far more data than the buffer holds "
+                                  "(shared or overlapping offsets)")
 
     def root(self) -> "Table":
         if self.size < 8:

@@ -136,7 +136,8 @@ class MappedFile:
         return digest.hexdigest()
 
     def piece(self, span: Span) -> Piece:
-        """The bytes of ``span`` for the writer: a file range (streamed by the kernel) or, for in-memory input, bytes."""
+        """The bytes of ``span`` for the writer: a file range (streamed by the kernel) or, for in-memory input,
+        bytes."""
         if span.end > self.size:
             raise FormatError(f"[{span.offset}, {span.end}) lies past the end of the file ({self.size} bytes)",
                               file=self.path)

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 __all__ = ["Device", "CPU", "element_size", "dim_order_strides", "KNOWN_SCALAR_TYPES"]
 
 
-def dim_order_strides(sizes: "tuple[int, ...] | list[int]", dim_order: "tuple[int, ...] | list[int]") -> tuple[int, ...]:
+def dim_order_strides(sizes: "tuple[int, ...] | list[int]",
+                      dim_order: "tuple[int, ...] | list[int]") -> tuple[int, ...]:
     """Element strides that ``dim_order`` implies: the last dim in the order is innermost; size 0 counts as 1."""
     strides = [0] * len(sizes)
     running = 1

@@ -81,7 +81,8 @@ class PteFile(MappedFile):
             return None
         if tensor.allocation_info is not None:
             return self.mutable_span(tensor.data_buffer_idx, tensor.nbytes)
-        if self.program.constant_buffer and len((self.program.constant_segment or m.SubsegmentOffsets()).offsets or ()) <= 1:
+        if self.program.constant_buffer and \
+                len((self.program.constant_segment or m.SubsegmentOffsets()).offsets or ()) <= 1:
             return None  # deprecated inline constant_buffer: use inline_constant()
         return self.constant_span(tensor.data_buffer_idx, tensor.nbytes)
 
@@ -93,7 +94,8 @@ class PteFile(MappedFile):
         if span is not None:
             return self.read(span)
         if tensor.allocation_info is None:  # tensor_span said: an inline constant_buffer entry
-            return memoryview((self.program.constant_buffer or ())[tensor.data_buffer_idx].storage or b"")[: tensor.nbytes]
+            entry = (self.program.constant_buffer or ())[tensor.data_buffer_idx]
+            return memoryview(entry.storage or b"")[: tensor.nbytes]
         return None
 
     def delegate_span(self, delegate: m.BackendDelegate) -> Optional[Span]:
@@ -141,7 +143,8 @@ class ProgramBytes(bytes):
 
 
 def open_pte(path: "str | os.PathLike[str] | ProgramBytes") -> PteFile:
-    """Open and fully check a .pte (a file, or a program in memory); raises ``FormatError`` naming it and the problem."""
+    """Open and fully check a .pte (a file, or a program in memory); raises ``FormatError`` naming it and the
+    problem."""
     if isinstance(path, ProgramBytes):
         return PteFile.from_bytes(path, path=path.name)
     return PteFile.open(Path(path))

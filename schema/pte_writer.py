@@ -27,8 +27,9 @@ from .span import ComputedPiece, FileRange, Piece, piece_size
 if TYPE_CHECKING:
     from .pte_file import PteFile
 
-__all__ = ["FileRange", "ComputedPiece", "ComputedSizeError", "Piece", "SegmentContent", "Layout", "layout_pte", "write_pte", "write_pte_to_fd",
-           "write_segments", "write_piece", "insert_header", "insert_extended_header", "plan_segments",
+__all__ = ["FileRange", "ComputedPiece", "ComputedSizeError", "Piece", "SegmentContent", "Layout", "layout_pte",
+           "write_pte", "write_pte_to_fd", "write_segments", "write_piece", "insert_header", "insert_extended_header",
+           "plan_segments",
            "unchanged_segments"]
 
 Progress = Callable[[int, int], None]

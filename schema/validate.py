@@ -98,7 +98,8 @@ class _TensorCheckContext:
         """Bytes available to constant entry idx."""
         if len(self.constant_offsets) > 1 or not self.inline_constants:
             if idx >= len(self.constant_offsets):
-                raise _fail(where, f"data_buffer_idx {idx} is out of range ({len(self.constant_offsets)} constant entries)")
+                raise _fail(where, f"data_buffer_idx {idx} is out of range "
+                                   f"({len(self.constant_offsets)} constant entries)")
             return _extent(self.constant_offsets[idx], self.constant_size, "constant", idx, where)
         if idx >= len(self.inline_constants):
             raise _fail(where, f"data_buffer_idx {idx} is out of range ({len(self.inline_constants)} inline constants)")

@@ -106,7 +106,8 @@ def aliased_values(source: Path, out: Path, copies: int) -> Path:
 def expanding_fold(source: Path, out: Path, rows: int) -> Path:
     """``source`` (the fold fixture ``steps_copy``: a constant selected, permuted, unsqueezed and expanded into a
     device delegate) with the expand's first size set to ``rows``: its output and that output's device copy grow to
-    ``rows`` × the unexpanded bytes, each moved to the end of its planned buffer, which grows to hold it. The file stays a few KiB."""
+    ``rows`` × the unexpanded bytes, each moved to the end of its planned buffer, which grows to hold it. The file
+    stays a few KiB."""
     def edit(plan: m.ExecutionPlan) -> m.ExecutionPlan:
         values = list(plan.values)
         ops = [op.name for op in plan.operators]

@@ -193,7 +193,8 @@ def _exit_literals(path: Path) -> list[str]:
 def test_one_exit_code_enum_for_the_whole_tool() -> None:
     from pte_devconst.util.exit_code import ExitCode
 
-    sources = [p for folder in ("cli", "pte_devconst", "rewriter", "runner") for p in sorted((ROOT / folder).glob("*.py"))]
+    sources = [p for folder in ("cli", "pte_devconst", "rewriter", "runner")
+               for p in sorted((ROOT / folder).glob("*.py"))]
     assert not [hit for source in sources for hit in _exit_literals(source)]
     documented = (ROOT / "docs" / "cli.md").read_text()
     for code in ExitCode:

@@ -46,7 +46,8 @@ def _modules() -> list[str]:
 
 def test_every_bench_module_imports_and_its_functions_are_typed_and_documented() -> None:
     names = _modules()
-    assert {"bench.run", "bench.common", "bench.inputs", "bench.children.self_check", "bench.sections.rewrite"} <= set(names)
+    assert {"bench.run", "bench.common", "bench.inputs", "bench.children.self_check",
+            "bench.sections.rewrite"} <= set(names)
     undocumented = []
     for name in names:
         if name == "bench.__main__":  # running it runs the benchmark
@@ -122,7 +123,8 @@ def test_self_check_times_copy_and_check_apart(tiny: Inputs) -> None:
 def test_self_check_refuses_a_program_that_moves_nothing(tiny: Inputs) -> None:
     """A rewrite that only copies the file has no copy/check split to time: a clear error, not a KeyError."""
     with pytest.raises(RuntimeError, match="moved nothing"):
-        self_check.one_rewrite(str(tiny.big_t), str(tiny.out / "x.pte"), "sampled")  # folds only: a plain rewrite copies
+        # folds only: a plain rewrite copies
+        self_check.one_rewrite(str(tiny.big_t), str(tiny.out / "x.pte"), "sampled")
 
 
 def test_syscall_counts_and_os_restored(tiny: Inputs) -> None:

@@ -178,7 +178,8 @@ def test_shell_completion_completes_commands() -> None:
     # Without shell detection `--show-completion` takes the shell as its value, wherever the tests run (detection
     # looks at the parent processes and finds no shell when pytest runs detached, as in a background job).
     script = subprocess.run([sys.executable, "-m", "pte_devconst", "--show-completion", "bash"], capture_output=True,
-                            text=True, env={**os.environ, "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}, timeout=60)
+                            text=True, env={**os.environ, "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"},
+                            timeout=60)
     assert script.returncode == 0 and "_pte_devconst_completion" in script.stdout
 
 

@@ -74,7 +74,8 @@ def test_strict_fails_on_a_weight_transposed_on_the_host(tmp_path: Path) -> None
 
 def test_strict_passes_where_nothing_constant_derived_is_copied(tmp_path: Path) -> None:
     out = tmp_path / "mlp.pte"
-    assert invoke("rewrite", CORPUS.parent.parent.parent / "examples" / "models" / "mlp_copy.pte", "-o", out).exit_code == 0
+    model = CORPUS.parent.parent.parent / "examples" / "models" / "mlp_copy.pte"
+    assert invoke("rewrite", model, "-o", out).exit_code == 0
     result = invoke("check", out, "--strict")
     assert result.exit_code == 0 and "no constant is copied to a device on every call" in result.stdout
 
@@ -128,7 +129,8 @@ def test_github_format_warns_on_unknown_and_errors_on_unreadable(tmp_path: Path)
     assert result.exit_code == 2
     warnings = [line for line in result.stdout.splitlines() if line.startswith("::warning ")]
     (warning,) = warnings  # one per file: its two constants not judged, with the totals
-    assert "2 external constant(s) not judged" in warning and "put model.ptd next to it or pass --ptd FILE.ptd" in warning
+    assert "2 external constant(s) not judged" in warning
+    assert "put model.ptd next to it or pass --ptd FILE.ptd" in warning
     (error,) = [line for line in result.stdout.splitlines() if line.startswith("::error ")]
     # ',' and ':' end a property, so a file name holding them is escaped there (%2C, %3A), not in the message
     assert error.startswith(f"::error file={str(bad).replace(':', '%3A').replace(',', '%2C')},title=")

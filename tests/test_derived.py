@@ -33,8 +33,10 @@ def _by_value(copies) -> dict[tuple[int, str], object]:
     ("v_c_shared_host_copy", 0, "cuda:0", DerivedStatus.STAYS, "read by host kernel aten::mul.out"),
     ("v_c_shared_host_legacy", 0, "cuda:0", DerivedStatus.STAYS, "read by host kernel aten::mul.out"),
     ("v_c_shared_host_copy", 2, "cuda:0", DerivedStatus.MOVABLE, ""),
-    ("v_e_two_devices_copy", 0, "cuda:1", DerivedStatus.STAYS, "read by delegates on different devices (cuda:0, cuda:1)"),
-    ("v_d_host_view_legacy", 5, "cuda:0", DerivedStatus.STAYS, "transposed on the host from value 0 (aten::permute_copy.out)"),
+    ("v_e_two_devices_copy", 0, "cuda:1", DerivedStatus.STAYS,
+     "read by delegates on different devices (cuda:0, cuda:1)"),
+    ("v_d_host_view_legacy", 5, "cuda:0", DerivedStatus.STAYS,
+     "transposed on the host from value 0 (aten::permute_copy.out)"),
     ("v_g_external_copy", 1, "cuda:0", DerivedStatus.STAYS, "read by host kernel aten::mul.out"),
 ])
 def test_each_copy_gets_its_status_and_reason(name: str, value: int, device: str, status: str, reason: str) -> None:

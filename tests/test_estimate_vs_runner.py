@@ -4,8 +4,8 @@ Every committed program: the corpus, the examples, the real-model fixtures (copy
 ``all`` and ``mm`` partitions, CPU programs) and the MoE and Swin ``mm`` exports (tests/fixtures/moe_swin),
 each before and after its rewrite.  The runner counts
 every copy as it happens (``runner/copies.py``), with the backends' own executors and with opaque
-stand-ins; the figure is computed from the program alone (``program/transfers.py``).  Sizes of dynamic shapes are their upper bounds, so a dynamic program is
-measured on a call at its largest shapes.
+stand-ins; the figure is computed from the program alone (``program/transfers.py``).  Sizes of dynamic shapes
+are their upper bounds, so a dynamic program is measured on a call at its largest shapes.
 """
 
 from __future__ import annotations
@@ -194,7 +194,10 @@ def test_moe_and_swin_matmul_partitions_are_exact_value_by_value_or_a_marked_bou
                 assert measured[value] == nbytes, value
     for call, want in zip(result.calls, expected, strict=True):
         assert call.copies.constant_derived_h2d.nbytes > 0
-        assert (call.copies.h2d.nbytes < sum(static.values())) if dynamic else (call.copies.h2d.nbytes == sum(static.values()))
+        if dynamic:
+            assert call.copies.h2d.nbytes < sum(static.values())
+        else:
+            assert call.copies.h2d.nbytes == sum(static.values())
         for got, ref in zip(call.outputs, want, strict=True):  # the runner ran the model, not a stand-in
             assert torch.allclose(got, ref, rtol=1e-4, atol=1e-5)
     method = api.analyze(path).methods[0]

@@ -29,7 +29,8 @@ def test_scalar_type_table_agrees_with_torch() -> None:
     for scalar, info in scalar_types.SCALAR_TYPES.items():
         dtype = getattr(torch, info.name)
         assert isinstance(dtype, torch.dtype) and dtype.itemsize == info.element_size, (scalar, info)
-        assert scalar_types.element_size(scalar) == info.element_size and scalar_types.scalar_type_name(scalar) == info.name
+        assert scalar_types.element_size(scalar) == info.element_size
+        assert scalar_types.scalar_type_name(scalar) == info.name
     assert scalar_types.scalar_type_name(99) == "scalar_type_99"
     with pytest.raises(KeyError):
         scalar_types.element_size(99)
@@ -102,4 +103,5 @@ def test_labels_stay_unique_when_a_name_looks_like_a_label(tmp_path) -> None:
     for entry, method in zip(doc["methods"], analysis.methods):
         assert entry["name"] == method.label
         assert entry["h2d_bytes_per_call_before"] == method.h2d_bytes_per_call  # each method's own figure
-    assert [m["h2d_bytes_per_call_before"] for m in doc["methods"]] != [doc["methods"][0]["h2d_bytes_per_call_before"]] * 3
+    assert [m["h2d_bytes_per_call_before"] for m in doc["methods"]] \
+        != [doc["methods"][0]["h2d_bytes_per_call_before"]] * 3

@@ -14,8 +14,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # Source folder -> the package it installs as (pyproject's package-dir).
-PACKAGES = {"util": "pte_devconst.util", "schema": "pte_devconst.schema", "program": "pte_devconst.program", "rewriter": "pte_devconst.rewriter", "runner": "pte_devconst.runner",
-            "cli": "pte_devconst.cli", "pte_devconst": "pte_devconst"}
+PACKAGES = {"util": "pte_devconst.util", "schema": "pte_devconst.schema", "program": "pte_devconst.program",
+            "rewriter": "pte_devconst.rewriter", "runner": "pte_devconst.runner", "cli": "pte_devconst.cli",
+            "pte_devconst": "pte_devconst"}
 NEUTRAL = {"pte_devconst._lazy"}  # a helper every package may use (lazy exports)
 # Which layers each layer may import from (its own included).  No exceptions: the dtype table the rewriter and the
 # runner share lives in program/.

@@ -166,7 +166,8 @@ def test_a_bad_etrecord_is_one_line_and_exit_2(tmp_path: Path, make, message: st
     bad = tmp_path / "bad.etrecord"
     make(bad)
     for command in (["inspect", PTE], ["rewrite", PTE, "-o", tmp_path / "o.pte"], ["check", PTE],
-                    ["diff", PTE, PTE], ["run", PTE, "--simulate-devices"], ["validate", PTE, PTE, "--simulate-devices"]):
+                    ["diff", PTE, PTE], ["run", PTE, "--simulate-devices"],
+                    ["validate", PTE, PTE, "--simulate-devices"]):
         done = invoke(*command, "--etrecord", bad)
         assert done.exit_code == 2 and done.stdout == ""
         assert done.stderr.count("\n") == 1 and message in done.stderr and str(bad) in done.stderr
@@ -223,7 +224,8 @@ def test_the_json_names_validate() -> None:
 def test_methods_are_found_by_entry_name(tmp_path: Path) -> None:
     from pte_devconst.program.etrecord import _method_names
 
-    members = ["ETRECORD_V0", "edge_dialect_exported_program/forward", "edge_dialect_exported_program/forward_state_dict",
+    members = ["ETRECORD_V0", "edge_dialect_exported_program/forward",
+               "edge_dialect_exported_program/forward_state_dict",
                "edge_dialect_exported_program/decode", "edge_dialect_exported_program/decode_constants",
                "edge_dialect_exported_program/decode_example_inputs", "exported_program"]
     assert _method_names(members) == {"forward": "edge_dialect_exported_program/forward",
@@ -398,7 +400,8 @@ def test_validate_names_the_outputs_it_compares(user_names, tmp_path: Path) -> N
         assert "output 0 (logits): " in shown, fmt
         assert f"moved: {', '.join(moved)}" in shown, fmt
     _, plain = invoke_json(*common[:-2])
-    assert "(logits)" not in json.dumps(plain) and {t["name"] for t in plain["methods"][0]["output_tolerances"]} == {None}
+    assert "(logits)" not in json.dumps(plain)
+    assert {t["name"] for t in plain["methods"][0]["output_tolerances"]} == {None}
 
 
 @pytest.mark.parametrize("program, record", [(IO_PTE, RECORD), (PTE, IO_RECORD)])

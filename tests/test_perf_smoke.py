@@ -56,7 +56,8 @@ def _big_file(path: Path, tensors: int, rows: int) -> int:
                            allocation_info=m.AllocationDetails(2, tensors * nbytes), extra_tensor_info=info))
     instructions.append(m.DelegateCall(0, tuple(dsts) + (out,)))
     plan = m.ExecutionPlan(
-        name="forward", values=tuple(values), inputs=(), outputs=(out,), chains=(m.Chain(instructions=tuple(instructions)),),
+        name="forward", values=tuple(values), inputs=(), outputs=(out,),
+        chains=(m.Chain(instructions=tuple(instructions)),),
         operators=(m.Operator("et_copy::_h2d_copy", "out"),),
         delegates=(m.BackendDelegate("Demo", m.BackendDelegateDataReference(m.DataLocation.SEGMENT, 1),
                                      (m.CompileSpec("target_device", b"cuda:0"),)),),

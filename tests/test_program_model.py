@@ -164,7 +164,8 @@ def test_a_delegate_output_slot_that_is_a_copy_destination_keeps_the_copy() -> N
     chain = plan.chains[0]
     d1 = next(ins for ins in chain.instructions if isinstance(ins, m.DelegateCall)).args[1]
     instructions = (m.DelegateCall(0, (plan.inputs[0], d1)),) + tuple(chain.instructions)
-    program = m.replace(program, execution_plan=(m.replace(plan, chains=(m.replace(chain, instructions=instructions),)),))
+    program = m.replace(program,
+                        execution_plan=(m.replace(plan, chains=(m.replace(chain, instructions=instructions),)),))
     analysis = analyze_program(program)
     kept = [c for c in analysis.methods[0].constants if not c.eligible]
     assert [c.value for c in kept] == [1] and len(analysis.eligible) == 7

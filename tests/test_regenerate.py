@@ -58,7 +58,8 @@ def _shape(schema: Any) -> dict[str, Any]:
     """What a schema says about the bytes: every table's fields (name, type, slot, default, alignment), every
     enum's values, every union's members, every root's table and identifier. Comments are left out."""
     return {
-        "tables": {t.name: [(f.name, f.type, f.slot, f.default, f.force_align) for f in t.fields] for t in schema.tables},
+        "tables": {t.name: [(f.name, f.type, f.slot, f.default, f.force_align) for f in t.fields]
+                   for t in schema.tables},
         "enums": {e.name: (e.underlying, e.values) for e in schema.enums},
         "unions": {u.name: u.members for u in schema.unions},
         "roots": {r.file: (r.table, r.identifier, r.extension) for r in schema.roots},

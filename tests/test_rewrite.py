@@ -43,11 +43,13 @@ def test_every_eligible_constant_has_the_device_encoding(name: str, tmp_path: Pa
             plan = program.plan(method)
             old_tensor = before.program.plan(method).values[value]
             t = plan.values[value]
-            assert (t.scalar_type, t.sizes, t.dim_order) == (old_tensor.scalar_type, old_tensor.sizes, old_tensor.dim_order)
+            assert (t.scalar_type, t.sizes, t.dim_order) \
+                == (old_tensor.scalar_type, old_tensor.sizes, old_tensor.dim_order)
             assert t.storage_offset == 0 and t.shape_dynamism == m.TensorShapeDynamism.STATIC
             assert t.allocation_info is not None
             info = t.extra_tensor_info
-            assert (info.device_type, info.device_index, info.mutable_data_segments_idx) == (device.type, device.index, 0)
+            assert (info.device_type, info.device_index, info.mutable_data_segments_idx) \
+                == (device.type, device.index, 0)
             memory_id, offset = t.allocation_info.memory_id, t.allocation_info.memory_offset
             assert plan.buffer_device(memory_id) == device
             assert offset % 16 == 0 and offset + t.nbytes <= plan.non_const_buffer_sizes[memory_id]
@@ -138,7 +140,8 @@ def test_legacy_style_gets_a_new_device_buffer(tmp_path: Path) -> None:
     out = _rewrite("v_e_two_devices_legacy", tmp_path)
     with open_pte(out) as after:
         plan = after.program.execution_plan[0]
-    assert [(d.buffer_idx, d.device_type, d.device_index) for d in plan.non_const_buffer_device] == [(2, 1, 0), (3, 1, 1)]
+    assert [(d.buffer_idx, d.device_type, d.device_index) for d in plan.non_const_buffer_device] \
+        == [(2, 1, 0), (3, 1, 1)]
     assert plan.non_const_buffer_sizes[0] == 0 and len(plan.non_const_buffer_sizes) == 4
 
 

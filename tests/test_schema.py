@@ -140,7 +140,8 @@ def test_ptd_read_and_write(name: str, tmp_path: Path) -> None:
     out = tmp_path / "copy.ptd"
     write_ptd(out, entries)
     with open_ptd(out) as again:
-        assert [(e.key, e.tensor_layout, bytes(again.tensor_bytes(e.key))) for e in again.flat_tensor.named_data] == entries
+        assert [(e.key, e.tensor_layout, bytes(again.tensor_bytes(e.key)))
+                for e in again.flat_tensor.named_data] == entries
 
 
 def test_opening_reads_only_the_flatbuffer(tmp_path: Path) -> None:
@@ -215,7 +216,8 @@ def test_out_of_range_indices_are_reported_with_where(tmp_path: Path) -> None:
     with open_pte(pte_path("v_h_cpu_only")) as pte:
         plan = pte.program.execution_plan[0]
         first = plan.chains[0].instructions[0]
-        bad_chain = replace(plan.chains[0], instructions=(replace(first, op_index=99),) + plan.chains[0].instructions[1:])
+        bad_chain = replace(plan.chains[0],
+                            instructions=(replace(first, op_index=99),) + plan.chains[0].instructions[1:])
         program = replace(pte.program, execution_plan=(replace(plan, chains=(bad_chain,)),))
         out = tmp_path / "bad.pte"
         write_pte(out, program, unchanged_segments(pte))

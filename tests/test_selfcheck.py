@@ -339,7 +339,8 @@ CORRUPTIONS = {
     "a kept constant copied from the wrong place": ("v_f_multi_method_copy", _kept_constant_from_the_wrong_place,
                                                     "method 1 ('other'): value 1 (kept constant): its bytes differ"),
     "a delegate blob changed": ("v_c_shared_host_copy", _delegate_blob_changed,
-                                "segment 1 (the blob of method 0 ('forward') delegate 0, BackendWithCompilerDemo): its bytes differ"),
+                                "segment 1 (the blob of method 0 ('forward') delegate 0, BackendWithCompilerDemo): "
+                                "its bytes differ"),
     "initial data copied from another constant": ("v_a_dtypes_copy", _initial_data_from_another_constant,
                                                   "(initial data from constant entry"),
     "an instruction dropped": ("v_c_shared_host_copy", _instruction_dropped, "chain 0 has 8 instructions, expected 9"),

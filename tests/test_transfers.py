@@ -92,7 +92,8 @@ def test_a_move_gives_its_destination_the_source_memory() -> None:
     values = [_t(2, 0), _t(1, 0), _t(1, 16), _t(1, 32), _t(2, 16)]
     instructions = [m.MoveCall(0, 2), m.MoveCall(1, 3), m.DelegateCall(0, (2, 3, 4))]
     transfers = per_call_transfers(_plan(values, instructions, (_delegate("cuda:0"),), inputs=(0, 1)))
-    assert [(t.kind, t.value) for t in transfers] == [(TransferKind.METHOD_INPUT, 0), (TransferKind.DELEGATE_HOST_INPUT, 3)]
+    assert [(t.kind, t.value) for t in transfers] \
+        == [(TransferKind.METHOD_INPUT, 0), (TransferKind.DELEGATE_HOST_INPUT, 3)]
 
 
 def test_a_host_delegate_writing_device_memory_is_a_copy() -> None:

@@ -66,7 +66,8 @@ def test_moved_constants_come_from_the_two_programs(tmp_path: Path) -> None:
     out = rewritten("v_c_shared_host_copy", tmp_path)
     with open_pte(pte_path("v_c_shared_host_copy")) as a, open_pte(out) as b:
         moved = moved_constants(a.program, b.program)
-    assert [(c.value, c.name, c.device, c.nbytes) for c in moved["forward"]] == [(2, None, "cuda:0", 96)]  # no FQN in the .pte
+    # no FQN in the .pte
+    assert [(c.value, c.name, c.device, c.nbytes) for c in moved["forward"]] == [(2, None, "cuda:0", 96)]
 
 
 def test_corrupted_initial_data_fails(tmp_path: Path) -> None:
@@ -269,12 +270,14 @@ def test_the_report_states_each_outputs_tolerance(tmp_path: Path) -> None:
     schema = json.loads((Path(__file__).resolve().parents[1] / "cli" / "report.schema.json").read_text())
     jsonschema.validate(report, schema)
     assert report["tolerance"]["rtol"] is None and report["tolerance"]["atol"] is None
-    found = {t["dtype"]: (t["exact"], t["rtol"], t["atol"], t["source"]) for t in report["methods"][0]["output_tolerances"]}
+    found = {t["dtype"]: (t["exact"], t["rtol"], t["atol"], t["source"])
+             for t in report["methods"][0]["output_tolerances"]}
     assert found == {"float32": (False, 1.3e-6, 1e-5, "dtype default"), "float16": (False, 1e-3, 1e-5, "dtype default"),
                      "bfloat16": (False, 1.6e-2, 1e-5, "dtype default"), "int8": (True, None, None, "exact"),
                      "int64": (True, None, None, "exact")}
     expected_row = next(c for c in report["methods"][0]["checks"] if c["name"] == "outputs match expected")
-    assert "int64 exactly" in expected_row["detail"] and "float16 within rtol=0.001, atol=1e-05" in expected_row["detail"]
+    assert "int64 exactly" in expected_row["detail"]
+    assert "float16 within rtol=0.001, atol=1e-05" in expected_row["detail"]
     for fmt in ("text", "markdown"):
         shown = invoke(*args, "--format", fmt, env={"COLUMNS": "400"}).stdout
         assert "int64 exactly" in shown and "float32 within rtol=1.3e-06" in shown, shown

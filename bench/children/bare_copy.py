@@ -1,4 +1,5 @@
-"""The floor a Python rewrite can reach: a bare ``os.copy_file_range`` loop, ``python -S -m bench.children.bare_copy SRC DST``.
+"""The floor a Python rewrite can reach: a bare ``os.copy_file_range`` loop,
+``python -S -m bench.children.bare_copy SRC DST``.
 
 Section 1 times it against ``cp`` to show that what ``rewrite`` adds to the copy is a fixed cost, not a
 per-byte one.  Run with ``-S`` (no site packages) so that its start-up is the interpreter's alone.

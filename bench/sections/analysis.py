@@ -11,7 +11,8 @@ from bench.inputs import Inputs
 def run(rounds: int, report: Report, inputs: Inputs) -> None:
     """Target 4: analysis of 100,000 values vs 10,000 (synthetic, this project's writer)."""
     an = inputs.analysis
-    data = json.loads(run_child(child_module("analysis", str(rounds), *(f"{k}={an[k]}" for k in ("10k", "100k")))).stdout)
+    data = json.loads(run_child(child_module("analysis", str(rounds),
+                                             *(f"{k}={an[k]}" for k in ("10k", "100k")))).stdout)
     s = {k: Series(v) for k, v in data.items() if not k.endswith("meta")}
     rew = {"10k": Series(), "100k": Series()}
     dst = inputs.out / "analysis.pte"
@@ -36,9 +37,10 @@ def run(rounds: int, report: Report, inputs: Inputs) -> None:
     report.add([
         "## 4. Analysis scales linearly",
         "",
-        f"Inputs (`bench/synth.py`, this project's writer): {v10[0]:,} values / {v10[1]:,} instructions / {v10[2]:,} eligible"
-        f" constants, and {v100[0]:,} / {v100[1]:,} / {v100[2]:,}: groups of 32 device constants with their `_h2d_copy.out`"
-        " feeding one cuda:0 delegate, plus 32 host constants read by `aten::add.out`/`aten::mul.out`.",
+        f"Inputs (`bench/synth.py`, this project's writer): {v10[0]:,} values / {v10[1]:,} instructions"
+        f" / {v10[2]:,} eligible constants, and {v100[0]:,} / {v100[1]:,} / {v100[2]:,}: groups of 32 device"
+        " constants with their `_h2d_copy.out` feeding one cuda:0 delegate, plus 32 host constants read by"
+        " `aten::add.out`/`aten::mul.out`.",
         "In-process timings in one child (first round discarded as warm-up); the whole command for context.",
         "",
         "| figure | median (min-max) | target | verdict |",

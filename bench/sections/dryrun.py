@@ -32,15 +32,17 @@ def run(rounds: int, report: Report, inputs: Inputs) -> None:
             walls[name].values.append(sample.wall)
             rss[name].values.append(sample.rss_kib)
     inproc = in_process(big_4m, big_4g, rounds)
-    ri, rd = ratio_series(walls["inspect 4G"], walls["inspect 4M"]), ratio_series(walls["dry-run 4G"], walls["dry-run 4M"])
+    ri, rd = (ratio_series(walls["inspect 4G"], walls["inspect 4M"]),
+              ratio_series(walls["dry-run 4G"], walls["dry-run 4M"]))
     rp = ratio_series(inproc["4G"], inproc["4M"])
     report.summarise("2. inspect 4 GiB / 4 MiB", ri, "x", "<= 1.5x", ri.median <= 1.5, 3)
     report.summarise("2. rewrite --dry-run 4 GiB / 4 MiB", rd, "x", "<= 1.5x", rd.median <= 1.5, 3)
     report.add([
         "## 2. `inspect` and `rewrite --dry-run`: 4 GiB against 4 MiB, same program",
         "",
-        f"Inputs: `big_4m.pte` ({big_4m.stat().st_size:,} B) and `big_4g.pte` ({big_4g.stat().st_size:,} B), both made by"
-        " `bench/synth.py` from the exported 1 GiB program (2-row and 2048-row tensors). Page cache warm.",
+        f"Inputs: `big_4m.pte` ({big_4m.stat().st_size:,} B) and `big_4g.pte` ({big_4g.stat().st_size:,} B),"
+        " both made by `bench/synth.py` from the exported 1 GiB program (2-row and 2048-row tensors)."
+        " Page cache warm.",
         "Commands: `pte-devconst inspect --json FILE`, `pte-devconst rewrite --dry-run FILE` (whole process).",
         "",
         "| figure | median (min-max) | target | verdict |",
@@ -49,7 +51,8 @@ def run(rounds: int, report: Report, inputs: Inputs) -> None:
         f"| rewrite --dry-run 4 GiB / 4 MiB | {rd.text('x', digits=3)} | <= 1.5x | {verdict(rd.median <= 1.5)} |",
         f"| open + analyze + plan in-process, 4 GiB / 4 MiB | {rp.text('x', digits=3)} | (context: no start-up) | |",
         "",
-        "Absolute (context): " + "; ".join(f"{n} {walls[n].text()}, RSS {rss[n].text('MiB', 1 / 1024, 1)}" for n in cases)
+        "Absolute (context): "
+        + "; ".join(f"{n} {walls[n].text()}, RSS {rss[n].text('MiB', 1 / 1024, 1)}" for n in cases)
         + f"; in-process 4 MiB {inproc['4M'].text()}, 4 GiB {inproc['4G'].text()}.",
         "",
     ])

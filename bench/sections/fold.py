@@ -59,11 +59,11 @@ def run(rounds: int, report: Report, inputs: Inputs) -> None:
         f"| --fold peak RSS, 1 GiB of folds - 1.5 KiB of folds | {growth.text('MiB', 1 / 2**20, 1)} | <= largest"
         f" folded tensor (16 MiB) + read block (4 MiB) | {verdict(ok)} |",
         "",
-        "What the time is: importing torch (see its row), computing each transposed weight (torch's strided copy from"
-        " 4 MiB blocks read with `preadv`), writing it, and the self-check, which recomputes every folded value from the"
-        " input independently of the writer's path and compares every byte (never sampled). Memory: one folded tensor"
-        " and one read block at a time, in the writer and in the check, whatever the number of folds; importing torch"
-        " (its row) is a fixed cost on top, which a rewrite that folds nothing never pays (section 5).",
+        "What the time is: importing torch (see its row), computing each transposed weight (torch's strided copy"
+        " from 4 MiB blocks read with `preadv`), writing it, and the self-check, which recomputes every folded value"
+        " from the input independently of the writer's path and compares every byte (never sampled). Memory: one"
+        " folded tensor and one read block at a time, in the writer and in the check, whatever the number of folds;"
+        " importing torch (its row) is a fixed cost on top, which a rewrite that folds nothing never pays (section 5).",
         "",
         "Where the time goes (cProfile of one in-process `api.rewrite(..., fold=True, fsync=False)`,"
         " importing torch included; top entries by own time):",

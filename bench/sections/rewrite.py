@@ -64,19 +64,22 @@ def run(rounds: int, report: Report, inputs: Inputs) -> None:
     fresh(dst)
     profiled = profile("rewrite", str(big_1g), str(dst))
     fresh(dst)
-    r1, r1s, r4 = (ratio_series(walls["rewrite 1G"], walls["cp 1G"]), ratio_series(walls["rewrite 1G"], walls["cp+sync 1G"]),
+    r1, r1s, r4 = (ratio_series(walls["rewrite 1G"], walls["cp 1G"]),
+                   ratio_series(walls["rewrite 1G"], walls["cp+sync 1G"]),
                    ratio_series(walls["rewrite 4G"], walls["cp 4G"]))
-    n1, n4 = ratio_series(walls["rewrite --no-fsync 1G"], walls["cp 1G"]), ratio_series(walls["rewrite --no-fsync 4G"], walls["cp 4G"])
+    n1, n4 = (ratio_series(walls["rewrite --no-fsync 1G"], walls["cp 1G"]),
+              ratio_series(walls["rewrite --no-fsync 4G"], walls["cp 4G"]))
     f1 = ratio_series(walls["rewrite --no-fsync --verify full 1G"], walls["cp 1G"])
     f4 = ratio_series(walls["rewrite --no-fsync --verify full 4G"], walls["cp 4G"])
     rss_ratio = Series([a / b for a, b in zip(rss["rewrite 4G"].values, rss["rewrite 1G"].values)])
-    report.summarise("1. rewrite --no-fsync / cp, 1 GiB (neither waits for the disk)", n1, "x", "<= 1.3x", n1.median <= 1.3)
+    report.summarise("1. rewrite --no-fsync / cp, 1 GiB (neither waits for the disk)", n1, "x", "<= 1.3x",
+                     n1.median <= 1.3)
     report.summarise("1. rewrite / (cp + sync), 1 GiB (both wait for the disk; fsync is rewrite's default)", r1s, "x",
                      "<= 1.3x", r1s.median <= 1.3)
     report.summarise("1. rewrite / cp, 1 GiB (fsync against none: see section 1)", r1, "x", "<= 1.3x", r1.median <= 1.3)
     report.summarise("1. rewrite --no-fsync / cp, 4 GiB (context)", n4, "x", "<= 1.3x", n4.median <= 1.3)
-    report.summarise("1. rewrite --no-fsync --verify full / cp, 1 GiB (context: every byte compared)", f1, "x", "<= 1.3x",
-                     f1.median <= 1.3)
+    report.summarise("1. rewrite --no-fsync --verify full / cp, 1 GiB (context: every byte compared)", f1, "x",
+                     "<= 1.3x", f1.median <= 1.3)
     sampled_share = check["1 GiB"]["sampled"]["check_over_copy"]
     report.summarise("1. default self-check / the copy it checks, 1 GiB (in-process)", sampled_share, "x", "<= 0.5x",
                      sampled_share.median <= 0.5)
@@ -87,11 +90,12 @@ def run(rounds: int, report: Report, inputs: Inputs) -> None:
     report.add([
         "## 1. `rewrite` against `cp`, and its peak memory",
         "",
-        f"Input: `bench/cache/big_1g.pte` ({size1:,} B, exported by ExecuTorch 1.5.1: 512 float32 parameters of 512x1024,"
-        " each read only by a `cuda:0` delegate through `_h2d_copy.out`, so 512 eligible constants) and"
+        f"Input: `bench/cache/big_1g.pte` ({size1:,} B, exported by ExecuTorch 1.5.1: 512 float32 parameters of"
+        " 512x1024, each read only by a `cuda:0` delegate through `_h2d_copy.out`, so 512 eligible constants) and"
         f" `big_4g.pte` ({size4:,} B, the same program with 2048-row tensors, written by `bench/synth.py`).",
-        f"Command: `{' '.join(rewrite_cmd(Path('IN'), Path('OUT')))}` against `cp IN OUT` (and `cp IN OUT && sync OUT`,"
-        " the same durability as the rewrite, which fsyncs before renaming); output deleted and `sync` run before each run.",
+        f"Command: `{' '.join(rewrite_cmd(Path('IN'), Path('OUT')))}` against `cp IN OUT`"
+        " (and `cp IN OUT && sync OUT`, the same durability as the rewrite, which fsyncs before renaming);"
+        " output deleted and `sync` run before each run.",
         "",
         "| figure | median (min-max) | target | verdict |",
         "|---|---|---|---|",
@@ -102,9 +106,12 @@ def run(rounds: int, report: Report, inputs: Inputs) -> None:
         f"| rewrite / cp, 4 GiB | {r4.text('x', digits=2)} | (context) | |",
         f"| rewrite --no-fsync --verify full / cp, 1 GiB | {f1.text('x', digits=2)} | (context) | |",
         f"| rewrite --no-fsync --verify full / cp, 4 GiB | {f4.text('x', digits=2)} | (context) | |",
-        f"| peak RSS, rewrite 1 GiB | {rss['rewrite 1G'].text('MiB', 1 / 1024, 1)} | <= 256 MiB | {verdict(max(rss['rewrite 1G'].values) <= 256 * 1024)} |",
-        f"| peak RSS, rewrite 4 GiB | {rss['rewrite 4G'].text('MiB', 1 / 1024, 1)} | <= 256 MiB | {verdict(max(rss['rewrite 4G'].values) <= 256 * 1024)} |",
-        f"| RSS 4 GiB / RSS 1 GiB | {rss_ratio.text('x', digits=3)} | within 10% | {verdict(abs(rss_ratio.median - 1) <= 0.10)} |",
+        f"| peak RSS, rewrite 1 GiB | {rss['rewrite 1G'].text('MiB', 1 / 1024, 1)} | <= 256 MiB"
+        f" | {verdict(max(rss['rewrite 1G'].values) <= 256 * 1024)} |",
+        f"| peak RSS, rewrite 4 GiB | {rss['rewrite 4G'].text('MiB', 1 / 1024, 1)} | <= 256 MiB"
+        f" | {verdict(max(rss['rewrite 4G'].values) <= 256 * 1024)} |",
+        f"| RSS 4 GiB / RSS 1 GiB | {rss_ratio.text('x', digits=3)} | within 10%"
+        f" | {verdict(abs(rss_ratio.median - 1) <= 0.10)} |",
         "",
         "Absolute wall times (context): " + "; ".join(f"{n} {walls[n].text()}" for n in NAMES) + ".",
         "",
@@ -129,20 +136,22 @@ def run(rounds: int, report: Report, inputs: Inputs) -> None:
         "",
         "Why two comparisons: by default `rewrite` fsyncs its output before renaming it over the destination"
         " (issue 6 asks for that: a power failure must not leave a renamed but empty file), so it waits for the disk"
-        f" to take 1 GiB, which `cp` never does: `cp` returns when the data is in the page cache ({walls['cp 1G'].median:.2f} s),"
-        f" and `cp` + `sync` takes {walls['cp+sync 1G'].median:.2f} s. No amount of speed in the tool closes that gap, so"
-        " the target is measured at equal durability both ways: `rewrite --no-fsync` against `cp` (the output is"
-        " still replaced atomically and self-checked, only not flushed), and the default `rewrite` against `cp` + `sync`."
+        " to take 1 GiB, which `cp` never does: `cp` returns when the data is in the page cache"
+        f" ({walls['cp 1G'].median:.2f} s), and `cp` + `sync` takes {walls['cp+sync 1G'].median:.2f} s. No amount of"
+        " speed in the tool closes that gap, so the target is measured at equal durability both ways:"
+        " `rewrite --no-fsync` against `cp` (the output is still replaced atomically and self-checked, only not"
+        " flushed), and the default `rewrite` against `cp` + `sync`."
         " What the rewrite adds to the copy is fixed, not per byte: a bare `copy_file_range` loop in Python"
         " (`bench/children/bare_copy.py`) copies"
         f" the 1 GiB file in {walls['python copy_file_range 1G'].median:.2f} s"
         f" ({walls['python copy_file_range 1G'].median / walls['cp 1G'].median:.2f}x `cp`), and `rewrite --no-fsync`"
         f" takes {walls['rewrite --no-fsync 1G'].median - walls['python copy_file_range 1G'].median:.2f} s more: the"
         " command line's start-up (section 5: about the baseline's 0.15-0.2 s of importing typer and rich), decoding"
-        " the program and encoding the new one (about a thousand tensors), and the self-check, which re-opens the written file,"
-        " decodes it again and compares it with the input (the subsection above). Against a"
-        f" {walls['cp 1G'].median:.2f} s copy that fixed cost is the whole miss at 1 GiB; at 4 GiB it is amortised ({n4.median:.2f}x without fsync). Closing it at 1 GiB would need a"
-        " command that starts without typer and rich, or no self-check: neither is worth it.",
+        " the program and encoding the new one (about a thousand tensors), and the self-check, which re-opens the"
+        " written file, decodes it again and compares it with the input (the subsection above). Against a"
+        f" {walls['cp 1G'].median:.2f} s copy that fixed cost is the whole miss at 1 GiB; at 4 GiB it is amortised"
+        f" ({n4.median:.2f}x without fsync). Closing it at 1 GiB would need a command that starts without typer and"
+        " rich, or no self-check: neither is worth it.",
         "",
         "Where the time goes (cProfile of one in-process `api.rewrite(..., fsync=False)` of the 1 GiB file, so"
         " without start-up and fsync; top entries by own time):",

@@ -23,7 +23,8 @@ def cli_args(small: Path, other: Path, dst: Path) -> dict[str, list[str]]:
 
 
 def import_tree(*args: str) -> list[tuple[int, str]]:
-    """``python -X importtime -m bench.children.cli_probe ARGS``: (cumulative microseconds, indented name) per import."""
+    """``python -X importtime -m bench.children.cli_probe ARGS``: (cumulative microseconds, indented name) per
+    import."""
     err = subprocess.run([PY, "-X", "importtime", *child_module("cli_probe", *args)[1:]], capture_output=True,
                          text=True, cwd=ROOT).stderr
     rows = []

@@ -297,7 +297,10 @@ class _Finder:
             device = None
         if device is None:
             copies, args, delegates = [], [], []
-        reads = 0 if device is None or device.is_cpu else len(copies) if copies else len(args)
+        if device is None or device.is_cpu:
+            reads = 0
+        else:
+            reads = len(copies) if copies else len(args)
         self.nodes[index] = FoldNode(index, step, parent, tuple(c.output for c, _ in children), host.result()[0],
                                      device, tuple(copies), tuple(args), reads,
                                      tuple(dict.fromkeys(d for d in delegates if d >= 0)))

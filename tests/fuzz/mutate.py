@@ -284,8 +284,8 @@ def _forge(rng: random.Random, kind: str, current: Any) -> tuple[str, Any]:
             items[rng.randrange(len(items))] = None
         return op, tuple(items)
     if kind == "string":
-        value = rng.choice(("", "x" * 300, "\u00e9\u4e2d", "a\x00b", None, "[/]", "[bold]x[/red]", "x\x1b[2J\x1b]0;t\x07",
-                            "a\nb", "%s%n{0}"))
+        value = rng.choice(("", "x" * 300, "\u00e9\u4e2d", "a\x00b", None, "[/]", "[bold]x[/red]",
+                            "x\x1b[2J\x1b]0;t\x07", "a\nb", "%s%n{0}"))
         return f"str {value!r:.20}", value
     value = rng.choice((b"", b"cuda:", b"cuda:-1", b"cuda:x", b"cuda:99999999999999999999", b"CUDA:1", b"\xff\xfe",
                         b"tpu:0", b"cuda:0:1", None, b" cuda:0 ", b"cuda:128"))

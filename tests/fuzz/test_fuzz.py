@@ -172,7 +172,8 @@ def _family_cases(family: structure.Family) -> list[Case]:
 
 def test_structure_cases_are_deterministic_and_every_family_applies() -> None:
     assert [make_structure_case(3, i) for i in range(6)] == [make_structure_case(3, i) for i in range(6)]
-    assert [make_structure_case(3, i, "real") for i in range(4)] == [make_structure_case(3, i, "real") for i in range(4)]
+    assert [make_structure_case(3, i, "real") for i in range(4)] \
+        == [make_structure_case(3, i, "real") for i in range(4)]
     applied = {case.mutation.split(":")[0] for family, _ in structure.FAMILIES for case in _family_cases(family)}
     assert applied == {f.__name__ for f, _ in structure.FAMILIES}
 
@@ -230,7 +231,8 @@ def test_the_differential_check_reports_a_wrong_rewrite_that_exited_0(monkeypatc
     monkeypatch.setattr("pte_devconst.rewriter.rewrite.check_rewrite", lambda *args, **kwargs: None)
     with scratch_folder() as folder:
         outcome = check_differential(case, folder, runtime=False)
-    assert outcome.status == "failure" and "validate failed" in outcome.detail and "delegate boundaries" in outcome.detail
+    assert outcome.status == "failure" and "validate failed" in outcome.detail \
+        and "delegate boundaries" in outcome.detail
 
 
 def test_the_runtime_comparison_reports_a_rewrite_that_computes_otherwise(monkeypatch: pytest.MonkeyPatch,
