@@ -33,8 +33,9 @@ TIME_BOUND_S = 2.0
 # takes seconds to decode, and the library check decodes, encodes and decodes it again: the bound grows
 # with the size.  Anything slower than linear still trips it.
 SECONDS_PER_MB = 5.0
-# A case may wait this many times its CPU bound in wall time (the machine's other jobs, the runtime's child).
-WALL_FACTOR = 4.0
+# A case may wait this many times its CPU bound in wall time (the machine's other jobs, the runtime's child):
+# a run sharing two cores with six other jobs gets a sixth of one, and must not fail for it.
+WALL_FACTOR = 10.0
 
 
 def bound_for(case: "Case", base: float = TIME_BOUND_S) -> float:
@@ -139,6 +140,7 @@ def check_library(case: Case, bound: Optional[float] = None, folder: Optional[Pa
     """
     bound = bound_for(case) if bound is None else bound
     start = time.perf_counter()
+    cpu_start = time.process_time()  # the bound is CPU time: a loaded machine must not fail the tool
     reader = PteFile if case.kind == "pte" else PtdFile
     exercise = _exercise_pte if case.kind == "pte" else _exercise_ptd
     on_disk = folder is not None and case.index % 4 == 1
@@ -167,9 +169,9 @@ def check_library(case: Case, bound: Optional[float] = None, folder: Optional[Pa
         if isinstance(error, KeyboardInterrupt):
             raise
         return Outcome("failure", traceback.format_exc(), time.perf_counter() - start)
-    elapsed = time.perf_counter() - start
-    if elapsed > bound:
-        return Outcome("failure", f"took {elapsed:.2f} s (bound {bound} s)", elapsed)
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    if cpu > bound:  # (the alarm stops a case at the bound; this catches one that ended just past it)
+        return Outcome("failure", f"took {cpu:.2f} s of CPU (bound {bound} s; {elapsed:.2f} s wall)", elapsed)
     return Outcome("accepted", "", elapsed)
 
 

@@ -270,3 +270,24 @@ def test_the_runtime_oracle_contains_crashes_and_hangs(monkeypatch: pytest.Monke
     started = time.monotonic()
     assert oracle.run_in_runtime(REPO / seed.name, None, {"forward": []}, time_limit=0.5).status == "timeout"
     assert time.monotonic() - started < 5
+
+
+def test_the_time_bound_judges_the_tools_cpu_not_the_machines_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A case that waits (a loaded machine: little CPU, much wall time) passes; one that computes past its bound
+    fails.  (A 20,000-case run sharing two cores with six jobs failed 27 cases on wall time alone.)"""
+    seed = next(s for s in program_seeds() if "copy" in s.name)
+    case = Case(0, "pte", seed.name, "unchanged", seed.data, seed.ptd, "classic")
+
+    def waits(pte: PteFile) -> None:
+        time.sleep(0.5)
+
+    def computes(pte: PteFile) -> None:
+        end = time.process_time() + 0.5
+        while time.process_time() < end:
+            pass
+
+    monkeypatch.setattr(harness, "_exercise_pte", waits)
+    assert check_library(case, bound=0.2).status == "accepted"
+    monkeypatch.setattr(harness, "_exercise_pte", computes)
+    outcome = check_library(case, bound=0.2)
+    assert outcome.status == "failure" and "CPU" in outcome.detail
