@@ -29,7 +29,7 @@ from pte_devconst.util.named_enum import NamedEnum
 
 from .analysis import Analysis
 from .derived import DerivedCopy, DerivedStatus, derived_copies
-from .fold import NOT_JUDGED, fold_refusals, torch_found
+from .fold import NOT_JUDGED, FoldChain, fold_refusals, torch_found
 from .load import analyze_opened, opened
 from .names import named_program
 from .plan import DeviceMemory, FoldGain, RewriteOptions, RewritePlan, make_plan, safe_fold_gain, skip_reason
@@ -124,6 +124,7 @@ class FileCheck:
     devices: tuple[str, ...] = ()  # the non-CPU devices the program uses (delegates, planned buffers, copies)
     device_selection: Optional[tuple[str, ...]] = None  # --device, when given
     device_memory: Optional[DeviceMemory] = None  # planned device memory now and after the rewrite
+    accepted: tuple[Finding, ...] = ()  # findings (or stays, or unknown) the project accepts, each with its reason
 
     @property
     def filtered_bytes_per_call(self) -> int:
@@ -134,7 +135,6 @@ class FileCheck:
         """--device names only devices this program does not use: nothing in it was judged."""
         return (self.error is None and self.device_selection is not None
                 and not set(self.device_selection) & set(self.devices))
-    accepted: tuple[Finding, ...] = ()  # findings (or stays, or unknown) the project accepts, each with its reason
 
     @property
     def failing(self) -> tuple[Finding, ...]:
@@ -183,20 +183,23 @@ class CheckReport:
         return sum(f.bytes_per_call for f in self.filtered)
 
     @property
+    def used_devices(self) -> tuple[str, ...]:
+        """The non-CPU devices the programs that could be read use."""
+        return tuple(sorted({d for f in self.files if not f.error for d in f.devices}))
+
+    @property
     def unused_devices(self) -> tuple[str, ...]:
         """Devices given with --device that no program checked uses (a typo in CI): an error, as nothing was
         judged for them.  Empty when no program could be read (those errors say enough)."""
-        checked = [f for f in self.files if not f.error]
-        if self.devices is None or not checked:
+        if self.devices is None or all(f.error for f in self.files):
             return ()
-        used = {d for f in checked for d in f.devices}
+        used = self.used_devices
         return tuple(d for d in self.devices if d not in used)
 
     @property
     def device_problems(self) -> tuple[str, ...]:
         """One line per device no program uses (exit 2)."""
-        checked = [f for f in self.files if not f.error]
-        used = sorted({d for f in checked for d in f.devices})
+        used = self.used_devices
         return tuple(f"--device {d}: no program checked uses this device (they use "
                      f"{', '.join(used) or 'no device'}): nothing was judged for it" for d in self.unused_devices)
 
@@ -380,8 +383,7 @@ def check_programs(request: CheckRequest, progress: Optional[Callable[[int, int,
     if not results:
         results.append(FileCheck("", None, 0, (), "no files given"))
     options = request.options
-    return CheckReport(tuple(results), options.min_bytes, options.fold, request.strict,
-                       devices=None if options.devices is None else tuple(sorted(str(d) for d in options.devices)),
+    return CheckReport(tuple(results), options.min_bytes, options.fold, request.strict, devices=_selected(options),
                        unused_accepts=tuple(a for index, a in enumerate(request.accept) if index not in used))
 
 
@@ -424,9 +426,12 @@ def check_program(target: CheckTarget, request: CheckRequest) -> FileCheck:
     return FileCheck(file, str(target.ptd) if target.ptd else None, sum(len(m.constants) for m in analysis.methods),
                      tuple(judged.findings), None, "; ".join(notes) or None, tuple(unknown),
                      gain.tensors if gain else 0, gain.bytes_per_call if gain else 0, tuple(stays), request.strict,
-                     tuple(judged.filtered), devices_used(program, analysis),
-                     None if options.devices is None else tuple(sorted(str(d) for d in options.devices)),
-                     plan.memory)
+                     tuple(judged.filtered), devices_used(program, analysis), _selected(options), plan.memory)
+
+
+def _selected(options: RewriteOptions) -> Optional[tuple[str, ...]]:
+    """The devices ``--device`` selects, as reports spell them (None: every device)."""
+    return None if options.devices is None else tuple(sorted(str(d) for d in options.devices))
 
 
 @dataclass
@@ -437,7 +442,7 @@ class _Judged:
     filtered: list[Finding]  # what the options left out, each with the option that did
 
 
-def _chain_name(chain: Any) -> str:
+def _chain_name(chain: FoldChain) -> str:
     """``permute_copy of encoder.weight``: a folded chain as a finding names it."""
     return f"{chain.kernels} of {chain.source_tensor.fqn or f'value {chain.source}'}"
 
@@ -458,14 +463,15 @@ def _judged(file: str, plan: RewritePlan, analysis: Analysis, derived: Sequence[
     findings += [f for _, f in released]
     filtered = [Finding(file, s.verdict.method, s.verdict.value, s.verdict.name, str(s.verdict.device),
                         s.verdict.nbytes, s.verdict.copies_per_call, s.reason) for s in plan.skipped]
-    left_out = [s.chain for s in plan.fold_skipped
+    # the chains skipped for --device/--min-bytes (the others were refused for their data)
+    left_out = [(s.chain, s.reason) for s in plan.fold_skipped
                 if s.reason == skip_reason(s.chain.device, s.chain.nbytes, options) is not None]
     filtered += [Finding(file, c.method, c.result, _chain_name(c), str(c.device), c.nbytes, c.copies_per_call,
-                         skip_reason(c.device, c.nbytes, options) or "") for c in left_out]
+                         reason) for c, reason in left_out]
     # What folding moves (or would, but for the options) no longer stays: the chains' results and the constants
     # released by them.
     covered = {(f.plan_index, f.chain.result) for f in plan.folds} | {(p.plan_index, p.value) for p, _ in released}
-    covered |= {(c.plan_index, c.result) for c in left_out}
+    covered |= {(c.plan_index, c.result) for c, _ in left_out}
     covered |= {(s.verdict.plan_index, s.verdict.value) for s in plan.skipped}
     unknown: list[Finding] = []
     for method in analysis.methods:

@@ -177,15 +177,23 @@ def _plan(source: PteFile, data: Optional[PtdFile], options: RewriteOptions, nam
     return plan_file(view, data, options), view.program
 
 
+def _laid_out(source: PteFile, data: Optional[PtdFile], plan: RewritePlan
+              ) -> tuple[Layout, list[SegmentContent]]:
+    """The rewritten program applied and laid out, for a file or for memory alike; refused before anything is
+    written when the runtime's verifier would refuse it."""
+    program, contents = apply_plan(source, plan, data)
+    over = over_runtime_limits(program)
+    if over:
+        raise UnsupportedProgramError(f"cannot rewrite: the rewritten program would have {over}; nothing was "
+                                      "written", file=source.path)
+    return layout_pte(program, contents), contents
+
+
 def _rewrite_into_memory(source: PteFile, data: Optional[PtdFile], plan: RewritePlan, progress: Optional[Progress],
                          full: bool, phase: Optional[Phase]) -> bytes:
     """A program held in memory, rewritten into memory: the output is laid out, written to an anonymous memory
     file, read back and checked exactly as a file would be."""
-    program_out, contents = apply_plan(source, plan, data)
-    over = over_runtime_limits(program_out)
-    if over:
-        raise UnsupportedProgramError(f"cannot rewrite: the rewritten program would have {over}", file=source.path)
-    layout = layout_pte(program_out, contents)
+    layout, contents = _laid_out(source, data, plan)
     _phase(phase, "writing")
     output = _to_memory(layout, contents, progress)
     _phase(phase, "self-check")
@@ -229,12 +237,7 @@ def _readable(path: Path) -> None:
 def _write_rewrite(source: PteFile, data: Optional[PtdFile], plan: RewritePlan, output: Path,
                    progress: Optional[Progress], durable: bool, full: bool,
                    phase: Optional[Callable[[str], None]] = None) -> int:
-    program, contents = apply_plan(source, plan, data)
-    over = over_runtime_limits(program)
-    if over:
-        raise UnsupportedProgramError(f"cannot rewrite: the rewritten program would have {over}; nothing was "
-                                      "written", file=source.path)
-    layout = layout_pte(program, contents)
+    layout, contents = _laid_out(source, data, plan)
     recipe = WriteRecipe.of_layout(layout, contents)
 
     def check(temp: str) -> None:
