@@ -41,7 +41,7 @@ from pte_devconst.rewriter.gate import (Acceptance, CheckProblem, CheckReport, C
                                         CheckTarget, FileCheck, Finding, check_programs, device_memory_json)
 from pte_devconst.rewriter.inventory import ProgramSummary, summarize
 from pte_devconst.rewriter.load import analyze_opened, opened
-from pte_devconst.rewriter.names import ProgramNames, match_names, named_program, recorded_from_programs
+from pte_devconst.rewriter.names import ProgramNames, match_names, name_opened, named_program, recorded_from_programs
 from pte_devconst.rewriter.plan import (DeviceMemory, FoldGain, RewriteOptions, make_plan, safe_device_memory,
                                         safe_fold_gain)
 from pte_devconst.rewriter.request import Namer, RewriteRequest, VerifyMode
@@ -134,16 +134,6 @@ def _namer(source: Optional[NamesLike]) -> Optional[Namer]:
     return lambda opened_program: match_names(opened_program, recorded, origin)
 
 
-def _name(source: PteFile, namer: Optional[Namer]) -> Optional[ProgramNames]:
-    """Name ``source``'s constants for a report: its program becomes one whose constants carry the names."""
-    if namer is None:
-        return None
-    names = namer(source)
-    if names is not None and names.count:
-        source.program = named_program(source.program, names)
-    return names
-
-
 def parse_devices(devices: Optional[Iterable[DeviceLike]], option: str = "devices") -> Optional[frozenset[Device]]:
     """``["cuda:0,cuda:1", Device(1, 1)]`` -> a frozenset of non-CPU devices; None stays None (every device)."""
     if devices is None:
@@ -171,7 +161,7 @@ def analyze(pte: ProgramLike, ptd: Optional[PathLike] = None, *, etrecord: Optio
     namer = _namer(_names_source(pte, etrecord))
     source_program = _program(pte)
     with opened(source_program, _data_for(source_program, ptd)) as (source, data):
-        names = _name(source, namer)
+        names = name_opened(source, namer)
         return summarize(source, analyze_opened(source, data), names)
 
 
@@ -216,7 +206,7 @@ def inspect(pte: ProgramLike, ptd: Optional[PathLike] = None, *, etrecord: Optio
     source_program = _program(pte)
     data_path = (Path(ptd) if ptd is not None else None) if paired else _data_for(source_program, ptd)
     with opened(source_program, data_path) as (source, data):
-        found = _name(source, namer)
+        found = name_opened(source, namer)
         analysis = analyze_opened(source, data)
         notes = analysis.notes + (found.notes if found else ())
         try:  # the plain rewrite's plan, made once for the fold hint and the device memory
@@ -350,9 +340,8 @@ def diff(before: ProgramLike, after: ProgramLike, *, etrecord: Optional[NamesLik
     """
     namer = _namer(_names_source(before, etrecord))
     with open_pte(_program(before, "before")) as a, open_pte(_program(after, "after")) as b:
-        names = _name(a, namer)
-        if names is not None and names.count:
-            b.program = named_program(b.program, names)
+        names = name_opened(a, namer)
+        b.program = named_program(b.program, names)  # a rewrite keeps every value index
         found = diff_files(a, b, progress)
         if names is not None and names.notes:
             from dataclasses import replace

@@ -31,7 +31,7 @@ from .analysis import Analysis
 from .derived import DerivedCopy, DerivedStatus, derived_copies
 from .fold import NOT_JUDGED, FoldChain, fold_refusals, torch_found
 from .load import analyze_opened, opened
-from .names import named_program
+from .names import name_opened
 from .plan import DeviceMemory, FoldGain, RewriteOptions, RewritePlan, make_plan, safe_fold_gain, skip_reason
 from .request import Namer
 
@@ -394,9 +394,7 @@ def check_program(target: CheckTarget, request: CheckRequest) -> FileCheck:
     with opened(target.program, target.ptd) as (source, data):
         if source.load_refusal:
             raise PteDevconstError(source.load_refusal, file=file)
-        names = request.names(source) if request.names is not None else None
-        if names is not None and names.count:
-            source.program = named_program(source.program, names)
+        names = name_opened(source, request.names)
         analysis = analyze_opened(source, data)
         program = source.program
         derived = derived_copies(program, analysis)

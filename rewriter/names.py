@@ -194,6 +194,15 @@ def _either(names: Sequence[str]) -> str:
     return f"{names[0]} or {len(names) - 1} others with the same bytes"
 
 
+def name_opened(source: PteFile, namer: Optional[Callable[[PteFile], Optional[ProgramNames]]]
+                ) -> Optional[ProgramNames]:
+    """Name an opened program's constants for a report (its ``program`` becomes ``named_program``'s); the names
+    ``namer`` found, or None without one.  Only for a program that is read, never for one a rewrite applies."""
+    names = namer(source) if namer is not None else None
+    source.program = named_program(source.program, names)
+    return names
+
+
 def named_program(program: m.Program, names: Optional[ProgramNames]) -> m.Program:
     """``program`` with each named constant's name in its ``ExtraTensorInfo``: for reports only, never written.
 
