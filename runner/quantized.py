@@ -138,17 +138,24 @@ def dequantize_per_token(input: torch.Tensor, scales: torch.Tensor, zero_points:
 def embedding_byte(weight: torch.Tensor, weight_scales: torch.Tensor, weight_zero_points: Optional[torch.Tensor],
                    weight_quant_min: int, weight_quant_max: int, indices: torch.Tensor, *,
                    dtype: Optional[torch.dtype] = None) -> torch.Tensor:
-    scales = weight_scales if weight_scales.dim() == 2 else weight_scales.reshape(-1, 1)
-    groups = scales.shape[1]
-    group_size = weight.shape[1] // groups
-    column_group = torch.arange(weight.shape[1]) // group_size
-    rows = weight[indices.reshape(-1)].to(torch.float32)
-    scale = scales[indices.reshape(-1)][:, column_group].to(torch.float32)
-    if weight_zero_points is not None:
-        zeros = weight_zero_points if weight_zero_points.dim() == 2 else weight_zero_points.reshape(-1, 1)
-        rows = rows - zeros[indices.reshape(-1)][:, column_group].to(torch.float32)
-    result = (rows * scale).to(dtype or weight_scales.dtype)
+    index = indices.reshape(-1).to(torch.int64)
+    result = _dequantize_rows(weight[index].to(torch.float32), weight_scales, weight_zero_points, index,
+                              dtype or weight_scales.dtype)
     return result.reshape(*indices.shape, weight.shape[1])
+
+
+def _dequantize_rows(rows: torch.Tensor, weight_scales: torch.Tensor, weight_zero_points: Optional[torch.Tensor],
+                     index: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The looked-up rows (float32), each value ``(v - (float)zero_point) * (float)scale`` of its row's group
+    (groups split a row evenly; 1-d scales: one group), then ``dtype``: the embedding kernels' dequantization."""
+    dim = rows.shape[1]
+    groups = weight_scales.shape[1] if weight_scales.dim() == 2 else 1
+    column_group = torch.arange(dim) // (dim // groups)
+    scale = weight_scales.reshape(weight_scales.shape[0], groups)[index][:, column_group].to(torch.float32)
+    if weight_zero_points is not None:
+        zeros = weight_zero_points.reshape(weight_zero_points.shape[0], groups)
+        rows = rows - zeros[index][:, column_group].to(torch.float32)
+    return (rows * scale).to(dtype)
 
 
 def _embedding_xbit(bits: int, weight: torch.Tensor, weight_scales: torch.Tensor,
@@ -161,21 +168,16 @@ def _embedding_xbit(bits: int, weight: torch.Tensor, weight_scales: torch.Tensor
         raise ValueError(f"embedding_{bits}bit needs a 2-d uint8 weight, got {weight.dtype}{list(weight.shape)}")
     per_byte = 8 // bits
     shifts = torch.tensor([4, 0] if bits == 4 else [0, 2, 4, 6], dtype=torch.uint8)
-    rows = weight[indices.reshape(-1).to(torch.int64)]
+    index = indices.reshape(-1).to(torch.int64)
+    rows = weight[index]
     values = ((rows.unsqueeze(-1) >> shifts) & ((1 << bits) - 1)).reshape(rows.shape[0], -1)
     values = values.to(torch.int32) - (1 << (bits - 1))
     embedding_dim = weight.shape[1] * per_byte
     groups = weight_scales.shape[1] if weight_scales.dim() == 2 else 1
     if embedding_dim % groups:
         raise ValueError(f"embedding_{bits}bit: {groups} groups do not divide the embedding dim {embedding_dim}")
-    column_group = torch.arange(embedding_dim) // (embedding_dim // groups)
-    index = indices.reshape(-1).to(torch.int64)
-    scale = weight_scales.reshape(weight_scales.shape[0], groups)[index][:, column_group].to(torch.float32)
-    result = values.to(torch.float32)
-    if weight_zero_points is not None:
-        zeros = weight_zero_points.reshape(weight_zero_points.shape[0], groups)
-        result = result - zeros[index][:, column_group].to(torch.float32)
-    result = (result * scale).to(dtype or weight_scales.dtype)
+    result = _dequantize_rows(values.to(torch.float32), weight_scales, weight_zero_points, index,
+                              dtype or weight_scales.dtype)
     return result.reshape(*indices.shape, embedding_dim)
 
 
@@ -337,7 +339,7 @@ _SMALL_SCALE = 6.1e-5  # SMALL_SCALE_THRESHOLD, a float constant
 
 def _float(value: float) -> float:
     """A C++ float: ``value`` rounded to float32 (and back to a Python float, exactly)."""
-    return torch.tensor(value, dtype=torch.float64).to(torch.float32).item()
+    return float(_f32(value).item())
 
 
 def _scale_and_zero_point(low: float, high: float, qmin: int, qmax: int) -> tuple[float, int]:
