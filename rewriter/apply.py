@@ -20,16 +20,16 @@ from pte_devconst.schema.pte_writer import SegmentContent, unchanged_segments
 from pte_devconst.schema.span import ComputedPiece, Piece, Span
 
 from .edit import edit_method
-from .plan import InitialData, RewritePlan, entry_lengths
+from .plan import ConstantEntry, InitialData, RewritePlan, entry_lengths, segment_users
 
 
-def _rebuild_constants(source: PteFile, plan: RewritePlan) -> tuple[SegmentContent, tuple[int, ...], dict[int, int]]:
-    """The constant segment without the dropped entries: (content, new offsets, old index -> new index)."""
+def _rebuild_constants(source: PteFile, plan: RewritePlan, ptd: Optional[PtdFile]) -> tuple[SegmentContent, tuple[int, ...], dict[int, int]]:
+    """The constant segment without the dropped entries and with the plan's new ones (1.5: host constants a
+    first-call prologue copies): (content, new offsets, old index -> new index)."""
     program = source.program
     cs = program.constant_segment
-    assert cs is not None, "constants are dropped from a constant segment only (plan._dropped_constants)"
-    offsets = cs.offsets or ()
-    segment = source.segment_span(cs.segment_index)
+    offsets = (cs.offsets or ()) if cs is not None else ()
+    segment = source.segment_span(cs.segment_index) if cs is not None and len(offsets) > 1 else Span(0, 0)
     dropped = set(plan.dropped_constants)
     lengths = entry_lengths(program)
     content = SegmentContent(0)
@@ -46,8 +46,25 @@ def _rebuild_constants(source: PteFile, plan: RewritePlan) -> tuple[SegmentConte
         remap[old] = len(new_offsets)
         new_offsets.append(start)
         cursor = start + size
+    for entry in plan.constant_entries:
+        assert entry.index == len(new_offsets), "new constant entries follow the kept ones, in order"
+        start = align_up(cursor, TENSOR_ALIGNMENT) if entry.nbytes else cursor
+        if entry.nbytes:
+            content.pieces.append((start, _new_constant(entry, source, ptd)))
+        new_offsets.append(start)
+        cursor = start + entry.nbytes
     content.size = cursor
     return content, tuple(new_offsets), remap
+
+
+def _new_constant(entry: ConstantEntry, source: PteFile, ptd: Optional[PtdFile]) -> Piece:
+    """A new constant entry's bytes: an initial-data entry of the input, or what a fold recipe computes."""
+    if entry.recipe is not None:
+        return _computed(InitialData(entry.index, 0, entry.nbytes, entry.recipe), source, ptd)
+    lists = source.program.mutable_data_segments or ()
+    assert lists, "a re-encoded constant read initial data, so the input has an initial-data list"
+    span = source.segment_span(lists[0].segment_index)
+    return source.piece(Span(span.offset + (lists[0].offsets or ())[entry.initial_data], entry.nbytes))
 
 
 def _computed(entry: InitialData, source: PteFile, ptd: Optional[PtdFile]) -> ComputedPiece:
@@ -110,11 +127,19 @@ def apply_plan(source: PteFile, plan: RewritePlan, ptd: Optional[PtdFile] = None
     segments = list(program.segments or ())
     constant_segment = program.constant_segment
     remap: Optional[dict[int, int]] = None
-    if plan.dropped_constants:
-        content, offsets, remap = _rebuild_constants(source, plan)
-        assert constant_segment is not None  # as _rebuild_constants asserts
-        contents[constant_segment.segment_index] = content
-        constant_segment = replace(constant_segment, offsets=offsets)
+    if plan.dropped_constants or plan.constant_entries:
+        content, offsets, remap = _rebuild_constants(source, plan, ptd)
+        if constant_segment is not None and 0 <= constant_segment.segment_index < len(segments) and (
+                len(constant_segment.offsets or ()) > 1
+                or not segment_users(program).get(constant_segment.segment_index)):
+            contents[constant_segment.segment_index] = content
+            constant_segment = replace(constant_segment, offsets=offsets)
+        else:  # no constant segment of its own: a new segment holds the new ones
+            constant_segment = m.SubsegmentOffsets(len(segments), offsets)
+            segments.append(m.DataSegment())
+            contents.append(content)
+        if not plan.dropped_constants:
+            remap = None
     edits = {edit.plan_index: edit for edit in plan.methods}
     plans = tuple(edit_method(p, edits[i], remap) if i in edits else p
                   for i, p in enumerate(program.execution_plan or ()))
