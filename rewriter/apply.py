@@ -20,7 +20,7 @@ from pte_devconst.schema.pte_writer import SegmentContent, unchanged_segments
 from pte_devconst.schema.span import ComputedPiece, Piece, Span
 
 from .edit import edit_method
-from .plan import ConstantEntry, InitialData, RewritePlan, entry_lengths, segment_users
+from .plan import ConstantEntry, InitialData, RewritePlan, entry_lengths, initial_data_lengths, segment_users
 
 
 def _rebuild_constants(source: PteFile, plan: RewritePlan, ptd: Optional[PtdFile]) -> tuple[SegmentContent, tuple[int, ...], dict[int, int]]:
@@ -92,12 +92,16 @@ def _mutable_content(source: PteFile, plan: RewritePlan, ptd: Optional[PtdFile] 
     cs = program.constant_segment
     const_offsets = (cs.offsets or ()) if cs is not None else ()
     const_segment = source.segment_span(cs.segment_index) if cs is not None and len(const_offsets) > 1 else None
-    if lists:
+    if lists and plan.dropped_initial_data:  # re-laid without the dropped entries (never a shared segment)
+        existing = lists[0]
+        content, offsets = _without_dropped(source, plan, existing)
+        index: Optional[int] = existing.segment_index
+    elif lists:
         existing = lists[0]
         span = source.segment_span(existing.segment_index)
         content = SegmentContent(span.size, [(0, source.piece(span))] if span.size else [])
         offsets = list(existing.offsets or ())
-        index: Optional[int] = None if plan.segments.fresh_mutable else existing.segment_index
+        index = None if plan.segments.fresh_mutable else existing.segment_index
     else:
         content, offsets, index = SegmentContent(0), [0], None
     cursor = content.size
@@ -115,6 +119,30 @@ def _mutable_content(source: PteFile, plan: RewritePlan, ptd: Optional[PtdFile] 
         cursor = start + entry.nbytes
     content.size = cursor
     return content, tuple(offsets), index
+
+
+def _without_dropped(source: PteFile, plan: RewritePlan, existing: m.SubsegmentOffsets
+                     ) -> tuple[SegmentContent, list[int]]:
+    """The initial-data segment without the entries the plan drops: each kept entry's bytes (as long as the
+    largest tensor reading it) at a new 16-aligned offset, each dropped entry at offset 0 with no bytes."""
+    span = source.segment_span(existing.segment_index)
+    old_offsets = existing.offsets or ()
+    lengths = initial_data_lengths(source.program)
+    dropped = set(plan.dropped_initial_data)
+    content = SegmentContent(0)
+    offsets = [0]
+    cursor = 0
+    for entry in range(1, len(old_offsets)):
+        size = 0 if entry in dropped else lengths.get(entry, 0)
+        if not size:
+            offsets.append(0 if entry in dropped else cursor)
+            continue
+        start = align_up(cursor, TENSOR_ALIGNMENT)
+        content.pieces.append((start, source.piece(Span(span.offset + old_offsets[entry], size))))
+        offsets.append(start)
+        cursor = start + size
+    content.size = cursor
+    return content, offsets
 
 
 def apply_plan(source: PteFile, plan: RewritePlan, ptd: Optional[PtdFile] = None
@@ -144,7 +172,7 @@ def apply_plan(source: PteFile, plan: RewritePlan, ptd: Optional[PtdFile] = None
     plans = tuple(edit_method(p, edits[i], remap) if i in edits else p
                   for i, p in enumerate(program.execution_plan or ()))
     mutable = program.mutable_data_segments
-    if plan.initial_data:
+    if plan.initial_data or plan.dropped_initial_data:
         content, offsets, index = _mutable_content(source, plan, ptd)
         if index is None:
             index = len(segments)

@@ -25,7 +25,8 @@ from pte_devconst.program.effects import MethodEffects
 from pte_devconst.program.executorch import H2D_COPY
 from pte_devconst.program.memory import plan_layout, planned_device_bytes, storage_groups
 from pte_devconst.program.prologue import GUARD_INSTRUCTIONS
-from pte_devconst.program.runtime import Runtime, device_initial_data
+from pte_devconst.program.executorch import method_labels
+from pte_devconst.program.runtime import Runtime, RuntimeNeed, device_initial_data
 
 from .analysis import (Analysis, ConstantVerdict, DeviceCopy, MethodAnalysis, ResidentConstant, RewiredDelegateArg,
                        buffer_devices)
@@ -335,13 +336,19 @@ class RewritePlan:
     memory: DeviceMemory = field(default_factory=DeviceMemory)  # planned device memory before and after
     constant_entries: tuple[ConstantEntry, ...] = ()  # new entries of the constant segment (1.5)
     kept_for_runtime: tuple[Skipped, ...] = ()  # eligible constants the chosen runtime's encoding cannot move
-    output_runtime: Runtime = Runtime.V1_5  # the oldest runtime that loads the rewritten program
+    output_need: RuntimeNeed = field(default_factory=lambda: RuntimeNeed(Runtime.V1_5))  # what loads the output
     unconverted: tuple["Unconverted", ...] = ()  # 1.5: what keeps the output needing 1.6 (device initial data)
+    dropped_initial_data: tuple[int, ...] = ()  # initial-data entries only re-encoded constants read (1.5)
 
     @property
     def is_empty(self) -> bool:
         return not any(method.placements or method.folds or method.reencoded or method.removed
                        for method in self.methods)
+
+    @property
+    def output_runtime(self) -> Runtime:
+        """The oldest runtime that loads the rewritten program."""
+        return self.output_need.runtime
 
     @property
     def reencoded(self) -> tuple[Reencoded, ...]:
@@ -605,10 +612,10 @@ def _choose_folds(method: MethodAnalysis, options: RewriteOptions, refusals: Map
     return _FoldChoice(tuple(chosen), frozenset(removed), tuple(moves), tuple(unread))
 
 
-LEGACY_UNDER_1_5 = ("its delegate copies it to the device itself (legacy style); the 1.5 runtime encoding moves "
-                    "only _h2d_copy kernels into the first-call prologue (use --runtime 1.6)")
-NO_COPY_KERNEL = (f"the method has no {H2D_COPY} kernel to copy it once with (legacy style; a new operator could "
-                  "be missing from a runtime built with selective registration; use --runtime 1.6)")
+LEGACY_UNDER_1_5 = ("legacy style: its delegate copies it itself, which a 1.5 runtime cannot skip "
+                    "(--runtime 1.6 can)")
+NO_COPY_KERNEL = (f"legacy style: no {H2D_COPY} kernel in the method to copy it once with (a new operator could "
+                  "be missing from a runtime built with selective registration; --runtime 1.6 can)")
 
 
 @record
@@ -833,7 +840,8 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
                        tuple(fold_skipped), sum(lengths.get(index, 0) for index in dropped),
                        device_memory(program, tuple(methods)),
                        new_entries.entries() if new_entries is not None else (), tuple(kept_for_runtime),
-                       _output_runtime(program, analysis, tuple(methods)), tuple(unconverted))
+                       _output_need(program, tuple(methods)), tuple(unconverted),
+                       () if policy.fresh_mutable else _dropped_initial_data(program, tuple(methods)))
 
 
 class _NewValues:
@@ -934,18 +942,45 @@ def _prologue(plan: m.ExecutionPlan, method: MethodAnalysis, removed: AbstractSe
     return copies, guard, old_steps
 
 
-def _output_runtime(program: m.Program, analysis: Analysis, methods: tuple[MethodEdit, ...]) -> Runtime:
-    """The oldest runtime that loads the rewritten program: 1.6 when it keeps or adds device initial data."""
+def _dropped_initial_data(program: m.Program, methods: tuple[MethodEdit, ...]) -> tuple[int, ...]:
+    """Initial-data entries that only re-encoded constants read (any method): their bytes now live in the new
+    constant entries, so they leave the initial-data segment (their index stays, unused, at offset 0)."""
+    reencoded = {(edit.plan_index, r.value) for edit in methods for r in edit.reencoded}
+    if not reencoded:
+        return ()
+    candidates = {r.initial_data_index for edit in methods for r in edit.reencoded if r.initial_data_index}
+    for plan_index, plan in enumerate(program.execution_plan or ()):
+        for index, value in enumerate(plan.values or ()):
+            if isinstance(value, m.Tensor) and value.has_initial_data and not value.is_external \
+                    and (plan_index, index) not in reencoded:
+                candidates.discard(value.data_buffer_idx)
+    return tuple(sorted(candidates))
+
+
+def initial_data_lengths(program: m.Program) -> dict[int, int]:
+    """The bytes each initial-data entry must keep: the largest tensor that reads it (any method)."""
+    lengths: dict[int, int] = {}
+    for plan in program.execution_plan or ():
+        for value in plan.values or ():
+            if isinstance(value, m.Tensor) and value.has_initial_data and not value.is_external:
+                lengths[value.data_buffer_idx] = max(lengths.get(value.data_buffer_idx, 0), value.nbytes)
+    return lengths
+
+
+def _output_need(program: m.Program, methods: tuple[MethodEdit, ...]) -> RuntimeNeed:
+    """What loads the rewritten program (``program/runtime.py``), read from each method as the rewrite writes it."""
     edits = {edit.plan_index: edit for edit in methods}
+    labels = method_labels(program)[0]
+    found = []
     for index, plan in enumerate(program.execution_plan or ()):
         edit = edits.get(index)
-        if edit is not None and (any(not p.first_call for p in edit.placements)
-                                 or any(f.first_call_source is None and not f.device.is_cpu for f in edit.folds)):
-            return Runtime.V1_6
-        gone = {p.value for p in edit.placements} | {r.value for r in edit.reencoded} if edit is not None else set()
-        if any(d.value not in gone for d in device_initial_data(plan, "")):
-            return Runtime.V1_6
-    return Runtime.V1_5
+        written = edit_method(plan, edit) if edit is not None and not _untouched(edit) else plan
+        found.extend(device_initial_data(written, labels[index]))
+    return RuntimeNeed(Runtime.V1_6 if found else Runtime.V1_5, tuple(found))
+
+
+def _untouched(edit: MethodEdit) -> bool:
+    return not (edit.placements or edit.folds or edit.reencoded or edit.removed or edit.relocations)
 
 
 def _relaid(plan: m.ExecutionPlan, edit: MethodEdit) -> MethodEdit:

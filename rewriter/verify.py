@@ -177,8 +177,20 @@ def _check_program_tables(a: m.Program, b: m.Program, plan: RewritePlan) -> Opti
 
 
 def _check_initial_data_lists(a: m.Program, b: m.Program, plan: RewritePlan) -> None:
-    """The first list keeps its entries and gains the plan's, in order, in its segment or in a new one."""
+    """The first list keeps its entries and gains the plan's, in order, in its segment or in a new one.  Entries
+    the plan drops (read only by re-encoded constants) point at offset 0 and nothing reads them; the kept ones may
+    move within the segment, checked value by value."""
     old_lists, new_lists = a.mutable_data_segments or (), b.mutable_data_segments or ()
+    if plan.dropped_initial_data:
+        first = (new_lists[0].offsets or ()) if new_lists else ()
+        kept = (old_lists[0].offsets or ()) if old_lists else ()
+        if not old_lists or len(new_lists) != len(old_lists) or new_lists[1:] != old_lists[1:] \
+                or new_lists[0].segment_index != old_lists[0].segment_index or len(first) != len(kept) \
+                or plan.initial_data or any(first[i] != 0 for i in plan.dropped_initial_data if i < len(first)) \
+                or not set(plan.dropped_initial_data) <= set(range(1, len(kept))):
+            raise _fail("the initial-data list is not the input's with the dropped entries at offset 0")
+        _no_reader_of(b, set(plan.dropped_initial_data))
+        return
     if not plan.initial_data:
         if a.mutable_data_segments != b.mutable_data_segments:
             raise _fail("mutable_data_segments changed although no initial data was added")
@@ -197,6 +209,15 @@ def _check_initial_data_lists(a: m.Program, b: m.Program, plan: RewritePlan) -> 
     for position, entry in enumerate(plan.initial_data):
         if entry.index != len(kept) + position:
             raise _fail(f"initial-data entry {entry.index} is out of order")
+
+
+def _no_reader_of(program: m.Program, dropped: set[int]) -> None:
+    """No planned tensor of any method loads an initial-data entry the plan dropped."""
+    for p, plan in enumerate(program.execution_plan or ()):
+        for index, value in enumerate(plan.values or ()):
+            if isinstance(value, m.Tensor) and value.has_initial_data and not value.is_external \
+                    and value.data_buffer_idx in dropped:
+                raise _fail(f"method {p}: value {index} still loads dropped initial-data entry {value.data_buffer_idx}")
 
 
 def _constant_remap(old: Optional[m.SubsegmentOffsets], new: Optional[m.SubsegmentOffsets],
@@ -775,6 +796,7 @@ def _require_segments(context: _VerifyContext) -> None:
     relaid = b.constant_segment.segment_index if context.remap is not None and b.constant_segment else None
     lists = b.mutable_data_segments or ()
     initial = lists[0].segment_index if lists and context.plan.initial_data else None
+    relaid_initial = lists[0].segment_index if lists and context.plan.dropped_initial_data else None
     old_lists = a.mutable_data_segments or ()
     if initial is not None and initial >= len(a.segments or ()) and old_lists:  # a new segment: the old one first
         source = original.segment_span(old_lists[0].segment_index)
@@ -786,7 +808,7 @@ def _require_segments(context: _VerifyContext) -> None:
     for index in range(len(a.segments or ())):
         source, target = original.segment_span(index), written.segment_span(index)
         what = f"segment {index}" + (f" ({'; '.join(roles[index])})" if index in roles else "")
-        if index == relaid and index not in roles:
+        if index in (relaid, relaid_initial) and index not in roles:
             continue  # checked entry by entry
         if index == initial and index not in roles:
             if target.size < source.size:
