@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional, Sequence
 import typer
 
 from pte_devconst.cli.app import command, global_options
-from pte_devconst.cli.config import ConfigOption, IsolatedOption
+from pte_devconst.cli.config import ConfigOption, IsolatedOption, RuntimeOption
 from pte_devconst.cli.output import (DataOption, GateFormat, GateFormatOption, JsonFlag, echo_lines, emit_json,
                                      fold_hint, github_annotation, human_bytes, markdown_table, md_code, md_text,
                                      printable,
@@ -563,6 +563,7 @@ def check_command(
         help="Also fail on constant-derived values copied on every call that the rewrite cannot move "
         "(read on the host too, transposed on the host, ...) and on external constants not judged for want of "
         "their .ptd [default: no].")] = None,
+    runtime: RuntimeOption = None,
     etrecord: EtrecordOption = None,
     fmt: GateFormatOption = None,
     json_flag: JsonFlag = False,
@@ -586,7 +587,7 @@ def check_command(
     settings = load(config, isolated)
     given = settings.programs(files, ctx)
     # Resolved once: the plan's options (devices parsed) and the programs, each paired with its data.
-    plan_options = settings.plan_options(device, min_bytes, fold)
+    plan_options = settings.plan_options(device, min_bytes, fold, runtime=runtime)
     chosen = api.programs(given, ptd or (), exclude=settings.exclude, exclude_root=settings.root, refuse=False)
     if chosen.excluded and not chosen.items and not chosen.problems:  # pre-commit named only excluded programs
         if not options.quiet:

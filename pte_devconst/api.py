@@ -286,8 +286,8 @@ def rewrite_request(pte: ProgramLike, output: Optional[PathLike] = None, *, ptd:
 
     ``options`` and ``names``, when given, are used as they are (a command line resolves them once for all its
     programs: ``RewriteOptions`` with its devices parsed, a ``namer``) instead of ``devices``, ``min_bytes``,
-    ``fold``, ``duplicate_shared``, ``runtime`` and ``etrecord``; ``paired=True`` says ``ptd`` is the pairing's answer already
-    (``programs``: None is no data), so the .ptd rule is not applied again.
+    ``fold``, ``duplicate_shared``, ``runtime`` and ``etrecord``; ``paired=True`` says ``ptd`` is the pairing's
+    answer already (``programs``: None is no data), so the .ptd rule is not applied again.
     """
     source = _program(pte)
     if not isinstance(source, Path) and (output is not None or in_place):
@@ -456,7 +456,8 @@ def check(files: Union[ProgramLike, Iterable[ProgramLike], Programs], *,
           min_bytes: int = 0, devices: Optional[Iterable[DeviceLike]] = None, strict: bool = False,
           progress: Optional[Callable[[int, int, str], None]] = None, fold: bool = False,
           etrecord: Optional[NamesLike] = None, accept: Sequence[Acceptance] = (), exclude: Sequence[str] = (),
-          exclude_root: Optional[PathLike] = None, options: Optional[RewriteOptions] = None) -> CheckReport:
+          exclude_root: Optional[PathLike] = None, options: Optional[RewriteOptions] = None,
+          runtime: Union[None, str, Runtime] = None) -> CheckReport:
     """Which constants do these programs still copy to a device on every call? (what ``check`` does)
 
     The findings are the constants a rewrite would move.  Every other constant-derived per-call copy
@@ -485,9 +486,12 @@ def check(files: Union[ProgramLike, Iterable[ProgramLike], Programs], *,
     ``exclude`` leaves out every program a glob names (relative to ``exclude_root``; ``paths.matches_glob``),
     also one named explicitly.  ``files`` may also be ``programs(..., refuse=False)``'s result (then ``ptd``,
     ``exclude`` and ``exclude_root`` were applied there), and ``options`` the plan's options resolved already.
+    ``runtime`` is the ExecuTorch release the project deploys (None: 1.6): the findings are what ``rewrite
+    --runtime`` of it would move, and with ``"1.5"`` a file only a 1.6 runtime loads (device initial data) fails
+    too (``FileCheck.runtime_findings``).
     """
     if options is None:
-        options = rewrite_options(devices=devices, min_bytes=min_bytes, fold=fold)
+        options = rewrite_options(devices=devices, min_bytes=min_bytes, fold=fold, runtime=runtime)
     if isinstance(files, Programs):
         arguments: list[Any] = []
         chosen: Optional[Programs] = files

@@ -20,7 +20,8 @@ from pte_devconst.schema.pte_writer import SegmentContent, unchanged_segments
 from pte_devconst.schema.span import ComputedPiece, Piece, Span
 
 from .edit import edit_method
-from .plan import ConstantEntry, InitialData, RewritePlan, entry_lengths, initial_data_lengths, segment_users
+from .plan import (ConstantEntry, InitialData, RewritePlan, entry_lengths, initial_data_lengths,
+                   segment_users)
 
 
 def _rebuild_constants(source: PteFile, plan: RewritePlan, ptd: Optional[PtdFile]) -> tuple[SegmentContent, tuple[int, ...], dict[int, int]]:

@@ -28,8 +28,7 @@ from pte_devconst.program.prologue import GUARD_INSTRUCTIONS
 from pte_devconst.program.executorch import method_labels
 from pte_devconst.program.runtime import Runtime, RuntimeNeed, device_initial_data
 
-from .analysis import (Analysis, ConstantVerdict, DeviceCopy, MethodAnalysis, ResidentConstant, RewiredDelegateArg,
-                       buffer_devices)
+from .analysis import Analysis, ConstantVerdict, DeviceCopy, MethodAnalysis, RewiredDelegateArg, buffer_devices
 from .edit import edit_method
 from .fold import FoldChain, FoldRecipe, MethodFolds, removed_steps
 

@@ -172,7 +172,7 @@ class PrologueCheck:
         assert edit is not None
         placed = self.reencoded.get(index)
         found = placed if placed is not None else next(p for p in edit.placements if p.first_call and p.holder == index)
-        memory_id, offset, device = found.memory_id, found.offset, found.device
+        memory_id, offset = found.memory_id, found.offset  # its device: _check_destinations
         where = f"value {index} (the device copy of {found.name})"
         if not isinstance(old, m.Tensor) or not isinstance(new, m.Tensor) or layout_of(old) != layout_of(new):
             raise self.fail(f"{where} changed its type, shape or dim order")
