@@ -106,9 +106,10 @@ class ConstantVerdict:
 
     @property
     def verdict(self) -> str:
-        """``eligible:cuda:0``, ``unknown: <why>`` or ``not eligible: <reason>; <reason>``."""
+        """``eligible:cuda:0``, ``copied once:cuda:0`` (a first-call prologue copies it: no per-call copy),
+        ``unknown: <why>`` or ``not eligible: <reason>; <reason>``."""
         if self.device is not None:
-            return f"eligible:{self.device}"
+            return f"copied once:{self.device}" if self.copied_once else f"eligible:{self.device}"
         if self.pending_device is not None:
             return f"unknown: no .ptd given (pass --ptd); would move to {self.pending_device}"
         return "not eligible: " + "; ".join(self.reasons)
