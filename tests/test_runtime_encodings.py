@@ -346,3 +346,51 @@ def test_no_new_operator_is_added_to_a_program_without_the_copy_kernel(tmp_path:
     assert not result.plan.folds and all(H2D_COPY in s.reason for s in result.plan.fold_skipped)
     assert _program(tmp_path / "out.pte").execution_plan[0].operators == \
         _program(fixtures / "both_legacy.pte").execution_plan[0].operators  # type: ignore[index]
+
+
+def test_check_fails_a_1_6_only_file_for_a_1_5_project_and_passes_its_fix(tmp_path: Path) -> None:
+    source = EXAMPLES / "mlp_copy.pte"
+    sixteen, fifteen = tmp_path / "m16.pte", tmp_path / "m15.pte"
+    _rewrite(source, sixteen, "1.6")
+    _rewrite(source, fifteen, "1.5")
+    # a 1.6 project: both rewrites pass; the 1.6-only one is named in the runtime line
+    report = api.check([sixteen, fifteen])
+    assert report.exit_code is ExitCode.OK and not report.runtime_findings
+    assert [f.runtime_need.runtime for f in report.files] == [Runtime.V1_6, Runtime.V1_5]  # type: ignore[union-attr]
+    # a 1.5 project: the 1.6 file fails, one finding per tensor only 1.6 loads, with the fix for 1.5
+    report = api.check([sixteen, fifteen], runtime="1.5")
+    assert report.exit_code is ExitCode.FINDINGS and report.runtime is Runtime.V1_5
+    (failing,) = [f for f in report.files if f.runtime_findings]
+    assert failing.file == str(sixteen) and len(failing.runtime_findings) == 4
+    assert all("rewrite --runtime 1.5" in x.reason for x in failing.runtime_findings)
+    done = invoke("check", sixteen, fifteen, "--runtime", "1.5")
+    assert done.exit_code == 1
+    assert f"fix: pte-devconst rewrite --runtime 1.5 --in-place {sixteen}" in done.stdout.replace("\n", "")
+    # the fix it names makes the file pass
+    assert invoke("rewrite", "--runtime", "1.5", "--in-place", sixteen).exit_code == 0
+    assert api.check([sixteen, fifteen], runtime="1.5").exit_code is ExitCode.OK
+    # per-call copies fail a 1.5 project with the 1.5 fix command
+    done = invoke("check", source, "--runtime", "1.5")
+    assert done.exit_code == 1 and "pte-devconst rewrite --runtime 1.5 --in-place FILE" in " ".join(done.stdout.split())
+
+
+def test_check_passes_legacy_copies_a_1_5_project_cannot_remove_as_stays() -> None:
+    report = api.check([EXAMPLES / "mlp_legacy.pte"], runtime="1.5")
+    assert report.exit_code is ExitCode.OK and not report.findings
+    assert len(report.stays) == 4 and all("legacy style" in x.reason for x in report.stays)
+    assert api.check([EXAMPLES / "mlp_legacy.pte"], runtime="1.5", strict=True).exit_code is ExitCode.FINDINGS
+
+
+def test_inspect_and_diff_name_the_runtime(tmp_path: Path) -> None:
+    sixteen, fifteen = tmp_path / "m16.pte", tmp_path / "m15.pte"
+    _rewrite(EXAMPLES / "mlp_copy.pte", sixteen, "1.6")
+    _rewrite(EXAMPLES / "mlp_copy.pte", fifteen, "1.5")
+    text = " ".join(invoke("inspect", sixteen).stdout.split())
+    assert ("Loads in ExecuTorch >= 1.6 (device initial data: 4 tensors); for a 1.5 runtime: pte-devconst rewrite "
+            "--runtime 1.5.") in text
+    text = " ".join(invoke("inspect", fifteen).stdout.split())
+    assert "Loads in ExecuTorch >= 1.5." in text and "No constant is copied to a device on every call." in text
+    assert "constants copied to a device once, on the first call" in text
+    done = invoke("diff", sixteen, fifteen)
+    row = next(line for line in done.stdout.splitlines() if "loads in ExecuTorch" in line)
+    assert ">= 1.6" in row and ">= 1.5" in row and "now loads in 1.5" in row
