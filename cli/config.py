@@ -87,15 +87,15 @@ class Config:
 
         chosen = runtime if runtime is not None else self.runtime
         try:
-            return api.rewrite_options(
-                devices=device or self.device or None,
-                min_bytes=min_bytes if min_bytes is not None else self.min_bytes or 0,
-                fold=fold if fold is not None else bool(self.fold), duplicate_shared=duplicate_shared,
-                device_option="--device" if device or not self.device else f"{self.path}: device", runtime=chosen)
+            parsed = api.parse_runtime(chosen)
         except PteDevconstError as error:
-            if runtime is None and self.runtime is not None:
-                raise PteDevconstError(f"{self.path}: runtime: {error}") from None
-            raise PteDevconstError(f"--runtime: {error}") from None
+            where = "--runtime" if runtime is not None or self.runtime is None else f"{self.path}: runtime"
+            raise PteDevconstError(f"{where}: {error}") from None
+        return api.rewrite_options(
+            devices=device or self.device or None,
+            min_bytes=min_bytes if min_bytes is not None else self.min_bytes or 0,
+            fold=fold if fold is not None else bool(self.fold), duplicate_shared=duplicate_shared,
+            device_option="--device" if device or not self.device else f"{self.path}: device", runtime=parsed)
 
     def programs(self, files: Optional[list[str]], ctx: Any) -> list[str]:
         """The programs a command works on: those named, else ``paths``; neither is click's usage error."""

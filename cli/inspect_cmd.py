@@ -158,7 +158,7 @@ def runtime_line(need: RuntimeNeed) -> str:
         count = len(need.device_initial_data)
         return (f"Loads in {need.minimum} ({need.runtime.encoding}: {count} tensor{'' if count == 1 else 's'}); "
                 "for a 1.5 runtime: pte-devconst rewrite --runtime 1.5.")
-    return f"Loads in {need.minimum}."
+    return f"Loads in ExecuTorch {need.runtime.value} runtimes and newer."
 
 
 def render_text(report: InspectReport) -> None:

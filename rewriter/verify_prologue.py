@@ -19,13 +19,14 @@ claims to have done):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import Callable, Optional, Protocol, Sequence
 
 from pte_devconst.program.effects import MethodEffects
 from pte_devconst.program.executorch import H2D_COPY
 from pte_devconst.program.prologue import first_call_prologue
 from pte_devconst.schema import model as m
 from pte_devconst.schema.header import TENSOR_ALIGNMENT
+from pte_devconst.schema.pte_file import PteFile
 from pte_devconst.schema.span import Span
 
 from .edit import prologue_instructions
@@ -33,10 +34,17 @@ from .fold import FoldRecipe, Traced, layout_of, recipe_of
 from .plan import FoldPlacement, MethodEdit, Reencoded
 from .verify_bytes import ComputedBytes
 
-if TYPE_CHECKING:
-    from .verify import _VerifyContext
-
 Fail = Callable[[str], Exception]
+
+
+class ByteRequirements(Protocol):
+    """What the checks here ask of the self-check's context: both files, and where byte requirements go."""
+
+    original: PteFile
+    written: PteFile
+    computed: list[ComputedBytes]
+
+    def require_same(self, what: str, source: Optional[Span], written: Optional[Span]) -> None: ...
 
 
 class PrologueCheck:
@@ -187,7 +195,7 @@ class PrologueCheck:
         if placed is None and (old.is_constant or old.has_initial_data or old.allocation_info is None):
             raise self.fail(f"{where} was not planned memory a per-call copy filled")
 
-    def check_new_values(self, context: "_VerifyContext") -> None:
+    def check_new_values(self, context: ByteRequirements) -> None:
         """Each value the plan appends is written as planned; a re-encoded constant's host constant holds the
         input's initial data (or names the same .ptd entry)."""
         values = self.new.values or ()
@@ -213,7 +221,7 @@ class PrologueCheck:
 
     def check_fold_source(self, fold: FoldPlacement, traced: Traced, constant: m.Tensor,
                           recompute: Callable[[FoldRecipe], Callable[[], bytearray]],
-                          context: "_VerifyContext") -> None:
+                          context: ByteRequirements) -> None:
         """The host constant a folded value is copied from: the constant itself (a device copy of a shared
         constant), or a new constant holding what the chain computes from the input."""
         source = fold.first_call_source
