@@ -389,7 +389,8 @@ def test_inspect_and_diff_name_the_runtime(tmp_path: Path) -> None:
     assert ("Loads in ExecuTorch >= 1.6 (device initial data: 4 tensors); for a 1.5 runtime: pte-devconst rewrite "
             "--runtime 1.5.") in text
     text = " ".join(invoke("inspect", fifteen).stdout.split())
-    assert "Loads in ExecuTorch 1.5 runtimes and newer." in text and "No constant is copied to a device on every call." in text
+    assert "Loads in ExecuTorch 1.5 runtimes and newer." in text
+    assert "No constant is copied to a device on every call." in text
     assert "constants copied to a device once, on the first call" in text
     done = invoke("diff", sixteen, fifteen)
     row = next(line for line in done.stdout.splitlines() if "loads in ExecuTorch" in line)
