@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional, Sequence
 import typer
 
 from pte_devconst.cli.app import command, global_options
-from pte_devconst.cli.config import ConfigOption, IsolatedOption
+from pte_devconst.cli.config import ConfigOption, IsolatedOption, RuntimeOption
 from pte_devconst.cli.output import (DataOption, GateFormat, GateFormatOption, JsonFlag, echo_lines, emit_json,
                                      fold_hint, github_annotation, human_bytes, markdown_table, md_code, md_text,
                                      printable,
@@ -86,8 +86,11 @@ def _summary(report: CheckReport) -> str:
     if report.findings:
         parts.append(f"{len(report.findings)} {'tensor' if report.fold else 'constant'}(s) in "
                      f"{sum(1 for f in report.files if f.findings)} file(s) still copied to a device on every "
-                     f"call ({human_bytes(report.bytes_per_call)} per call); fix them with pte-devconst rewrite "
-                     + ("--fold " if report.fold else "") + "--in-place FILE")
+                     f"call ({human_bytes(report.bytes_per_call)} per call); fix them with {fix_command(report)}")
+    if report.runtime_findings:
+        parts.append(f"{sum(1 for f in report.files if f.runtime_findings)} file(s) need a newer ExecuTorch than "
+                     f"{report.runtime.value} ({len(report.runtime_findings)} tensor(s) of device initial data); fix "
+                     f"them with {fix_command(report)}")
     if report.stays:
         parts.append(stays_line(report.stays, report.strict))
     if report.unknown:
@@ -104,6 +107,32 @@ def _summary(report: CheckReport) -> str:
         parts.append(f"{len(report.accepted)} accepted by the project's config "
                      f"({human_bytes(sum(f.bytes_per_call for f in report.accepted))} per call)")
     return "; ".join(parts) + "."
+
+
+RUNTIME_FIX_ONCE = "copies it once, on the first call, instead"
+
+
+def fix_command(report: CheckReport, file: str = "FILE") -> str:
+    """The rewrite that fixes a finding, for the runtime the project deploys."""
+    runtime = "--runtime 1.5 " if report.runtime.value == "1.5" else ""
+    return f"pte-devconst rewrite {runtime}{'--fold ' if report.fold else ''}--in-place {file}"
+
+
+def runtime_line(report: CheckReport) -> Optional[str]:
+    """Which runtime the checked files need: ``Loads in ExecuTorch >= 1.5: 3 file(s); >= 1.6: 1 file(s) (a.pte)``."""
+    needs: dict[str, list[str]] = {}
+    for f in report.files:
+        if f.runtime_need is not None:
+            needs.setdefault(f.runtime_need.runtime.value, []).append(f.file)
+    if not needs:
+        return None
+    parts = [f">= {version}: {len(files)} file(s)" + (f" ({', '.join(files[:3])}"
+                                                       + (f" and {len(files) - 3} more)" if len(files) > 3 else ")")
+                                                       if version == "1.6" else "")
+             for version, files in sorted(needs.items())]
+    advice = (" (rewrite --runtime 1.5 makes them load in 1.5)" if "1.6" in needs and report.runtime.value == "1.6"
+              else "")
+    return "Loads in ExecuTorch " + "; ".join(parts) + advice + "."
 
 
 def _memory_line(report: CheckReport) -> Optional[str]:
@@ -128,6 +157,8 @@ def render_text(report: CheckReport, quiet: bool = False, verbose: bool = False)
     if quiet:  # one unwrapped line per failing or unjudged constant, for grep and editors
         for x in report.findings:
             typer.echo(_quiet_line(x, f"{x.device}: {x.bytes_per_call} B per call"))
+        for x in report.runtime_findings:
+            typer.echo(_quiet_line(x, f"{x.device}: device initial data, needs ExecuTorch >= 1.6"))
         for x in report.stays if report.strict else ():
             typer.echo(_quiet_line(x, f"{x.device}: {x.bytes_per_call} B per call, stays: {x.reason}"))
         for x in report.unknown:
@@ -142,6 +173,14 @@ def render_text(report: CheckReport, quiet: bool = False, verbose: bool = False)
                           markup=False, soft_wrap=True)
             console.print(table(None, ["method", "constant", "device", "bytes/call"], _finding_rows(f.findings),
                                 right=["bytes/call"]))
+        if f.runtime_findings:
+            console.print(printable(f"{f.file}: needs ExecuTorch >= 1.6 (device initial data), the project deploys "
+                                    f"{report.runtime.value}; fix: {fix_command(report, shlex.quote(f.file))}"),
+                          markup=False, soft_wrap=True)
+            stuck = any(RUNTIME_FIX_ONCE not in x.reason for x in f.runtime_findings)  # some cannot be re-encoded
+            console.print(table(None, ["method", "value", "device", "bytes"] + (["why"] if stuck else []),
+                                [[x.method, x.value, x.device, human_bytes(x.nbytes)] + ([x.reason] if stuck else [])
+                                 for x in f.runtime_findings], right=["bytes"]))
         if f.unknown:
             console.print(printable(f"{f.file}: {len(f.unknown)} external constant(s) not judged (no .ptd); "
                                     "they would move if their data matched"), markup=False, soft_wrap=True)
@@ -182,6 +221,9 @@ def render_text(report: CheckReport, quiet: bool = False, verbose: bool = False)
     memory = _memory_line(report)
     if memory:
         console.print(printable(memory), markup=False)
+    runtime = runtime_line(report)
+    if runtime:
+        console.print(printable(runtime), markup=False)
 
 
 def _kind(report: CheckReport) -> str:
@@ -194,9 +236,12 @@ def file_status(report: CheckReport, f: FileCheck) -> str:
     if f.error:
         return f.error[len(f.file) + 2:] if f.file and f.error.startswith(f"{f.file}: ") else f.error
     if f.findings:
-        fix = f"pte-devconst rewrite {'--fold ' if report.fold else ''}--in-place {shlex.quote(f.file)}"
+        fix = fix_command(report, shlex.quote(f.file))
         return (f"{len(f.findings)} {_kind(report)}(s) copied to a device on every call "
                 f"({human_bytes(f.bytes_per_call)} per call){accepted}; fix: {fix}")
+    if f.runtime_findings:
+        return (f"needs ExecuTorch >= 1.6 (device initial data, {len(f.runtime_findings)} tensor(s)); the project "
+                f"deploys {report.runtime.value}{accepted}; fix: {fix_command(report, shlex.quote(f.file))}")
     if f.failing:  # --strict: what stays or is not judged
         return (f"{len(f.failing)} constant-derived value(s) copied on every call that the rewrite cannot move or "
                 f"could not judge (--strict){accepted}")
@@ -563,6 +608,7 @@ def check_command(
         help="Also fail on constant-derived values copied on every call that the rewrite cannot move "
         "(read on the host too, transposed on the host, ...) and on external constants not judged for want of "
         "their .ptd [default: no].")] = None,
+    runtime: RuntimeOption = None,
     etrecord: EtrecordOption = None,
     fmt: GateFormatOption = None,
     json_flag: JsonFlag = False,
@@ -586,7 +632,7 @@ def check_command(
     settings = load(config, isolated)
     given = settings.programs(files, ctx)
     # Resolved once: the plan's options (devices parsed) and the programs, each paired with its data.
-    plan_options = settings.plan_options(device, min_bytes, fold)
+    plan_options = settings.plan_options(device, min_bytes, fold, runtime=runtime)
     chosen = api.programs(given, ptd or (), exclude=settings.exclude, exclude_root=settings.root, refuse=False)
     if chosen.excluded and not chosen.items and not chosen.problems:  # pre-commit named only excluded programs
         if not options.quiet:

@@ -38,12 +38,19 @@ KEYS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "fold": (bool, "true or false"),
     "device": ((str, list), "a device (cuda:0) or a list of them"),
     "output-format": (str, "one of " + ", ".join(FORMATS)),
+    "runtime": (str, 'the ExecuTorch release the programs must load in: "1.5" or "1.6"'),
     "accept": (list, "an array of tables ([[tool.pte-devconst.accept]])"),
 }
 ConfigOption = Annotated[Optional[str], typer.Option(
     "--config", metavar="FILE", help="Read the settings from this file (a pyproject.toml's [tool.pte-devconst], or a "
     "TOML file's top level) instead of the pyproject.toml found from the working folder up.")]
 IsolatedOption = Annotated[bool, typer.Option("--isolated", help="Ignore every configuration file.")]
+RuntimeOption = Annotated[Optional[str], typer.Option(
+    "--runtime", metavar="1.5|1.6", show_default=False,
+    help="The ExecuTorch release the programs must load in. 1.6: a moved constant is device memory with initial "
+    "data, copied at load (what 1.6's skip_h2d_for_constants writes). 1.5: it stays on the host and a guarded "
+    "prologue copies it once, on the first call (1.5 runtimes cannot copy initial data into device memory). "
+    "[default: 1.6, or runtime in the config]")]
 ACCEPT_KEYS = {"program": str, "method": str, "constant": str, "value": int, "reason": str}
 
 
@@ -59,6 +66,7 @@ class Config:
     fold: Optional[bool] = None
     device: Optional[tuple[str, ...]] = None
     output_format: Optional[str] = None
+    runtime: Optional[str] = None  # "1.5" or "1.6": the release the project deploys (rewrite's encoding, check's rule)
     accept: tuple["Acceptance", ...] = field(default=())
 
     @property
@@ -72,16 +80,22 @@ class Config:
         return [p if os.path.isabs(p) else os.path.relpath(root / p) for p in self.paths or ()]
 
     def plan_options(self, device: Optional[list[str]], min_bytes: Optional[int], fold: Optional[bool],
-                     duplicate_shared: bool = False) -> RewriteOptions:
+                     duplicate_shared: bool = False, runtime: Optional[str] = None) -> RewriteOptions:
         """The plan's options from the command line, else this file (``--device`` parsed once, here): what
         ``rewrite`` and ``check`` resolve before they look at any program."""
         from pte_devconst import api  # the API loads the rewriter: only a command that runs needs it
 
+        chosen = runtime if runtime is not None else self.runtime
+        try:
+            parsed = api.parse_runtime(chosen)
+        except PteDevconstError as error:
+            where = "--runtime" if runtime is not None or self.runtime is None else f"{self.path}: runtime"
+            raise PteDevconstError(f"{where}: {error}") from None
         return api.rewrite_options(
             devices=device or self.device or None,
             min_bytes=min_bytes if min_bytes is not None else self.min_bytes or 0,
             fold=fold if fold is not None else bool(self.fold), duplicate_shared=duplicate_shared,
-            device_option="--device" if device or not self.device else f"{self.path}: device")
+            device_option="--device" if device or not self.device else f"{self.path}: device", runtime=parsed)
 
     def programs(self, files: Optional[list[str]], ctx: Any) -> list[str]:
         """The programs a command works on: those named, else ``paths``; neither is click's usage error."""
@@ -182,7 +196,7 @@ def parse(table: dict[str, Any], path: Path, pyproject: bool = True) -> Config:
     return Config(path=path, paths=tuple(table["paths"]) if "paths" in table else None,
                   exclude=tuple(table.get("exclude", ())), min_bytes=table.get("min-bytes"),
                   strict=table.get("strict"), fold=table.get("fold"), device=devices,
-                  output_format=table.get("output-format"),
+                  output_format=table.get("output-format"), runtime=table.get("runtime"),
                   accept=_acceptances(table.get("accept", []), path, pyproject))
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 import typer
 
 from pte_devconst.cli.app import command, for_each_program, global_options
+from pte_devconst.program.runtime import Runtime, RuntimeNeed
 from pte_devconst.cli.output import (DataOption, EtrecordOption, constant_label, ProgramsArgument, FormatOption,
                                      JsonFlag, OutputFormat, echo_lines, emit_json, fold_hint, human_bytes,
                                      markdown_table, markup_safe, md_code, md_name, md_text, name_cell, printable,
@@ -142,7 +143,22 @@ def closing_lines(report: InspectReport) -> list[str]:
                  f"{human_bytes(memory.after)} after a rewrite "
                  f"({'+' if change > 0 else '-'}{human_bytes(abs(change))})")
         lines.append(f"Device memory planned: {human_bytes(memory.before)}; {after}.")
+    once = [m for m in summary.methods if m.first_call_h2d_bytes]
+    if once:
+        lines.append(f"{human_bytes(sum(m.first_call_h2d_bytes for m in once))} of constants copied to a device once, "
+                     "on the first call (the 1.5 encoding's first-call prologue).")
+    lines.append(runtime_line(summary.runtime_need))
     return lines
+
+
+def runtime_line(need: RuntimeNeed) -> str:
+    """``Loads in ExecuTorch >= 1.6 (device initial data: 4 tensors); ...``: the runtime a file needs, and how to
+    get the other encoding."""
+    if need.runtime is Runtime.V1_6:
+        count = len(need.device_initial_data)
+        return (f"Loads in {need.minimum} ({need.runtime.encoding}: {count} tensor{'' if count == 1 else 's'}); "
+                "for a 1.5 runtime: pte-devconst rewrite --runtime 1.5.")
+    return f"Loads in ExecuTorch {need.runtime.value} runtimes and newer."
 
 
 def render_text(report: InspectReport) -> None:

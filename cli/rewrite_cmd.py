@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from pte_devconst.cli.app import command, for_each_program, global_options
-from pte_devconst.cli.config import ConfigOption, IsolatedOption, load as load_config
+from pte_devconst.cli.config import ConfigOption, IsolatedOption, RuntimeOption, load as load_config
 from pte_devconst.cli.output import (DataOption, EtrecordOption, JsonFlag, constant_label, device_memory_line,
                                      echo_lines, emit_json, fold_hint, human_bytes, markdown_table, markup_safe,
                                      md_code, md_text, name_cell, names_notes, printable, stderr_console,
@@ -96,7 +96,9 @@ def _not_moved_rows(result: RewriteResult) -> list[list[Any]]:
     rows = [[c.method, c.value, name_cell(c.name, c.value), c.nbytes, "; ".join(c.reasons)]
             for c in result.left_in_place()]
     rows += [[s.verdict.method, s.verdict.value, name_cell(s.verdict.name, s.verdict.value), s.verdict.nbytes, s.reason]
-             for s in plan.skipped]
+             for s in plan.skipped + plan.kept_for_runtime]
+    rows += [[u.method, u.value, name_cell(u.name, u.value), u.nbytes, f"stays device initial data (needs 1.6): "
+              f"{u.reason}"] for u in plan.unconverted]
     return rows + [[s.chain.method, s.chain.result, f"{s.chain.kernels or 'copy'} of "
                     f"{constant_label(s.chain.source_tensor.fqn or f'value {s.chain.source}', s.chain.source)}",
                     s.chain.nbytes, s.reason]
@@ -168,7 +170,29 @@ def render_text(result: RewriteResult, verbose: bool = False) -> None:
         checked = ("re-read and checked (every byte)" if result.verified is VerifyMode.FULL
                    else "re-read and checked")
         console.print(f"wrote [bold]{markup_safe(result.output)}[/] ({human_bytes(result.output_size or 0)}; input "
-                      f"{human_bytes(result.input_size)}), {checked}.", soft_wrap=True)
+                      f"{human_bytes(result.input_size)}), {checked}; {markup_safe(runtime_clause(plan))}.",
+                      soft_wrap=True)
+    elif not plan.is_empty:
+        console.print(f"the output would need {markup_safe(runtime_clause(plan).removeprefix('needs '))}.",
+                      soft_wrap=True)
+
+
+def runtime_clause(plan: Any) -> str:
+    """``needs ExecuTorch >= 1.6 (device initial data; for a 1.5 runtime: --runtime 1.5)``: what loads the output,
+    and how to get the other encoding."""
+    need = plan.output_need
+    if need.runtime.value == "1.6":
+        return (f"needs {need.minimum} ({need.runtime.encoding}; for a 1.5 runtime: --runtime 1.5)"
+                if plan.options.runtime.value == "1.6" else
+                f"needs {need.minimum} ({need.runtime.encoding}: {len(plan.unconverted)} tensor(s) the 1.5 "
+                "encoding cannot take)")
+    return (f"needs {need.minimum} (first-call copies; --runtime 1.6 copies at load instead, for 1.6 runtimes)"
+            if plan.options.runtime.value == "1.5" else f"needs {need.minimum}")
+
+
+def needs_line(result: RewriteResult) -> str:
+    """The one line ``--quiet`` still prints when the project's config does not name the runtime it deploys."""
+    return f"{result.output or result.input}: {runtime_clause(result.plan)}"
 
 
 def _buffer_change(buffer: BufferGrowth) -> str:
@@ -193,7 +217,8 @@ def concise_line(result: RewriteResult) -> str:
     else:
         where = f"wrote {result.output}"
     return printable(f"{result.input}: {moved} tensor(s) moved to device memory "
-                     f"({human_bytes(plan.bytes_per_call_saved)} fewer host-to-device bytes per call); {where}")
+                     f"({human_bytes(plan.bytes_per_call_saved)} fewer host-to-device bytes per call); {where}; "
+                     f"{runtime_clause(plan)}")
 
 
 def render_markdown(result: RewriteResult) -> None:
@@ -268,6 +293,7 @@ def rewrite_command(
     duplicate_shared: Annotated[bool, typer.Option(
         "--duplicate-shared", help="Give device delegates that read a constant the host also reads their own "
         "device-resident copy (the file and the device each hold one more copy of it).")] = False,
+    runtime: RuntimeOption = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; write nothing.")] = False,
     in_place: Annotated[bool, typer.Option("--in-place", help="Replace the input file(s) (atomically).")] = False,
     fsync: Annotated[bool, typer.Option(
@@ -301,7 +327,8 @@ def rewrite_command(
     settings = load_config(config, isolated)
     given = settings.programs(files, ctx)
     # Resolved once for every program: the plan's options (devices parsed), the names' source, the verify mode.
-    plan_options = settings.plan_options(device, min_bytes, fold, duplicate_shared)
+    plan_options = settings.plan_options(device, min_bytes, fold, duplicate_shared, runtime)
+    chosen_runtime = runtime is not None or settings.runtime is not None  # else the summary says what loads it
     names = api.names_from(etrecord)
     fmt = RewriteFormat.json if json_flag else fmt
     if fmt is RewriteFormat.concise and options.verbose:  # -v: the tables
@@ -332,6 +359,8 @@ def rewrite_command(
             typer.echo(concise_line(result))
         elif not options.quiet:
             render_text(result, options.verbose)
+        elif not chosen_runtime and result.changed:
+            stderr_console().print(printable(needs_line(result)), markup=False, soft_wrap=True)
         if exit_on_change and result.changed:
             raise typer.Exit(ExitCode.FINDINGS)
         return

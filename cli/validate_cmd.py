@@ -35,6 +35,7 @@ def summary_rows(mv: Any) -> list[list[str]]:
         rows.append(["folded values", "", f"{len(folded)} ({exact_bytes(sum(c.nbytes for c in folded))})"])
     return rows + [
         ["H2D at load", exact_bytes(mv.load_h2d_before), exact_bytes(mv.load_h2d_after)],
+        ["H2D on the first call", exact_bytes(mv.calls[0].h2d_before), exact_bytes(mv.calls[0].h2d_after)],
         ["H2D per call", exact_bytes(last.h2d_before), exact_bytes(last.h2d_after)],
         ["  of which constant-derived", exact_bytes(last.derived_before), exact_bytes(last.derived_after)],
         ["D2H per call", exact_bytes(last.d2h_before), exact_bytes(last.d2h_after)],

@@ -8,8 +8,9 @@ bytes are needed only between its first and last use in program order.  A *stati
 no instruction writes that is no input, constant or initial data, planned where another value was last
 written) reads its holder's bytes, so it and its holder form one *storage group* that keeps its relative
 layout.  A group lives for the hull of its members' lifetimes.  A group is **resident** (alive for the whole
-method, across calls) when it holds initial data (a moved or folded constant, a mutable buffer) or when its
-first use in a call is a read: it carries state from the last call.  A group nothing uses is **dead**: it needs
+method, across calls) when it holds initial data (a moved or folded constant, a mutable buffer), when a
+first-call prologue copies a constant into it (``prologue.py``), or when its first use in a call is a read: it
+carries state from the last call.  A group nothing uses is **dead**: it needs
 no bytes.
 
 **Layout** (``plan_layout``), as ExecuTorch's own planner does (``exir/memory_planning.py``, greedy by size):
@@ -34,6 +35,7 @@ from pte_devconst.schema import model as m
 from pte_devconst.schema.header import TENSOR_ALIGNMENT, align_up
 
 from .effects import MethodEffects
+from .prologue import first_call_copies
 from .regions import Region, planned_region
 
 
@@ -132,8 +134,11 @@ def storage_groups(effects: MethodEffects, memory_ids: Iterable[int],
                    resident: frozenset[int] = frozenset()) -> dict[int, list[StorageGroup]]:
     """The storage groups of the given planned buffers, keyed by memory id (module docstring).
 
-    ``resident`` names values that must live for the whole method besides those with initial data.
+    ``resident`` names values that must live for the whole method besides those with initial data and the
+    destinations of a first-call prologue's copies (``program/prologue.py``: written on the first call only,
+    read on every call).
     """
+    resident = resident | frozenset(first_call_copies(effects.plan))
     wanted = set(memory_ids)
     values = effects.values
     regions = {i: r for i, v in enumerate(values) if (r := planned_region(v)) is not None and r.memory_id in wanted}

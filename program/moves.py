@@ -1,5 +1,12 @@
-"""What moved between two versions of one method: the values the second plans with initial data that the first
-did not (``diff`` counts them; ``validate`` checks each is copied once at load and never per call)."""
+"""What moved between two versions of one method: the values the second keeps in device memory for the whole
+method that the first did not (``diff`` counts them; ``validate`` checks each is copied to its device once and
+never per call).
+
+Two encodings keep a value in device memory (``program/runtime.py``): planned device memory with initial data
+(1.6: filled at load), or planned device memory a first-call prologue fills from a host constant (1.5:
+``program/prologue.py``).  A moved value is named by the value of the first version whose bytes it holds (the
+constant itself), with ``holder``, the value that holds them in the second.
+"""
 
 from __future__ import annotations
 
@@ -7,22 +14,33 @@ from typing import NamedTuple
 
 from pte_devconst.schema import model as m
 
+from .prologue import first_call_copies
+
 
 class MovedValue(NamedTuple):
-    """A value planned with initial data in the rewritten method: a moved constant, or a folded value."""
+    """A value the rewritten method keeps in device memory: a moved constant, or a folded value."""
 
-    value: int
+    value: int  # the constant (moved) or the value (folded) in the first version
     device: m.Device  # the device of its planned buffer (the CPU under host placement)
     folded: bool  # computed by the host (or new) in the original, not a constant there
+    holder: int = -1  # the value holding its bytes in the second version (-1: ``value`` itself)
+    first_call: bool = False  # filled by a first-call prologue copy (1.5), not at load (1.6)
+    reencoded: bool = False  # held with initial data in the first version too: only the encoding changed
+
+    @property
+    def held_by(self) -> int:
+        return self.value if self.holder < 0 else self.holder
 
 
 def moved_values(before: m.ExecutionPlan, after: m.ExecutionPlan, *, devices_only: bool = True) -> list[MovedValue]:
-    """Values ``after`` plans with initial data that ``before`` had as constants (moved) or as tensors without
-    initial data, or not at all (folded).  ``devices_only``: only those in a buffer on a non-CPU device."""
+    """Values ``after`` keeps in device memory that ``before`` had as constants (moved) or as tensors without
+    initial data, or not at all (folded); and 1.6 constants that ``after`` re-encodes as first-call copies.
+    ``devices_only``: only those in a buffer on a non-CPU device."""
     values_before = before.values or ()
+    values_after = after.values or ()
     devices = after.buffer_devices()  # once per method: a lookup per value is quadratic on a long device list
     moved = []
-    for index, value in enumerate(after.values or ()):
+    for index, value in enumerate(values_after):
         if not (isinstance(value, m.Tensor) and value.has_initial_data) or value.allocation_info is None:
             continue
         device = devices.get(value.allocation_info.memory_id, m.CPU)
@@ -33,4 +51,20 @@ def moved_values(before: m.ExecutionPlan, after: m.ExecutionPlan, *, devices_onl
             moved.append(MovedValue(index, device, False))
         elif old is None or isinstance(old, m.Tensor):
             moved.append(MovedValue(index, device, True))
+    already = first_call_copies(before)
+    for dst, (src, _) in sorted(first_call_copies(after).items()):
+        target = values_after[dst] if 0 <= dst < len(values_after) else None
+        if not isinstance(target, m.Tensor) or target.allocation_info is None or already.get(dst, (-1,))[0] == src:
+            continue
+        device = devices.get(target.allocation_info.memory_id, m.CPU)
+        if devices_only and device.is_cpu:
+            continue
+        old_src = values_before[src] if 0 <= src < len(values_before) else None
+        old_dst = values_before[dst] if dst < len(values_before) else None
+        if isinstance(old_dst, m.Tensor) and old_dst.has_initial_data:
+            moved.append(MovedValue(dst, device, False, dst, True, True))
+        elif isinstance(old_src, m.Tensor) and old_src.is_constant:
+            moved.append(MovedValue(src, device, False, dst, True))
+        else:
+            moved.append(MovedValue(dst, device, True, dst, True))
     return moved

@@ -42,6 +42,8 @@ from pte_devconst.program.executorch import H2D_COPY
 from pte_devconst.schema.devices import delegate_target_device
 from pte_devconst.util.named_enum import NamedEnum
 
+from .prologue import FirstCallPrologue, first_call_prologue
+
 
 class TransferKind(NamedEnum):
     """The four places where bytes cross from host memory to a device every call (see above)."""
@@ -151,11 +153,28 @@ def _costliest_path(instructions: Sequence[m.Instruction], cost: dict[int, int],
     return path
 
 
-def per_call_transfers(plan: m.ExecutionPlan, sites: Optional[Sequence[DelegateCallSite]] = None) -> list[Transfer]:
+def per_call_transfers(plan: m.ExecutionPlan, sites: Optional[Sequence[DelegateCallSite]] = None,
+                       prologue: Optional[FirstCallPrologue] = None) -> list[Transfer]:
     """Every host-to-device copy one call of ``plan`` makes, in program order (see the module docstring).
 
-    ``sites``: ``dataflow.delegate_call_sites(plan)``, when the caller has it already.
+    ``sites``: ``dataflow.delegate_call_sites(plan)``, when the caller has it already.  The copies of a first-call
+    prologue (``program/prologue.py``) are not made per call: ``first_call_transfers`` lists them.
     """
+    return _transfers(plan, sites, prologue)[0]
+
+
+def first_call_transfers(plan: m.ExecutionPlan, prologue: Optional[FirstCallPrologue] = None) -> list[Transfer]:
+    """The host-to-device copies of the method's first-call prologue: made once per loaded method, on its first
+    call (none when the method has no prologue)."""
+    return _transfers(plan, None, prologue)[1]
+
+
+def _transfers(plan: m.ExecutionPlan, sites: Optional[Sequence[DelegateCallSite]],
+               prologue: Optional[FirstCallPrologue]) -> tuple[list[Transfer], list[Transfer]]:
+    """(per-call transfers, first-call transfers) of ``plan``."""
+    if prologue is None:
+        prologue = first_call_prologue(plan)
+    once: list[Transfer] = []
     values = plan.values or ()
     ops = [op.qualified_name for op in plan.operators or ()]
     targets = [delegate_target_device(d)[0] for d in plan.delegates or ()]
@@ -173,8 +192,9 @@ def per_call_transfers(plan: m.ExecutionPlan, sites: Optional[Sequence[DelegateC
             if isinstance(instruction, m.KernelCall):
                 args = tuple(instruction.args or ())
                 if 0 <= instruction.op_index < len(ops) and ops[instruction.op_index] == H2D_COPY and len(args) >= 2:
-                    found.append(Transfer(TransferKind.H2D_KERNEL, c, k, args[0], _nbytes(values[args[0]]),
-                                          where.of(args[1])))
+                    copy = Transfer(TransferKind.H2D_KERNEL, c, k, args[0], _nbytes(values[args[0]]),
+                                    where.of(args[1]))
+                    (once if prologue is not None and prologue.runs_once(c, k) else found).append(copy)
                     for ret in args[2:]:
                         if ret != args[1]:
                             where.moved[ret] = where.of(args[1])
@@ -201,7 +221,7 @@ def per_call_transfers(plan: m.ExecutionPlan, sites: Optional[Sequence[DelegateC
             if path is not None:
                 found = [t for t in found if t.instruction in path]
         transfers.extend(found)
-    return [replace(t, bound=True) if _bound(values[t.value]) else t for t in transfers]
+    return [replace(t, bound=True) if _bound(values[t.value]) else t for t in transfers], once
 
 
 def h2d_bytes_per_call(plan: m.ExecutionPlan) -> int:

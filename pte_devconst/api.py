@@ -35,6 +35,7 @@ from pte_devconst import paths
 from pte_devconst.paths import Programs
 from pte_devconst.program.etrecord import read_etrecord
 from pte_devconst.program.executorch import method_labels
+from pte_devconst.program.runtime import Runtime
 from pte_devconst.rewriter.diff import ProgramDiff, diff_files
 from pte_devconst.rewriter.flows import MethodFlows, program_flows
 from pte_devconst.rewriter.gate import (Acceptance, CheckProblem, CheckReport, CheckRequest, CheckStatus,
@@ -240,9 +241,14 @@ def rewrite(pte: ProgramLike, output: Optional[PathLike] = None, *, ptd: Optiona
             devices: Optional[Iterable[DeviceLike]] = None, min_bytes: int = 0, dry_run: bool = False,
             in_place: bool = False, fsync: bool = True, verify: Union[None, str, VerifyMode] = None,
             fold: bool = False, duplicate_shared: bool = False, progress: Optional[Callable[[int, int], None]] = None,
-            etrecord: Optional[NamesLike] = None, phase: Optional[Callable[[str], None]] = None
-            ) -> "RewriteResult":
-    """Move every eligible constant into device memory with initial data (what ``rewrite`` does).
+            etrecord: Optional[NamesLike] = None, phase: Optional[Callable[[str], None]] = None,
+            runtime: Union[None, str, Runtime] = None) -> "RewriteResult":
+    """Move every eligible constant into device memory, copied there once instead of on every call (``rewrite``).
+
+    ``runtime`` picks the encoding for the ExecuTorch release that will load the output: ``"1.6"`` (the
+    default) gives each moved constant device memory with initial data, what 1.6's ``skip_h2d_for_constants``
+    writes; ``"1.5"`` keeps it on the host and copies it once, on the first call (a guarded prologue of copies
+    that 1.5 runtimes run; ``docs/file-format.md``).  ``result.plan.output_runtime`` is what the output needs.
 
     Writes ``output`` (default ``<stem>.devconst.pte`` next to ``pte``) atomically and re-reads it
     before returning; ``dry_run`` only plans.  External constants need ``ptd`` (default: ``NAME.ptd``
@@ -264,7 +270,7 @@ def rewrite(pte: ProgramLike, output: Optional[PathLike] = None, *, ptd: Optiona
     """
     request = rewrite_request(pte, output, ptd=ptd, devices=devices, min_bytes=min_bytes, dry_run=dry_run,
                               in_place=in_place, fsync=fsync, verify=verify, fold=fold,
-                              duplicate_shared=duplicate_shared, etrecord=etrecord)
+                              duplicate_shared=duplicate_shared, etrecord=etrecord, runtime=runtime)
     return rewrite_program(request, progress=progress, phase=phase)
 
 
@@ -273,15 +279,15 @@ def rewrite_request(pte: ProgramLike, output: Optional[PathLike] = None, *, ptd:
                     in_place: bool = False, fsync: bool = True, verify: Union[None, str, VerifyMode] = None,
                     fold: bool = False, duplicate_shared: bool = False, etrecord: Optional[NamesLike] = None,
                     options: Optional[RewriteOptions] = None, names: Optional[Namer] = None,
-                    paired: bool = False) -> RewriteRequest:
+                    paired: bool = False, runtime: Union[None, str, Runtime] = None) -> RewriteRequest:
     """``rewrite``'s arguments resolved into the request the rewriter carries out: the program read, its data
     (the .ptd rule), the destination (``NAME.devconst.pte`` unless given; ``pte`` itself with ``in_place``; none
     for a dry run or a program in memory), the plan's options, the verify mode and the names' source.
 
     ``options`` and ``names``, when given, are used as they are (a command line resolves them once for all its
     programs: ``RewriteOptions`` with its devices parsed, a ``namer``) instead of ``devices``, ``min_bytes``,
-    ``fold``, ``duplicate_shared`` and ``etrecord``; ``paired=True`` says ``ptd`` is the pairing's answer already
-    (``programs``: None is no data), so the .ptd rule is not applied again.
+    ``fold``, ``duplicate_shared``, ``runtime`` and ``etrecord``; ``paired=True`` says ``ptd`` is the pairing's
+    answer already (``programs``: None is no data), so the .ptd rule is not applied again.
     """
     source = _program(pte)
     if not isinstance(source, Path) and (output is not None or in_place):
@@ -290,7 +296,8 @@ def rewrite_request(pte: ProgramLike, output: Optional[PathLike] = None, *, ptd:
     if in_place and output is not None:
         raise PteDevconstError("--in-place and --output exclude each other")
     if options is None:
-        options = rewrite_options(devices=devices, min_bytes=min_bytes, fold=fold, duplicate_shared=duplicate_shared)
+        options = rewrite_options(devices=devices, min_bytes=min_bytes, fold=fold, duplicate_shared=duplicate_shared,
+                                  runtime=runtime)
     if names is None:
         names = _namer(_names_source(pte, etrecord))
     destination: Optional[Path]
@@ -308,13 +315,24 @@ def rewrite_request(pte: ProgramLike, output: Optional[PathLike] = None, *, ptd:
 
 
 def rewrite_options(*, devices: Optional[Iterable[DeviceLike]] = None, min_bytes: int = 0, fold: bool = False,
-                    duplicate_shared: bool = False, device_option: str = "devices") -> RewriteOptions:
+                    duplicate_shared: bool = False, device_option: str = "devices",
+                    runtime: Union[None, str, Runtime] = None) -> RewriteOptions:
     """The plan's options, checked: devices parsed (``parse_devices``; ``device_option`` names the option in an
-    error), ``min_bytes`` not negative."""
+    error), ``min_bytes`` not negative, ``runtime`` one the tool writes for (``Runtime.parse``; None: 1.6)."""
     if min_bytes < 0:
         raise PteDevconstError(f"min_bytes must be >= 0, got {min_bytes}")
     return RewriteOptions(devices=parse_devices(devices, device_option), min_bytes=min_bytes, fold=fold,
-                          duplicate_shared=duplicate_shared)
+                          duplicate_shared=duplicate_shared, runtime=parse_runtime(runtime))
+
+
+def parse_runtime(runtime: Union[None, str, Runtime]) -> Runtime:
+    """``"1.5"`` / ``"1.6"`` (or a ``Runtime``) as the release the output must load in; None is 1.6."""
+    if runtime is None or isinstance(runtime, Runtime):
+        return runtime or Runtime.V1_6
+    try:
+        return Runtime.parse(str(runtime))
+    except ValueError as error:
+        raise PteDevconstError(str(error)) from None
 
 
 def names_from(etrecord: Optional[NamesLike]) -> Optional[Namer]:
@@ -438,7 +456,8 @@ def check(files: Union[ProgramLike, Iterable[ProgramLike], Programs], *,
           min_bytes: int = 0, devices: Optional[Iterable[DeviceLike]] = None, strict: bool = False,
           progress: Optional[Callable[[int, int, str], None]] = None, fold: bool = False,
           etrecord: Optional[NamesLike] = None, accept: Sequence[Acceptance] = (), exclude: Sequence[str] = (),
-          exclude_root: Optional[PathLike] = None, options: Optional[RewriteOptions] = None) -> CheckReport:
+          exclude_root: Optional[PathLike] = None, options: Optional[RewriteOptions] = None,
+          runtime: Union[None, str, Runtime] = None) -> CheckReport:
     """Which constants do these programs still copy to a device on every call? (what ``check`` does)
 
     The findings are the constants a rewrite would move.  Every other constant-derived per-call copy
@@ -467,9 +486,12 @@ def check(files: Union[ProgramLike, Iterable[ProgramLike], Programs], *,
     ``exclude`` leaves out every program a glob names (relative to ``exclude_root``; ``paths.matches_glob``),
     also one named explicitly.  ``files`` may also be ``programs(..., refuse=False)``'s result (then ``ptd``,
     ``exclude`` and ``exclude_root`` were applied there), and ``options`` the plan's options resolved already.
+    ``runtime`` is the ExecuTorch release the project deploys (None: 1.6): the findings are what ``rewrite
+    --runtime`` of it would move, and with ``"1.5"`` a file only a 1.6 runtime loads (device initial data) fails
+    too (``FileCheck.runtime_findings``).
     """
     if options is None:
-        options = rewrite_options(devices=devices, min_bytes=min_bytes, fold=fold)
+        options = rewrite_options(devices=devices, min_bytes=min_bytes, fold=fold, runtime=runtime)
     if isinstance(files, Programs):
         arguments: list[Any] = []
         chosen: Optional[Programs] = files

@@ -36,8 +36,9 @@ from typing import Mapping, Optional
 
 from pte_devconst.program.dataflow import DelegateCallSite, delegate_call_sites
 from pte_devconst.program.executorch import H2D_COPY, method_labels, method_name
+from pte_devconst.program.prologue import FirstCallPrologue
 from pte_devconst.schema.devices import delegate_target_device
-from pte_devconst.program.transfers import Transfer, per_call_transfers
+from pte_devconst.program.transfers import Transfer, first_call_transfers, per_call_transfers
 from pte_devconst.program.transfers import work as transfer_work
 from pte_devconst.schema import model as m
 from pte_devconst.schema.model import CPU, Device
@@ -105,9 +106,10 @@ class ConstantVerdict:
 
     @property
     def verdict(self) -> str:
-        """``eligible:cuda:0``, ``unknown: <why>`` or ``not eligible: <reason>; <reason>``."""
+        """``eligible:cuda:0``, ``copied once:cuda:0`` (a first-call prologue copies it: no per-call copy),
+        ``unknown: <why>`` or ``not eligible: <reason>; <reason>``."""
         if self.device is not None:
-            return f"eligible:{self.device}"
+            return f"copied once:{self.device}" if self.copied_once else f"eligible:{self.device}"
         if self.pending_device is not None:
             return f"unknown: no .ptd given (pass --ptd); would move to {self.pending_device}"
         return "not eligible: " + "; ".join(self.reasons)
@@ -122,10 +124,40 @@ class ConstantVerdict:
 
     @property
     def copies_per_call(self) -> int:
-        """Host-to-device copies of this constant per call: one per copy kernel, or per delegate call (legacy)."""
+        """Host-to-device copies of this constant per call: one per copy kernel, or per delegate call (legacy).
+
+        A copy in a first-call prologue is made once per loaded method, not per call: it does not count.
+        """
         if self.copies:
-            return len(self.copies)
+            return sum(1 for copy in self.copies if not copy.once)
         return sum(1 for r in self.readers if r.on_device)
+
+    @property
+    def copied_once(self) -> bool:
+        """Copied to its device by a first-call prologue only (the 1.5 runtime encoding of a moved constant)."""
+        return bool(self.copies) and all(copy.once for copy in self.copies)
+
+
+@record
+class ResidentConstant:
+    """A planned tensor on a device, filled with initial data at load, that nothing writes and only delegates on
+    its device read: a constant in the 1.6 encoding (``skip_h2d_for_constants``, or this tool's default).  A
+    ``--runtime 1.5`` rewrite makes it a host constant copied once, on the first call (``problem``: why not)."""
+
+    method: str
+    plan_index: int
+    value: int
+    tensor: m.Tensor
+    device: Device
+    problem: Optional[str] = None
+
+    @property
+    def nbytes(self) -> int:
+        return self.tensor.nbytes
+
+    @property
+    def name(self) -> str:
+        return self.tensor.fqn or f"value {self.value}"
 
 
 @record
@@ -149,6 +181,14 @@ class MethodAnalysis:
     transfers: tuple[Transfer, ...] = ()  # every host-to-device copy of one call (program/transfers.py)
     call_sites: tuple[DelegateCallSite, ...] = ()  # each DelegateCall's inputs/outputs (program/dataflow.py)
     folds: Optional[MethodFolds] = None  # chains of host kernels from constants to device readers (fold/)
+    prologue: Optional[FirstCallPrologue] = None  # the first-call prologue (program/prologue.py), if any
+    first_call: tuple[Transfer, ...] = ()  # the host-to-device copies the prologue makes, once per loaded method
+    residents: tuple[ResidentConstant, ...] = ()  # constants in the 1.6 encoding (device initial data)
+
+    @property
+    def first_call_bytes(self) -> int:
+        """What the first call copies host-to-device besides every call's copies (the prologue)."""
+        return sum(t.nbytes for t in self.first_call)
 
     @property
     def eligible(self) -> tuple[ConstantVerdict, ...]:
@@ -283,7 +323,8 @@ def _delegate_infos(plan: m.ExecutionPlan) -> dict[int, DelegateInfo]:
     return infos
 
 
-def method_transfers(plan: m.ExecutionPlan, budget: Optional[WorkBudget] = None
+def method_transfers(plan: m.ExecutionPlan, budget: Optional[WorkBudget] = None,
+                     prologue: Optional[FirstCallPrologue] = None
                      ) -> tuple[tuple[Transfer, ...], tuple[DelegateCallSite, ...]]:
     """Every host-to-device copy one call makes (``program/transfers.py``: the rule the runner's counts follow),
     and the delegate calls' input/output split it rests on (``program/dataflow.py``).
@@ -294,7 +335,43 @@ def method_transfers(plan: m.ExecutionPlan, budget: Optional[WorkBudget] = None
     if budget is not None:
         budget.spend(transfer_work(plan))
     sites = tuple(delegate_call_sites(plan))
-    return tuple(per_call_transfers(plan, sites)), sites
+    return tuple(per_call_transfers(plan, sites, prologue)), sites
+
+
+def _residents(ctx: MethodContext) -> tuple[ResidentConstant, ...]:
+    """The method's constants in the 1.6 encoding (``ResidentConstant``), each with why it cannot be re-encoded
+    for the 1.5 runtime when it cannot."""
+    plan = ctx.plan
+    devices = buffer_devices(plan)
+    has_copy_kernel = H2D_COPY in _operator_names(plan)
+    outputs = set(plan.outputs or ())
+    inputs = set(plan.inputs or ())
+    found = []
+    for index, value in enumerate(plan.values or ()):
+        if not isinstance(value, m.Tensor) or not value.has_initial_data:
+            continue
+        info = value.allocation_info
+        assert info is not None, "has_initial_data implies planned memory"
+        device = devices.get(info.memory_id, CPU)
+        if device.is_cpu:
+            continue
+        readers = ctx.readers.get(index, [])
+        ctx.budget.spend(len(readers) + 1)
+        problem: Optional[str] = None
+        if ctx.writer_of(index) is not None or index in inputs:
+            continue  # state (a mutable buffer), not a constant: nothing to re-encode
+        if index in outputs:
+            problem = "it is a method output"
+        elif any(not r.on_device or r.delegate_device != device for r in readers):
+            other = next(r for r in readers if not r.on_device or r.delegate_device != device)
+            problem = host_reason(other)[0] if not other.on_device else f"read by a delegate on {other.device}"
+        elif ctx.views_of(index):
+            problem = "it is read through a static view"
+        elif not has_copy_kernel:
+            problem = (f"the method has no {H2D_COPY} kernel to copy it with (a new operator could be missing from "
+                       "a runtime built with selective registration)")
+        found.append(ResidentConstant(ctx.name, ctx.plan_index, index, value, device, problem))
+    return tuple(found)
 
 
 def _shares_mutable_buffers(program: m.Program) -> bool:
@@ -348,10 +425,12 @@ def analyze_program(program: m.Program, external: Optional[ExternalData] = None,
             style = MethodStyle.COPY
         else:
             style = MethodStyle.LEGACY if on_device else MethodStyle.CPU
-        transfers, sites = method_transfers(plan, budget)
+        transfers, sites = method_transfers(plan, budget, ctx.prologue)
         methods.append(MethodAnalysis(method_name(plan.name, plan_index), plan_index, constants,
                                       tuple(delegates.values()), sum(t.nbytes for t in transfers), style, label,
-                                      transfers, sites, method_folds(ctx, constants)))
+                                      transfers, sites, method_folds(ctx, constants), ctx.prologue,
+                                      tuple(first_call_transfers(plan, ctx.prologue)) if ctx.prologue else (),
+                                      _residents(ctx)))
     refusal = None
     if _shares_mutable_buffers(program):
         refusal = ("the methods share one mutable buffer arena (share_mutable_buffers); the runtime cannot give "

@@ -20,16 +20,18 @@ from pte_devconst.schema.pte_writer import SegmentContent, unchanged_segments
 from pte_devconst.schema.span import ComputedPiece, Piece, Span
 
 from .edit import edit_method
-from .plan import InitialData, RewritePlan, entry_lengths
+from .plan import (ConstantEntry, InitialData, RewritePlan, entry_lengths, initial_data_lengths,
+                   segment_users)
 
 
-def _rebuild_constants(source: PteFile, plan: RewritePlan) -> tuple[SegmentContent, tuple[int, ...], dict[int, int]]:
-    """The constant segment without the dropped entries: (content, new offsets, old index -> new index)."""
+def _rebuild_constants(source: PteFile, plan: RewritePlan, ptd: Optional[PtdFile]
+                       ) -> tuple[SegmentContent, tuple[int, ...], dict[int, int]]:
+    """The constant segment without the dropped entries and with the plan's new ones (1.5: host constants a
+    first-call prologue copies): (content, new offsets, old index -> new index)."""
     program = source.program
     cs = program.constant_segment
-    assert cs is not None, "constants are dropped from a constant segment only (plan._dropped_constants)"
-    offsets = cs.offsets or ()
-    segment = source.segment_span(cs.segment_index)
+    offsets = (cs.offsets or ()) if cs is not None else ()
+    segment = source.segment_span(cs.segment_index) if cs is not None and len(offsets) > 1 else Span(0, 0)
     dropped = set(plan.dropped_constants)
     lengths = entry_lengths(program)
     content = SegmentContent(0)
@@ -46,8 +48,25 @@ def _rebuild_constants(source: PteFile, plan: RewritePlan) -> tuple[SegmentConte
         remap[old] = len(new_offsets)
         new_offsets.append(start)
         cursor = start + size
+    for entry in plan.constant_entries:
+        assert entry.index == len(new_offsets), "new constant entries follow the kept ones, in order"
+        start = align_up(cursor, TENSOR_ALIGNMENT) if entry.nbytes else cursor
+        if entry.nbytes:
+            content.pieces.append((start, _new_constant(entry, source, ptd)))
+        new_offsets.append(start)
+        cursor = start + entry.nbytes
     content.size = cursor
     return content, tuple(new_offsets), remap
+
+
+def _new_constant(entry: ConstantEntry, source: PteFile, ptd: Optional[PtdFile]) -> Piece:
+    """A new constant entry's bytes: an initial-data entry of the input, or what a fold recipe computes."""
+    if entry.recipe is not None:
+        return _computed(InitialData(entry.index, 0, entry.nbytes, entry.recipe), source, ptd)
+    lists = source.program.mutable_data_segments or ()
+    assert lists, "a re-encoded constant read initial data, so the input has an initial-data list"
+    span = source.segment_span(lists[0].segment_index)
+    return source.piece(Span(span.offset + (lists[0].offsets or ())[entry.initial_data], entry.nbytes))
 
 
 def _computed(entry: InitialData, source: PteFile, ptd: Optional[PtdFile]) -> ComputedPiece:
@@ -75,12 +94,16 @@ def _mutable_content(source: PteFile, plan: RewritePlan, ptd: Optional[PtdFile] 
     cs = program.constant_segment
     const_offsets = (cs.offsets or ()) if cs is not None else ()
     const_segment = source.segment_span(cs.segment_index) if cs is not None and len(const_offsets) > 1 else None
-    if lists:
+    if lists and plan.dropped_initial_data:  # re-laid without the dropped entries (never a shared segment)
+        existing = lists[0]
+        content, offsets = _without_dropped(source, plan, existing)
+        index: Optional[int] = existing.segment_index
+    elif lists:
         existing = lists[0]
         span = source.segment_span(existing.segment_index)
         content = SegmentContent(span.size, [(0, source.piece(span))] if span.size else [])
         offsets = list(existing.offsets or ())
-        index: Optional[int] = None if plan.segments.fresh_mutable else existing.segment_index
+        index = None if plan.segments.fresh_mutable else existing.segment_index
     else:
         content, offsets, index = SegmentContent(0), [0], None
     cursor = content.size
@@ -100,6 +123,30 @@ def _mutable_content(source: PteFile, plan: RewritePlan, ptd: Optional[PtdFile] 
     return content, tuple(offsets), index
 
 
+def _without_dropped(source: PteFile, plan: RewritePlan, existing: m.SubsegmentOffsets
+                     ) -> tuple[SegmentContent, list[int]]:
+    """The initial-data segment without the entries the plan drops: each kept entry's bytes (as long as the
+    largest tensor reading it) at a new 16-aligned offset, each dropped entry at offset 0 with no bytes."""
+    span = source.segment_span(existing.segment_index)
+    old_offsets = existing.offsets or ()
+    lengths = initial_data_lengths(source.program)
+    dropped = set(plan.dropped_initial_data)
+    content = SegmentContent(0)
+    offsets = [0]
+    cursor = 0
+    for entry in range(1, len(old_offsets)):
+        size = 0 if entry in dropped else lengths.get(entry, 0)
+        if not size:
+            offsets.append(0 if entry in dropped else cursor)
+            continue
+        start = align_up(cursor, TENSOR_ALIGNMENT)
+        content.pieces.append((start, source.piece(Span(span.offset + old_offsets[entry], size))))
+        offsets.append(start)
+        cursor = start + size
+    content.size = cursor
+    return content, offsets
+
+
 def apply_plan(source: PteFile, plan: RewritePlan, ptd: Optional[PtdFile] = None
                ) -> tuple[m.Program, list[SegmentContent]]:
     """The rewritten program and what each of its segments holds (``rewrite.py`` refuses, before writing, a
@@ -110,16 +157,24 @@ def apply_plan(source: PteFile, plan: RewritePlan, ptd: Optional[PtdFile] = None
     segments = list(program.segments or ())
     constant_segment = program.constant_segment
     remap: Optional[dict[int, int]] = None
-    if plan.dropped_constants:
-        content, offsets, remap = _rebuild_constants(source, plan)
-        assert constant_segment is not None  # as _rebuild_constants asserts
-        contents[constant_segment.segment_index] = content
-        constant_segment = replace(constant_segment, offsets=offsets)
+    if plan.dropped_constants or plan.constant_entries:
+        content, offsets, remap = _rebuild_constants(source, plan, ptd)
+        if constant_segment is not None and 0 <= constant_segment.segment_index < len(segments) and (
+                len(constant_segment.offsets or ()) > 1
+                or not segment_users(program).get(constant_segment.segment_index)):
+            contents[constant_segment.segment_index] = content
+            constant_segment = replace(constant_segment, offsets=offsets)
+        else:  # no constant segment of its own: a new segment holds the new ones
+            constant_segment = m.SubsegmentOffsets(len(segments), offsets)
+            segments.append(m.DataSegment())
+            contents.append(content)
+        if not plan.dropped_constants:
+            remap = None
     edits = {edit.plan_index: edit for edit in plan.methods}
     plans = tuple(edit_method(p, edits[i], remap) if i in edits else p
                   for i, p in enumerate(program.execution_plan or ()))
     mutable = program.mutable_data_segments
-    if plan.initial_data:
+    if plan.initial_data or plan.dropped_initial_data:
         content, offsets, index = _mutable_content(source, plan, ptd)
         if index is None:
             index = len(segments)

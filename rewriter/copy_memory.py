@@ -134,8 +134,15 @@ class CopyMemory:
         self.output_index = {memory_id: IntervalIndex(items) for memory_id, items in outputs.items()}
         spend(sum(len(g.keys) for g in self.groups.values()))
 
-    def problem(self, copy: Step, dst: int, readers: list[Step]) -> Optional[Problem]:
-        """Why removing the copy at ``copy`` into ``dst`` (read at ``readers``) could change the method, or None."""
+    def problem(self, copy: Step, dst: int, readers: list[Step], *, once: bool = False) -> Optional[Problem]:
+        """Why removing the copy at ``copy`` into ``dst`` (read at ``readers``) could change the method, or None.
+
+        ``once``: the copy is in a first-call prologue (``program/prologue.py``): it runs before everything on
+        the first call and never again, so the readers of every later call read what it wrote then.  Removing
+        it keeps that only if nothing else ever writes D or uses D's memory (``_first_call_problem``).
+        """
+        if once:
+            return self._other_write(self.effects.position(copy), dst) or self._first_call_problem(dst)
         early = [r for r in readers if r <= copy]
         if early:
             return ("its device copy is read before the _h2d_copy runs",
@@ -169,6 +176,30 @@ class CopyMemory:
                 return ("its device copy is also written by another instruction",
                         f"its device copy (value {dst}) is also written by {what} at instruction {step.instruction}; "
                         "without the copy that write would land on the resident constant")
+        return None
+
+    def _first_call_problem(self, dst: int) -> Optional[Problem]:
+        """Another value on D's bytes that anything uses, or a method input or output there: a first-call copy's
+        bytes must stay in D for every later call."""
+        region = self.regions[dst]
+        if region is None:
+            return None
+        memory_id, start, end = region
+        overlapping = [self._group_list[number] for number in self.index[memory_id].overlapping(start, end)]
+        self.spend(1 + len(overlapping))
+        for _, group in overlapping:
+            i = 0 if not group.keys or group.keys[0][4] != dst else group.next_other[0]
+            if i < len(group.keys):
+                other = group.keys[i][4]
+                return ("its device copy's memory is also another value's",
+                        f"value {other} shares memory with its first-call device copy (value {dst}, buffer "
+                        f"{memory_id} [{start}, {end})), which must hold the constant for every call")
+        outputs = self.output_index.get(memory_id)
+        for other in outputs.overlapping(start, end) if outputs is not None else ():
+            if other != dst:
+                return ("its device copy's memory is also a method output's",
+                        f"value {other}, a method output, shares memory with its first-call device copy "
+                        f"(value {dst})")
         return None
 
     def _skipping_jump(self, copy: Step, readers: list[Step]) -> Optional[tuple[int, int]]:

@@ -22,10 +22,12 @@ from __future__ import annotations
 import bisect
 import hashlib
 from collections import Counter, deque
+from dataclasses import field
 from typing import Any, Callable, Hashable, Mapping, Optional, Sequence
 
 from pte_devconst.program.memory import planned_device_bytes
 from pte_devconst.program.moves import moved_values
+from pte_devconst.program.runtime import Runtime, RuntimeNeed, required_runtime
 from pte_devconst.schema import model as m
 from pte_devconst.program.executorch import H2D_COPY, method_labels
 from pte_devconst.schema.devices import delegate_target_device
@@ -200,6 +202,8 @@ class ProgramDiff:
     constants_moved: int = 0  # constants of the first the second plans with initial data (program/moves.py)
     flows: tuple[MethodFlows, ...] = ()  # the first program's per-call copies, and which the second removed
     notes: tuple[str, ...] = ()  # what the names say of themselves (--etrecord of another program)
+    runtime_before: RuntimeNeed = field(default_factory=lambda: RuntimeNeed(Runtime.V1_5))  # what loads each file
+    runtime_after: RuntimeNeed = field(default_factory=lambda: RuntimeNeed(Runtime.V1_5))
 
     @property
     def identical(self) -> bool:
@@ -631,5 +635,6 @@ def diff_files(a: PteFile, b: PteFile, progress: Optional[Callable[[int, int, st
                        device_bytes_after=planned_device_bytes(b.program),
                        constants_moved=sum(1 for n in names if n in plans_a and n in plans_b
                                            for v in moved_values(plans_a[n], plans_b[n], devices_only=False)
-                                           if not v.folded),
-                       flows=flows)
+                                           if not v.folded and not v.reencoded),
+                       flows=flows, runtime_before=required_runtime(a.program),
+                       runtime_after=required_runtime(b.program))

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
+from pte_devconst.program.runtime import Runtime, RuntimeNeed, required_runtime
 from pte_devconst.schema.model import Device, Program
 from pte_devconst.schema.pte_file import ProgramBytes
 from pte_devconst.util.errors import PteDevconstError
@@ -125,6 +126,9 @@ class FileCheck:
     device_selection: Optional[tuple[str, ...]] = None  # --device, when given
     device_memory: Optional[DeviceMemory] = None  # planned device memory now and after the rewrite
     accepted: tuple[Finding, ...] = ()  # findings (or stays, or unknown) the project accepts, each with its reason
+    runtime_need: Optional[RuntimeNeed] = None  # the oldest runtime that loads the file as it is
+    # --runtime 1.5: each tensor a 1.5 runtime cannot load (device initial data); fixed by rewrite --runtime 1.5
+    runtime_findings: tuple[Finding, ...] = ()
 
     @property
     def filtered_bytes_per_call(self) -> int:
@@ -140,7 +144,9 @@ class FileCheck:
     def failing(self) -> tuple[Finding, ...]:
         """What fails the gate: the findings; with ``strict`` every constant-derived per-call copy, also what stays
         and the external constants not judged (copied per call either way; only whether they could move is open)."""
-        return self.findings + self.stays + self.unknown if self.strict else self.findings
+        if self.strict:
+            return self.findings + self.runtime_findings + self.stays + self.unknown
+        return self.findings + self.runtime_findings
 
     @property
     def status(self) -> CheckStatus:
@@ -168,6 +174,12 @@ class CheckReport:
     strict: bool = False
     devices: Optional[tuple[str, ...]] = None  # --device, when given
     unused_accepts: tuple[Acceptance, ...] = ()  # accepted findings that matched nothing (a warning, as ruff's RUF100)
+    runtime: Runtime = Runtime.V1_6  # the release the project deploys: its fix commands and its runtime rule
+
+    @property
+    def runtime_findings(self) -> tuple[Finding, ...]:
+        """Tensors that only a newer runtime than ``runtime`` loads, over all files."""
+        return tuple(f for file in self.files for f in file.runtime_findings)
 
     @property
     def findings(self) -> tuple[Finding, ...]:
@@ -277,6 +289,8 @@ class CheckReport:
             "exit_code": int(self.exit_code),
             "fold": self.fold,
             "strict": self.strict,
+            "runtime": self.runtime.value,
+            "runtime_findings": len(self.runtime_findings),
             "min_bytes": self.min_bytes,
             "findings": len(self.findings),
             "bytes_per_call": self.bytes_per_call,
@@ -302,6 +316,8 @@ class CheckReport:
                 "filtered_bytes_per_call": f.filtered_bytes_per_call, "devices": list(f.devices),
                 "accepted": [{**item, "accepted": x.accepted, "reason": x.reason}
                              for item, x in zip(findings_json(f.accepted), f.accepted)],
+                "runtime_need": f.runtime_need.to_json() if f.runtime_need is not None else None,
+                "runtime_findings": findings_json(f.runtime_findings, reasons=True),
             } for f in self.files],
         }
 
@@ -384,7 +400,8 @@ def check_programs(request: CheckRequest, progress: Optional[Callable[[int, int,
         results.append(FileCheck("", None, 0, (), "no files given"))
     options = request.options
     return CheckReport(tuple(results), options.min_bytes, options.fold, request.strict, devices=_selected(options),
-                       unused_accepts=tuple(a for index, a in enumerate(request.accept) if index not in used))
+                       unused_accepts=tuple(a for index, a in enumerate(request.accept) if index not in used),
+                       runtime=options.runtime)
 
 
 def check_program(target: CheckTarget, request: CheckRequest) -> FileCheck:
@@ -421,10 +438,31 @@ def check_program(target: CheckTarget, request: CheckRequest) -> FileCheck:
         notes.append(f"{len(external)} external constant(s) not judged: their data is in a .ptd; {target.ptd_hint}")
     if chains:
         notes.append(f"{len(chains)} folded chain(s) not judged: {NOT_JUDGED.removeprefix('not judged: ')}")
+    need = required_runtime(program)
     return FileCheck(file, str(target.ptd) if target.ptd else None, sum(len(m.constants) for m in analysis.methods),
                      tuple(judged.findings), None, "; ".join(notes) or None, tuple(unknown),
                      gain.tensors if gain else 0, gain.bytes_per_call if gain else 0, tuple(stays), request.strict,
-                     tuple(judged.filtered), devices_used(program, analysis), _selected(options), plan.memory)
+                     tuple(judged.filtered), devices_used(program, analysis), _selected(options), plan.memory,
+                     runtime_need=need, runtime_findings=_runtime_findings(file, need, plan, options))
+
+
+RUNTIME_FIX = "only ExecuTorch >= 1.6 loads device initial data"
+
+
+def _runtime_findings(file: str, need: RuntimeNeed, plan: RewritePlan, options: RewriteOptions
+                      ) -> tuple[Finding, ...]:
+    """With ``--runtime 1.5``: every tensor of a file only a 1.6 runtime loads, each with what to do about it."""
+    if need.loads_in(options.runtime):
+        return ()
+    unconverted = {(u.method, u.value): u.reason for u in plan.unconverted}
+    found = []
+    for tensor in need.device_initial_data:
+        why = unconverted.get((tensor.method, tensor.value))
+        reason = (f"{RUNTIME_FIX}; rewrite --runtime 1.5 copies it once, on the first call, instead" if why is None
+                  else f"{RUNTIME_FIX}; rewrite --runtime 1.5 cannot re-encode it: {why}")
+        found.append(Finding(file, tensor.method, tensor.value, f"value {tensor.value}", str(tensor.device),
+                             tensor.nbytes, 0, reason))
+    return tuple(found)
 
 
 def _selected(options: RewriteOptions) -> Optional[tuple[str, ...]]:
@@ -452,8 +490,9 @@ def _judged(file: str, plan: RewritePlan, analysis: Analysis, derived: Sequence[
     ``--min-bytes`` (``plan.skipped``, ``plan.fold_skipped``, with ``skip_reason``'s words) and the unknown
     constants and copies that stay that ``skip_reason`` leaves out."""
     eligible = {(c.plan_index, c.value) for c in analysis.eligible}
+    # a constant copied once by a first-call prologue is no per-call copy (a 1.6 plan only changes its encoding)
     found = [(p, Finding(file, p.method, p.value, p.name, str(p.device), p.nbytes, p.copies_per_call))
-             for p in plan.placements]
+             for p in plan.placements if p.copies_per_call]
     released = [(p, f) for p, f in found if (p.plan_index, p.value) not in eligible]  # moved once their kernels fold
     findings = [f for p, f in found if (p.plan_index, p.value) in eligible]
     findings += [Finding(file, f.method, f.value, _chain_name(f.chain), str(f.device), f.nbytes,
@@ -478,7 +517,10 @@ def _judged(file: str, plan: RewritePlan, analysis: Analysis, derived: Sequence[
                 why = skip_reason(v.pending_device, v.nbytes, options)
                 (filtered if why else unknown).append(Finding(file, v.method, v.value, v.name, str(v.pending_device),
                                                               v.nbytes, v.copies_per_call, why or ""))
-    stays: list[Finding] = []
+    stays: list[Finding] = [Finding(file, s.verdict.method, s.verdict.value, s.verdict.name, str(s.verdict.device),
+                                    s.verdict.nbytes, s.verdict.copies_per_call, s.reason)
+                            for s in plan.kept_for_runtime]
+    covered |= {(s.verdict.plan_index, s.verdict.value) for s in plan.kept_for_runtime}
     for copy in derived:
         if copy.status is DerivedStatus.STAYS and (copy.plan_index, copy.value) not in covered:
             why = skip_reason(copy.device, copy.nbytes, options)

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
+from dataclasses import field
+
+from pte_devconst.program.runtime import Runtime, RuntimeNeed, required_runtime
 from pte_devconst.schema import model as m
 from pte_devconst.schema.scalar_types import scalar_type_name
 from pte_devconst.util.named_enum import NamedEnum
@@ -149,6 +152,7 @@ class MethodSummary:
     folds: tuple[FoldSummary, ...] = ()
     # some copy is of a dynamic tensor, counted at its planned bound: h2d_bytes_per_call bounds what a call copies
     h2d_per_call_is_bound: bool = False
+    first_call_h2d_bytes: int = 0  # what a first-call prologue copies once, on the first call (1.5 encoding)
 
 
 @record
@@ -168,8 +172,9 @@ class ProgramSummary:
     segments: tuple[SegmentSummary, ...]
     methods: tuple[MethodSummary, ...]
     named_data: tuple[str, ...]
-    eligible_constants: int
+    eligible_constants: int  # constants copied per call that a rewrite moves
     eligible_bytes_per_call: int
+    runtime_need: RuntimeNeed = field(default_factory=lambda: RuntimeNeed(Runtime.V1_5))  # the oldest that loads it
 
     @property
     def stays(self) -> tuple[PerCallCopySummary, ...]:
@@ -289,15 +294,17 @@ def summarize(source: PteFile, analysis: Analysis, names: Optional["ProgramNames
             tuple(value_summary(plan, i, names.output_name(method.plan_index, k) if names else None)
                   for k, i in enumerate(plan.outputs or ())), len(values), instructions, operators,
             tuple(delegates), buffers, constants, tuple(initial), method.style, method.h2d_bytes_per_call,
-            tuple(copies_of.get(method.plan_index, ())), chains, any(t.bound for t in method.transfers)))
+            tuple(copies_of.get(method.plan_index, ())), chains, any(t.bound for t in method.transfers),
+            method.first_call_bytes))
     roles = segment_roles(program)
     segments = tuple(SegmentSummary(i, roles.get(i, "unused"), source.segment_base + s.offset, s.size)
                      for i, s in enumerate(program.segments or ()))
-    eligible = analysis.eligible
+    eligible = [c for c in analysis.eligible if c.copies_per_call]  # a first-call copy is no per-call copy
     return ProgramSummary(
         source.path, source.size, source.flatbuffer_size, program.version, segments, tuple(methods),
         tuple(e.key or "" for e in program.named_data or ()), len(eligible),
-        sum(c.nbytes * c.copies_per_call for c in eligible))
+        sum(c.nbytes * c.copies_per_call for c in eligible),
+        required_runtime(program, [method.label for method in analysis.methods]))
 
 
 def _spec_text(value: Optional[bytes]) -> str:

@@ -21,6 +21,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 from pte_devconst.program.effects import MethodEffects, Step
 from pte_devconst.program.executorch import H2D_COPY
 from pte_devconst.program.memory import view_reads
+from pte_devconst.program.prologue import FirstCallPrologue, first_call_prologue
 from pte_devconst.schema import model as m
 from pte_devconst.schema.model import CPU, Device
 from pte_devconst.schema.ptd_file import tensor_key
@@ -111,13 +112,15 @@ class Reader:
 
 @record
 class DeviceCopy:
-    """An ``_h2d_copy.out`` kernel that copies a constant into a device tensor on every call."""
+    """An ``_h2d_copy.out`` kernel that copies a constant into a device tensor: on every call, or (``once``) in a
+    first-call prologue, on the first call only (``program/prologue.py``)."""
 
     chain: int
     instruction: int
     src: int
     dst: int
     device: Device
+    once: bool = False
 
 
 @record
@@ -259,6 +262,13 @@ class MethodContext:
         self._memory: Optional[CopyMemory] = None
         self._effects: Optional[MethodEffects] = None
         self._writes: Optional[Writes] = None
+        self.prologue: Optional[FirstCallPrologue] = first_call_prologue(plan)
+        if self.prologue is not None:
+            budget.spend(len(self.prologue.copies))
+
+    def runs_once(self, step: tuple[int, int]) -> bool:
+        """Whether the instruction at ``step`` is in the method's first-call prologue."""
+        return self.prologue is not None and self.prologue.runs_once(*step)
 
     def views_of(self, value: int) -> list[tuple[int, tuple[int, int]]]:
         """Reads of ``value``'s memory through static views (``program/memory.py``, computed once per method)."""
@@ -347,7 +357,8 @@ def follow_copy(ctx: MethodContext, index: int, copy: Reader, reasons: Reasons, 
         reasons.add("its device copy has no readers", f"its device copy (value {dst}) has no readers")
         return
     ctx.budget.spend(len(uses.on_device))
-    problem = ctx.memory().problem(copy.step, dst, [use.step for use in uses.on_device])
+    once = ctx.runs_once(copy.step)
+    problem = ctx.memory().problem(copy.step, dst, [use.step for use in uses.on_device], once=once)
     if problem is not None:
         reasons.add(*problem)
         return
@@ -356,7 +367,7 @@ def follow_copy(ctx: MethodContext, index: int, copy: Reader, reasons: Reasons, 
     value = (ctx.plan.values or ())[dst]
     dst_device = value.device if isinstance(value, m.Tensor) else CPU
     copies.append(DeviceCopy(copy.chain, copy.instruction, index, dst,
-                             uses.on_device[0].delegate_device if dst_device.is_cpu else dst_device))
+                             uses.on_device[0].delegate_device if dst_device.is_cpu else dst_device, once))
 
 
 def _only_read_by_this_copy(ctx: MethodContext, value: int, copy: Reader, own_args: tuple[int, ...],

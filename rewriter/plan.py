@@ -22,7 +22,11 @@ from pte_devconst.util.record import record
 from pte_devconst.schema.validate import MAX_TENSOR_BYTES
 
 from pte_devconst.program.effects import MethodEffects
+from pte_devconst.program.executorch import H2D_COPY
 from pte_devconst.program.memory import plan_layout, planned_device_bytes, storage_groups
+from pte_devconst.program.prologue import GUARD_INSTRUCTIONS
+from pte_devconst.program.executorch import method_labels
+from pte_devconst.program.runtime import Runtime, RuntimeNeed, device_initial_data
 
 from .analysis import Analysis, ConstantVerdict, DeviceCopy, MethodAnalysis, RewiredDelegateArg, buffer_devices
 from .edit import edit_method
@@ -37,6 +41,7 @@ class RewriteOptions:
     fold: bool = False  # also fold chains of host kernels from constants to device readers (fold/)
     duplicate_shared: bool = False  # give device readers of constants also read on the host their own copy
     relayout: bool = True  # lay the buffers that receive constants out again by lifetimes (program/memory.py)
+    runtime: Runtime = Runtime.V1_6  # the encoding: device initial data (1.6) or first-call copies (1.5)
 
 
 @record
@@ -57,10 +62,63 @@ class Placement:
     delegate_args: tuple[RewiredDelegateArg, ...]
     copies_per_call: int
     plan_index: int = 0
+    device_copy: Optional[int] = None  # 1.5: the device value the constant is copied into once, on the first call
 
     @property
     def bytes_per_call(self) -> int:
         return self.nbytes * self.copies_per_call
+
+    @property
+    def first_call(self) -> bool:
+        """The 1.5 encoding: the constant stays on the host and a first-call prologue copies it to ``holder``."""
+        return self.device_copy is not None
+
+    @property
+    def holder(self) -> int:
+        """The value that holds the constant in device memory: itself (1.6), or its device copy (1.5)."""
+        return self.value if self.device_copy is None else self.device_copy
+
+
+@record
+class FirstCallCopy:
+    """One copy of the first-call prologue a rewrite writes (``program/prologue.py``): ``_h2d_copy.out`` of host
+    constant ``src`` into ``dst``, device memory that holds it for the whole method."""
+
+    src: int
+    dst: int
+    args: tuple[int, ...]  # the kernel's arguments, its return slot included
+    device: Device
+
+
+@record
+class ConstantEntry:
+    """A new entry of the constant segment (1.5 rewrites): the bytes of initial-data entry ``initial_data`` of
+    the input (a 1.6 constant re-encoded), or the bytes ``recipe`` computes (a folded value)."""
+
+    index: int
+    nbytes: int
+    initial_data: int = 0
+    recipe: Optional[FoldRecipe] = None
+
+
+@record
+class Reencoded:
+    """A constant in the 1.6 encoding (device initial data) re-encoded for the 1.5 runtime: value ``value`` keeps
+    its device memory but no initial data, and the first-call prologue fills it from host constant ``source``
+    (a new value, reading constant entry ``entry``, or the .ptd by ``external_key``)."""
+
+    method: str
+    plan_index: int
+    value: int
+    name: str
+    device: Device
+    nbytes: int
+    source: int
+    entry: int  # into the new constant table; 0 for an external constant
+    external_key: Optional[str]
+    memory_id: int
+    offset: int
+    initial_data_index: int  # the initial-data entry it read in the input (0: external)
 
 
 @record
@@ -78,10 +136,16 @@ class FoldPlacement:
     initial_data_index: int  # into mutable_data_segments[0].offsets; 0 for a copy of an external constant
     external_key: Optional[str]  # a copy of an external constant is loaded from the .ptd by this key
     removed: tuple[tuple[int, int], ...]  # (chain, instruction) of the kernels and copies that go with it
+    first_call_source: Optional[int] = None  # 1.5: the host constant copied into ``value`` on the first call
 
     @property
     def device(self) -> Device:
         return self.chain.device
+
+    @property
+    def holder(self) -> int:
+        """The value that holds the folded bytes in device memory (``Placement.holder``'s counterpart)."""
+        return self.value
 
     @property
     def delegate_args(self) -> tuple[RewiredDelegateArg, ...]:
@@ -138,6 +202,15 @@ class MethodEdit:
     # index becomes 0: an unbound tensor the runtime never dereferences)
     relocations: tuple[tuple[int, int, Optional[int]], ...] = ()  # (value, memory_id, new offset or None:
     # unplanned) for every other planned value of a relaid buffer whose place changes
+    prologue: tuple[FirstCallCopy, ...] = ()  # the first-call prologue written at the start of chain 0 (1.5)
+    guard: Optional[tuple[int, int]] = None  # (guard, cleared_from): the prologue's Bool values
+    new_values: tuple[tuple[int, m.EValue], ...] = ()  # values appended after the folds' (host constants, Bools)
+    reencoded: tuple[Reencoded, ...] = ()  # constants in the 1.6 encoding made first-call copies (1.5)
+
+    @property
+    def prologue_length(self) -> int:
+        """Instructions the written prologue takes at the start of chain 0 (0: none)."""
+        return len(self.prologue) + GUARD_INSTRUCTIONS if self.prologue else 0
 
     @property
     def bytes_per_call_saved(self) -> int:
@@ -260,10 +333,25 @@ class RewritePlan:
     fold_skipped: tuple[FoldSkipped, ...] = field(default=())
     dropped_bytes: int = 0  # the bytes of the dropped constant entries
     memory: DeviceMemory = field(default_factory=DeviceMemory)  # planned device memory before and after
+    constant_entries: tuple[ConstantEntry, ...] = ()  # new entries of the constant segment (1.5)
+    kept_for_runtime: tuple[Skipped, ...] = ()  # eligible constants the chosen runtime's encoding cannot move
+    output_need: RuntimeNeed = field(default_factory=lambda: RuntimeNeed(Runtime.V1_5))  # what loads the output
+    unconverted: tuple["Unconverted", ...] = ()  # 1.5: what keeps the output needing 1.6 (device initial data)
+    dropped_initial_data: tuple[int, ...] = ()  # initial-data entries only re-encoded constants read (1.5)
 
     @property
     def is_empty(self) -> bool:
-        return not any(method.placements or method.folds for method in self.methods)
+        return not any(method.placements or method.folds or method.reencoded or method.removed
+                       for method in self.methods)
+
+    @property
+    def output_runtime(self) -> Runtime:
+        """The oldest runtime that loads the rewritten program."""
+        return self.output_need.runtime
+
+    @property
+    def reencoded(self) -> tuple[Reencoded, ...]:
+        return tuple(r for method in self.methods for r in method.reencoded)
 
     @property
     def folds(self) -> tuple[FoldPlacement, ...]:
@@ -393,10 +481,13 @@ class _Buffers:
         return CPU
 
 
-def _instruction_maps(plan: m.ExecutionPlan, removed: set[tuple[int, int]]) -> tuple[tuple[Optional[int], ...], ...]:
+def _instruction_maps(plan: m.ExecutionPlan, removed: set[tuple[int, int]], shift: int = 0
+                      ) -> tuple[tuple[Optional[int], ...], ...]:
+    """Per chain, old instruction index -> new (None: removed); chain 0's survivors come after ``shift``
+    instructions (a first-call prologue written in front of them)."""
     maps = []
     for c, chain in enumerate(plan.chains or ()):
-        new_index = 0
+        new_index = shift if c == 0 else 0
         mapping: list[Optional[int]] = []
         for k in range(len(chain.instructions or ())):
             if (c, k) in removed:
@@ -472,8 +563,9 @@ def _fold_skip_reason(chain: FoldChain, options: RewriteOptions, refusals: Mappi
 
 
 def _choose_folds(method: MethodAnalysis, options: RewriteOptions, refusals: Mapping[tuple[int, int], str],
-                  skipped: list[FoldSkipped]) -> _FoldChoice:
-    """Which chains of one method fold, where their folded values go, and what that frees on the host."""
+                  skipped: list[FoldSkipped], refused: Optional[str] = None) -> _FoldChoice:
+    """Which chains of one method fold, where their folded values go, and what that frees on the host
+    (``refused``: why none can in this method, each chain skipped with it)."""
     folds: Optional[MethodFolds] = method.folds
     if folds is None:
         return _FoldChoice((), frozenset(), (), ())
@@ -481,7 +573,7 @@ def _choose_folds(method: MethodAnalysis, options: RewriteOptions, refusals: Map
     for chain in folds.chains:
         if chain.duplicate or not options.fold:
             continue
-        reason = _fold_skip_reason(chain, options, refusals)
+        reason = _fold_skip_reason(chain, options, refusals) or refused
         if reason:
             skipped.append(FoldSkipped(chain, reason))
         else:
@@ -496,7 +588,7 @@ def _choose_folds(method: MethodAnalysis, options: RewriteOptions, refusals: Map
         if needed[value]:  # the host still reads it: its device readers may get their own copy
             shared = roots.get(value)
             if shared is not None and options.duplicate_shared:
-                reason = _fold_skip_reason(shared, options, refusals)
+                reason = _fold_skip_reason(shared, options, refusals) or refused
                 if reason:
                     skipped.append(FoldSkipped(shared, reason))
                 else:
@@ -519,23 +611,77 @@ def _choose_folds(method: MethodAnalysis, options: RewriteOptions, refusals: Map
     return _FoldChoice(tuple(chosen), frozenset(removed), tuple(moves), tuple(unread))
 
 
+LEGACY_UNDER_1_5 = ("legacy style: its delegate copies it itself, which a 1.5 runtime cannot skip "
+                    "(--runtime 1.6 can)")
+NO_COPY_KERNEL = (f"legacy style: no {H2D_COPY} kernel in the method to copy it once with (a new operator could "
+                  "be missing from a runtime built with selective registration; --runtime 1.6 can)")
+
+
+@record
+class Unconverted:
+    """A tensor of the input that only a 1.6 runtime loads (device initial data) and a 1.5 rewrite leaves so."""
+
+    method: str
+    plan_index: int
+    value: int
+    name: str
+    device: Device
+    nbytes: int
+    reason: str
+
+
+def _first_copy(verdict: ConstantVerdict) -> DeviceCopy:
+    """The copy whose destination keeps the constant in a 1.5 rewrite: a first-call copy's, else the first."""
+    once = [c for c in verdict.copies if c.once]
+    return min(once or verdict.copies, key=lambda c: (c.chain, c.instruction))
+
+
+def _copy_args(plan: m.ExecutionPlan, copy: DeviceCopy) -> tuple[int, ...]:
+    ins = ((plan.chains or ())[copy.chain].instructions or ())[copy.instruction]
+    assert isinstance(ins, m.KernelCall), "a DeviceCopy is an _h2d_copy KernelCall"
+    return tuple(ins.args or ())
+
+
+def _constant_base(program: m.Program, dropped: int) -> int:
+    """The index the first new constant entry gets: past the entries the rewrite keeps (entry 0 is reserved)."""
+    cs = program.constant_segment
+    offsets = (cs.offsets or ()) if cs is not None else ()
+    if len(offsets) <= 1 and program.constant_buffer:
+        raise UnsupportedProgramError("the program keeps its constants in the deprecated inline constant_buffer; "
+                                      "a 1.5 rewrite cannot add the host constants it needs there")
+    return max(1, len(offsets) - dropped)
+
+
 def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = RewriteOptions(),
               refusals: Mapping[tuple[int, int], str] = {}) -> RewritePlan:
     """Turn verdicts into placements, buffer growth, copy removals and segment edits.
 
     Methods are keyed by plan index throughout: two plans may share a name.  With ``options.fold`` (or
     ``duplicate_shared``) chains of host kernels fold too; ``refusals`` (plan index, result value) -> why
-    names chains that the data refuses (``fold.compute.cast_problem``).
+    names chains that the data refuses (``fold.compute.cast_problem``).  ``options.runtime`` picks the encoding:
+    1.6 makes each moved value device memory with initial data; 1.5 keeps it on the host and copies it once, in
+    a first-call prologue (``program/prologue.py``), into resident device memory, and re-encodes the input's
+    1.6 constants the same way.
     """
+    first_call = options.runtime is Runtime.V1_5
     chosen: list[ConstantVerdict] = []
     skipped: list[Skipped] = []
+    kept_for_runtime: list[Skipped] = []
+
+    def choose(verdict: ConstantVerdict) -> None:
+        reason = _skip_reason(verdict, options)
+        if reason:
+            skipped.append(Skipped(verdict, reason))
+        elif first_call and verdict.copied_once:
+            return  # the 1.5 encoding already: nothing to do
+        elif first_call and not verdict.copies:
+            kept_for_runtime.append(Skipped(verdict, LEGACY_UNDER_1_5))
+        else:
+            chosen.append(verdict)
+
     for method in analysis.methods:
         for verdict in method.eligible:
-            reason = _skip_reason(verdict, options)
-            if reason:
-                skipped.append(Skipped(verdict, reason))
-            else:
-                chosen.append(verdict)
+            choose(verdict)
     fold_skipped: list[FoldSkipped] = []
     choices: dict[int, _FoldChoice] = {}
     if options.fold and options.host_placement:  # with host placement, eligible constants may be fold roots
@@ -544,22 +690,20 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
         chosen = [v for v in chosen if (v.plan_index, v.value) not in roots]
     if options.fold or options.duplicate_shared:
         for method in analysis.methods:
-            choice = _choose_folds(method, options, refusals, fold_skipped)
+            plan = (program.execution_plan or ())[method.plan_index]
+            no_copy = first_call and plan.operator_index(H2D_COPY) is None
+            choice = _choose_folds(method, options, refusals, fold_skipped, NO_COPY_KERNEL if no_copy else None)
             choices[method.plan_index] = choice
             for verdict in choice.moves:
-                reason = _skip_reason(verdict, options)
-                if reason:
-                    skipped.append(Skipped(verdict, reason))
-                else:
-                    chosen.append(verdict)
+                choose(verdict)
 
-    # Initial data: one entry per distinct constant entry, however many values or methods move it, then one
-    # per distinct fold recipe (equal recipes give equal bytes).
+    # Initial data (1.6): one entry per distinct constant entry, however many values or methods move it, then
+    # one per distinct fold recipe (equal recipes give equal bytes).
     next_index = _existing_mutable_entries(program)
     entry_of_source: dict[int, int] = {}
     entry_size: dict[int, int] = {}
-    sources = [v.tensor for v in chosen] + [chain.source_tensor for choice in choices.values()
-                                             for chain, _ in choice.chains if chain.duplicate]
+    sources = [] if first_call else [v.tensor for v in chosen] + [
+        chain.source_tensor for choice in choices.values() for chain, _ in choice.chains if chain.duplicate]
     for tensor in sources:
         if tensor.is_external:
             continue
@@ -569,19 +713,22 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
             next_index += 1
         entry_size[source] = max(entry_size.get(source, 0), tensor.nbytes)
     entry_of_recipe: dict[FoldRecipe, int] = {}
-    for choice in choices.values():
-        for chain, _ in choice.chains:
-            if not chain.duplicate and chain.recipe not in entry_of_recipe:
-                entry_of_recipe[chain.recipe] = next_index
-                next_index += 1
+    if not first_call:
+        for choice in choices.values():
+            for chain, _ in choice.chains:
+                if not chain.duplicate and chain.recipe not in entry_of_recipe:
+                    entry_of_recipe[chain.recipe] = next_index
+                    next_index += 1
     initial_data = tuple(InitialData(index, source, entry_size[source]) for source, index in entry_of_source.items()) \
         + tuple(InitialData(index, 0, recipe.nbytes, recipe) for recipe, index in entry_of_recipe.items())
 
     unread = {(plan_index, value) for plan_index, choice in choices.items() for value in choice.unread}
     policy = segment_policy(program)
-    dropped = () if policy.constant_shared_with else _dropped_constants(program, chosen, unread)
+    dropped = () if policy.constant_shared_with else _dropped_constants(program, [] if first_call else chosen, unread)
+    new_entries = _NewConstantEntries(program, dropped) if first_call else None
 
     methods = []
+    unconverted: list[Unconverted] = []
     by_plan: dict[int, list[ConstantVerdict]] = {}
     for verdict in chosen:
         by_plan.setdefault(verdict.plan_index, []).append(verdict)
@@ -589,6 +736,7 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
         plan = (program.execution_plan or ())[method.plan_index]
         buffers = _Buffers(plan)
         cursors: dict[int, int] = {}
+        new_values = _NewValues(len(plan.values or ()))
 
         def region(device: Device, nbytes: int) -> tuple[int, int]:
             memory_id = buffers.for_device(device)
@@ -597,29 +745,42 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
             return memory_id, offset
 
         placements = []
+        copies_once: list[FirstCallCopy] = []
         for verdict in by_plan.get(method.plan_index, []):
             device = verdict.device
             assert device is not None, "a moved constant is eligible: it names its device"
             memory_id, offset = region(device, verdict.nbytes)
             tensor = verdict.tensor
+            if first_call:
+                copy = _first_copy(verdict)
+                copies_once.append(FirstCallCopy(verdict.value, copy.dst, _copy_args(plan, copy), device))
             placements.append(Placement(
                 method=verdict.method, value=verdict.value, name=verdict.name, device=device,
                 nbytes=verdict.nbytes, memory_id=memory_id, offset=offset,
-                initial_data_index=0 if tensor.is_external else entry_of_source[tensor.data_buffer_idx],
-                source_index=tensor.data_buffer_idx, external_key=tensor.fqn if tensor.is_external else None,
+                initial_data_index=0 if tensor.is_external or first_call else entry_of_source[tensor.data_buffer_idx],
+                source_index=tensor.data_buffer_idx,
+                external_key=tensor.fqn if tensor.is_external and not first_call else None,
                 copies=verdict.copies, delegate_args=verdict.delegate_args, copies_per_call=verdict.copies_per_call,
-                plan_index=method.plan_index,
+                plan_index=method.plan_index, device_copy=_first_copy(verdict).dst if first_call else None,
             ))
         choice = choices.get(method.plan_index, _FoldChoice((), frozenset(), (), ()))
         folds = []
-        appended = len(plan.values or ())
         for chain, target in choice.chains:
             memory_id, offset = region(chain.device, chain.nbytes)
             if target is None:
-                target, appended = appended, appended + 1
+                target = new_values.take()
             source_tensor = chain.source_tensor
-            external = chain.duplicate and source_tensor.is_external
-            if external:
+            external = chain.duplicate and source_tensor.is_external and not first_call
+            host: Optional[int] = None
+            if first_call:
+                index = 0
+                if chain.duplicate:
+                    host = chain.source
+                else:
+                    assert new_entries is not None
+                    host = new_values.add(_host_constant(chain.result_tensor, new_entries.computed(chain.recipe)))
+                copies_once.append(FirstCallCopy(host, target, (host, target, target), chain.device))
+            elif external:
                 index = 0
             elif chain.duplicate:
                 index = entry_of_source[source_tensor.data_buffer_idx]
@@ -630,7 +791,27 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
                 method=chain.method, plan_index=method.plan_index, value=target,
                 appended=target >= len(plan.values or ()), chain=chain, memory_id=memory_id, offset=offset,
                 initial_data_index=index, external_key=source_tensor.fqn if external else None,
-                removed=tuple(sorted(kernels + tuple((c.chain, c.instruction) for c in chain.copies)))))
+                removed=tuple(sorted(kernels + tuple((c.chain, c.instruction) for c in chain.copies))),
+                first_call_source=host))
+        reencoded = []
+        if first_call:
+            for resident in method.residents:
+                reason = resident.problem or skip_reason(resident.device, resident.nbytes, options)
+                if reason:
+                    unconverted.append(Unconverted(resident.method, resident.plan_index, resident.value,
+                                                   resident.name, resident.device, resident.nbytes, reason))
+                    continue
+                assert new_entries is not None
+                tensor = resident.tensor
+                entry = 0 if tensor.is_external else new_entries.copied(tensor.data_buffer_idx, tensor.nbytes)
+                host = new_values.add(_host_constant(tensor, entry))
+                memory_id, offset = region(resident.device, resident.nbytes)
+                reencoded.append(Reencoded(resident.method, resident.plan_index, resident.value, resident.name,
+                                           resident.device, resident.nbytes, host, entry,
+                                           tensor.fqn if tensor.is_external else None, memory_id, offset,
+                                           0 if tensor.is_external else tensor.data_buffer_idx))
+                copies_once.append(FirstCallCopy(host, resident.value, (host, resident.value, resident.value),
+                                                 resident.device))
         old_sizes = plan.non_const_buffer_sizes or (0,)
         growth = []
         for memory_id, cursor in sorted(cursors.items()):
@@ -643,15 +824,162 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
                                        memory_id in buffers.added))
         removed = {(copy.chain, copy.instruction) for p in placements for copy in p.copies}
         removed |= set(choice.removed) | {step for f in folds for step in f.removed}
+        prologue, guard, old_steps = _prologue(plan, method, removed, copies_once, new_values)
+        removed |= old_steps
         released = tuple(v for v in choice.unread if _entry(plan, v) in dropped)
         edit = MethodEdit(method.label, method.plan_index, tuple(placements), tuple(growth),
-                          tuple(sorted(removed)), _instruction_maps(plan, removed), tuple(folds), released)
+                          tuple(sorted(removed)),
+                          _instruction_maps(plan, removed, len(prologue) + GUARD_INSTRUCTIONS if prologue else 0),
+                          tuple(folds), released, prologue=prologue, guard=guard, new_values=new_values.added(),
+                          reencoded=tuple(reencoded))
         methods.append(_relaid(plan, edit) if options.relayout else edit)
 
     lengths = entry_lengths(program) if dropped else {}
     return RewritePlan(analysis, options, tuple(methods), initial_data, dropped, tuple(skipped), policy,
                        tuple(fold_skipped), sum(lengths.get(index, 0) for index in dropped),
-                       device_memory(program, tuple(methods)))
+                       device_memory(program, tuple(methods)),
+                       new_entries.entries() if new_entries is not None else (), tuple(kept_for_runtime),
+                       _output_need(program, tuple(methods)), tuple(unconverted),
+                       () if policy.fresh_mutable else _dropped_initial_data(program, tuple(methods)))
+
+
+class _NewValues:
+    """The values a method's edit appends, numbered in the order they are taken (folded values, host constants,
+    the prologue's Bools)."""
+
+    def __init__(self, first: int) -> None:
+        self.next = first
+        self._added: list[tuple[int, m.EValue]] = []
+
+    def take(self) -> int:
+        """A new index whose value the fold's own record describes (a folded value)."""
+        self.next += 1
+        return self.next - 1
+
+    def add(self, value: m.EValue) -> int:
+        index = self.take()
+        self._added.append((index, value))
+        return index
+
+    def added(self) -> tuple[tuple[int, m.EValue], ...]:
+        return tuple(self._added)
+
+
+class _NewConstantEntries:
+    """New entries of the constant segment, numbered past the entries the rewrite keeps; equal sources share one."""
+
+    def __init__(self, program: m.Program, dropped: tuple[int, ...]) -> None:
+        self.program = program
+        self.dropped = dropped
+        self._entries: list[ConstantEntry] = []
+        self._of_initial: dict[int, int] = {}
+        self._of_recipe: dict[FoldRecipe, int] = {}
+
+    def _next(self) -> int:
+        return _constant_base(self.program, len(self.dropped)) + len(self._entries)
+
+    def copied(self, initial_data: int, nbytes: int) -> int:
+        """The entry holding the bytes of the input's initial-data entry ``initial_data``."""
+        found = self._of_initial.get(initial_data)
+        if found is None:
+            found = self._of_initial[initial_data] = self._next()
+            self._entries.append(ConstantEntry(found, nbytes, initial_data=initial_data))
+        return found
+
+    def computed(self, recipe: FoldRecipe) -> int:
+        """The entry holding what ``recipe`` computes."""
+        found = self._of_recipe.get(recipe)
+        if found is None:
+            found = self._of_recipe[recipe] = self._next()
+            self._entries.append(ConstantEntry(found, recipe.nbytes, recipe=recipe))
+        return found
+
+    def entries(self) -> tuple[ConstantEntry, ...]:
+        return tuple(self._entries)
+
+
+def _host_constant(tensor: m.Tensor, entry: int) -> m.Tensor:
+    """A host constant of ``tensor``'s type and shape reading constant entry ``entry`` (0 and external: the .ptd
+    entry of ``tensor``'s name)."""
+    info = None
+    if tensor.is_external:
+        info = m.ExtraTensorInfo(fully_qualified_name=tensor.fqn, location=m.TensorDataLocation.EXTERNAL)
+    return m.Tensor(scalar_type=tensor.scalar_type, sizes=tensor.sizes, dim_order=tensor.dim_order,
+                    data_buffer_idx=tensor.data_buffer_idx if tensor.is_external else entry, extra_tensor_info=info)
+
+
+def _prologue(plan: m.ExecutionPlan, method: MethodAnalysis, removed: AbstractSet[tuple[int, int]],
+              added: list[FirstCallCopy], new_values: _NewValues
+              ) -> tuple[tuple[FirstCallCopy, ...], Optional[tuple[int, int]], set[tuple[int, int]]]:
+    """The first-call prologue the rewrite writes: (its copies, its guard, the input's prologue instructions to
+    remove).  The input's prologue stays as it is when nothing of it changes; otherwise it is written again with
+    the copies it keeps first, then the ``added`` ones (program/prologue.py)."""
+    old = method.prologue
+    instructions = ((plan.chains or ())[0].instructions or ()) if plan.chains else ()
+    kept = []
+    if old is not None:
+        for k in old.copies:
+            if (0, k) not in removed:
+                ins = instructions[k]
+                assert isinstance(ins, m.KernelCall), "a recognised prologue holds copies only"
+                args = tuple(ins.args or ())
+                value = (plan.values or ())[args[1]]
+                device = value.device if isinstance(value, m.Tensor) else CPU
+                kept.append(FirstCallCopy(args[0], args[1], args, device))
+        if not added and len(kept) == len(old.copies):
+            return (), None, set()
+    if not added and old is None:
+        return (), None, set()
+    old_steps = {(0, 0), (0, old.end - 1), *((0, k) for k in old.copies)} if old is not None else set()
+    copies = tuple(kept + added)
+    if not copies:
+        return (), None, old_steps
+    if old is not None:
+        guard = (old.guard, old.cleared_from)
+    else:
+        guard = (new_values.add(m.Bool(True)), new_values.add(m.Bool(False)))
+    return copies, guard, old_steps
+
+
+def _dropped_initial_data(program: m.Program, methods: tuple[MethodEdit, ...]) -> tuple[int, ...]:
+    """Initial-data entries that only re-encoded constants read (any method): their bytes now live in the new
+    constant entries, so they leave the initial-data segment (their index stays, unused, at offset 0)."""
+    reencoded = {(edit.plan_index, r.value) for edit in methods for r in edit.reencoded}
+    if not reencoded:
+        return ()
+    candidates = {r.initial_data_index for edit in methods for r in edit.reencoded if r.initial_data_index}
+    for plan_index, plan in enumerate(program.execution_plan or ()):
+        for index, value in enumerate(plan.values or ()):
+            if isinstance(value, m.Tensor) and value.has_initial_data and not value.is_external \
+                    and (plan_index, index) not in reencoded:
+                candidates.discard(value.data_buffer_idx)
+    return tuple(sorted(candidates))
+
+
+def initial_data_lengths(program: m.Program) -> dict[int, int]:
+    """The bytes each initial-data entry must keep: the largest tensor that reads it (any method)."""
+    lengths: dict[int, int] = {}
+    for plan in program.execution_plan or ():
+        for value in plan.values or ():
+            if isinstance(value, m.Tensor) and value.has_initial_data and not value.is_external:
+                lengths[value.data_buffer_idx] = max(lengths.get(value.data_buffer_idx, 0), value.nbytes)
+    return lengths
+
+
+def _output_need(program: m.Program, methods: tuple[MethodEdit, ...]) -> RuntimeNeed:
+    """What loads the rewritten program (``program/runtime.py``), read from each method as the rewrite writes it."""
+    edits = {edit.plan_index: edit for edit in methods}
+    labels = method_labels(program)[0]
+    found = []
+    for index, plan in enumerate(program.execution_plan or ()):
+        edit = edits.get(index)
+        written = edit_method(plan, edit) if edit is not None and not _untouched(edit) else plan
+        found.extend(device_initial_data(written, labels[index]))
+    return RuntimeNeed(Runtime.V1_6 if found else Runtime.V1_5, tuple(found))
+
+
+def _untouched(edit: MethodEdit) -> bool:
+    return not (edit.placements or edit.folds or edit.reencoded or edit.removed or edit.relocations)
 
 
 def _relaid(plan: m.ExecutionPlan, edit: MethodEdit) -> MethodEdit:
@@ -662,7 +990,8 @@ def _relaid(plan: m.ExecutionPlan, edit: MethodEdit) -> MethodEdit:
     copies' destinations unplanned.  A buffer keeps the input's offsets with the constants appended when that
     is not larger (a program whose planner already packed tightly).
     """
-    targets = {p.memory_id for p in edit.placements} | {f.memory_id for f in edit.folds}
+    targets = {p.memory_id for p in edit.placements} | {f.memory_id for f in edit.folds} \
+        | {r.memory_id for r in edit.reencoded}
     if not targets:
         return edit
     edited = edit_method(plan, edit)
@@ -691,7 +1020,7 @@ def _relaid(plan: m.ExecutionPlan, edit: MethodEdit) -> MethodEdit:
                 relocations.append((index, g.memory_id, 0))
     if not relocations and all(not g.relaid for g in growth):
         return replace(edit, buffers=tuple(growth))
-    moved = {p.value for p in edit.placements} | {f.value for f in edit.folds}
+    moved = {p.holder for p in edit.placements} | {f.value for f in edit.folds} | {r.value for r in edit.reencoded}
     sizes = {g.memory_id: g.new_size for g in growth if g.relaid}
 
     def placed(value: int, memory_id: int, offset: int) -> int:
@@ -700,9 +1029,10 @@ def _relaid(plan: m.ExecutionPlan, edit: MethodEdit) -> MethodEdit:
             return new_offset[value]
         return 0 if memory_id in sizes and offset > sizes[memory_id] else offset
 
-    placements = tuple(replace(p, offset=placed(p.value, p.memory_id, p.offset)) for p in edit.placements)
+    placements = tuple(replace(p, offset=placed(p.holder, p.memory_id, p.offset)) for p in edit.placements)
     folds = tuple(replace(f, offset=placed(f.value, f.memory_id, f.offset)) for f in edit.folds)
-    return replace(edit, placements=placements, folds=folds, buffers=tuple(growth),
+    reencoded = tuple(replace(r, offset=placed(r.value, r.memory_id, r.offset)) for r in edit.reencoded)
+    return replace(edit, placements=placements, folds=folds, reencoded=reencoded, buffers=tuple(growth),
                    relocations=tuple(r for r in relocations if r[0] not in moved))
 
 

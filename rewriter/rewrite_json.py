@@ -103,5 +103,14 @@ def rewrite_json(result: "RewriteResult") -> dict[str, Any]:
                          for s in plan.fold_skipped],
         "fold_hint": hint,
         "methods": _methods_json(plan),
+        "runtime": {"target": plan.options.runtime.value, "output_needs": plan.output_need.to_json(),
+                    "first_call_copies": sum(len(edit.prologue) for edit in plan.methods),
+                    "constant_entries_added": len(plan.constant_entries),
+                    "reencoded": [{"method": r.method, "value": r.value, "name": r.name, "device": str(r.device),
+                                   "nbytes": r.nbytes, "host_constant": r.source} for r in plan.reencoded],
+                    "kept_for_runtime": [{"method": s.verdict.method, "value": s.verdict.value,
+                                          "name": s.verdict.name, "reason": s.reason} for s in plan.kept_for_runtime],
+                    "unconverted": [{"method": u.method, "value": u.value, "name": u.name, "device": str(u.device),
+                                     "nbytes": u.nbytes, "reason": u.reason} for u in plan.unconverted]},
     })
     return document

@@ -57,6 +57,7 @@ from pte_devconst.program.regions import planned_region
 from .fold import FOLD_KERNELS, FoldRecipe, Traced, Tracer, layout_of, recipe_of
 from .edit import relocated_tensor
 from .plan import FoldPlacement, MethodEdit, Placement, RewritePlan
+from .verify_prologue import PrologueCheck
 from .verify_bytes import ByteChecker, ComputedBytes, SameBytes, WriteRecipe, ZeroBytes
 
 FULL_CHECK_ENV = "PTE_DEVCONST_FULL_CHECK"
@@ -165,17 +166,31 @@ def _check_program_tables(a: m.Program, b: m.Program, plan: RewritePlan) -> Opti
         raise _fail(f"the number of methods changed ({len(a.execution_plan or ())} -> {len(b.execution_plan or ())})")
     old_segments, new_segments = len(a.segments or ()), len(b.segments or ())
     new_lists = b.mutable_data_segments or ()
-    if not (new_segments == old_segments or new_segments == old_segments + 1 and new_lists
-            and new_lists[0].segment_index == old_segments):
+    new_tables = [index for index in ((new_lists[0].segment_index if new_lists else -1),
+                                      (b.constant_segment.segment_index if b.constant_segment else -1))
+                  if index >= old_segments]
+    if sorted(new_tables) != list(range(old_segments, new_segments)):
         raise _fail(f"the segment table went from {old_segments} to {new_segments} entries, "
-                    "more than a new initial-data segment")
+                    "more than a new initial-data or constant segment")
     _check_initial_data_lists(a, b, plan)
     return _constant_remap(a.constant_segment, b.constant_segment, plan)
 
 
 def _check_initial_data_lists(a: m.Program, b: m.Program, plan: RewritePlan) -> None:
-    """The first list keeps its entries and gains the plan's, in order, in its segment or in a new one."""
+    """The first list keeps its entries and gains the plan's, in order, in its segment or in a new one.  Entries
+    the plan drops (read only by re-encoded constants) point at offset 0 and nothing reads them; the kept ones may
+    move within the segment, checked value by value."""
     old_lists, new_lists = a.mutable_data_segments or (), b.mutable_data_segments or ()
+    if plan.dropped_initial_data:
+        first = (new_lists[0].offsets or ()) if new_lists else ()
+        kept = (old_lists[0].offsets or ()) if old_lists else ()
+        if not old_lists or len(new_lists) != len(old_lists) or new_lists[1:] != old_lists[1:] \
+                or new_lists[0].segment_index != old_lists[0].segment_index or len(first) != len(kept) \
+                or plan.initial_data or any(first[i] != 0 for i in plan.dropped_initial_data if i < len(first)) \
+                or not set(plan.dropped_initial_data) <= set(range(1, len(kept))):
+            raise _fail("the initial-data list is not the input's with the dropped entries at offset 0")
+        _no_reader_of(b, set(plan.dropped_initial_data))
+        return
     if not plan.initial_data:
         if a.mutable_data_segments != b.mutable_data_segments:
             raise _fail("mutable_data_segments changed although no initial data was added")
@@ -196,24 +211,41 @@ def _check_initial_data_lists(a: m.Program, b: m.Program, plan: RewritePlan) -> 
             raise _fail(f"initial-data entry {entry.index} is out of order")
 
 
+def _no_reader_of(program: m.Program, dropped: set[int]) -> None:
+    """No planned tensor of any method loads an initial-data entry the plan dropped."""
+    for p, plan in enumerate(program.execution_plan or ()):
+        for index, value in enumerate(plan.values or ()):
+            if isinstance(value, m.Tensor) and value.has_initial_data and not value.is_external \
+                    and value.data_buffer_idx in dropped:
+                raise _fail(f"method {p}: value {index} still loads dropped initial-data entry {value.data_buffer_idx}")
+
+
 def _constant_remap(old: Optional[m.SubsegmentOffsets], new: Optional[m.SubsegmentOffsets],
                     plan: RewritePlan) -> Optional[dict[int, int]]:
-    """Old constant index -> new, when the plan drops entries (None when the constant table is unchanged)."""
+    """Old constant index -> new, when the plan drops entries or adds them (None when the constant table is
+    unchanged).  New entries (1.5: host constants a first-call prologue copies) follow the kept ones."""
     dropped = set(plan.dropped_constants)
-    if not dropped:
+    added = len(plan.constant_entries)
+    if not dropped and not added:
         if old != new:
-            raise _fail("the constant segment's table changed although no constant entry was dropped")
+            raise _fail("the constant segment's table changed although no constant entry was dropped or added")
         return None
     offsets = (old.offsets or ()) if old is not None else ()
-    if new is None or old is None or new.segment_index != old.segment_index or len(offsets) <= 1 \
-            or not dropped <= set(range(1, len(offsets))):
+    if dropped and (new is None or old is None or new.segment_index != old.segment_index or len(offsets) <= 1
+                    or not dropped <= set(range(1, len(offsets)))):
         raise _fail(f"the plan drops constant entries {sorted(dropped)} that the input does not have")
+    if new is None:
+        raise _fail("the constant table is gone although the plan adds entries")
     remap = {0: 0}
     for index in range(1, len(offsets)):
         if index not in dropped:
             remap[index] = len(remap)
-    if len(new.offsets or ()) != len(remap):
-        raise _fail(f"the constant table has {len(new.offsets or ())} entries, expected {len(remap)}")
+    expected = len(remap) + added
+    if len(new.offsets or ()) != expected:
+        raise _fail(f"the constant table has {len(new.offsets or ())} entries, expected {expected}")
+    for position, entry in enumerate(plan.constant_entries):
+        if entry.index != len(remap) + position:
+            raise _fail(f"new constant entry {entry.index} is out of order")
     return remap
 
 
@@ -261,6 +293,9 @@ class _MethodCheck:
         self.stands_for: dict[int, set[int]] = {}  # folded value -> the input's values it replaces
         self.dead: set[int] = set()  # values only removed kernels wrote
         self._maps: list[tuple[Optional[int], ...]] = []  # per chain: old instruction -> new (None: removed)
+        # 1.5: a first-call copy's destination -> the placement of the constant it holds
+        self.holders: dict[int, Placement] = {p.holder: p for p in self.moved.values() if p.first_call}
+        self.prologue = PrologueCheck(old, new, edit, self.fail)
     def fail(self, what: str) -> RewriteCheckError:
         return _fail(f"{self.label}: {what}")
 
@@ -287,9 +322,11 @@ class _MethodCheck:
         maps = list(self.edit.instruction_maps)
         if len(maps) != len(chains):
             raise self.fail(f"the plan maps {len(maps)} chains, the method has {len(chains)}")
+        shift = self.edit.prologue_length
         for c, (chain, mapping) in enumerate(zip(chains, maps)):
             kept = [new for new in mapping if new is not None]
-            if len(mapping) != len(chain.instructions or ()) or kept != list(range(len(kept))):
+            first = shift if c == 0 else 0
+            if len(mapping) != len(chain.instructions or ()) or kept != list(range(first, first + len(kept))):
                 raise self.fail(f"the plan's instruction map of chain {c} is not an order-keeping map")
         removed = {(c, k) for c, mapping in enumerate(maps) for k, new in enumerate(mapping) if new is None}
         if removed != set(self.edit.removed):
@@ -305,6 +342,8 @@ class _MethodCheck:
             for k, new_index in enumerate(mapping):
                 if new_index is not None:
                     continue
+                if self.prologue.rewritten(c, k):
+                    continue  # the input's first-call prologue, written again (verify_prologue.py)
                 ins = instructions[k]
                 args = ins.args or () if isinstance(ins, m.KernelCall) else ()
                 name = ops[ins.op_index] if isinstance(ins, m.KernelCall) else ""
@@ -368,6 +407,13 @@ class _MethodCheck:
         if new.storage_offset != 0 or new.shape_dynamism != m.TensorShapeDynamism.STATIC:
             raise self.fail(f"{where} has a storage offset or a dynamic shape")
         self._check_region(where, new, fold.memory_id, fold.offset, fold.device, result.nbytes)
+        if fold.first_call_source is not None:  # 1.5: no initial data; its host source holds the bytes
+            if new.has_initial_data:
+                raise self.fail(f"{where} has initial data although a first-call copy fills it")
+            self.prologue.check_fold_source(
+                fold, traced, constant, lambda recipe: _recompute(recipe, self.context.original, self.context.ptd),
+                self.context)
+            return
         info = new.extra_tensor_info
         if info is None or info.mutable_data_segments_idx != 0:
             raise self.fail(f"{where} lacks its initial-data fields")
@@ -419,12 +465,15 @@ class _MethodCheck:
             if old.inputs != new.inputs or old.outputs != new.outputs:
                 raise self.fail(f"chain {c}'s inputs or outputs changed")
             survivors = [k for k, new_index in enumerate(mapping) if new_index is not None]
+            shift = self.edit.prologue_length if self.edit is not None and c == 0 else 0
             instructions = new.instructions or ()
-            if len(instructions) != len(survivors) or (old.instructions is None) != (new.instructions is None):
-                raise self.fail(f"chain {c} has {len(instructions)} instructions, expected {len(survivors)}")
-            for k, ins in zip(survivors, instructions):
-                self._check_instruction(c, k, (old.instructions or ())[k], ins, mapping, len(survivors))
-            expected_trace = None if old.stacktrace is None else tuple(
+            if len(instructions) != shift + len(survivors) or (old.instructions is None) != (new.instructions is None):
+                raise self.fail(f"chain {c} has {len(instructions)} instructions, expected {shift + len(survivors)}")
+            if shift:
+                self.prologue.check_instructions(instructions[:shift])
+            for k, ins in zip(survivors, instructions[shift:]):
+                self._check_instruction(c, k, (old.instructions or ())[k], ins, mapping, shift + len(survivors))
+            expected_trace = None if old.stacktrace is None else (m.FrameList(()),) * shift + tuple(
                 frames for k, frames in enumerate(old.stacktrace) if k >= len(mapping) or mapping[k] is not None)
             if new.stacktrace != expected_trace:
                 raise self.fail(f"chain {c}'s stack traces are not the input's for the instructions kept")
@@ -443,12 +492,13 @@ class _MethodCheck:
             if old.delegate_index != new.delegate_index or len(old_args) != len(new_args):
                 raise self.fail(f"{where}: the delegate call changed")
             for pos, (before, after) in enumerate(zip(old_args, new_args)):
-                moved = after in self.moved and self.copied_from.get(before) == {after}
+                moved = after in self.moved and self.copied_from.get(before) == {after} or \
+                    after in self.holders and self.copied_from.get(before) == {self.holders[after].value}
                 folded = after in self.folds and before in self.stands_for.get(after, ())
                 if before != after and not (moved or folded):
                     raise self.fail(f"{where}: argument {pos} changed from value {before} to {after}, but value "
                                     f"{before} was neither written only by removed copies of moved value {after} "
-                                    "nor a value it folds")
+                                    "(or of the constant its first-call copy holds) nor a value it folds")
             return
         if old != new:
             raise self.fail(f"{where} changed")
@@ -458,15 +508,20 @@ class _MethodCheck:
     def _check_values(self) -> None:
         old_values, new_values = self.old.values or (), self.new.values or ()
         appended = sorted(v for v, f in self.folds.items() if f.appended)
-        if len(new_values) != len(old_values) + len(appended) or appended != list(
+        added = sorted(appended + [index for index, _ in self.edit.new_values] if self.edit else appended)
+        if len(new_values) != len(old_values) + len(added) or added != list(
                 range(len(old_values), len(new_values))) or (self.old.values is None) != (self.new.values is None):
             raise self.fail(f"the number of values changed ({len(old_values)} -> {len(new_values)}), not by the "
-                            f"{len(appended)} new folded value(s) the plan adds")
+                            f"{len(added)} new value(s) the plan adds")
         for index in appended:
             self._check_folded(index, None, new_values[index], self.folds[index])
+        self.prologue.check_new_values(self.context)
         original, written, remap = self.context.original, self.context.written, self.context.remap
         for index, (old, new) in enumerate(zip(old_values, new_values)):
-            if index in self.moved:
+            if index in self.holders or index in self.prologue.reencoded:
+                self.prologue.check_holder(index, old, new)
+                continue
+            if index in self.moved and not self.moved[index].first_call:
                 self._check_moved(index, old, new, self.moved[index])
                 continue
             if index in self.folds:
@@ -588,7 +643,8 @@ class _MethodCheck:
         self._check_disjoint()
 
     def _check_disjoint(self) -> None:
-        regions = [(p.memory_id, p.offset, p.nbytes, value) for value, p in self.moved.items()]
+        regions = [(p.memory_id, p.offset, p.nbytes, p.holder) for p in self.moved.values()]
+        regions += [(r.memory_id, r.offset, r.nbytes, value) for value, r in self.prologue.reencoded.items()]
         regions += [(f.memory_id, f.offset, f.nbytes, value) for value, f in self.folds.items()]
         problem = overlap(self.new, regions)
         if problem:
@@ -612,17 +668,19 @@ class _MethodCheck:
     def _check_readers(self) -> None:
         """Moved and folded device values are read only by delegates on their device; nothing reads what only
         removed instructions wrote, directly or through a static view."""
-        resident = set(self.moved) | set(self.folds)
+        first_call = {p.value for p in self.moved.values() if p.first_call}
+        resident = (set(self.moved) - first_call) | set(self.folds) | set(self.holders) | set(self.prologue.reencoded)
         gone = (set(self.copied_from) | self.dead) - resident
         self._check_views(set(self.copied_from) | self.dead)
         watched = resident | gone
         if not watched:
             return
         devices = [delegate_target_device(d)[0] for d in self.new.delegates or ()]
-        for value, reader, delegate in _readers(self.new, watched):
+        for value, reader, delegate in _readers(self.new, watched, self.prologue.copy_steps):
             if value in gone:
                 raise self.fail(f"value {value} is still read by {reader}, but only removed instructions wrote it")
-            placement = self.moved.get(value) or self.folds.get(value)
+            placement = self.moved.get(value) or self.folds.get(value) or self.holders.get(value) \
+                or self.prologue.reencoded.get(value)
             if placement is not None and not placement.device.is_cpu and \
                     (delegate is None or devices[delegate] != placement.device):
                 raise self.fail(f"moved value {value} now lives on {placement.device} but is read by {reader}")
@@ -667,12 +725,16 @@ def overlap(plan: m.ExecutionPlan, regions: list[tuple[int, int, int, int]]) -> 
     return None
 
 
-def _readers(plan: m.ExecutionPlan, watched: set[int]) -> list[tuple[int, str, Optional[int]]]:
-    """(value, who reads it, delegate index or None) for every use of a watched value in ``plan``."""
+def _readers(plan: m.ExecutionPlan, watched: set[int], skip: frozenset[tuple[int, int]] = frozenset()
+             ) -> list[tuple[int, str, Optional[int]]]:
+    """(value, who reads it, delegate index or None) for every use of a watched value in ``plan``, but for the
+    instructions at ``skip`` (a first-call prologue's copies, checked on their own)."""
     found: list[tuple[int, str, Optional[int]]] = []
     ops = [op.qualified_name for op in plan.operators or ()]
     for c, chain in enumerate(plan.chains or ()):
         for k, ins in enumerate(chain.instructions or ()):
+            if (c, k) in skip:
+                continue
             at = f"chain {c} instruction {k}"
             if isinstance(ins, m.KernelCall):
                 found += [(v, f"host kernel {ops[ins.op_index]} at {at}", None) for v in ins.args or () if v in watched]
@@ -734,6 +796,7 @@ def _require_segments(context: _VerifyContext) -> None:
     relaid = b.constant_segment.segment_index if context.remap is not None and b.constant_segment else None
     lists = b.mutable_data_segments or ()
     initial = lists[0].segment_index if lists and context.plan.initial_data else None
+    relaid_initial = lists[0].segment_index if lists and context.plan.dropped_initial_data else None
     old_lists = a.mutable_data_segments or ()
     if initial is not None and initial >= len(a.segments or ()) and old_lists:  # a new segment: the old one first
         source = original.segment_span(old_lists[0].segment_index)
@@ -745,7 +808,7 @@ def _require_segments(context: _VerifyContext) -> None:
     for index in range(len(a.segments or ())):
         source, target = original.segment_span(index), written.segment_span(index)
         what = f"segment {index}" + (f" ({'; '.join(roles[index])})" if index in roles else "")
-        if index == relaid and index not in roles:
+        if index in (relaid, relaid_initial) and index not in roles:
             continue  # checked entry by entry
         if index == initial and index not in roles:
             if target.size < source.size:

@@ -47,6 +47,7 @@ class CopyEvent:
     source_value: Optional[int] = None  # value index the bytes came from, when a program value
     # whether those bytes were computed from the program's constants alone (runner/derivation.py); None: not known
     constant_derived: Optional[bool] = None
+    destination_value: Optional[int] = None  # value index the bytes went to (a copy kernel's out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +118,10 @@ class CopyLedger:
         self.method = ""
 
     def record(self, direction: Direction, cause: Cause, nbytes: int, device: str,
-               source_value: Optional[int] = None, constant_derived: Optional[bool] = None) -> None:
+               source_value: Optional[int] = None, constant_derived: Optional[bool] = None,
+               destination_value: Optional[int] = None) -> None:
         self.events.append(CopyEvent(self.phase, self.method, direction, cause, int(nbytes), device, source_value,
-                                     constant_derived))
+                                     constant_derived, destination_value))
 
     def of_phase(self, phase: str, method: Optional[str] = None) -> list[CopyEvent]:
         return [e for e in self.events if e.phase == phase and (method is None or e.method == method)]

@@ -67,7 +67,7 @@ def _device_copy(direction: Direction) -> Kernel:
         out.copy_(src)
         cause = Cause.H2D_KERNEL if direction is Direction.H2D else Cause.D2H_KERNEL
         rv.ledger.record(direction, cause, src.numel() * src.element_size(), str(device), src_i,
-                         rv.constant_derived(src_i) if direction is Direction.H2D else None)
+                         rv.constant_derived(src_i) if direction is Direction.H2D else None, out_i)
 
     return kernel
 

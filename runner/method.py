@@ -79,7 +79,9 @@ class LoadedMethod:
         self.call_sites: dict[tuple[int, int], DelegateCallSite] = {
             (site.chain, site.instruction): site for site in delegate_call_sites(plan)}
         self.transcript = TranscriptRecorder() if transcript else None
-        self.h2d_source: dict[int, int] = {}  # value -> the value an _h2d_copy filled it from, this call
+        # value -> the value an _h2d_copy last filled it from: kept across calls, as the bytes are (a first-call
+        # prologue's copies fill their destinations on the first call only)
+        self.h2d_source: dict[int, int] = {}
         self.kernels: dict[int, Kernel] = {}
         for chain in plan.chains or ():
             for instruction in chain.instructions or ():
@@ -237,7 +239,6 @@ class LoadedMethod:
     # --- execution -----------------------------------------------------------
 
     def execute(self) -> None:
-        self.h2d_source = {}
         executed = 0
         for chain_index, chain in enumerate(self.plan.chains or ()):
             instructions = chain.instructions or ()

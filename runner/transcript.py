@@ -210,10 +210,12 @@ def _digest_text(digest: Optional[tuple[int, int]]) -> str:
 
 @dataclass(frozen=True)
 class Resident:
-    """A value the rewrite keeps in device memory with initial data: a moved constant or a folded value."""
+    """A value the rewrite keeps in device memory: a moved constant or a folded value (``source``: the original's
+    value whose bytes it holds, the constant itself for a moved one, when not the resident value itself)."""
 
     device: str
     folded: bool = False
+    source: Optional[int] = None
 
     @property
     def kind(self) -> str:
@@ -225,7 +227,7 @@ def _compare_args(a: ArgRecord, b: ArgRecord, resident: Mapping[int, Resident]) 
     problems: list[tuple[str, str]] = []
     if b.kind == "tensor" and b.value in resident:
         value, place = b.value, resident[b.value]
-        if a.origin != value and a.value != value and not (place.folded and a.constant_derived):
+        if a.origin not in (value, place.source) and a.value != value and not (place.folded and a.constant_derived):
             problems.append(("value", f"the rewrite passes {place.kind} {value}, the original passed "
                                       f"{a.describe()}, neither it nor a copy of it"
                                       + (" nor a constant-derived value" if place.folded else "")))

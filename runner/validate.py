@@ -74,10 +74,23 @@ class MovedConstant:
     device: str
     nbytes: int
     folded: bool = False  # a value the original computed on the host from constants (or a new value)
+    holder: int = -1  # the rewrite's value that holds it in device memory (-1: ``value`` itself)
+    first_call: bool = False  # copied by a first-call prologue (1.5), not loaded as initial data (1.6)
+    reencoded: bool = False  # device initial data in the original: only the encoding changed
+
+    @property
+    def held_by(self) -> int:
+        return self.value if self.holder < 0 else self.holder
 
     @property
     def resident(self) -> Resident:
-        return Resident(self.device, self.folded)
+        return Resident(self.device, self.folded, self.value)
+
+    @property
+    def kind(self) -> str:
+        if self.reencoded:
+            return "re-encoded"
+        return "folded" if self.folded else "moved"
 
 
 class Status(str, Enum):
@@ -208,8 +221,8 @@ class ValidationResult:
 
 
 def _constant_json(c: MovedConstant) -> dict[str, Any]:
-    return {"value": c.value, "name": c.name, "device": c.device, "nbytes": c.nbytes,
-            "kind": "folded" if c.folded else "moved"}
+    return {"value": c.value, "name": c.name, "device": c.device, "nbytes": c.nbytes, "kind": c.kind,
+            "held_by": c.held_by, "copied": "on the first call" if c.first_call else "at load"}
 
 
 def _call_json(c: CallComparison) -> dict[str, Any]:
@@ -245,9 +258,10 @@ def moved_constants(original: m.Program, rewritten: m.Program) -> dict[str, list
             continue
         values_a, values_b = plan_a.values or (), plan_b.values or ()
         result[name] = [
-            MovedConstant(name, moved.value, _tensor(values_b, moved.value).fqn if moved.folded else
-                          _tensor(values_a, moved.value).fqn or _tensor(values_b, moved.value).fqn,
-                          str(moved.device), _tensor(values_b, moved.value).nbytes, folded=moved.folded)
+            MovedConstant(name, moved.value, _tensor(values_b, moved.held_by).fqn if moved.folded else
+                          _tensor(values_a, moved.value).fqn or _tensor(values_b, moved.held_by).fqn,
+                          str(moved.device), _tensor(values_b, moved.held_by).nbytes, folded=moved.folded,
+                          holder=moved.holder, first_call=moved.first_call, reencoded=moved.reencoded)
             for moved in moved_values(plan_a, plan_b)]
     return result
 
@@ -282,7 +296,7 @@ def static_checks(original: m.ExecutionPlan, rewritten: m.ExecutionPlan, moved: 
     else:
         checks.append(Check.of(LAYOUT_CHECK, not problems, "; ".join(problems[:3]) or "every device buffer"))
     values = rewritten.values or ()
-    moved_ids = {c.value for c in moved}
+    moved_ids = {c.held_by for c in moved}
     by_buffer: dict[int, list[tuple[int, int, int]]] = {}
     for index in sorted(moved_ids):
         region = planned_region(values[index]) if 0 <= index < len(values) else None
@@ -517,7 +531,7 @@ def _boundary(name: str, before: RunResult, after: RunResult, moved: list[MovedC
     """The delegate-boundary check: every delegate call of the rewrite gets what the original's got."""
     records_before = [c.delegate_calls for c in before.calls]
     records_after = [c.delegate_calls for c in after.calls]
-    differences = compare_transcripts(records_before, records_after, {c.value: c.resident for c in moved})
+    differences = compare_transcripts(records_before, records_after, {c.held_by: c.resident for c in moved})
     counts = summarize(records_before)
     boundary = Boundary(counts["delegate_calls"], counts["arguments"], differences)
     if differences:
@@ -555,21 +569,14 @@ def _check_method(name: str, before: RunResult, after: RunResult, moved: list[Mo
     boundary, boundary_check = _boundary(name, before, after, moved)
     checks.append(boundary_check)
     checks.extend(static)
-    load_events = _h2d(after.events, LOAD, name)
     what = "moved and folded values" if any(c.folded for c in moved) else "moved constants"
-    problems = []
-    for constant in moved:
-        copies = [e for e in load_events if e.source_value == constant.value and e.cause is Cause.LOAD_INITIAL_DATA]
-        if len(copies) != 1 or copies[0].nbytes != constant.nbytes or copies[0].device != constant.device:
-            label = f"{constant.name} (v{constant.value})" if constant.name else f"value {constant.value}"
-            problems.append(f"{label}: {len(copies)} load copies, "
-                            f"{sum(e.nbytes for e in copies)} B (expected 1 copy of {constant.nbytes} B to "
-                            f"{constant.device})")
+    once, first_call_events = _copied_once(name, after, moved)
     folded = sum(1 for c in moved if c.folded)
     counted = f"{len(moved) - folded} constant(s)" + (f" and {folded} folded value(s)" if folded else "")
-    checks.append(Check.of(f"{what} copied once at load", not problems,
-                           "; ".join(problems) or f"{counted}, {sum(c.nbytes for c in moved)} B"))
-    resident = {c.value: c.resident for c in moved}
+    when = " and ".join(sorted({"on the first call" if c.first_call else "at load" for c in moved})) or "at load"
+    checks.append(Check.of(f"{what} copied to their device once", not once,
+                           "; ".join(once) or f"{counted}, {sum(c.nbytes for c in moved)} B, {when}"))
+    resident = {c.held_by: c.resident for c in moved}
     calls: list[CallComparison] = []
     per_call_problems, drop_problems = [], []
     for i, (a, b) in enumerate(zip(before.calls, after.calls)):
@@ -579,14 +586,18 @@ def _check_method(name: str, before: RunResult, after: RunResult, moved: list[Mo
         origins = {c.value for c in moved if not c.folded} | replaced_origins(a.delegate_calls, b.delegate_calls,
                                                                               resident)
         moved_before = sum(e.nbytes for e in _h2d(before.events, phase, name) if e.source_value in origins)
-        still = [e for e in _h2d(after.events, phase, name) if e.source_value in origins | set(resident)]
+        first_copies = first_call_events if i == 0 else []  # the one copy each first-call value is owed
+        owed = {id(e) for e in first_copies}
+        still = [e for e in _h2d(after.events, phase, name)
+                 if e.source_value in origins | set(resident) | {c.held_by for c in moved} and id(e) not in owed]
         if still:
             sources = sorted({e.source_value for e in still if e.source_value is not None})
             per_call_problems.append(f"call {i}: {len(still)} copies ({sum(e.nbytes for e in still)} B) "
                                      f"of values {sources}")
         drop = a.copies.h2d.nbytes - b.copies.h2d.nbytes
-        if drop != moved_before:
-            drop_problems.append(f"call {i}: fell by {drop} B, expected {moved_before} B")
+        expected_drop = moved_before - sum(e.nbytes for e in first_copies)
+        if drop != expected_drop:
+            drop_problems.append(f"call {i}: fell by {drop} B, expected {expected_drop} B")
         calls.append(CallComparison(i, a.copies.h2d.nbytes, b.copies.h2d.nbytes, moved_before, a.copies.d2h.nbytes,
                                     b.copies.d2h.nbytes, a.wall_s, b.wall_s, _max_abs_diff(a.outputs, b.outputs),
                                     a.profiled, b.profiled, a.copies.constant_derived_h2d.nbytes,
@@ -601,6 +612,35 @@ def _check_method(name: str, before: RunResult, after: RunResult, moved: list[Mo
                   enumerate(before.calls[0].outputs if before.calls else ()) if isinstance(x, torch.Tensor)]
     return MethodValidation(name, moved, exact, calls, before.load.h2d.nbytes, after.load.h2d.nbytes, checks,
                             boundary, before, after, opaque_backends, tolerances, tuple(output_names))
+
+
+def _copied_once(name: str, after: RunResult, moved: Sequence[MovedConstant]) -> tuple[list[str], list[CopyEvent]]:
+    """(problems, the first-call copies): each moved value reached its device exactly once over the load and every
+    call: as initial data at load (1.6), or by one copy on the first call and none later (1.5)."""
+    problems: list[str] = []
+    first: list[CopyEvent] = []
+    load_events = _h2d(after.events, LOAD, name)
+    first_call = [e for e in _h2d(after.events, "call 0", name) if e.cause is Cause.H2D_KERNEL]
+    later = [e for i in range(1, len(after.calls)) for e in _h2d(after.events, f"call {i}", name)
+             if e.cause is Cause.H2D_KERNEL]
+    for constant in moved:
+        label = f"{constant.name} (v{constant.value})" if constant.name else f"value {constant.value}"
+        if constant.first_call:
+            copies = [e for e in first_call if e.destination_value == constant.held_by]
+            again = [e for e in later if e.destination_value == constant.held_by]
+            if len(copies) != 1 or again or copies[0].nbytes != constant.nbytes \
+                    or copies[0].device != constant.device:
+                problems.append(f"{label}: {len(copies)} copies on the first call and {len(again)} after, "
+                                f"{sum(e.nbytes for e in copies + again)} B (expected 1 copy of {constant.nbytes} B "
+                                f"to {constant.device} on the first call)")
+            first.extend(copies)
+            continue
+        copies = [e for e in load_events if e.source_value == constant.value and e.cause is Cause.LOAD_INITIAL_DATA]
+        if len(copies) != 1 or copies[0].nbytes != constant.nbytes or copies[0].device != constant.device:
+            problems.append(f"{label}: {len(copies)} load copies, "
+                            f"{sum(e.nbytes for e in copies)} B (expected 1 copy of {constant.nbytes} B to "
+                            f"{constant.device})")
+    return problems, first
 
 
 def _reporter(progress: Optional[Callable[[int, int, str], None]], start: int, total: int, what: str, calls: int

@@ -114,6 +114,13 @@ class ExecutionPlanMethods:
                 return Device(entry.device_type, entry.device_index)
         return CPU
 
+    def operator_index(self: ExecutionPlan, qualified_name: str) -> Optional[int]:
+        """The index of the first operator whose kernel key is ``qualified_name`` (None: the method has none)."""
+        for index, op in enumerate(self.operators or ()):
+            if op.qualified_name == qualified_name:
+                return index
+        return None
+
     def buffer_devices(self: ExecutionPlan) -> dict[int, Device]:
         """Planned buffer (memory_id) -> device, for every buffer ``non_const_buffer_device`` lists (the first
         entry of a buffer wins, as in ``buffer_device``); unlisted buffers are CPU."""

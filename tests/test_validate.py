@@ -111,7 +111,7 @@ def test_checks_catch_a_constant_still_copied_per_call() -> None:
     twice = _run([_h2d(LOAD, Cause.LOAD_INITIAL_DATA, 64, 0)] * 2)
     failed = {c.name for c in _check_method("forward", before, twice, moved, True, None, 1e-4, 1e-5).checks
               if not c.passed}
-    assert failed == {"moved constants copied once at load"}
+    assert failed == {"moved constants copied to their device once"}
 
 
 def test_calls_below_two_are_refused() -> None:

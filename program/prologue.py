@@ -1,0 +1,123 @@
+"""The first-call prologue: host-to-device copies that run once per loaded method, on its first call.
+
+The 1.5 runtime encoding of a constant kept on a device (``rewrite --runtime 1.5``) puts its
+``_h2d_copy.out`` at the start of the method behind a guard that only the first call passes::
+
+    chain 0:  [0]      JumpFalseCall(cond = G, destination = P)   G: a Bool value, true in the file
+              [1..P-2] et_copy::_h2d_copy.out(C_i, D_i, ...)       one per constant kept on a device
+              [P-1]    MoveCall(move_from = F, move_to = G)        F: a Bool value, false in the file
+              [P..]    the method's own instructions
+
+ExecuTorch parses a method's values once, when it loads (``Method::init``), and ``execute`` never parses
+them again: the MoveCall's ``false`` stays in G, so every later call jumps over the copies, and each D_i keeps
+the constant's bytes as long as nothing else uses its memory (``program/memory.py`` keeps D_i resident).
+Only instruction types and operators that copy-style programs already have are used, so a runtime built with
+selective registration runs it.
+
+``first_call_prologue`` recognises the shape strictly, so that "runs once" is certain whenever it answers:
+the guard and the false value are used by nothing else in the method (no other instruction, input, output
+or list names them), no jump lands inside the prologue, and the prologue holds only copies.  Anything else
+is an ordinary jump (what ``transfers.py`` and the lifetimes already handle, conservatively).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pte_devconst.schema import model as m
+from pte_devconst.util.record import record
+
+from .executorch import H2D_COPY
+
+# The instructions of a prologue around its copies: the guard's jump before them, the move that clears it after.
+GUARD_INSTRUCTIONS = 2
+
+
+@record
+class FirstCallPrologue:
+    """A recognised prologue of chain 0 (module docstring)."""
+
+    guard: int  # the Bool value the jump tests: true until the first call clears it
+    cleared_from: int  # the Bool(false) value the MoveCall copies into the guard
+    end: int  # the jump's destination: chain 0's first instruction after the prologue
+    copies: tuple[int, ...]  # chain 0 indices of its _h2d_copy.out kernels, in order
+
+    def runs_once(self, chain: int, instruction: int) -> bool:
+        """Whether (chain, instruction) is one of the copies or the move: run on the first call only."""
+        return chain == 0 and 1 <= instruction < self.end
+
+
+def _uses(instruction: m.Instruction) -> tuple[int, ...]:
+    """Every value an instruction names."""
+    if isinstance(instruction, (m.KernelCall, m.DelegateCall)):
+        return tuple(instruction.args or ())
+    if isinstance(instruction, m.MoveCall):
+        return instruction.move_from, instruction.move_to
+    if isinstance(instruction, m.JumpFalseCall):
+        return (instruction.cond_value_index,)
+    if isinstance(instruction, m.FreeCall):
+        return (instruction.value_index,)
+    return ()
+
+
+def _bool(values: tuple[m.EValue, ...], index: int, expected: bool) -> bool:
+    value = values[index] if 0 <= index < len(values) else None
+    return isinstance(value, m.Bool) and bool(value.bool_val) is expected
+
+
+def first_call_prologue(plan: m.ExecutionPlan) -> Optional[FirstCallPrologue]:
+    """The method's first-call prologue, or None when chain 0 does not start with one.  Linear in the method."""
+    chains = plan.chains or ()
+    if not chains:
+        return None
+    instructions = chains[0].instructions or ()
+    values = tuple(plan.values or ())
+    ops = plan.operators or ()
+    if not instructions or not isinstance(instructions[0], m.JumpFalseCall):
+        return None
+    jump = instructions[0]
+    guard, end = jump.cond_value_index, jump.destination_instruction
+    if not GUARD_INSTRUCTIONS + 1 <= end <= len(instructions) or not _bool(values, guard, True):
+        return None
+    move = instructions[end - 1]
+    if not isinstance(move, m.MoveCall) or move.move_to != guard or not _bool(values, move.move_from, False):
+        return None
+    cleared_from = move.move_from
+    if cleared_from == guard:
+        return None
+    copies = tuple(range(1, end - 1))
+    for k in copies:
+        ins = instructions[k]
+        if not isinstance(ins, m.KernelCall) or not 0 <= ins.op_index < len(ops) \
+                or ops[ins.op_index].qualified_name != H2D_COPY or len(ins.args or ()) < 2:
+            return None
+        if guard in (ins.args or ()) or cleared_from in (ins.args or ()):
+            return None
+    reserved = {guard, cleared_from}
+    if reserved & set(plan.inputs or ()) or reserved & set(plan.outputs or ()):
+        return None
+    for c, chain in enumerate(chains):
+        for k, ins in enumerate(chain.instructions or ()):
+            if c == 0 and (k == 0 or k == end - 1):
+                continue
+            if reserved.intersection(_uses(ins)):
+                return None
+            if isinstance(ins, m.JumpFalseCall) and c == 0 and 1 <= ins.destination_instruction < end:
+                return None  # a jump into the prologue would run its copies again
+    return FirstCallPrologue(guard, cleared_from, end, copies)
+
+
+def first_call_copies(plan: m.ExecutionPlan, prologue: Optional[FirstCallPrologue] = None
+                      ) -> dict[int, tuple[int, int]]:
+    """Destination value -> (source value, chain 0 instruction) of each copy the prologue makes."""
+    prologue = prologue if prologue is not None else first_call_prologue(plan)
+    if prologue is None:
+        return {}
+    instructions = (plan.chains or ())[0].instructions or ()
+    found: dict[int, tuple[int, int]] = {}
+    for k in prologue.copies:
+        ins = instructions[k]
+        assert isinstance(ins, m.KernelCall), "first_call_prologue holds copies only"
+        args = ins.args or ()
+        found.setdefault(args[1], (args[0], k))
+    return found
