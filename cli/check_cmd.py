@@ -554,11 +554,13 @@ ReportOption = Annotated[Optional[list[str]], typer.Option(
 def report_files(entries: Optional[Sequence[str]]) -> list[tuple[GateFormat, str]]:
     """``--report FORMAT=FILE`` entries, checked before any program is read: a typo costs no check, and a FILE that
     cannot be replaced (a folder, a device) is refused up front."""
-    from pte_devconst.util.atomic import check_destination
-
     chosen: list[tuple[GateFormat, str]] = []
+    if not entries:
+        return chosen
+    from pte_devconst.util.atomic import check_destination  # a writer: loaded only when a report is written
+
     names = ", ".join(f.value for f in FILE_FORMATS)
-    for entry in entries or ():
+    for entry in entries:
         name, equals, file = entry.partition("=")
         fmt = next((f for f in FILE_FORMATS if f.value == name.strip().lower()), None)
         if not equals or not file or fmt is None:
