@@ -436,6 +436,8 @@ def test_the_harness_reads_conditions_as_github_does() -> None:
     assert not evaluate("always() && vars.MISSING == 'true'", context, statuses)
     assert evaluate("failure() || github.event_name == 'workflow_dispatch'", context, statuses)
     assert evaluate("always() && !(github.event_name == 'pull_request')", context, statuses)
+    assert evaluate("${{ !cancelled() && vars.X == 'true' }}", context, statuses)  # after a failure too
+    assert not evaluate("${{ !cancelled() }}", context, {**statuses, "cancelled": True})
 
 
 def test_the_wheel_ships_its_license_its_types_and_its_schemas(wheel: Path) -> None:
