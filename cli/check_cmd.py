@@ -16,18 +16,19 @@ through unexpanded.  The decisions are the gate's (``rewriter/gate.py``, through
 
 from __future__ import annotations
 
+import json
 import shlex
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Iterator, Optional, Sequence
 
 import typer
 
 from pte_devconst.cli.app import command, global_options
 from pte_devconst.cli.config import ConfigOption, IsolatedOption, RuntimeOption
-from pte_devconst.cli.output import (DataOption, GateFormat, GateFormatOption, JsonFlag, echo_lines, emit_json,
-                                     fold_hint, github_annotation, human_bytes, markdown_table, md_code, md_text,
-                                     printable,
-                                     stdout_console, table)
+from pte_devconst.cli.output import (DataOption, GateFormat, GateFormatOption, JsonFlag, fold_hint,
+                                     github_annotation, human_bytes, json_blocks, markdown_table, md_code, md_text,
+                                     printable, printable_lines, stdout_console, table, write_report)
 from pte_devconst.cli.output import EtrecordOption
 from pte_devconst.cli.progress import files_progress
 from pte_devconst.util.exit_code import ExitCode
@@ -586,6 +587,47 @@ def sarif_document(report: CheckReport) -> dict[str, Any]:
     }]}
 
 
+# ---------------------------------------------------------------------------------- reports in files
+
+FILE_FORMATS = (GateFormat.markdown, GateFormat.json, GateFormat.sarif)  # what --report writes; text is a terminal's
+ReportOption = Annotated[Optional[list[str]], typer.Option(
+    "--report", metavar="FORMAT=FILE", show_default=False,
+    help="Also write the report as FORMAT (markdown, json or sarif) to FILE, from the same check (repeatable): "
+    "e.g. --format github --report markdown=summary.md --report sarif=check.sarif checks once for all three.")]
+
+
+def report_files(entries: Optional[Sequence[str]]) -> list[tuple[GateFormat, str]]:
+    """``--report FORMAT=FILE`` entries, checked before any program is read: a typo costs no check, and a FILE that
+    cannot be replaced (a folder, a device) is refused up front."""
+    chosen: list[tuple[GateFormat, str]] = []
+    if not entries:
+        return chosen
+    from pte_devconst.util.atomic import check_destination  # a writer: loaded only when a report is written
+
+    names = ", ".join(f.value for f in FILE_FORMATS)
+    for entry in entries:
+        name, equals, file = entry.partition("=")
+        fmt = next((f for f in FILE_FORMATS if f.value == name.strip().lower()), None)
+        if not equals or not file or fmt is None:
+            raise typer.BadParameter(f"{entry!r}: expected FORMAT=FILE, FORMAT one of {names}", param_hint="--report")
+        if any(file == other for _, other in chosen):
+            raise typer.BadParameter(f"{file!r} is named twice", param_hint="--report")
+        check_destination(file)
+        chosen.append((fmt, file))
+    return chosen
+
+
+def report_blocks(report: CheckReport, fmt: GateFormat) -> Iterator[str]:
+    """The report as markdown, JSON or SARIF, in blocks of text ending in a newline: what stdout prints with
+    ``--format`` and what ``--report`` writes to a file are one rendering."""
+    if fmt is GateFormat.json:
+        yield from json_blocks("check", report.to_json())
+    elif fmt is GateFormat.sarif:
+        yield json.dumps(sarif_document(report), indent=2) + "\n"
+    else:
+        yield printable_lines([render_markdown(report)]) + "\n"
+
+
 # -------------------------------------------------------------------------------------------- command
 
 @command("check")
@@ -615,6 +657,7 @@ def check_command(
     max_annotations: Annotated[int, typer.Option(
         "--max-annotations", min=0, help="--format github: annotate at most this many files, the worst first "
         "(0: all).")] = DEFAULT_ANNOTATIONS,
+    reports: ReportOption = None,
     config: ConfigOption = None,
     isolated: IsolatedOption = False,
 ) -> None:
@@ -629,6 +672,7 @@ def check_command(
     from pte_devconst.cli.config import load
 
     options = global_options(ctx)
+    written = report_files(reports)
     settings = load(config, isolated)
     given = settings.programs(files, ctx)
     # Resolved once: the plan's options (devices parsed) and the programs, each paired with its data.
@@ -660,19 +704,17 @@ def check_command(
         shown = GateFormat(settings.output_format)
     else:
         shown = GateFormat.text
-    if shown is GateFormat.json:
-        emit_json("check", report.to_json())
-    elif shown is GateFormat.sarif:
-        import json
-
-        typer.echo(json.dumps(sarif_document(report), indent=2))
-    elif shown is GateFormat.markdown:
-        echo_lines([render_markdown(report)])
+    if shown in FILE_FORMATS:
+        for block in report_blocks(report, shown):
+            sys.stdout.write(block)
+        sys.stdout.flush()  # a reader that went away (| head) is found here, where the command handles it
     elif shown is GateFormat.github:
         typer.echo(render_github(report, max_annotations))
     elif shown is GateFormat.concise and not options.verbose:  # -v: the tables
         render_concise(report)
     else:
         render_text(report, options.quiet, options.verbose)
+    for fmt_written, file in written:  # the same report, kept in files (the CI gate's summary and SARIF)
+        write_report(file, report_blocks(report, fmt_written))
     if report.exit_code is not ExitCode.OK:
         raise typer.Exit(report.exit_code)

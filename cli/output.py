@@ -113,21 +113,36 @@ def stderr_console() -> "Console":
     return Console(stderr=True, highlight=False)
 
 
-def emit_json(command: str, payload: dict[str, Any]) -> None:
-    """Print one JSON document: the envelope, then a result's ``to_json()`` (the renderers format, never build)."""
+def json_blocks(command: str, payload: dict[str, Any]) -> Iterator[str]:
+    """One JSON document (the envelope, then a result's ``to_json()``) in blocks of about a megabyte, ending in a
+    newline: a program of a million values makes a document of hundreds of megabytes, which must not be held twice."""
     document = {"format_version": JSON_FORMAT_VERSION, "command": command, **payload}
-    # Written in the encoder's chunks, never as one string: a program of a million values makes a document of
-    # hundreds of megabytes, which must not be held twice.
     pending: list[str] = []
     size = 0
     for chunk in json.JSONEncoder(indent=2).iterencode(document):
         pending.append(chunk)
         size += len(chunk)
         if size > 1 << 20:
-            sys.stdout.write("".join(pending))
+            yield "".join(pending)
             pending, size = [], 0
     pending.append("\n")
-    sys.stdout.write("".join(pending))
+    yield "".join(pending)
+
+
+def emit_json(command: str, payload: dict[str, Any]) -> None:
+    """Print one JSON document (``json_blocks``; the renderers format, never build)."""
+    for block in json_blocks(command, payload):
+        sys.stdout.write(block)
+
+
+def write_report(path: str, blocks: Iterable[str]) -> None:
+    """A report written to a file instead of stdout: UTF-8 whatever the locale, replaced atomically (a reader never
+    sees half a report), an unwritable path one ``OutputError`` line."""
+    from pte_devconst.util.atomic import atomic_output, write_all
+
+    with atomic_output(path, durable=False) as fd:
+        for block in blocks:
+            write_all(fd, block.encode("utf-8"))
 
 
 def human_bytes(count: int) -> str:
@@ -227,9 +242,14 @@ def md_code(text: Any) -> MarkdownText:
     return MarkdownText(f"<code>{safe}</code>" if safe else "")
 
 
+def printable_lines(lines: Iterable[str]) -> str:
+    """Plain (markdown) lines, each made printable: data from a file cannot reach a terminal or a report raw."""
+    return "\n".join(printable(line) for line in "\n".join(lines).split("\n"))
+
+
 def echo_lines(lines: Iterable[str]) -> None:
-    """Print plain (markdown) lines, each made printable: data from a file cannot reach the terminal raw."""
-    typer.echo("\n".join(printable(line) for line in "\n".join(lines).split("\n")))
+    """Print plain (markdown) lines, each made printable (``printable_lines``)."""
+    typer.echo(printable_lines(lines))
 
 
 def markup_safe(text: Any) -> str:

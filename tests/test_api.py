@@ -43,6 +43,36 @@ def test_api_functions_are_typed_and_documented(name: str) -> None:
     assert name in pte_devconst.__all__ and name in dir(pte_devconst)
 
 
+PUBLIC_TYPES = {
+    "ProgramSummary": "pte_devconst.rewriter.inventory", "InspectReport": "pte_devconst.api",
+    "RewriteResult": "pte_devconst.rewriter.rewrite", "ProgramDiff": "pte_devconst.rewriter.diff",
+    "CheckReport": "pte_devconst.rewriter.gate", "FileCheck": "pte_devconst.rewriter.gate",
+    "Finding": "pte_devconst.rewriter.gate", "PteDevconstError": "pte_devconst.util.errors",
+    "FormatError": "pte_devconst.util.errors", "UnsupportedProgramError": "pte_devconst.util.errors",
+    "OutputError": "pte_devconst.util.errors", "InternalError": "pte_devconst.util.errors",
+}
+
+
+def test_the_errors_and_records_import_from_the_package(tmp_path: Path) -> None:
+    """``from pte_devconst import PteDevconstError`` (issue 28: it failed; the errors lived in pte_devconst.util.errors,
+    which no document named), each record a function returns, and ``import *`` without loading torch."""
+    for name, home in PUBLIC_TYPES.items():
+        assert name in pte_devconst.__all__ and name in dir(pte_devconst)
+        assert getattr(pte_devconst, name).__module__ == home
+    assert issubclass(pte_devconst.FormatError, pte_devconst.PteDevconstError)
+    assert not issubclass(pte_devconst.InternalError, pte_devconst.PteDevconstError)  # a bug, never the user's fault
+    bad = tmp_path / "bad.pte"
+    bad.write_bytes(b"not a program")
+    with pytest.raises(pte_devconst.PteDevconstError):
+        pte_devconst.analyze(bad)
+    code = ("import sys; from pte_devconst import *; "
+            "assert issubclass(FormatError, PteDevconstError) and RewriteResult and ProgramDiff; "
+            "from pte_devconst import RunResult, ValidationResult; print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True"  # the runner's records load torch, only when named
+
+
 def test_unknown_attribute_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError):
         pte_devconst.not_a_function  # noqa: B018

@@ -295,3 +295,27 @@ def test_a_file_that_uses_none_of_the_devices_is_a_warning() -> None:
         in result.stderr
     assert str(one) not in result.stderr
     assert invoke("-q", "check", zero, one, "--device", "cuda:1").stderr == ""
+
+
+def test_one_check_writes_its_other_reports_to_files(tmp_path: Path) -> None:
+    """``--report FORMAT=FILE``: the CI gate checks once (issue 28: it ran check twice) and keeps the markdown
+    summary, the SARIF and the JSON beside the annotations; each file is what ``--format`` prints, UTF-8."""
+    programs = [pte_path("v_c_shared_host_copy"), pte_path("v_h_cpu_only")]
+    files = {fmt: tmp_path / f"out {fmt}.txt" for fmt in ("markdown", "sarif", "json")}
+    result = invoke("check", *programs, "--format", "github", *(f for fmt, path in files.items()
+                                                                 for f in ("--report", f"{fmt}={path}")))
+    assert result.exit_code == 1 and result.stdout.startswith("::error file=")
+    for fmt, path in files.items():
+        alone = invoke("check", *programs, "--format", fmt)
+        assert path.read_bytes() == alone.stdout.encode("utf-8"), fmt
+    assert "❌" in files["markdown"].read_text(encoding="utf-8")
+    assert json.loads(files["json"].read_text())["exit_code"] == 1
+
+
+@pytest.mark.parametrize("entry, why", [("text=out.txt", "FORMAT one of markdown, json, sarif"),
+                                        ("markdown", "expected FORMAT=FILE"), ("sarif=", "expected FORMAT=FILE"),
+                                        ("json={folder}", "not a regular file")])
+def test_a_report_file_that_cannot_be_written_is_refused_before_checking(tmp_path: Path, entry: str,
+                                                                          why: str) -> None:
+    result = invoke("check", pte_path("v_h_cpu_only"), "--report", entry.format(folder=tmp_path))
+    assert result.exit_code == 2 and why in result.stderr and result.stdout == ""

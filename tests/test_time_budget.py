@@ -62,3 +62,27 @@ def test_an_unmarked_test_over_the_budget_fails(tmp_path: Path, monkeypatch: pyt
         "test_quick": "passed", "test_over_budget": "failed", "test_over_budget_in_setup": "failed",
         "test_marked_slow": "passed"}
     assert "over the default suite's per-test budget of 0.1 s" in seen.outcomes["test_over_budget"][1]
+
+
+# "1,943 tests", "1,846 pass", "148 skip", "ran in 336 s": a statement of the suite's size or time.
+SUITE_FIGURE = r"\b\d[\d,]*\s+(?:tests?|passed|pass|skip(?:ped)?)\b|\bran in \d+ s\b"
+
+
+def test_the_suites_size_and_time_are_stated_in_one_place() -> None:
+    """The README's test section holds the suite's size and time; pyproject.toml and the docs point there (issue 28:
+    the README, pyproject.toml and the last run gave three different counts)."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    section = readme.split("## Tests, fuzzing and benchmarks", 1)[1].split("\n## ", 1)[0]
+    assert len(re.findall(r"\b\d[\d,]* tests\b", section)) == 1  # the count, once
+    elsewhere = {"README.md (outside its test section)": readme.replace(section, ""),
+                 **{str(path.relative_to(root)): path.read_text()
+                    for path in [root / "pyproject.toml", root / ".ci" / "run", *sorted(root.glob("docs/*.md"))]}}
+    other_runs = re.compile(r"-m (?:gpu|slow|fuzz)\b")  # a line about another selection (77 GPU tests) may count
+    stated = {name: found for name, text in elsewhere.items()
+              if (found := [hit for line in text.splitlines() if not other_runs.search(line)
+                            for hit in re.findall(SUITE_FIGURE, line)])}
+    assert stated == {}
+    assert "README.md" in (root / "pyproject.toml").read_text().split("[tool.pytest.ini_options]", 1)[1][:400]

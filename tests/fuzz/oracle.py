@@ -8,6 +8,7 @@ to a file the parent reads back.
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import resource
 import signal
@@ -75,6 +76,10 @@ def run_in_runtime(pte: Path, ptd: Optional[Path], calls: Calls, *, time_limit: 
                 quiet = os.open(log, os.O_WRONLY | os.O_CREAT, 0o600)  # the runtime logs to stdout and stderr
                 os.dup2(quiet, 1)
                 os.dup2(quiet, 2)
+                # A fault handler inherited from the parent writes to the parent's stderr through a descriptor
+                # of its own (pytest's copy), and a crash would print its dump in the test run's log: the
+                # child's goes to its own log, which the crash's detail quotes; the signal still ends it.
+                faulthandler.enable(file=2, all_threads=False)
                 limit = memory_mb << 20
                 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
                 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
+import sys
 import time
 from typing import Optional
 
@@ -270,6 +272,31 @@ def test_the_runtime_oracle_contains_crashes_and_hangs(monkeypatch: pytest.Monke
     started = time.monotonic()
     assert oracle.run_in_runtime(REPO / seed.name, None, {"forward": []}, time_limit=0.5).status == "timeout"
     assert time.monotonic() - started < 5
+
+
+ABORTING_CHILD = """
+import faulthandler, os, sys, types
+from pathlib import Path
+from tests.fuzz import oracle
+faulthandler.enable(file=os.dup(2))  # as pytest enables it: on a copy of stderr
+sys.modules["torch"] = types.ModuleType("torch")  # only a child's outputs need it: this child aborts first
+oracle.import_runtime = lambda: None
+oracle._child = lambda *args: os.abort()
+run = oracle.run_in_runtime(Path(sys.argv[1]), None, {"forward": []})
+print(run.status, run.detail)
+"""
+
+
+def test_a_crashing_child_reports_to_its_log_not_the_parents_stderr() -> None:
+    """A passing test run printed two ``Fatal Python error`` dumps (issue 28): the fault handler pytest enables
+    writes to a copy of the parent's stderr, which a forked child inherits.  The child's crash is still found (its
+    signal) and its dump is in its own log, quoted in the detail.  (The runtime is not imported: the child aborts.)"""
+    seed = next(s for s in program_seeds() if s.name.endswith("v_h_cpu_only.pte"))
+    done = subprocess.run([sys.executable, "-c", ABORTING_CHILD, str(REPO / seed.name)],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert "Fatal Python error" not in done.stderr, done.stderr
+    assert done.stdout.startswith("crash killed by SIGABRT") and "Fatal Python error: Aborted" in done.stdout
 
 
 def test_the_time_bound_judges_the_tools_cpu_not_the_machines_load(monkeypatch: pytest.MonkeyPatch) -> None:
