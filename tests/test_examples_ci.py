@@ -636,7 +636,8 @@ def test_the_fixing_hook_rewrites_in_place_fails_once_then_passes(tmp_path: Path
     assert first.returncode == 1, first.stderr  # it changed a file: the user re-stages it
     assert first.stdout.splitlines() == [
         f"{copying}: 4 tensor(s) moved to device memory (3.2 KiB fewer host-to-device bytes per call); "
-        "rewritten in place", f"{clean}: nothing to move", f"{other}: nothing to move"]
+        "rewritten in place; needs ExecuTorch >= 1.6 (device initial data; for a 1.5 runtime: --runtime 1.5)",
+        f"{clean}: nothing to move", f"{other}: nothing to move"]
     changed = subprocess.run(["git", "status", "--porcelain", "-z"], cwd=repo, capture_output=True, text=True).stdout
     assert changed.split("\0") == [f" M {copying}", ""]  # in place: no NAME.devconst.pte left behind
     assert (repo / clean).read_bytes() == before
