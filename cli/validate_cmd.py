@@ -12,8 +12,8 @@ from pte_devconst.util.exit_code import ExitCode
 from pte_devconst.cli.output import (EtrecordOption, FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json,
                                      markdown_table, markup_safe, md_code, md_text, printable, resolve_format,
                                      stdout_console, table)
-from pte_devconst.cli.run_cmd import (InputsOption, ProfileOption, PtdOption, SimulateOption, exact_bytes,
-                                      opaque_note)
+from pte_devconst.cli.run_cmd import (InputsOption, ProfileOption, PtdOption, SimulateOption, caller_memory_note,
+                                      delegates_note, exact_bytes, opaque_note)
 
 SUMMARY_COLUMNS = ["", "original", "rewritten"]
 CHECK_COLUMNS = ["check", "result", "detail"]
@@ -66,6 +66,12 @@ def notes(mv: Any) -> list[str]:
     if named:  # the names an ETRecord gave them; the JSON lists every one
         more = len(named) - MOVED_NAMES_SHOWN
         lines.append(f"moved: {', '.join(named[:MOVED_NAMES_SHOWN])}" + (f" and {more} more" if more > 0 else ""))
+    before, after = mv.original.delegates, mv.rewritten.delegates
+    if before == after:
+        lines += delegates_note(before)
+    else:
+        lines += delegates_note(before, "delegates (original)") + delegates_note(after, "delegates (rewritten)")
+    lines += caller_memory_note(mv.rewritten.caller_memory)
     if mv.opaque_backends:
         lines.append(opaque_note(mv.opaque_backends))
     differences = mv.difference_lines()

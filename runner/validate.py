@@ -193,6 +193,10 @@ class ValidationResult:
             "methods": [{
                 "method": mv.method, "passed": mv.passed, "bit_identical_required": mv.bit_identical_required,
                 "opaque_backends": list(mv.opaque_backends),
+                "delegates": {"original": [d.to_json() for d in mv.original.delegates],
+                              "rewritten": [d.to_json() for d in mv.rewritten.delegates]},
+                "caller_memory": {"original": [c.to_json() for c in mv.original.caller_memory],
+                                  "rewritten": [c.to_json() for c in mv.rewritten.caller_memory]},
                 "moved_constants": [_constant_json(c) for c in mv.moved],
                 "load_h2d_bytes": {"before": mv.load_h2d_before, "after": mv.load_h2d_after},
                 "device_peak_bytes": {"before": mv.original.device_peak_bytes,
