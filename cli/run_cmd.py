@@ -202,7 +202,8 @@ def run_command(
     """Run a program the way the ExecuTorch runtime does and count every host/device copy.
 
     Without a GPU a program that uses device memory or device delegates needs --simulate-devices. A
-    delegate whose backend has no executor needs --opaque-delegates (its outputs are then stand-ins).
+    delegate that neither an executor nor the installed ExecuTorch runtime (XNNPACK) executes needs
+    --opaque-delegates (its outputs are then stand-ins).
     """
     from pte_devconst import api
 

@@ -150,7 +150,7 @@ def validate_command(
     simulate_devices: SimulateOption = False,
     opaque_delegates: Annotated[bool, typer.Option(
         "--opaque-delegates", help="Run every delegate as an opaque stand-in (seeded outputs from its inputs' "
-        "bytes), not only those whose backend has no executor: fast, and enough for a CI gate.")] = False,
+        "bytes), not only those nothing here executes: fast, and enough for a CI gate.")] = False,
     profile: ProfileOption = False,
     etrecord: EtrecordOption = None,
     fmt: FormatOption = OutputFormat.text,
@@ -159,8 +159,8 @@ def validate_command(
     """Check that a rewrite computes the same outputs, gives every delegate call the same bytes, and copies
     each moved constant once, at load only.
 
-    Delegates whose backend has no executor run as opaque stand-ins. Exit 0 when every check passes, 1 when
-    one fails, 2 on bad input.
+    Delegates that neither an executor nor the installed ExecuTorch runtime (XNNPACK) executes run as opaque
+    stand-ins. Exit 0 when every check passes, 1 when one fails, 2 on bad input.
     """
     from pte_devconst import api
     from pte_devconst.cli.progress import steps_progress

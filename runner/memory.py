@@ -65,6 +65,7 @@ class ProgramData:
         self._constant_base = 0
         self._external: dict[str, torch.Tensor] = {}
         self._constants: dict[tuple[int, ...], torch.Tensor] = {}
+        self._named_keys: Optional[tuple[str, ...]] = None
 
     def _segment(self) -> tuple[torch.Tensor, int]:
         if self._constant_segment is None:
@@ -130,11 +131,13 @@ class ProgramData:
         return host_bytes(data)
 
     def named_keys(self) -> tuple[str, ...]:
-        """Every named-data key a delegate can ask for: the program's entries, then the .ptd's."""
-        keys = [entry.key for entry in self.pte.program.named_data or () if entry.key is not None]
-        if self.ptd is not None:
-            keys += self.ptd.keys()
-        return tuple(dict.fromkeys(keys))
+        """Every named-data key a delegate can ask for: the program's entries, then the .ptd's (listed once)."""
+        if self._named_keys is None:
+            keys = [entry.key for entry in self.pte.program.named_data or () if entry.key is not None]
+            if self.ptd is not None:
+                keys += self.ptd.keys()
+            self._named_keys = tuple(dict.fromkeys(keys))
+        return self._named_keys
 
     def named_data(self, key: str) -> Optional[memoryview]:
         """Named data for delegates: the program's own entries, then the .ptd's (ExecuTorch merges both)."""

@@ -85,7 +85,10 @@ class LoadedMethod:
         self.derivation = Derivation(plan)
         self.rv.derivation = self.derivation
         self.opaque_policy = opaque
-        self.delegates = [self._init_delegate(data, i, d, tuple(s for s in sites if s.delegate_index == i))
+        by_delegate: dict[int, list[DelegateCallSite]] = {}
+        for site in sites:
+            by_delegate.setdefault(site.delegate_index, []).append(site)
+        self.delegates = [self._init_delegate(data, i, d, tuple(by_delegate.get(i, ())))
                           for i, d in enumerate(plan.delegates or ())]
         self.transcript = TranscriptRecorder() if transcript else None
         self.h2d_source: dict[int, int] = {}  # value -> the value an _h2d_copy filled it from, this call

@@ -11,8 +11,8 @@ writer (``schema/pte_writer.py``).
 
 Named data: a delegate finds its data by key at init (XNNPACK names its weights by their SHA-256), and the
 program does not say which delegate uses which key; an entry goes into the new program when its key's bytes
-appear in the blob or in a compile spec.  A backend that computes its keys otherwise fails its init there,
-with the runtime's message.
+appear in the blob or in a compile spec (``named_keys_in``).  A backend that computes its keys otherwise fails
+its init there, with the runtime's message.
 """
 
 from __future__ import annotations
@@ -103,6 +103,26 @@ def _method(name: str, site: DelegateCallSite, values: Sequence[m.EValue], where
     return plan, CallMethod(name, inputs, outputs, tuple(literals))
 
 
+SEARCH_BUDGET = 1 << 26  # bytes compared when looking for keys anywhere in the blob (not as whole strings)
+
+
+def named_keys_in(parts: Sequence[bytes], keys: Sequence[str]) -> list[str]:
+    """The keys (in order, each once) whose UTF-8 bytes ``parts`` (a blob, compile spec values) name.
+
+    A flatbuffer stores a string NUL-terminated after its length, so a key a blob names is one of its
+    NUL-delimited tokens: that finds them in one pass over the bytes.  Keys not found so are then looked
+    for anywhere in ``parts``, while that costs fewer than ``SEARCH_BUDGET`` byte comparisons, so the work
+    stays bounded by the program's size whatever the number of keys.
+    """
+    encoded = {key: key.encode("utf-8", "surrogateescape") for key in dict.fromkeys(keys)}
+    tokens = {token for part in parts for token in bytes(part).split(b"\x00") if token}
+    found = {key for key, data in encoded.items() if data in tokens}
+    rest = [key for key, data in encoded.items() if data and key not in found]
+    if len(rest) * sum(len(part) for part in parts) <= SEARCH_BUDGET:
+        found.update(key for key in rest if any(encoded[key] in part for part in parts))
+    return [key for key in encoded if key in found]
+
+
 def _producer(view: memoryview) -> Callable[[], memoryview]:
     """The writer asks for a named-data entry's bytes when it reaches them: no copy is made before."""
     return lambda: view
@@ -114,13 +134,11 @@ def delegate_program(backend_id: str, blob: bytes, compile_specs: Mapping[str, b
                      version: int = 0, where: str = "") -> DelegateProgram:
     """A program of the one delegate ``blob`` with one method per distinct call in ``sites`` (see the module)."""
     specs = tuple(m.CompileSpec(key, value) for key, value in compile_specs.items())
-    searched = (blob, *compile_specs.values())
     # Segment 0: an empty constant segment (the runtime refuses a program without one); 1: the blob.
     contents: list[SegmentContent] = [SegmentContent(0), SegmentContent.of(bytes(blob), SEGMENT_ALIGNMENT)]
     named: list[m.NamedData] = []
-    for key in dict.fromkeys(named_keys):
-        encoded = key.encode("utf-8", "surrogateescape")
-        data = named_data(key) if encoded and any(encoded in part for part in searched) else None
+    for key in named_keys_in((blob, *compile_specs.values()), named_keys):
+        data = named_data(key)
         if data is not None:
             named.append(m.NamedData(key=key, segment_index=len(contents)))
             view = memoryview(data)

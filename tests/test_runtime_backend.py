@@ -22,7 +22,8 @@ from forge import flip_byte
 from pte_devconst.rewriter import rewrite_file
 from pte_devconst.runner import RunnerError, run_program
 from pte_devconst.runner.delegates import Execution, OpaquePolicy
-from pte_devconst.runner.one_delegate import delegate_program
+from pte_devconst.runner import one_delegate
+from pte_devconst.runner.one_delegate import delegate_program, named_keys_in
 from pte_devconst.runner.validate import validate
 from pte_devconst.program.dataflow import delegate_call_sites
 from pte_devconst.schema.pte_file import ProgramBytes, open_pte
@@ -182,3 +183,14 @@ def test_the_one_delegate_program_holds_the_blob_its_call_and_the_named_data_it_
         assert [method.values[i].sizes for i in method.inputs] == [plan.values[i].sizes for i in call.inputs]
         assert call.inputs == site.inputs and call.outputs == site.outputs
         assert all(v.allocation_info is not None and v.data_buffer_idx == 0 for v in method.values)
+
+
+def test_named_data_keys_are_found_as_strings_then_anywhere_within_a_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key a flatbuffer names is a NUL-delimited token (one pass); a key inside other bytes is found by a
+    search whose cost is bounded, past which it is not looked for (the runtime would then refuse the init)."""
+    blob = b"\x40\x00\x00\x00" + b"a" * 64 + b"\x00junk[inner-key]junk\x00"
+    keys = ["b" * 64, "inner-key", "a" * 64, "a" * 64, "missing"]
+    assert named_keys_in([blob], keys) == ["inner-key", "a" * 64]
+    assert named_keys_in([blob, b"spec-key"], ["spec-key"]) == ["spec-key"]  # a compile spec's value counts
+    monkeypatch.setattr(one_delegate, "SEARCH_BUDGET", 0)
+    assert named_keys_in([blob], keys) == ["a" * 64]
