@@ -43,6 +43,38 @@ def copies_text(count: int, nbytes: int, separator: str = ", ") -> str:
     return f"{count} copies{separator}{exact_bytes(nbytes)} in all"
 
 
+DELEGATE_INDICES_SHOWN = 8
+
+
+def delegates_note(delegates: Sequence[Any], label: str = "delegates") -> list[str]:
+    """``delegates: XnnpackBackend (cpu) #0, #2: ExecuTorch runtime; CudaBackend (cuda:0) #1: stand-in``: what
+    ran each delegate, grouped by backend, device and execution (none for a program without delegates)."""
+    groups: dict[tuple[str, str, str, str], list[int]] = {}
+    for run in delegates:
+        groups.setdefault((run.backend_id, run.device, str(run.execution), run.why), []).append(run.index)
+    parts = []
+    for (backend, device, execution, why), indices in groups.items():
+        shown = ", ".join(f"#{i}" for i in indices[:DELEGATE_INDICES_SHOWN])
+        if len(indices) > DELEGATE_INDICES_SHOWN:
+            shown += f" and {len(indices) - DELEGATE_INDICES_SHOWN} more"
+        parts.append(f"{backend} ({device}) {shown}: {execution}" + (f" ({why})" if why else ""))
+    return [f"{label}: {'; '.join(parts)}"] if parts else []
+
+
+def caller_memory_note(bound: Sequence[Any]) -> list[str]:
+    """A line for the delegate outputs the program leaves unplanned and the runner binds (none otherwise)."""
+    from pte_devconst.runner.memory import CallerRole
+
+    outputs = [c for c in bound if c.role is CallerRole.DELEGATE_OUTPUT]
+    if not outputs:
+        return []
+    values = ", ".join(f"{c.value} (delegate #{c.delegate}, {c.device})" for c in outputs[:DELEGATE_INDICES_SHOWN])
+    more = f" and {len(outputs) - DELEGATE_INDICES_SHOWN} more" if len(outputs) > DELEGATE_INDICES_SHOWN else ""
+    return [f"caller memory: the program leaves delegate outputs unplanned, bound at load on their delegate's "
+            f"device as a caller would: value{'s' if len(outputs) > 1 else ''} {values}{more}, "
+            f"{exact_bytes(sum(c.nbytes for c in outputs))}"]
+
+
 def opaque_note(backends: Sequence[str]) -> str:
     return (f"opaque delegates: {', '.join(backends)} ran as stand-ins (seeded from their inputs' bytes); "
             f"outputs that depend on them are not the model's")
@@ -125,7 +157,8 @@ def render(result: Any, fmt: OutputFormat) -> None:
     columns, rows = copy_rows(result, ", " if fmt is OutputFormat.markdown else "\n")
     last = result.calls[-1]
     devices = "simulated devices" if result.simulated else "real devices"
-    note = [opaque_note(result.opaque_backends)] if result.opaque_backends else []
+    note = delegates_note(result.delegates) + caller_memory_note(result.caller_memory)
+    note += [opaque_note(result.opaque_backends)] if result.opaque_backends else []
     note += names_lines(result)
     names = result.output_names if any(result.output_names) else ()
     if fmt is OutputFormat.markdown:
@@ -169,7 +202,8 @@ def run_command(
     """Run a program the way the ExecuTorch runtime does and count every host/device copy.
 
     Without a GPU a program that uses device memory or device delegates needs --simulate-devices. A
-    delegate whose backend has no executor needs --opaque-delegates (its outputs are then stand-ins).
+    delegate that neither an executor nor the installed ExecuTorch runtime (XNNPACK) executes needs
+    --opaque-delegates (its outputs are then stand-ins).
     """
     from pte_devconst import api
 

@@ -12,8 +12,8 @@ from pte_devconst.util.exit_code import ExitCode
 from pte_devconst.cli.output import (EtrecordOption, FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json,
                                      markdown_table, markup_safe, md_code, md_text, printable, resolve_format,
                                      stdout_console, table)
-from pte_devconst.cli.run_cmd import (InputsOption, ProfileOption, PtdOption, SimulateOption, exact_bytes,
-                                      opaque_note)
+from pte_devconst.cli.run_cmd import (InputsOption, ProfileOption, PtdOption, SimulateOption, caller_memory_note,
+                                      delegates_note, exact_bytes, opaque_note)
 
 SUMMARY_COLUMNS = ["", "original", "rewritten"]
 CHECK_COLUMNS = ["check", "result", "detail"]
@@ -67,6 +67,12 @@ def notes(mv: Any) -> list[str]:
     if named:  # the names an ETRecord gave them; the JSON lists every one
         more = len(named) - MOVED_NAMES_SHOWN
         lines.append(f"moved: {', '.join(named[:MOVED_NAMES_SHOWN])}" + (f" and {more} more" if more > 0 else ""))
+    before, after = mv.original.delegates, mv.rewritten.delegates
+    if before == after:
+        lines += delegates_note(before)
+    else:
+        lines += delegates_note(before, "delegates (original)") + delegates_note(after, "delegates (rewritten)")
+    lines += caller_memory_note(mv.rewritten.caller_memory)
     if mv.opaque_backends:
         lines.append(opaque_note(mv.opaque_backends))
     differences = mv.difference_lines()
@@ -145,7 +151,7 @@ def validate_command(
     simulate_devices: SimulateOption = False,
     opaque_delegates: Annotated[bool, typer.Option(
         "--opaque-delegates", help="Run every delegate as an opaque stand-in (seeded outputs from its inputs' "
-        "bytes), not only those whose backend has no executor: fast, and enough for a CI gate.")] = False,
+        "bytes), not only those nothing here executes: fast, and enough for a CI gate.")] = False,
     profile: ProfileOption = False,
     etrecord: EtrecordOption = None,
     fmt: FormatOption = OutputFormat.text,
@@ -154,8 +160,8 @@ def validate_command(
     """Check that a rewrite computes the same outputs, gives every delegate call the same bytes, and copies
     each moved constant once, at load only.
 
-    Delegates whose backend has no executor run as opaque stand-ins. Exit 0 when every check passes, 1 when
-    one fails, 2 on bad input.
+    Delegates that neither an executor nor the installed ExecuTorch runtime (XNNPACK) executes run as opaque
+    stand-ins. Exit 0 when every check passes, 1 when one fails, 2 on bad input.
     """
     from pte_devconst import api
     from pte_devconst.cli.progress import steps_progress

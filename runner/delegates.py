@@ -10,8 +10,9 @@ copy a host input to its device, and write a result into host memory.
 Third parties register executors under the entry-point group
 ``pte_devconst.delegate_executors``: the entry-point name is the backend id,
 the object a ``DelegateExecutor`` subclass (or any zero-argument factory).
-A backend without an executor can run as an *opaque* delegate instead
-(``runner/opaque.py``), as ``OpaquePolicy`` says.
+A backend without one runs through the installed ExecuTorch runtime when that runtime registers it
+(``runner/runtime_backend.py``: XNNPACK in the 1.5.1 wheel), else as an *opaque* stand-in
+(``runner/opaque.py``), as ``OpaquePolicy`` says.  ``Execution`` names which of the three ran a delegate.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import Enum
 from importlib import metadata
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
+from pte_devconst.program.dataflow import DelegateCallSite
 from pte_devconst.schema import model as m
+from pte_devconst.util.named_enum import NamedEnum
 
 from .copies import Cause, CopyLedger, Direction
 from .devices import DeviceMap
@@ -53,6 +56,9 @@ class DelegateInitContext:
     named_data: Callable[[str], Optional[memoryview]]
     where: str
     delegate_index: int = -1  # the program's index of this delegate (ExecutionPlan.delegates)
+    call_sites: tuple[DelegateCallSite, ...] = ()  # this delegate's DelegateCalls, arguments split (dataflow.py)
+    values: Sequence[m.EValue] = ()  # the method's values, as the program declares them
+    named_keys: tuple[str, ...] = ()  # every key named_data knows (the program's, then the .ptd's)
 
     def load_to_device(self, host: torch.Tensor) -> torch.Tensor:
         """Copy delegate-owned constant data to the target device once (counted as a load-time copy)."""
@@ -141,6 +147,29 @@ def register_executor(backend_id: str, factory: ExecutorFactory) -> None:
     _REGISTERED[backend_id] = factory
 
 
+class Execution(NamedEnum):
+    """What ran a delegate: its backend's own code, a reimplementation in Python, or a stand-in."""
+
+    RUNTIME = "ExecuTorch runtime"  # the installed runtime executed the backend (runtime_backend.py): real
+    EXECUTOR = "runner executor"  # a DelegateExecutor (built in, registered, or an entry point's)
+    STAND_IN = "stand-in"  # opaque: seeded outputs from the inputs' bytes (opaque.py), not the model's
+
+
+@dataclass(frozen=True)
+class DelegateRun:
+    """How one delegate of a loaded method is executed, for the reports (``why``: a stand-in's reason)."""
+
+    index: int
+    backend_id: str
+    device: str
+    execution: Execution
+    why: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "backend": self.backend_id, "device": self.device,
+                "execution": self.execution.value, "why": self.why or None}
+
+
 def _builtin() -> dict[str, ExecutorFactory]:
     from .demo_backend import DemoBackendExecutor
     from .reference_backend import ReferenceBackendExecutor
@@ -164,20 +193,32 @@ class OpaquePolicy(str, Enum):
     ALWAYS = "always"  # every delegate runs opaque (``--opaque-delegates``)
 
 
+def _runtime_backends() -> frozenset[str]:
+    from .runtime_backend import runtime_backends
+
+    return runtime_backends()
+
+
 def known_backends() -> list[str]:
-    return sorted(set(_builtin()) | set(_REGISTERED) | set(_entry_points()))
+    return sorted(set(_builtin()) | set(_REGISTERED) | set(_entry_points()) | _runtime_backends())
+
+
+def stand_in() -> DelegateExecutor:
+    """The opaque stand-in executor (``runner/opaque.py``)."""
+    from .opaque import OpaqueExecutor
+
+    return OpaqueExecutor()
 
 
 def executor_for(backend_id: str, where: str,
-                 opaque: OpaquePolicy = OpaquePolicy.NEVER) -> tuple[DelegateExecutor, bool]:
-    """A fresh executor for ``backend_id`` and whether it is the opaque stand-in.
+                 opaque: OpaquePolicy = OpaquePolicy.NEVER) -> tuple[DelegateExecutor, Execution]:
+    """A fresh executor for ``backend_id`` and what it is.
 
-    Registered in-process, else built in, else from an entry point; else, as ``opaque`` allows, opaque.
+    Registered in-process, else built in, else from an entry point, else the installed ExecuTorch runtime when
+    it registers the backend; else, as ``opaque`` allows, the opaque stand-in.
     """
     if opaque is OpaquePolicy.ALWAYS:
-        from .opaque import OpaqueExecutor
-
-        return OpaqueExecutor(), True
+        return stand_in(), Execution.STAND_IN
     factory = _REGISTERED.get(backend_id) or _builtin().get(backend_id)
     if factory is None:
         entry = _entry_points().get(backend_id)
@@ -187,11 +228,13 @@ def executor_for(backend_id: str, where: str,
             except Exception as error:  # noqa: BLE001 - a third party's import error, reported in one line
                 raise RunnerError(f"the executor registered for backend {backend_id!r} ({entry.value}) "
                                   f"failed to load: {error}", where=where) from None
+    if factory is None and backend_id in _runtime_backends():
+        from .runtime_backend import RuntimeExecutor
+
+        return RuntimeExecutor(), Execution.RUNTIME
     if factory is None:
         if opaque is OpaquePolicy.MISSING:
-            from .opaque import OpaqueExecutor
-
-            return OpaqueExecutor(), True
+            return stand_in(), Execution.STAND_IN
         raise RunnerError(f"no delegate executor for backend {backend_id!r} (known: {', '.join(known_backends())}); "
                           f"register one in the entry-point group {ENTRY_POINT_GROUP}, or run it as an opaque "
                           f"delegate with --opaque-delegates (stand-in outputs)", where=where)
@@ -199,4 +242,4 @@ def executor_for(backend_id: str, where: str,
     if not isinstance(executor, DelegateExecutor):
         raise RunnerError(f"the executor registered for backend {backend_id!r} is not a DelegateExecutor",
                           where=where)
-    return executor, False
+    return executor, Execution.EXECUTOR

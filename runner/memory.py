@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any, Optional
 
 import torch
 
 from pte_devconst.schema import model as m
 from pte_devconst.util.errors import FormatError, PteDevconstError, UnsupportedProgramError
+from pte_devconst.util.named_enum import NamedEnum
 from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile
 
@@ -63,6 +65,7 @@ class ProgramData:
         self._constant_base = 0
         self._external: dict[str, torch.Tensor] = {}
         self._constants: dict[tuple[int, ...], torch.Tensor] = {}
+        self._named_keys: Optional[tuple[str, ...]] = None
 
     def _segment(self) -> tuple[torch.Tensor, int]:
         if self._constant_segment is None:
@@ -127,6 +130,15 @@ class ProgramData:
         assert data is not None  # a planned tensor with initial data, in the mutable segment (checked above)
         return host_bytes(data)
 
+    def named_keys(self) -> tuple[str, ...]:
+        """Every named-data key a delegate can ask for: the program's entries, then the .ptd's (listed once)."""
+        if self._named_keys is None:
+            keys = [entry.key for entry in self.pte.program.named_data or () if entry.key is not None]
+            if self.ptd is not None:
+                keys += self.ptd.keys()
+            self._named_keys = tuple(dict.fromkeys(keys))
+        return self._named_keys
+
     def named_data(self, key: str) -> Optional[memoryview]:
         """Named data for delegates: the program's own entries, then the .ptd's (ExecuTorch merges both)."""
         data = self.pte.named_data(key)
@@ -135,17 +147,47 @@ class ProgramData:
         return data
 
 
-def _check_fits(method: str, sizes: tuple[int, ...]) -> None:
-    """Refuse planned buffers larger than this machine's memory before touching them (a forged size
-    would otherwise be zero-filled page by page until the process is killed)."""
+def check_fits(method: str, total: int, what: str = "planned buffers") -> None:
+    """Refuse ``total`` bytes of memory larger than this machine's before touching them (a forged size would
+    otherwise be zero-filled page by page until the process is killed)."""
     try:
         physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return
-    total = sum(sizes[1:])
     if total > physical:
-        raise PteDevconstError(f"method {method}: its planned buffers need {total} bytes, more than this "
+        raise PteDevconstError(f"method {method}: its {what} need {total} bytes, more than this "
                                f"machine's {physical} bytes of memory")
+
+
+def zeros(nbytes: int, device: torch.device, method: str, what: str) -> torch.Tensor:
+    """A zero-filled uint8 buffer; torch's out-of-memory errors become one line."""
+    try:
+        return torch.zeros(int(nbytes), dtype=torch.uint8, device=device)
+    except (RuntimeError, MemoryError) as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise PteDevconstError(f"method {method}: cannot allocate {nbytes} bytes for {what}: {first_line}") from None
+
+
+class CallerRole(NamedEnum):
+    """Why a tensor the program leaves unplanned gets memory from the caller."""
+
+    OUTPUT = "method output"  # alloc_graph_output=False: Method::set_output_data_ptr
+    DELEGATE_OUTPUT = "delegate output"  # copy style with alloc_graph_output=False: a device delegate's outputs
+
+
+@dataclass(frozen=True)
+class CallerMemory:
+    """One tensor bound at load to memory the caller provides (``LoadedMethod._bind_caller_memory``)."""
+
+    value: int
+    device: m.Device
+    nbytes: int
+    role: CallerRole
+    delegate: Optional[int] = None  # the delegate whose output it is (DELEGATE_OUTPUT)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"value": self.value, "device": str(self.device), "nbytes": self.nbytes, "role": self.role.value,
+                "delegate": self.delegate}
 
 
 class MethodMemory:
@@ -156,18 +198,13 @@ class MethodMemory:
         self.sizes = sizes
         self.arena_devices: dict[int, m.Device] = {}
         self.arenas: dict[int, torch.Tensor] = {}
-        _check_fits(method, sizes)
+        check_fits(method, sum(sizes[1:]))
         listed = plan.buffer_devices()
         for memory_id in range(1, len(sizes)):
             device = listed.get(memory_id, m.CPU)
             self.arena_devices[memory_id] = device
-            try:
-                self.arenas[memory_id] = torch.zeros(int(sizes[memory_id]), dtype=torch.uint8,
-                                                     device=devices.physical(device))
-            except (RuntimeError, MemoryError) as error:  # torch's out-of-memory errors
-                first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-                raise PteDevconstError(f"method {method}: cannot allocate {sizes[memory_id]} bytes for planned "
-                                       f"buffer {memory_id} on {device}: {first_line}") from None
+            self.arenas[memory_id] = zeros(sizes[memory_id], devices.physical(device), method,
+                                           f"planned buffer {memory_id} on {device}")
         self.method = method
 
     def device_of(self, memory_id: int) -> m.Device:

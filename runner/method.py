@@ -19,11 +19,12 @@ from pte_devconst.schema.pte_file import ProgramBytes, open_pte
 
 from .copies import LOAD, Cause, CopyLedger, Direction
 from .derivation import Derivation
-from .delegates import DelegateArg, DelegateContext, DelegateExecutor, DelegateInitContext, OpaquePolicy, executor_for
+from .delegates import (DelegateArg, DelegateContext, DelegateExecutor, DelegateInitContext, DelegateRun, Execution,
+                        OpaquePolicy, executor_for, stand_in)
 from .devices import DeviceMap, parse_target_device
 from pte_devconst.program.dtypes import dim_order_strides, dtype_name, torch_dtype
 from .kernels import Kernel, resolve_kernel
-from .memory import MethodMemory, ProgramData, typed_view
+from .memory import CallerMemory, CallerRole, MethodMemory, ProgramData, check_fits, typed_view, zeros
 from .transcript import DelegateCallRecord, TranscriptRecorder
 from .values import FREED, NOT_BOUND, ListKind, ListRef, RunnerError, RuntimeValues
 
@@ -39,7 +40,13 @@ class _Delegate:
     handle: Any
     backend_id: str
     target_device: m.Device
-    opaque: bool  # runs as an opaque stand-in (runner/opaque.py), not through an executor of its backend
+    execution: Execution  # what runs it: the ExecuTorch runtime, an executor, or an opaque stand-in
+    why: str = ""  # why a delegate an executor was found for runs as a stand-in all the same
+
+    @property
+    def opaque(self) -> bool:
+        """Runs as an opaque stand-in (runner/opaque.py), not through its backend or an executor of it."""
+        return self.execution is Execution.STAND_IN
 
 
 def describe(tensor: m.Tensor) -> str:
@@ -71,13 +78,18 @@ class LoadedMethod:
         self.rv = RuntimeValues(self.name, len(plan.values or ()), devices, ledger, plan.values or ())
         for index, value in enumerate(plan.values or ()):
             self._load_value(data, index, value)
-        self._bind_caller_outputs()
+        sites = delegate_call_sites(plan)
+        self.call_sites: dict[tuple[int, int], DelegateCallSite] = {(site.chain, site.instruction): site
+                                                                    for site in sites}
+        self.caller_memory = self._bind_caller_memory(sites)
         self.derivation = Derivation(plan)
         self.rv.derivation = self.derivation
         self.opaque_policy = opaque
-        self.delegates = [self._init_delegate(data, i, d) for i, d in enumerate(plan.delegates or ())]
-        self.call_sites: dict[tuple[int, int], DelegateCallSite] = {
-            (site.chain, site.instruction): site for site in delegate_call_sites(plan)}
+        by_delegate: dict[int, list[DelegateCallSite]] = {}
+        for site in sites:
+            by_delegate.setdefault(site.delegate_index, []).append(site)
+        self.delegates = [self._init_delegate(data, i, d, tuple(by_delegate.get(i, ())))
+                          for i, d in enumerate(plan.delegates or ())]
         self.transcript = TranscriptRecorder() if transcript else None
         # value -> the value an _h2d_copy last filled it from: kept across calls, as the bytes are (a first-call
         # prologue's copies fill their destinations on the first call only)
@@ -96,6 +108,12 @@ class LoadedMethod:
     def opaque_delegates(self) -> dict[int, str]:
         """Delegate index -> backend id of the delegates that run as opaque stand-ins."""
         return {i: d.backend_id for i, d in enumerate(self.delegates) if d.opaque}
+
+    @property
+    def delegate_runs(self) -> tuple[DelegateRun, ...]:
+        """How each delegate runs (the ExecuTorch runtime, an executor, a stand-in), for the reports."""
+        return tuple(DelegateRun(i, d.backend_id, str(d.target_device), d.execution, d.why)
+                     for i, d in enumerate(self.delegates))
 
     # --- load -------------------------------------------------------------
 
@@ -141,35 +159,72 @@ class LoadedMethod:
         else:  # pragma: no cover - the decoder knows no other kinds
             raise RunnerError(f"unsupported value kind {type(value).__name__}", where=where)
 
-    def _bind_caller_outputs(self) -> None:
-        """Give each output tensor the program does not plan a buffer of its own, as the caller does.
+    def _bind_caller_memory(self, sites: Sequence[DelegateCallSite]) -> tuple[CallerMemory, ...]:
+        """Bind the tensors the program leaves to its caller: unplanned, no constant, no method input.
 
-        A program exported with ``MemoryPlanningPass(alloc_graph_output=False)`` leaves its outputs unplanned:
-        their memory is the caller's, bound with ``Method::set_output_data_ptr`` before ``execute``.
-        ExecuTorch's Python runtime allocates one zero-filled host buffer per such output, of the output's
-        (upper-bound) size, once per loaded method (``pybindings.cpp``: ``allocate_output_storages``); so does
-        the runner.  An output that is also a method input is bound by the input instead.
+        * A method output (``MemoryPlanningPass(alloc_graph_output=False)``): its memory is the caller's, bound
+          with ``Method::set_output_data_ptr`` before ``execute``.  ExecuTorch's Python runtime allocates one
+          zero-filled host buffer per such output, of the output's (upper-bound) size, once per loaded method
+          (``pybindings.cpp``: ``allocate_output_storages``); so does the runner.
+        * A delegate's output: with ``alloc_graph_output=False`` in copy style, 1.5.1's exporter plans the
+          ``_d2h_copy`` destinations the method returns and leaves the device delegate outputs they copy
+          unplanned (it takes those for the method's outputs).  Nothing in the runtime's API binds them; the
+          runner does what a caller with a device allocator would: one zero-filled buffer per such value on the
+          delegate's device, once per loaded method.  The reports list them.
+
+        An output that is also a method input is bound by the input instead.
         """
+        values = self.plan.values or ()
         inputs = set(self.plan.inputs or ())
-        for position, index in enumerate(self.plan.outputs or ()):
-            spec = (self.plan.values or ())[index]
-            if index in inputs or not isinstance(spec, m.Tensor) or self.rv.values[index] is not NOT_BOUND:
-                continue
-            where = f"{self.where}: output {position} (value {index})"
-            storage = torch.zeros(spec.nbytes, dtype=torch.uint8)
-            self.rv.set(index, typed_view(storage, 0, spec, where), m.CPU)
+        wanted: dict[int, tuple[m.Device, CallerRole, Optional[int]]] = {}
+        for index in self.plan.outputs or ():
+            wanted.setdefault(index, (m.CPU, CallerRole.OUTPUT, None))
+        for site in sites:
+            for index in site.outputs:
+                if index not in wanted and 0 <= site.delegate_index < len(self.plan.delegates or ()):
+                    wanted[index] = (self._delegate_specs(site.delegate_index)[1], CallerRole.DELEGATE_OUTPUT,
+                                     site.delegate_index)
+        bound = [CallerMemory(index, device, spec.nbytes, role, delegate)
+                 for index, (device, role, delegate) in wanted.items()
+                 if 0 <= index < len(values) and index not in inputs and isinstance(spec := values[index], m.Tensor)
+                 and self.rv.values[index] is NOT_BOUND]
+        check_fits(self.name, sum(caller.nbytes for caller in bound), "caller-owned tensors")
+        for caller in bound:
+            spec = values[caller.value]
+            assert isinstance(spec, m.Tensor)  # chosen above
+            where = f"{self.where}: {caller.role} value {caller.value}"
+            storage = zeros(caller.nbytes, self.devices.physical(caller.device), self.name,
+                            f"caller-owned value {caller.value} on {caller.device}")
+            self.rv.set(caller.value, typed_view(storage, 0, spec, where), caller.device)
+        return tuple(bound)
 
-    def _init_delegate(self, data: ProgramData, index: int, delegate: m.BackendDelegate) -> _Delegate:
-        where = f"{self.where}: delegate {index} ({delegate.id})"
+    def _delegate_specs(self, index: int) -> tuple[dict[str, bytes], m.Device, str]:
+        """Delegate ``index``'s compile specs, its target device (CPU without a spec) and where it is."""
+        delegate = (self.plan.delegates or ())[index]
+        where = f"{self.where}: delegate {index} ({delegate.id or ''})"
         specs = {spec.key or "": bytes(spec.value or b"") for spec in delegate.compile_specs or ()}
-        target = parse_target_device(specs.get(TARGET_DEVICE_KEY), where)
+        return specs, parse_target_device(specs.get(TARGET_DEVICE_KEY), where), where
+
+    def _init_delegate(self, data: ProgramData, index: int, delegate: m.BackendDelegate,
+                       sites: tuple[DelegateCallSite, ...]) -> _Delegate:
+        """The delegate's executor, initialized.  A backend the installed ExecuTorch runtime fails to load (one
+        it registers without its libraries) runs as a stand-in where the policy allows stand-ins."""
+        backend = delegate.id or ""
+        specs, target, where = self._delegate_specs(index)
         self.devices.physical(target)  # fails early, with the --simulate-devices hint, when the GPU is missing
-        executor, opaque = executor_for(delegate.id or "", where, self.opaque_policy)
-        context = DelegateInitContext(delegate.id or "", target, self.devices, self.ledger, data.named_data, where,
-                                      index)
-        with _executor_errors(delegate.id or "", "init", where):
-            handle = executor.init(bytes(data.pte.delegate_blob(delegate)), specs, context)
-        return _Delegate(executor, handle, delegate.id or "", target, opaque)
+        executor, execution = executor_for(backend, where, self.opaque_policy)
+        context = DelegateInitContext(backend, target, self.devices, self.ledger, data.named_data, where, index,
+                                      sites, self.plan.values or (), data.named_keys())
+        blob = bytes(data.pte.delegate_blob(delegate))
+        try:
+            with _executor_errors(backend, "init", where):
+                return _Delegate(executor, executor.init(blob, specs, context), backend, target, execution)
+        except PteDevconstError as error:
+            if execution is not Execution.RUNTIME or self.opaque_policy is not OpaquePolicy.MISSING:
+                raise
+            why = error.what
+        executor = stand_in()
+        return _Delegate(executor, executor.init(blob, specs, context), backend, target, Execution.STAND_IN, why)
 
     # --- inputs and outputs -------------------------------------------------
 

@@ -16,9 +16,10 @@ from pte_devconst.schema.pte_file import ProgramBytes
 from pte_devconst.util.errors import PteDevconstError
 
 from .copies import LOAD, CopyEvent, PhaseCopies
-from .delegates import OpaquePolicy
+from .delegates import DelegateRun, Execution, OpaquePolicy
 from .devices import exact_float_math
 from pte_devconst.program.dtypes import dtype_name, torch_dtype
+from .memory import CallerMemory
 from .method import LoadedProgram
 from .profiling import ProfiledCopies, profile_call
 from .transcript import DelegateCallRecord
@@ -89,6 +90,8 @@ class RunResult:
     input_names: tuple[Optional[str], ...] = ()
     output_names: tuple[Optional[str], ...] = ()
     names: Optional[dict[str, Any]] = None
+    delegates: tuple[DelegateRun, ...] = ()  # how each delegate ran: the ExecuTorch runtime, an executor, a stand-in
+    caller_memory: tuple[CallerMemory, ...] = ()  # unplanned tensors bound to memory the caller provides
 
     @property
     def per_call_h2d_bytes(self) -> int:
@@ -100,9 +103,16 @@ class RunResult:
         """Backend ids that ran as opaque stand-ins (their outputs are not the model's)."""
         return sorted(set(self.opaque_delegates.values()))
 
+    @property
+    def runtime_backends(self) -> list[str]:
+        """Backend ids whose delegates the installed ExecuTorch runtime executed (their outputs are real)."""
+        return sorted({d.backend_id for d in self.delegates if d.execution is Execution.RUNTIME})
+
     def to_json(self) -> dict[str, Any]:
         return {"file": self.path, "method": self.method, "devices": "simulated" if self.simulated else "real",
-                "opaque_backends": self.opaque_backends, "device_peak_bytes": self.device_peak_bytes,
+                "opaque_backends": self.opaque_backends, "delegates": [d.to_json() for d in self.delegates],
+                "caller_memory": [c.to_json() for c in self.caller_memory],
+                "device_peak_bytes": self.device_peak_bytes,
                 "names": self.names, "input_names": list(self.input_names), "load": self.load.to_json(),
                 "calls": [c.to_json(self.output_names) for c in self.calls]}
 
@@ -252,4 +262,5 @@ def _run_program(pte_path: str | Path | ProgramBytes, ptd_path: Optional[str | P
         load = PhaseCopies.of(LOAD, ledger.of_phase(LOAD, name))
         peak = torch.cuda.max_memory_allocated() - baseline if cuda else None
         return RunResult(str(pte_path), name, simulate_devices, load, results, list(ledger.events),
-                         loaded.opaque_delegates, peak)
+                         loaded.opaque_delegates, peak, delegates=loaded.delegate_runs,
+                         caller_memory=loaded.caller_memory)

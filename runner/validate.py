@@ -28,7 +28,7 @@ the rewrite but in the original was a value the host computed (or is new).  Whic
 of the original's values they stand for comes from the delegate-boundary
 transcript: the arguments they replace, and the copies that filled those.
 
-Delegates whose backend has no executor run as opaque stand-ins
+Delegates that neither an executor nor the installed ExecuTorch runtime executes run as opaque stand-ins
 (``opaque.py``); ``opaque_delegates=True`` runs every delegate that way.
 """
 
@@ -206,6 +206,10 @@ class ValidationResult:
             "methods": [{
                 "method": mv.method, "passed": mv.passed, "bit_identical_required": mv.bit_identical_required,
                 "opaque_backends": list(mv.opaque_backends),
+                "delegates": {"original": [d.to_json() for d in mv.original.delegates],
+                              "rewritten": [d.to_json() for d in mv.rewritten.delegates]},
+                "caller_memory": {"original": [c.to_json() for c in mv.original.caller_memory],
+                                  "rewritten": [c.to_json() for c in mv.rewritten.caller_memory]},
                 "moved_constants": [_constant_json(c) for c in mv.moved],
                 "load_h2d_bytes": {"before": mv.load_h2d_before, "after": mv.load_h2d_after},
                 "device_peak_bytes": {"before": mv.original.device_peak_bytes,
@@ -667,8 +671,9 @@ def validate(original: str | Path | ProgramBytes, rewritten: str | Path | Progra
     refused (nothing would be compared with them), and so are those no output was compared with because every
     output depends on opaque delegates (stand-ins); a method without an entry fails its expected-outputs check.
     ``rtol``/``atol`` (None: the dtype's default) apply to floating outputs only: the others compare exactly
-    (``output_tolerance``).  ``rewritten_ptd`` defaults to ``ptd``.  Delegates without an
-    executor run as opaque stand-ins; ``opaque_delegates=True`` runs every delegate that way.
+    (``output_tolerance``).  ``rewritten_ptd`` defaults to ``ptd``.  Delegates that neither an executor nor
+    the installed ExecuTorch runtime executes run as opaque stand-ins; ``opaque_delegates=True`` runs every
+    delegate that way.
     ``progress(done, total, what)`` is called before each call of each program (``forward: original, call 2/3``).
     ``output_names`` (method -> each output's name, an ETRecord's) names the outputs in the checks' details, and
     ``value_names`` (method -> value index -> name) the moved constants the program leaves unnamed.

@@ -112,17 +112,20 @@ def test_an_opaque_delegate_copies_what_a_device_delegate_copies(name: str) -> N
         assert (Direction.D2H, Cause.DELEGATE_HOST_OUTPUT) in cells
 
 
-def test_xnnpack_validates_through_an_opaque_delegate(tmp_path: Path) -> None:
+def test_xnnpack_validates_through_an_opaque_delegate_when_asked(tmp_path: Path) -> None:
+    """XNNPACK runs in the installed runtime (tests/test_runtime_backend.py); --opaque-delegates makes it a
+    stand-in all the same, which the boundary check still validates, and --expected then has nothing to compare."""
     name = "v_h_xnnpack"
-    result = validate(pte_path(name), pte_path(name), inputs=CORPUS / f"{name}.inputs.pt")
+    result = validate(pte_path(name), pte_path(name), inputs=CORPUS / f"{name}.inputs.pt", opaque_delegates=True)
     assert result.passed and result.methods[0].opaque_backends == ["XnnpackBackend"]
+    assert [d.execution.value for d in result.methods[0].original.delegates] == ["stand-in"]
     checks = {c.name: c for c in result.methods[0].checks}
     assert checks["delegate boundaries match"].status.value == "pass"
     assert result.warnings and "nothing moved" in result.warnings[0]  # the same file twice
     # Its one output comes from the stand-in: expected outputs would compare nothing, which is an error, not PASS.
     with pytest.raises(PteDevconstError, match=r"every output depends on opaque delegates \(XnnpackBackend\)"):
         validate(pte_path(name), pte_path(name), inputs=CORPUS / f"{name}.inputs.pt",
-                 expected=CORPUS / f"{name}.expected.pt")
+                 expected=CORPUS / f"{name}.expected.pt", opaque_delegates=True)
 
 
 def test_run_uses_opaque_delegates_only_when_asked(tmp_path: Path) -> None:

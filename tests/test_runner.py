@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from conftest import CASES, CPU_CASES, facts, pte_path, ptd_path
+from forge import with_backend
 from et_oracle import run_with_executorch
 from pte_devconst.runner import Cause, DelegateExecutor, Direction, LoadedProgram, RunnerError, run_program
 from pte_devconst.runner import delegates as delegate_registry
@@ -57,10 +58,19 @@ def test_cpu_corpus_agrees_with_executorch_runtime(name: str) -> None:
         assert call.copies.h2d.count == 0 and call.copies.d2h.count == 0
 
 
-def test_xnnpack_delegate_is_a_clear_error_naming_the_backend() -> None:
-    # Executing XNNPACK's packed graph needs XNNPACK itself; the runner has no executor for it and says so.
-    with pytest.raises(RunnerError, match=r"XnnpackBackend.*pte_devconst\.delegate_executors"):
-        run_case("v_h_xnnpack", "forward")
+def test_xnnpack_delegate_runs_in_the_installed_runtime_as_the_runtime_runs_it() -> None:
+    # Executing XNNPACK's packed graph needs XNNPACK itself: the installed ExecuTorch runtime runs it
+    # (runner/runtime_backend.py), so the outputs are the runtime's own, bit for bit.
+    result = run_case("v_h_xnnpack", "forward")
+    recorded = corpus_calls("v_h_xnnpack", "runtime")["forward"]
+    assert_outputs_close([c.outputs[0] for c in result.calls], [r[0] for r in recorded], exact=True)
+    assert [(d.backend_id, d.execution.value) for d in result.delegates] == [("XnnpackBackend", "ExecuTorch runtime")]
+
+
+def test_an_unknown_backend_is_a_clear_error_naming_it(tmp_path: Path) -> None:
+    path = with_backend(pte_path("v_h_xnnpack"), tmp_path / "vendor.pte", "VendorBackend")
+    with pytest.raises(RunnerError, match=r"VendorBackend.*pte_devconst\.delegate_executors"):
+        run_program(path)
 
 
 @pytest.mark.parametrize("name", DEVICE_CASES)

@@ -10,6 +10,7 @@ import torch
 from typer.testing import CliRunner
 
 from conftest import CASES, EXAMPLES, facts, pte_path, ptd_path, shipped
+from forge import with_backend
 from pte_devconst.cli.app import app
 from pte_devconst.rewriter import rewrite_file
 from pte_devconst.runner.copies import LOAD, Cause, CopyEvent, Direction, PhaseCopies
@@ -187,8 +188,8 @@ def test_cli_run_bad_inputs_exit_2(tmp_path: Path) -> None:
     torch.save((torch.zeros(2, 2),), bad)
     done = invoke("run", pte_path("v_h_cpu_only"), "--inputs", bad)
     assert done.exit_code == 2 and "expected shape [3, 6], got [2, 2]" in done.output
-    done = invoke("run", pte_path("v_h_xnnpack"))
-    assert done.exit_code == 2 and "XnnpackBackend" in done.output
+    done = invoke("run", with_backend(pte_path("v_h_xnnpack"), tmp_path / "vendor.pte", "VendorBackend"))
+    assert done.exit_code == 2 and "VendorBackend" in done.output
 
 
 # --- what validate does not check is reported, never dropped (issues 11 and 13) ---------------------------
