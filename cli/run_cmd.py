@@ -3,23 +3,30 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Optional, Sequence
 
 import typer
 
 from pte_devconst.cli.app import command, global_options
-from pte_devconst.cli.output import (EtrecordOption, FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json,
-                                     human_bytes, markdown_table, markup_safe, md_code, md_text, printable,
-                                     resolve_format, stdout_console, table)
+from pte_devconst.cli.formats import Output, Renderers, View, format_option, resolve
+from pte_devconst.cli.output import (EtrecordOption, JsonFlag, markdown_table, markup_safe, md_code, md_text,
+                                     printable, stdout_console, table)
+from pte_devconst.util.units import exact_bytes, plural
+
+if TYPE_CHECKING:  # the runner imports torch: only when the command runs
+    from pte_devconst.runner.run import RunResult
 
 MAX_CALL_COLUMNS = 6
 
 PtdOption = Annotated[Optional[Path], typer.Option(
-    "--ptd", help="The .ptd data file holding the program's external constants [default: NAME.ptd next to "
-    "NAME.pte, if there; for NAME.devconst.pte also NAME.ptd].")]
+    "--ptd", metavar="FILE", help="The .ptd data file holding the program's external constants [default: NAME.ptd "
+    "next to NAME.pte, if there; for NAME.devconst.pte also NAME.ptd].")]
 InputsOption = Annotated[Optional[Path], typer.Option(
-    "--inputs", "-i", help="torch.save file of inputs: {method: [call, ...]}, a list of calls, or one tuple of "
-    "tensors (default: deterministic random inputs of the right shapes).")]
+    "--inputs", "-i", metavar="FILE", help="torch.save file of inputs: {method: [call, ...]}, a list of calls, or "
+    "one tuple of tensors (default: deterministic random inputs of the right shapes).")]
+ProgressOption = Annotated[bool, typer.Option(
+    "--progress", help="Show progress on stderr also where it is no terminal (a CI log: one line per call); on a "
+    "terminal it is shown anyway (not with --quiet).")]
 SimulateOption = Annotated[bool, typer.Option(
     "--simulate-devices", help="Keep device memory on the host (no GPU needed); every count stays the same.")]
 ProfileOption = Annotated[bool, typer.Option(
@@ -29,18 +36,11 @@ OpaqueOption = Annotated[bool, typer.Option(
     "not the model's; copies are counted as for a device delegate.")]
 
 
-def exact_bytes(count: int) -> str:
-    """Exact, because validation is about exact bytes; with a readable size once it is large."""
-    return f"{count:,} B" if count < 1024 * 1024 else f"{count:,} B ({human_bytes(count)})"
-
-
 def copies_text(count: int, nbytes: int, separator: str = ", ") -> str:
     """'5 copies, 3,488 B in all': a count and the bytes of all of them together."""
     if count == 0:
         return "-"
-    if count == 1:
-        return f"1 copy{separator}{exact_bytes(nbytes)}"
-    return f"{count} copies{separator}{exact_bytes(nbytes)} in all"
+    return f"{plural(count, 'copy')}{separator}{exact_bytes(nbytes)}" + (" in all" if count > 1 else "")
 
 
 def opaque_note(backends: Sequence[str]) -> str:
@@ -48,13 +48,13 @@ def opaque_note(backends: Sequence[str]) -> str:
             f"outputs that depend on them are not the model's")
 
 
-def _phases(result: Any) -> list[Any]:
+def _phases(result: RunResult) -> list[Any]:
     calls = result.calls
     shown = calls if len(calls) <= MAX_CALL_COLUMNS else calls[:MAX_CALL_COLUMNS - 1] + calls[-1:]
     return [result.load] + [c.copies for c in shown]
 
 
-def copy_rows(result: Any, separator: str = ", ") -> tuple[list[str], list[list[str]]]:
+def copy_rows(result: RunResult, separator: str = ", ") -> tuple[list[str], list[list[str]]]:
     """The copy table: one row per (direction, cause), one column per phase (load, call 0, ...).
 
     ``separator`` goes between a cell's count and bytes: a newline keeps terminal columns narrow.
@@ -111,7 +111,7 @@ def output_columns(names: Sequence[Optional[str]]) -> list[str]:
     return OUTPUT_COLUMNS[:1] + ["name"] + OUTPUT_COLUMNS[1:] if names else OUTPUT_COLUMNS
 
 
-def names_lines(result: Any) -> list[str]:
+def names_lines(result: RunResult) -> list[str]:
     """``inputs: tokens, scale`` where the inputs have names, and the names' notes (an ETRecord of another
     program says so here)."""
     lines = []
@@ -121,32 +121,47 @@ def names_lines(result: Any) -> list[str]:
     return lines + [f"note: {note}" for note in (result.names or {}).get("notes", ())]
 
 
-def render(result: Any, fmt: OutputFormat) -> None:
-    columns, rows = copy_rows(result, ", " if fmt is OutputFormat.markdown else "\n")
+def _notes(result: RunResult) -> list[str]:
+    return ([opaque_note(result.opaque_backends)] if result.opaque_backends else []) + names_lines(result)
+
+
+def _devices(result: RunResult) -> str:
+    return "simulated devices" if result.simulated else "real devices"
+
+
+def render_markdown(result: RunResult, view: View) -> list[str]:
+    columns, rows = copy_rows(result, ", ")
     last = result.calls[-1]
-    devices = "simulated devices" if result.simulated else "real devices"
-    note = [opaque_note(result.opaque_backends)] if result.opaque_backends else []
-    note += names_lines(result)
+    note = _notes(result)
     names = result.output_names if any(result.output_names) else ()
-    if fmt is OutputFormat.markdown:
-        echo_lines([f"### {md_code(Path(result.path).name)} method {md_code(result.method)} ({devices})", "",
-                    *(f"> {md_text(line)}" for line in note), *([""] if note else []),
-                    f"Outputs of call {last.index}:", "",
-                    markdown_table(output_columns(names), output_rows(last.outputs, names)),
-                    "", "Copies:", "", markdown_table(columns, rows)])
+    return [f"### {md_code(Path(result.path).name)} method {md_code(result.method)} ({_devices(result)})", "",
+            *(f"> {md_text(line)}" for line in note), *([""] if note else []),
+            f"Outputs of call {last.index}:", "",
+            markdown_table(output_columns(names), output_rows(last.outputs, names)),
+            "", "Copies:", "", markdown_table(columns, rows)]
+
+
+def render_text(result: RunResult, view: View) -> None:
+    if view.quiet:
         return
     from rich.text import Text
 
+    columns, rows = copy_rows(result, "\n")
+    last = result.calls[-1]
+    names = result.output_names if any(result.output_names) else ()
     console = stdout_console()
     console.print(f"[bold]{markup_safe(result.path)}[/] method [bold]{markup_safe(result.method)}[/]: "
-                  f"{len(result.calls)} call(s), {devices}", soft_wrap=True)
-    for line in note:
+                  f"{plural(len(result.calls), 'call')}, {_devices(result)}", soft_wrap=True)
+    for line in _notes(result):
         console.print(Text(printable(line)), soft_wrap=True)
     console.print(table(f"outputs (call {last.index})", output_columns(names), output_rows(last.outputs, names),
                         right=["#", "sum"]))
     # Counts and byte figures are the tool's own text, never file data: their line breaks are kept.
     cells = [[Text(cell) if "\n" in cell else cell for cell in row] for row in rows]
     console.print(table("host/device copies", columns, cells, right=columns[2:]))
+
+
+RUN = Renderers["RunResult"]("run", text=render_text, markdown=render_markdown, json=lambda result: result.to_json())
 
 
 @command("run")
@@ -163,8 +178,12 @@ def run_command(
     opaque_delegates: OpaqueOption = False,
     profile: ProfileOption = False,
     etrecord: EtrecordOption = None,
-    fmt: FormatOption = OutputFormat.text,
+    outputs: Annotated[Optional[Path], typer.Option(
+        "-o", "--output", metavar="OUTPUTS.pt", help="Save every call's outputs there (torch.save, {method: "
+        "[outputs of each call]}: what validate --expected reads).", show_default=False)] = None,
+    fmt: Annotated[Optional[str], format_option(RUN)] = None,
     json_flag: JsonFlag = False,
+    progress: ProgressOption = False,
 ) -> None:
     """Run a program the way the ExecuTorch runtime does and count every host/device copy.
 
@@ -172,11 +191,14 @@ def run_command(
     delegate whose backend has no executor needs --opaque-delegates (its outputs are then stand-ins).
     """
     from pte_devconst import api
+    from pte_devconst.cli.progress import steps_progress
 
-    result = api.run(file, ptd=ptd, method=method, inputs=inputs, calls=calls, simulate_devices=simulate_devices,
-                     opaque_delegates=opaque_delegates, profile=profile, etrecord=etrecord)
-    fmt = resolve_format(fmt, json_flag)
-    if fmt is OutputFormat.json:
-        emit_json("run", result.to_json())
-    elif not global_options(ctx).quiet:
-        render(result, fmt)
+    options = global_options(ctx)
+    view = View(options.quiet, options.verbose)
+    output = Output(RUN, resolve(RUN, fmt, json_flag, view), view)
+    with steps_progress(f"running {file.name}", options.quiet, wanted=calls > 1, forced=progress) as advance:
+        result = api.run(file, ptd=ptd, method=method, inputs=inputs, calls=calls, simulate_devices=simulate_devices,
+                         opaque_delegates=opaque_delegates, profile=profile, etrecord=etrecord, outputs=outputs,
+                         progress=advance)
+    output.add(result)
+    output.close()

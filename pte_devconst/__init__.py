@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from ._lazy import lazy_exports
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place: pyproject.toml's version, --version and every report read it
 
 __all__ = ["__version__", "analyze", "inspect", "rewrite", "diff", "check", "run", "validate", "CheckReport",
            "FileCheck", "Finding", "InspectReport"]

@@ -399,7 +399,7 @@ def test_rewrite_fold_reports_every_folded_chain(tmp_path: Path) -> None:
     result = invoke("rewrite", source, "-o", tmp_path / "out.pte", "--fold")
     assert result.exit_code == 0, result.stderr
     assert "chains folded into device memory" in result.stdout
-    assert "permute_copy" in result.stdout and "1 folded value(s): 4.0 KiB of device memory" in result.stdout
+    assert "permute_copy" in result.stdout and "1 folded value: 4.0 KiB of device memory" in result.stdout
     code, report = invoke_json("rewrite", source, "--fold", "--dry-run")
     (fold,) = report["methods"][0]["folded"]
     assert (fold["source"], fold["kernels"][0]["instruction"], fold["bytes_per_call_saved"]) == (15, 7, 4096)
