@@ -1,7 +1,7 @@
 """``pte-devconst check``: the CI gate. Fails while a program still copies a movable constant on every call.
 
 What a check finds, how loud each kind is and what it does to the exit code are the gate's rules
-(``rewriter/gate_rules.py``: one table, PDC001..); this module renders them in every format and writes no
+(``rewriter/gate_rules.py``: one table); this module renders them in every format and writes no
 rule id or level of its own.  Exit 0: no file has an eligible constant left; 1: some do (each is listed:
 file, method, constant, bytes per call), or with ``--strict`` some file copies any constant-derived value
 per call; 2: some file could not be checked (every file is still reported), or a ``--device`` names a device

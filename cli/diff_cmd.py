@@ -183,8 +183,8 @@ DIFF = Renderers["ProgramDiff"]("diff", text=render_text, markdown=render_markdo
 @command("diff")
 def diff_command(
     ctx: typer.Context,
-    before: Annotated[Path, typer.Argument(help="The original .pte.", show_default=False)],
-    after: Annotated[Path, typer.Argument(help="The changed .pte (any .pte, not only a rewrite).",
+    before: Annotated[Path, typer.Argument(help="The original .pte.", metavar="BEFORE", show_default=False)],
+    after: Annotated[Path, typer.Argument(help="The changed .pte (any .pte, not only a rewrite).", metavar="AFTER",
                                           show_default=False)],
     etrecord: EtrecordOption = None,
     fmt: Annotated[Optional[str], format_option(DIFF)] = None,

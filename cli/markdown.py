@@ -36,8 +36,10 @@ class Block:
 
     @classmethod
     def of(cls, lines: Sequence[str], head: int = 1) -> "Block":
-        """A report's lines as a block: the first ``head`` lines are its heading."""
-        return cls(tuple(lines[:head]), tuple(lines[head:]))
+        """A report's lines as a block (an item holding several lines, a table, is split): the first ``head``
+        lines are its heading."""
+        split = [line for item in lines for line in item.split("\n")]
+        return cls(tuple(split[:head]), tuple(split[head:]))
 
     @property
     def bare(self) -> int:

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from pte_devconst.util.units import human_bytes, plural
+from pte_devconst.util.units import human_bytes, listing, plural
 from pte_devconst.cli.output import printable
 
 if TYPE_CHECKING:
@@ -73,8 +73,7 @@ class _Group:
             return f"{self.device}: " + ", ".join(ordered)
         backends = sorted({d.split(" ", 2)[2] for d in ordered if d.count(" ") >= 2})
         numbers = [d.split()[1] for d in ordered]
-        shown = ", ".join(numbers[:DELEGATES_SHOWN]) + (f" and {len(numbers) - DELEGATES_SHOWN} more"
-                                                         if len(numbers) > DELEGATES_SHOWN else "")
+        shown = listing(numbers, DELEGATES_SHOWN)
         return f"{self.device}: delegates {shown} {' '.join(backends)}".rstrip()
 
 
@@ -87,7 +86,7 @@ def _route(flow: "Flow") -> str:
     if not flow.host_ops:
         return "copied every call"
     ops = list(dict.fromkeys(_short(op) for op in flow.host_ops))
-    shown = ", ".join(ops[:OPS_SHOWN]) + (f" +{len(ops) - OPS_SHOWN}" if len(ops) > OPS_SHOWN else "")
+    shown = listing(ops, OPS_SHOWN)
     return f"host kernels {shown}, then copied every call"
 
 

@@ -271,13 +271,13 @@ def rewrite_command(
         "--duplicate-shared", help="Give device delegates that read a constant the host also reads their own "
         "device-resident copy (the file and the device each hold one more copy of it).")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; write nothing.")] = False,
-    in_place: Annotated[bool, typer.Option("--in-place", help="Replace the input file(s) (atomically).")] = False,
+    in_place: Annotated[bool, typer.Option("--in-place", help="Replace the input files (atomically).")] = False,
     fsync: Annotated[bool, typer.Option(
         "--fsync/--no-fsync", help="Wait until the output is on disk before replacing the destination. "
         "--no-fsync is faster on large files and still atomic, but a power failure soon after may lose the "
         "output (not with --in-place).")] = True,
     verify: Annotated[Optional[VerifyMode], typer.Option(
-        "--verify", case_sensitive=False, show_default=False,
+        "--verify", case_sensitive=False, show_default=False, metavar="[sampled|full]",
         help="How the written file is checked before it replaces the destination: sampled (structure and every "
         "byte the tool writes itself in full; bulk data copied by the kernel from a proven source range in "
         "sampled windows) or full (every byte). [default: sampled; full when PTE_DEVCONST_FULL_CHECK=1]")] = None,

@@ -11,6 +11,8 @@ from pte_devconst.cli.app import command, global_options
 from pte_devconst.cli.formats import Output, Renderers, View, format_option, resolve
 from pte_devconst.cli.output import (EtrecordOption, JsonFlag, markdown_table, markup_safe, md_code, md_text,
                                      printable, stdout_console, table)
+from pte_devconst.cli.runner_options import (InputsOption, OpaqueOption, ProfileOption, ProgressOption, PtdOption,
+                                              SimulateOption, opaque_note)
 from pte_devconst.util.units import exact_bytes, plural
 
 if TYPE_CHECKING:  # the runner imports torch: only when the command runs
@@ -18,34 +20,11 @@ if TYPE_CHECKING:  # the runner imports torch: only when the command runs
 
 MAX_CALL_COLUMNS = 6
 
-PtdOption = Annotated[Optional[Path], typer.Option(
-    "--ptd", metavar="FILE", help="The .ptd data file holding the program's external constants [default: NAME.ptd "
-    "next to NAME.pte, if there; for NAME.devconst.pte also NAME.ptd].")]
-InputsOption = Annotated[Optional[Path], typer.Option(
-    "--inputs", "-i", metavar="FILE", help="torch.save file of inputs: {method: [call, ...]}, a list of calls, or "
-    "one tuple of tensors (default: deterministic random inputs of the right shapes).")]
-ProgressOption = Annotated[bool, typer.Option(
-    "--progress", help="Show progress on stderr also where it is no terminal (a CI log: one line per call); on a "
-    "terminal it is shown anyway (not with --quiet).")]
-SimulateOption = Annotated[bool, typer.Option(
-    "--simulate-devices", help="Keep device memory on the host (no GPU needed); every count stays the same.")]
-ProfileOption = Annotated[bool, typer.Option(
-    "--profile", help="On a real GPU, cross-check copy bytes with torch.profiler memcpy events.")]
-OpaqueOption = Annotated[bool, typer.Option(
-    "--opaque-delegates", help="Run every delegate as an opaque stand-in: outputs seeded from the inputs' bytes, "
-    "not the model's; copies are counted as for a device delegate.")]
-
-
 def copies_text(count: int, nbytes: int, separator: str = ", ") -> str:
     """'5 copies, 3,488 B in all': a count and the bytes of all of them together."""
     if count == 0:
         return "-"
     return f"{plural(count, 'copy')}{separator}{exact_bytes(nbytes)}" + (" in all" if count > 1 else "")
-
-
-def opaque_note(backends: Sequence[str]) -> str:
-    return (f"opaque delegates: {', '.join(backends)} ran as stand-ins (seeded from their inputs' bytes); "
-            f"outputs that depend on them are not the model's")
 
 
 def _phases(result: RunResult) -> list[Any]:
@@ -167,12 +146,12 @@ RUN = Renderers["RunResult"]("run", text=render_text, markdown=render_markdown, 
 @command("run")
 def run_command(
     ctx: typer.Context,
-    file: Annotated[Path, typer.Argument(help="The .pte program to run.", show_default=False)],
+    file: Annotated[Path, typer.Argument(help="The .pte program to run.", metavar="FILE", show_default=False)],
     ptd: PtdOption = None,
-    method: Annotated[Optional[str], typer.Option("--method", "-m",
+    method: Annotated[Optional[str], typer.Option("--method", "-m", metavar="METHOD",
                                                   help="Method to run (default: forward or the first).")] = None,
     inputs: InputsOption = None,
-    calls: Annotated[int, typer.Option("--calls", "-n", min=1,
+    calls: Annotated[int, typer.Option("--calls", "-n", metavar="N", min=1,
                                        help="How many calls (inputs cycle through the given ones).")] = 1,
     simulate_devices: SimulateOption = False,
     opaque_delegates: OpaqueOption = False,

@@ -12,7 +12,8 @@ from pte_devconst.cli.app import command, fail, global_options
 from pte_devconst.cli.formats import Output, Renderers, View, format_option, resolve
 from pte_devconst.cli.output import (EtrecordOption, JsonFlag, echo_lines, markdown_table, markup_safe, md_code,
                                      md_text, printable, stdout_console, table)
-from pte_devconst.cli.run_cmd import InputsOption, ProfileOption, ProgressOption, PtdOption, SimulateOption, opaque_note
+from pte_devconst.cli.runner_options import (InputsOption, ProfileOption, ProgressOption, PtdOption, SimulateOption,
+                                              opaque_note)
 from pte_devconst.util.errors import PteDevconstError, ReportedError
 from pte_devconst.util.exit_code import ExitCode, worst_exit
 from pte_devconst.util.units import exact_bytes, listing, plural

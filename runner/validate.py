@@ -308,7 +308,8 @@ def static_checks(original: m.ExecutionPlan, rewritten: m.ExecutionPlan, moved: 
         checks.append(Check(LAYOUT_CHECK, Status.SKIPPED, f"the input's layout has the same kind of problem: "
                             f"{problems[0]}"))
     else:
-        checks.append(Check.of(LAYOUT_CHECK, not problems, "; ".join(problems[:3]) or "every device buffer"))
+        checks.append(Check.of(LAYOUT_CHECK, not problems,
+                               listing(problems, 3, conjunction="; ") or "every device buffer"))
     values = rewritten.values or ()
     moved_ids = {c.value for c in moved}
     by_buffer: dict[int, list[tuple[int, int, int]]] = {}

@@ -218,7 +218,7 @@ def test_gate_fails_on_the_copying_model(tmp_path: Path, wheel: Path) -> None:
     annotations = gate.output(CHECK_STEP).splitlines()
     errors = [line for line in annotations if line.startswith("::error ")]
     (error,) = errors  # one annotation per file: its worst constant and the totals
-    assert error.startswith(f"::error file=models/{COPYING},") and "4 constant(s) copied" in error
+    assert error.startswith(f"::error file=models/{COPYING},") and "4 constants copied" in error
     assert not any(CLEAN in line for line in annotations)
     assert "torch" not in " ".join(gate.own_packages())  # the gate's install has no torch
     summary = gate.summary.read_text()
@@ -301,14 +301,14 @@ def test_the_fixing_hook_rewrites_in_place_fails_once_then_passes(tmp_path: Path
     assert check.returncode == 1
     # One line per file, then the summary (the tables with -v).
     assert check.stdout.splitlines()[:2] == [
-        f"models/{COPYING}: 4 constant(s) copied to a device on every call (3.2 KiB per call); fix: pte-devconst "
-        f"rewrite --in-place models/{COPYING}", f"models/{CLEAN}: ok (4 constant(s))"]
+        f"models/{COPYING}: 4 constants copied to a device on every call (3.2 KiB per call); fix: pte-devconst "
+        f"rewrite --in-place models/{COPYING}", f"models/{CLEAN}: ok (4 constants)"]
     assert len(check.stdout.splitlines()) == 3
     before = (repo / "models" / CLEAN).read_bytes()
     first = _entry(hooks["pte-devconst-rewrite"], staged, repo)
     assert first.returncode == 1, first.stderr  # it changed a file: the user re-stages it
     assert first.stdout.splitlines() == [
-        f"models/{COPYING}: 4 tensor(s) moved to device memory (3.2 KiB fewer host-to-device bytes per call); "
+        f"models/{COPYING}: 4 tensors moved to device memory (3.2 KiB fewer host-to-device bytes per call); "
         "rewritten in place", f"models/{CLEAN}: nothing to move"]
     changed = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout
     assert changed.split() == ["M", f"models/{COPYING}"]  # in place: no NAME.devconst.pte left behind
@@ -376,7 +376,7 @@ def test_the_hooks_read_the_projects_config(tmp_path: Path) -> None:
     hooks = _hooks()
     check = _entry(hooks["pte-devconst-check"], staged, repo)
     assert check.returncode == 0, check.stdout
-    assert f"models/{COPYING}: ok (4 constant(s); 4 accepted)" in check.stdout
+    assert f"models/{COPYING}: ok (4 constants; 4 accepted)" in check.stdout
     pyproject.write_text(pyproject.read_text().split("[[tool")[0] + f'exclude = ["models/{COPYING}"]\n')
     assert _entry(hooks["pte-devconst-check"], staged, repo).returncode == 0
     only = _entry(hooks["pte-devconst-check"], [f"models/{COPYING}"], repo)  # nothing left to check: passes

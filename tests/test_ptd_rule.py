@@ -53,7 +53,7 @@ def test_without_its_ptd_a_constant_is_unknown_and_the_hint_says_how_to_pass_it(
     assert verdicts["w"].startswith("unknown: no .ptd given (pass --ptd)") and verdicts["w"].endswith("cuda:0")
     assert verdicts["b"] == "not eligible: read by host kernel aten::mul.out"
     text = invoke("inspect", pte, env={"COLUMNS": "200"}).stdout
-    assert "2 external constant(s) not judged" in text and "model.ptd next to it or pass --ptd" in text
+    assert "2 external constants not judged" in text and "model.ptd next to it or pass --ptd" in text
     assert "No constant is copied" not in text  # not clean: unknown
     markdown = invoke("inspect", pte, "--format", "markdown").stdout
     assert "not judged" in markdown and "--ptd" in markdown
