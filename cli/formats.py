@@ -15,12 +15,12 @@ the result's object, GitHub a notice and SARIF the run's properties.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Callable, Generic, Optional, Sequence, TypeVar, Union
 
 import typer
 
+from pte_devconst.util.record import record
 from pte_devconst.util.named_enum import NamedEnum
 from pte_devconst.util.units import plural
 
@@ -55,7 +55,7 @@ DESCRIPTIONS = {
 }
 
 
-@dataclass(frozen=True)
+@record
 class View:
     """How a command's results are shown: the global options and the per-format settings that matter."""
 
@@ -64,7 +64,7 @@ class View:
     max_annotations: int = DEFAULT_ANNOTATIONS  # github: per level; 0: all
 
 
-@dataclass(frozen=True)
+@record
 class Fact:
     """One fact about one file that every format shows (``key`` and ``value`` in JSON, ``text`` elsewhere)."""
 
@@ -77,7 +77,7 @@ class Fact:
         return {"file": self.file, "key": self.key, "text": self.text, "value": self.value}
 
 
-@dataclass(frozen=True)
+@record
 class Annotation:
     """One GitHub Actions annotation: its level (error, warning, notice), the line, and how bad it is (the worst
     of a level are shown first)."""
@@ -87,7 +87,7 @@ class Annotation:
     weight: tuple[Any, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class GithubReport:
     """What the ``github`` renderer makes: the annotations (capped per level by ``Output``) and plain lines after
     them (the summary)."""
@@ -103,7 +103,7 @@ def _no_facts(result: Any) -> Sequence[Fact]:
     return ()
 
 
-@dataclass(frozen=True)
+@record
 class Renderers(Generic[R]):
     """A command's renderers, typed with the record it renders: the formats it supports are those it has."""
 
@@ -233,6 +233,8 @@ class Output(Generic[R]):
                 facts = self.renderers.facts(result)
                 if facts:
                     document["runs"][0].setdefault("properties", {})["facts"] = [f.to_json() for f in facts]
+                import json
+
                 typer.echo(json.dumps(document, indent=2))
 
     def _json(self, result: R) -> dict[str, Any]:

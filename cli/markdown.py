@@ -9,9 +9,9 @@ do not fit, the last ones are left out, with a line saying how many.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
+from pte_devconst.util.record import record
 from pte_devconst.util.units import plural
 
 __all__ = ["Block", "MARKDOWN_LIMIT", "cut_lines", "fit", "fit_blocks"]
@@ -26,7 +26,7 @@ LEFT_NOTE = ("*… and {more} left out to keep the report under {limit:,} charac
 LEAST_BODY = 600  # a body cut shorter than this says too little: fewer blocks are shown instead
 
 
-@dataclass(frozen=True)
+@record
 class Block:
     """A part of a report that may be cut: its heading (always kept), its body (cut from the end), its closing."""
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional, Sequence
 
 import typer
 
+from pte_devconst.util.record import record
 from pte_devconst.cli.app import command, fail, global_options
 from pte_devconst.cli.formats import Output, Renderers, View, format_option, resolve
 from pte_devconst.cli.output import (EtrecordOption, JsonFlag, echo_lines, markdown_table, markup_safe, md_code,
@@ -139,7 +139,7 @@ def warn(result: ValidationResult) -> None:
         typer.echo(f"pte-devconst: warning: {printable(warning)}", err=True)
 
 
-@dataclass(frozen=True)
+@record
 class Pair:
     """One original and its rewrite to validate, with the inputs and expected outputs found for it."""
 

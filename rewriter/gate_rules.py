@@ -8,9 +8,9 @@ or level is written anywhere else.  ``tests/test_gate_rules.py`` holds every rea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
+from pte_devconst.util.record import record
 from pte_devconst.util.exit_code import ExitCode
 from pte_devconst.util.named_enum import NamedEnum
 
@@ -37,7 +37,7 @@ class Scope(NamedEnum):
     REPORT = "report"
 
 
-@dataclass(frozen=True)
+@record
 class GateRule:
     """One rule of the gate.
 
