@@ -48,7 +48,6 @@ from pte_devconst.rewriter.request import Namer, RewriteRequest, VerifyMode
 from pte_devconst.rewriter.rewrite_json import names_json
 from pte_devconst.schema.model import Device
 from pte_devconst.schema.pte_file import ProgramBytes, PteFile, open_pte
-from pte_devconst.util.atomic import check_destination
 from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.util.jsonable import to_jsonable
 
@@ -369,6 +368,8 @@ def run(pte: ProgramLike, *, ptd: Optional[PathLike] = None, method: Optional[st
 
     source = _program(pte)
     if outputs is not None:  # refused before the program runs
+        from pte_devconst.util.atomic import check_destination  # a writer: only run -o loads it
+
         check_destination(outputs, inputs=[("the program", source, "")] if isinstance(source, Path) else [])
     namer = _namer(_names_source(pte, etrecord))  # a bad ETRecord fails before the program runs
     result = run_program(source, ptd_path=_data_for(source, ptd), method=method, inputs=inputs, calls=calls,
