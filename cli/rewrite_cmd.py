@@ -13,7 +13,7 @@ import typer
 
 from pte_devconst.cli.app import command, for_each_program, global_options, warn_empty
 from pte_devconst.cli.config import ConfigOption, IsolatedOption, load as load_config
-from pte_devconst.cli.formats import Output, Renderers, View, format_option, resolve
+from pte_devconst.cli.formats import Format, Output, Renderers, View, format_option, resolve
 from pte_devconst.cli.mermaid import diagrams
 from pte_devconst.cli.output import (DataOption, DeviceOption, EtrecordOption, JsonFlag, MinBytesOption,
                                      device_memory_line, echo_lines, fold_hint, markdown_table, markup_safe, md_code,
@@ -357,7 +357,7 @@ def rewrite_command(
 
     results, failed = for_each_program(chosen.items, rewrite_many, show, options.debug)
     shown.close(skipped_inputs=list(chosen.left_out))
-    if chosen.left_out and not options.quiet and shown.fmt.value in ("text", "concise"):
+    if chosen.left_out and not options.quiet and shown.fmt in (Format.TEXT, Format.CONCISE):
         echo_lines(chosen.left_out)
     unused_devices(plan_options, used)
     if failed:

@@ -9,7 +9,7 @@ import typer
 
 from pte_devconst.util.record import record
 from pte_devconst.cli.app import command, fail, global_options
-from pte_devconst.cli.formats import Output, Renderers, View, format_option, resolve
+from pte_devconst.cli.formats import Format, Output, Renderers, View, format_option, resolve
 from pte_devconst.cli.output import (EtrecordOption, JsonFlag, echo_lines, markdown_table, markup_safe, md_code,
                                      md_text, printable, stdout_console, table)
 from pte_devconst.cli.runner_options import (InputsOption, ProfileOption, ProgressOption, PtdOption, SimulateOption,
@@ -87,10 +87,10 @@ def skipped_lines(result: ValidationResult) -> list[str]:
 
 def verdict_line(result: ValidationResult) -> str:
     """The verdict in capitals, and what it means when nothing moved (no vacuous PASS)."""
-    from pte_devconst.runner.validate import NOTHING_MOVED
+    from pte_devconst.runner.validate import NOTHING_MOVED, Verdict
 
     word = result.verdict.value.upper()
-    return f"{word}: {NOTHING_MOVED}" if result.verdict.value == "nothing moved" else word
+    return f"{word}: {NOTHING_MOVED}" if result.verdict is Verdict.NOTHING_MOVED else word
 
 
 def render_text(result: ValidationResult, view: View) -> None:
@@ -284,7 +284,7 @@ def validate_command(
         results.append(result)
         output.add(result)
     output.close()
-    if several and not options.quiet and output.fmt.value == "text":
+    if several and not options.quiet and output.fmt is Format.TEXT:
         echo_lines([summary_line(results, failed)])
     code = worst_exit([r.verdict.exit_code for r in results] + [ExitCode.ERROR] * bool(failed))
     if code != ExitCode.OK:

@@ -56,7 +56,8 @@ def exact_bytes(count: int) -> str:
 
 
 def listing(items: Iterable[str], shown: int = 3, total: Optional[int] = None, conjunction: str = ", ") -> str:
-    """The first ``shown`` items and how many more: ``a.pte, b.pte, c.pte and 10 more``.
+    """The first ``shown`` items and how many more: ``a.pte, b.pte, c.pte and 10 more`` (with another conjunction,
+    for items that hold commas: ``a; b; and 10 more``).
 
     ``total`` is the whole count when ``items`` holds only some of them (a generator cut short).
     """
@@ -67,5 +68,7 @@ def listing(items: Iterable[str], shown: int = 3, total: Optional[int] = None, c
             head.append(item)
         count += 1
     rest = (total if total is not None else count) - len(head)
-    return conjunction.join(head) + (f" and {rest:,} more" if rest > 0 else "")
+    before = " " if conjunction == ", " else conjunction  # "a, b and 3 more"; "a; b; and 3 more" (items with commas)
+    return conjunction.join(head) + (f"{before}and {rest:,} more" if rest > 0 and head else
+                                     f"{rest:,} more" if rest > 0 else "")
 
