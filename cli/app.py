@@ -94,7 +94,7 @@ def _root(
     quiet: Annotated[bool, typer.Option("--quiet", "-q",
                                         help="Print only errors and the machine-readable result.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print more detail.")] = False,
-    version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True,
+    version: Annotated[Optional[bool], typer.Option("--version", "-V", callback=_version, is_eager=True,
                                                     help="Print the version and exit.")] = None,
 ) -> None:
     ctx.obj = GlobalOptions(debug or env_flag(DEBUG_ENV), quiet, verbose)
@@ -142,6 +142,16 @@ def for_each_program(items: Sequence[Union[Path, str]], work: Callable[[Path], T
     return results, failed
 
 
+def warn_empty(folders: Sequence[str], quiet: bool = False) -> None:
+    """A folder named that holds no program is a warning, not an error (ruff's rule: nothing to do is no failure)."""
+    if quiet:
+        return
+    from pte_devconst.cli.output import printable
+
+    for folder in folders:
+        typer.echo(f"pte-devconst: warning: {printable(folder)}: no .pte file in this directory", err=True)
+
+
 def command(*args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """``app.command`` that turns every error escaping the command into one line and exit 2."""
 
@@ -172,7 +182,7 @@ def command(*args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callabl
     return decorate
 
 
-GLOBAL_FLAGS = frozenset({"--debug", "--quiet", "-q", "--verbose", "-v", "--version"})
+GLOBAL_FLAGS = frozenset({"--debug", "--quiet", "-q", "--verbose", "-v", "--version", "-V"})
 
 
 def hoist_global_flags(argv: list[str]) -> list[str]:
@@ -215,7 +225,11 @@ def _value_options(argv: list[str]) -> frozenset[str]:
 
 
 def main(argv: Optional[list[str]] = None, prog_name: str = "pte-devconst") -> None:
-    """Console-script entry point: usage errors are one line too (``--help`` shows the usage)."""
+    """Console-script entry point: usage errors are one line too (``--help`` shows the usage); stdout holds every
+    report whatever the locale (``output.utf8_stdout``)."""
+    from pte_devconst.cli.output import utf8_stdout
+
+    utf8_stdout()
     argv = hoist_global_flags(list(sys.argv[1:] if argv is None else argv))
     try:
         code = app(args=argv, prog_name=prog_name, standalone_mode=False)

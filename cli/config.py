@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
+from pte_devconst.cli.formats import Format
 from pte_devconst.util.errors import PteDevconstError
 
 if TYPE_CHECKING:
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
     from pte_devconst.rewriter.plan import RewriteOptions
 
 TABLE = "pte-devconst"
-FORMATS = ("text", "concise", "markdown", "json", "github", "sarif")
 # key -> (type, description); `accept` entries are checked by _acceptances.
 KEYS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "paths": (list, "a list of files, folders or globs"),
@@ -37,7 +37,7 @@ KEYS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "strict": (bool, "true or false"),
     "fold": (bool, "true or false"),
     "device": ((str, list), "a device (cuda:0) or a list of them"),
-    "output-format": (str, "one of " + ", ".join(FORMATS)),
+    "output-format": (str, "one of " + ", ".join(f.value for f in Format)),
     "runtime": (str, 'the ExecuTorch release the programs must load in: "1.5" or "1.6"'),
     "accept": (list, "an array of tables ([[tool.pte-devconst.accept]])"),
 }
@@ -101,11 +101,9 @@ class Config:
         """The programs a command works on: those named, else ``paths``; neither is click's usage error."""
         given = files or self.files()
         if not given:
-            from pte_devconst.cli.app import UsageError
+            from pte_devconst.cli.output import no_programs_given
 
-            where = f" and {self.path} sets no paths" if self.path else ""
-            raise UsageError(f"Missing argument 'FILES...' (name the programs, or set paths in "
-                             f"[tool.{TABLE}]){where}", ctx)
+            raise no_programs_given(ctx, config=True, config_path=self.path)
         return given
 
 
@@ -183,7 +181,7 @@ def parse(table: dict[str, Any], path: Path, pyproject: bool = True) -> Config:
             raise PteDevconstError(f"{_where(path, pyproject, key)}: must be {what}, not {value!r}")
         if key in ("paths", "exclude") and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             raise PteDevconstError(f"{_where(path, pyproject, key)}: must be {what} (strings)")
-        if key == "output-format" and value not in FORMATS:
+        if key == "output-format" and value not in {f.value for f in Format}:
             raise PteDevconstError(f"{_where(path, pyproject, key)}: must be {what}, not {value!r}")
     device = table.get("device")
     devices: Optional[tuple[Any, ...]] = None

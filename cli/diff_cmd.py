@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
 from pte_devconst.cli.app import command, global_options
-from pte_devconst.cli.output import (EtrecordOption, FormatOption, JsonFlag, OutputFormat, constant_label, echo_lines,
-                                     emit_json, human_bytes, markdown_table, markup_safe, md_code, md_text, name_cell,
-                                     resolve_format, stdout_console, table)
-
+from pte_devconst.cli.formats import Output, Renderers, View, format_option, resolve
 from pte_devconst.cli.mermaid import diagrams
+from pte_devconst.cli.output import (EtrecordOption, JsonFlag, echo_lines, markdown_table, markup_safe, md_code,
+                                     md_text, stdout_console, table)
+from pte_devconst.program.labels import constant_label, name_cell
+from pte_devconst.util.exit_code import ExitCode
+from pte_devconst.util.units import human_bytes, plural
 
 if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
     from pte_devconst.rewriter.diff import MethodDiff, ProgramDiff
@@ -112,7 +114,8 @@ def _limited(rows: list[list[Any]], verbose: bool) -> tuple[list[list[Any]], str
     return rows[:ROW_LIMIT], f"... and {len(rows) - ROW_LIMIT} more (--verbose or --format json for all)"
 
 
-def render_text(d: ProgramDiff, verbose: bool = False) -> None:
+def render_text(d: ProgramDiff, view: View) -> None:
+    verbose = view.verbose
     console = stdout_console()
     console.print(f"[bold]{markup_safe(d.a)}[/] -> [bold]{markup_safe(d.b)}[/]"
                   + (": identical programs" if d.identical else ""), soft_wrap=True)
@@ -145,15 +148,18 @@ def render_text(d: ProgramDiff, verbose: bool = False) -> None:
                                 right=["old #", "new #"]))
             if more:
                 console.print(more)
+    if d.notes:  # an ETRecord of another program says so
+        echo_lines([f"note: {note}" for note in d.notes])
 
 
-def render_markdown(d: ProgramDiff) -> None:
+def render_markdown(d: ProgramDiff, view: View) -> list[str]:
     lines = [f"### pte-devconst diff: {md_code(Path(d.a).name)} → {md_code(Path(d.b).name)}", ""]
     if d.identical:
         lines.append("The programs are identical.")
     lines += [markdown_table(["", "before", "after", "change"], _summary_rows(d)), ""]
     if d.data_changes:
-        lines += [f"**{d.data_changes} tensor(s) hold different bytes.**", ""]
+        lines += [f"**{plural(d.data_changes, 'tensor')} hold{'s' if d.data_changes == 1 else ''} different bytes.**",
+                  ""]
     if d.named_data:
         lines += ["#### named data", "", markdown_table(NAMED_COLUMNS, _named_rows(d)), ""]
     for method in d.methods:
@@ -161,7 +167,7 @@ def render_markdown(d: ProgramDiff) -> None:
             continue
         lines += [f"#### method {md_code(method.name)} ({method.status})", ""]
         if method.tensors:
-            lines += ["<details><summary>{} tensor(s) changed</summary>".format(len(method.tensors)), "",
+            lines += [f"<details><summary>{plural(len(method.tensors), 'tensor')} changed</summary>", "",
                       markdown_table(["value"] + TENSOR_COLUMNS[1:], _tensor_rows(method)), "",
                       "</details>", ""]
         if method.folds:
@@ -169,27 +175,36 @@ def render_markdown(d: ProgramDiff) -> None:
         if method.delegates:
             lines += [markdown_table(["delegate"] + DELEGATE_COLUMNS[1:], _delegate_rows(method)), ""]
         if method.instructions:
-            lines += ["<details><summary>{} instruction change(s)</summary>".format(len(method.instructions)), "",
+            lines += [f"<details><summary>{plural(len(method.instructions), 'instruction change')}</summary>", "",
                       markdown_table(["change", "old #", "new #", "before", "after"],
                                      [[r[0], r[1], r[2], md_code(r[3]), md_code(r[4])]
                                       for r in _instruction_rows(method)]), "", "</details>", ""]
     if any(f.resident for method in d.flows for f in method.flows):
         lines += diagrams(d.flows, "Constants the first program copies host-to-device on every call, and what the "
                           "second makes of them:")
-    echo_lines(lines)
+    return lines + ([""] + [f"> note: {md_text(note)}" for note in d.notes] if d.notes else [])
+
+
+DIFF = Renderers["ProgramDiff"]("diff", text=render_text, markdown=render_markdown, json=lambda d: d.to_json())
 
 
 @command("diff")
 def diff_command(
     ctx: typer.Context,
-    before: Annotated[Path, typer.Argument(help="The original .pte.", show_default=False)],
-    after: Annotated[Path, typer.Argument(help="The changed .pte (any .pte, not only a rewrite).",
+    before: Annotated[Path, typer.Argument(help="The original .pte.", metavar="BEFORE", show_default=False)],
+    after: Annotated[Path, typer.Argument(help="The changed .pte (any .pte, not only a rewrite).", metavar="AFTER",
                                           show_default=False)],
     etrecord: EtrecordOption = None,
-    fmt: FormatOption = OutputFormat.text,
+    fmt: Annotated[Optional[str], format_option(DIFF)] = None,
     json_flag: JsonFlag = False,
+    exit_code: Annotated[bool, typer.Option(
+        "--exit-code", help="Exit 1 when the programs differ, 0 when they are identical (as git diff --exit-code).")]
+        = False,
 ) -> None:
-    """Report placement, device, initial data, instruction and segment changes, and per-call copies."""
+    """Report placement, device, initial data, instruction and segment changes, and per-call copies.
+
+    Exit 0 (with --exit-code: 0 identical programs, 1 different ones); 2 on bad input.
+    """
     from pte_devconst import api
     from pte_devconst.cli.progress import PROGRESS_THRESHOLD, steps_progress
 
@@ -197,16 +212,12 @@ def diff_command(
         large = before.stat().st_size + after.stat().st_size >= PROGRESS_THRESHOLD
     except OSError:
         large = False  # api.diff names the file it cannot read
-    with steps_progress(f"comparing {before.name} and {after.name}", global_options(ctx).quiet, large) as progress:
+    options = global_options(ctx)
+    view = View(options.quiet, options.verbose)
+    output = Output(DIFF, resolve(DIFF, fmt, json_flag, view), view)
+    with steps_progress(f"comparing {before.name} and {after.name}", options.quiet, large) as progress:
         d = api.diff(before, after, etrecord=etrecord, progress=progress)
-    fmt = resolve_format(fmt, json_flag)
-    if fmt is OutputFormat.json:
-        emit_json("diff", d.to_json())
-    elif fmt is OutputFormat.markdown:
-        render_markdown(d)
-        if d.notes:
-            echo_lines(["", *(f"> note: {md_text(note)}" for note in d.notes)])
-    else:
-        render_text(d, global_options(ctx).verbose)
-        if d.notes:  # an ETRecord of another program says so
-            echo_lines([f"note: {note}" for note in d.notes])
+    output.add(d)
+    output.close()
+    if exit_code and not d.identical:
+        raise typer.Exit(ExitCode.FINDINGS)

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Annotated, Any, Iterable, Iterator, Optional
 
 import typer
 
-from pte_devconst.cli.app import command, for_each_program, global_options
+from pte_devconst.cli.app import command, for_each_program, global_options, warn_empty
+from pte_devconst.cli.formats import Output, Renderers, View, format_option, resolve
 from pte_devconst.program.runtime import Runtime, RuntimeNeed
-from pte_devconst.cli.output import (DataOption, EtrecordOption, constant_label, ProgramsArgument, FormatOption,
-                                     JsonFlag, OutputFormat, echo_lines, emit_json, fold_hint, human_bytes,
-                                     markdown_table, markup_safe, md_code, md_name, md_text, name_cell, printable,
-                                     resolve_format, shape_text, stdout_console, table)
-
 from pte_devconst.cli.mermaid import diagrams
+from pte_devconst.cli.output import (DataOption, EtrecordOption, JsonFlag, ProgramsArgument, fold_hint, markdown_table,
+                                     markup_safe, md_code, md_name, md_text, memory_change, no_programs_given,
+                                     printable, shape_text, stdout_console, table)
+from pte_devconst.program.labels import constant_label, name_cell
 from pte_devconst.util.exit_code import ExitCode
+from pte_devconst.util.units import exact_bytes, human_bytes, listing, plural
 
 if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
     from pte_devconst.api import InspectReport
@@ -47,7 +48,7 @@ def _readers_cell(readers: tuple[str, ...], shorten: bool) -> str:
     distinct = list(dict.fromkeys(readers[:READERS_SHOWN * 64]))[:READERS_SHOWN]
     shown = [_short(r) if shorten else r for r in distinct]
     rest = len(readers) - sum(readers.count(r) for r in distinct) if len(readers) > len(distinct) else 0
-    return "; ".join(shown + ([f"and {rest:,} more"] if rest > 0 else [])) or "-"
+    return listing(shown, len(shown), len(shown) + rest, "; ") if rest > 0 else "; ".join(shown) or "-"
 
 
 def _per_call(method: MethodSummary) -> str:
@@ -109,8 +110,8 @@ def _warnings(report: InspectReport) -> list[str]:
 
 
 def _unknown_hint(report: InspectReport) -> str:
-    return (f"{report.unknown_constants} external constant(s) not judged: their data is in a .ptd that was not "
-            f"found; {report.ptd_hint}.")
+    return (f"{plural(report.unknown_constants, 'external constant')} not judged: their data is in a .ptd that was "
+            f"not found; {report.ptd_hint}.")
 
 
 def closing_lines(report: InspectReport) -> list[str]:
@@ -123,11 +124,12 @@ def closing_lines(report: InspectReport) -> list[str]:
     summary = report.summary
     lines = []
     if summary.eligible_constants:
-        lines.append(f"{summary.eligible_constants} constant(s) could move to device memory, saving "
+        lines.append(f"{plural(summary.eligible_constants, 'constant')} could move to device memory, saving "
                      f"{human_bytes(summary.eligible_bytes_per_call)} of host-to-device copies per call: "
                      "run pte-devconst rewrite.")
     if summary.stays:
-        lines.append(f"{len(summary.stays)} constant-derived value(s) stay copied to a device on every call "
+        lines.append(f"{plural(len(summary.stays), 'constant-derived value')} "
+                     f"{'stays' if len(summary.stays) == 1 else 'stay'} copied to a device on every call "
                      f"({human_bytes(summary.stays_bytes_per_call)} per call); the rewrite cannot move them: "
                      f"{reasons_in_brief(c.reason for c in summary.stays)}.")
     if report.unknown_constants:
@@ -138,10 +140,8 @@ def closing_lines(report: InspectReport) -> list[str]:
     lines = lines or ["No constant is copied to a device on every call."]
     memory = report.device_memory
     if memory is not None:
-        change = memory.after - memory.before
-        after = ("the same after a rewrite" if change == 0 else
-                 f"{human_bytes(memory.after)} after a rewrite "
-                 f"({'+' if change > 0 else '-'}{human_bytes(abs(change))})")
+        after = ("the same after a rewrite" if memory.after == memory.before else
+                 f"{human_bytes(memory.after)} after a rewrite ({memory_change(memory.before, memory.after)})")
         lines.append(f"Device memory planned: {human_bytes(memory.before)}; {after}.")
     once = [m for m in summary.methods if m.first_call_h2d_bytes]
     if once:
@@ -161,12 +161,12 @@ def runtime_line(need: RuntimeNeed) -> str:
     return f"Loads in ExecuTorch {need.runtime.value} runtimes and newer."
 
 
-def render_text(report: InspectReport) -> None:
+def render_text(report: InspectReport, view: View) -> None:
     summary = report.summary
     console = stdout_console()
     console.print(f"[bold]{markup_safe(summary.path)}[/]: {human_bytes(summary.file_size)}, program "
                   f"{human_bytes(summary.program_size)}, schema version {summary.schema_version}, "
-                  f"{len(summary.methods)} method(s)", soft_wrap=True)
+                  f"{plural(len(summary.methods), 'method')}", soft_wrap=True)
     if report.ptd:
         console.print(printable(f"data: {report.ptd}"), markup=False, soft_wrap=True)
     for line in _warnings(report):
@@ -184,11 +184,11 @@ def render_text(report: InspectReport) -> None:
         console.print(printable(line), markup=False)
 
 
-def render_markdown(report: InspectReport) -> None:
+def render_markdown(report: InspectReport, view: View) -> list[str]:
     summary = report.summary
     out = [f"### {md_code(Path(summary.path).name)}", "",
-           f"{human_bytes(summary.file_size)}, {len(summary.methods)} method(s), "
-           f"{summary.eligible_constants} constant(s) eligible for device memory "
+           f"{human_bytes(summary.file_size)}, {plural(len(summary.methods), 'method')}, "
+           f"{plural(summary.eligible_constants, 'constant')} eligible for device memory "
            f"({human_bytes(summary.eligible_bytes_per_call)} per call)"
            + (f", data {md_code(report.ptd)}." if report.ptd else "."), ""]
     out += [f"> {md_text(line)}" for line in _warnings(report) + closing_lines(report)]
@@ -200,8 +200,9 @@ def render_markdown(report: InspectReport) -> None:
             out += [f"Inputs: {md_text(_io(method.inputs))}; outputs: {md_text(_io(method.outputs))}.", ""]
         if method.constants:
             out += [markdown_table(["value", "name", "dtype", "shape", "bytes", "read by", "verdict"],
-                                   ([c.value, md_name(c.name, c.value), c.dtype, shape_text(c.shape), c.nbytes,
-                                     _readers_cell(c.readers, False), c.verdict] for c in method.constants)), ""]
+                                   ([c.value, md_name(c.name, c.value), c.dtype, shape_text(c.shape),
+                                     exact_bytes(c.nbytes), _readers_cell(c.readers, False), c.verdict]
+                                    for c in method.constants)), ""]
         if method.folds:
             out += ["Chains of host kernels from constants to device readers (`rewrite --fold`):", "",
                     markdown_table(FOLD_COLUMNS, fold_rows(method)), ""]
@@ -209,19 +210,22 @@ def render_markdown(report: InspectReport) -> None:
         if stays:
             out += ["Copied on every call; the rewrite cannot move them:", "",
                     markdown_table(["value", "name", "device", "bytes/call", "why"],
-                                   [[c.value, md_name(c.name, c.value), c.device, f"{c.bytes_per_call:,}", c.reason]
-                                    for c in stays]), ""]
-    out += diagrams(report.flows, "Constants copied host-to-device on every call:")
-    echo_lines(out)
+                                   [[c.value, md_name(c.name, c.value), c.device, exact_bytes(c.bytes_per_call),
+                                     c.reason] for c in stays]), ""]
+    return out + diagrams(report.flows, "Constants copied host-to-device on every call:")
+
+
+INSPECT = Renderers["InspectReport"]("inspect", text=render_text, markdown=render_markdown,
+                                     json=lambda report: report.to_json(), several="reports")
 
 
 @command("inspect")
 def inspect_command(
     ctx: typer.Context,
-    files: ProgramsArgument,
+    files: ProgramsArgument = None,
     ptd: DataOption = None,
     etrecord: EtrecordOption = None,
-    fmt: FormatOption = OutputFormat.text,
+    fmt: Annotated[Optional[str], format_option(INSPECT)] = None,
     json_flag: JsonFlag = False,
 ) -> None:
     """Show methods, delegates, planned buffers, constants (and who reads them) and segments.
@@ -232,32 +236,25 @@ def inspect_command(
     """
     from pte_devconst import api
 
-    fmt = resolve_format(fmt, json_flag)
+    if not files:
+        raise no_programs_given(ctx)
+    options = global_options(ctx)
+    view = View(options.quiet, options.verbose)
+    output = Output(INSPECT, resolve(INSPECT, fmt, json_flag, view), view)
     chosen = api.programs(files, ptd or ())
     names = api.names_from(etrecord)  # read once for every program
+    warn_empty(chosen.empty_folders, options.quiet)
 
     def inspect_one(file: Path) -> InspectReport:
         return api.inspect(file, chosen.data.get(file), paired=True, names=names)
 
     if chosen.single:  # one program: its report alone, its errors as they are
         (file,) = chosen.paths
-        report = inspect_one(file)
-        if fmt is OutputFormat.json:
-            emit_json("inspect", report.to_json())
-        else:
-            (render_markdown if fmt is OutputFormat.markdown else render_text)(report)
+        output.add(inspect_one(file))
+        output.close()
         return
-
-    def show(report: InspectReport) -> None:
-        if fmt is OutputFormat.markdown:
-            render_markdown(report)
-            typer.echo("")
-        elif fmt is OutputFormat.text:
-            render_text(report)
-            stdout_console().print()
-
-    reports, failed = for_each_program(chosen.items, inspect_one, show, global_options(ctx).debug)
-    if fmt is OutputFormat.json:
-        emit_json("inspect", {"reports": [r.to_json() for r in reports]})
+    output.several = True
+    _, failed = for_each_program(chosen.items, inspect_one, output.add, options.debug)
+    output.close()
     if failed:
         raise typer.Exit(ExitCode.ERROR)

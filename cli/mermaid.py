@@ -15,7 +15,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from pte_devconst.cli.output import human_bytes, printable
+from pte_devconst.util.units import human_bytes, listing, plural
+from pte_devconst.cli.output import printable
 
 if TYPE_CHECKING:
     from pte_devconst.rewriter.flows import Flow, MethodFlows
@@ -72,8 +73,7 @@ class _Group:
             return f"{self.device}: " + ", ".join(ordered)
         backends = sorted({d.split(" ", 2)[2] for d in ordered if d.count(" ") >= 2})
         numbers = [d.split()[1] for d in ordered]
-        shown = ", ".join(numbers[:DELEGATES_SHOWN]) + (f" and {len(numbers) - DELEGATES_SHOWN} more"
-                                                         if len(numbers) > DELEGATES_SHOWN else "")
+        shown = listing(numbers, DELEGATES_SHOWN)
         return f"{self.device}: delegates {shown} {' '.join(backends)}".rstrip()
 
 
@@ -86,7 +86,7 @@ def _route(flow: "Flow") -> str:
     if not flow.host_ops:
         return "copied every call"
     ops = list(dict.fromkeys(_short(op) for op in flow.host_ops))
-    shown = ", ".join(ops[:OPS_SHOWN]) + (f" +{len(ops) - OPS_SHOWN}" if len(ops) > OPS_SHOWN else "")
+    shown = listing(ops, OPS_SHOWN)
     return f"host kernels {shown}, then copied every call"
 
 
@@ -114,8 +114,8 @@ def _side(prefix: str, title: str, groups: list[_Group], after: bool) -> list[st
     for index, group in enumerate(shown):
         node = f"{prefix}{index}"
         target = targets.setdefault(group.target, f"{prefix}T{len(targets)}")
-        lines.append(f'    {node}["{mermaid_text(_names(group))}<br/>'
-                     f'{mermaid_text(f"{group.copies} value(s), {human_bytes(group.nbytes)}")}"]')
+        size = f"{plural(group.copies, 'value')}, {human_bytes(group.nbytes)}"
+        lines.append(f'    {node}["{mermaid_text(_names(group))}<br/>{mermaid_text(size)}"]')
         if after and group.resident:
             lines.append(f'    {node} ==>|"{mermaid_text("in device memory, loaded once")}"| {target}')
         else:
@@ -123,7 +123,7 @@ def _side(prefix: str, title: str, groups: list[_Group], after: bool) -> list[st
             lines.append(f'    {node} -->|"{mermaid_text(edge)}"| {target}')
     if rest:
         copies, nbytes = sum(g.copies for g in rest), sum(g.nbytes for g in rest)
-        more = mermaid_text(f"{len(rest)} more group(s): {copies} value(s), {human_bytes(nbytes)}")
+        more = mermaid_text(f"{plural(len(rest), 'more group')}: {plural(copies, 'value')}, {human_bytes(nbytes)}")
         lines.append(f'    {prefix}M["{more}"]')
     for name, node in targets.items():
         lines.append(f'    {node}["{mermaid_text(name)}"]')

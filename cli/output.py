@@ -1,74 +1,56 @@
-"""Shared output plumbing for the commands: formats, JSON envelopes, consoles, sizes.
+"""Shared output plumbing for the commands: consoles, the JSON envelope, escaping, tables, UTF-8 stdout.
 
-JSON output is one object per invocation with ``format_version`` and
-``command`` first; its shape is described by ``cli/report.schema.json``.
-Text goes through rich (NO_COLOR is honoured by rich itself); markdown is
-plain GitHub-flavoured tables, fit for a pull-request comment or
-``$GITHUB_STEP_SUMMARY``.
+JSON output is one object per invocation with ``format_version``, ``command`` and ``tool_version`` first; its
+shape is described by ``cli/report.schema.json``.  Text goes through rich: ``NO_COLOR`` turns colour off,
+``CLICOLOR_FORCE`` on (also into a pipe), ``NO_COLOR`` winning.  Markdown is plain GitHub-flavoured tables, fit
+for a pull-request comment or ``$GITHUB_STEP_SUMMARY``.  The formats themselves, and which command has which,
+are ``cli/formats.py``'s; counts and byte figures are ``util/units.py``'s.
 """
 
 from __future__ import annotations
 
-import enum
+import codecs
+import io
 import json
+import os
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Iterable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Iterable, Iterator, Optional, Sequence, TextIO
 
 import typer
+
+from pte_devconst.program.labels import name_cell
+from pte_devconst.util.units import human_bytes, plural
 
 if TYPE_CHECKING:  # rich is imported when something is printed, not at start-up
     from rich.console import Console
 
+    from pte_devconst.rewriter.plan import DeviceMemory, FoldGain
+
 JSON_FORMAT_VERSION = 1
 
 
-class OutputFormat(str, enum.Enum):
-    text = "text"
-    markdown = "markdown"
-    json = "json"
-
-
-class GateFormat(str, enum.Enum):
-    """``check``'s formats: the common three, one line per file (hooks), GitHub annotations and SARIF."""
-
-    text = "text"
-    concise = "concise"
-    markdown = "markdown"
-    json = "json"
-    github = "github"
-    sarif = "sarif"
-
-
-# --output-format is ruff's name for the option; --format and -f are this tool's own.
-FormatOption = Annotated[OutputFormat, typer.Option(
-    "--format", "--output-format", "-f", case_sensitive=False,
-    help="text (rich tables), markdown (for pull requests) or json (for CI).")]
-GateFormatOption = Annotated[Optional[GateFormat], typer.Option(
-    "--format", "--output-format", "-f", case_sensitive=False, show_default=False,
-    help="text (rich tables), concise (one line per file), markdown (for pull requests), json (for CI), github "
-    "(GitHub Actions annotations, one per file) or sarif (SARIF 2.1.0, for code scanning) [default: "
-    "output-format of the config file, else text].")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Shorthand for --format json.")]
 
 
-ProgramsArgument = Annotated[list[str], typer.Argument(
-    help="Programs: .pte files, glob patterns ('**/*.pte') or directories.", show_default=False)]
+ProgramsArgument = Annotated[Optional[list[str]], typer.Argument(
+    help="Programs: .pte files, glob patterns ('**/*.pte') or directories.", metavar="FILE...", show_default=False)]
 DataOption = Annotated[Optional[list[str]], typer.Option(
-    "--ptd", help="The .ptd of a program's external constants (repeatable): DATA.ptd pairs with the program at the "
-    "same path (or the only program); PROGRAM.pte=DATA.ptd pairs explicitly [default: NAME.ptd next to NAME.pte, if "
-    "there; for NAME.devconst.pte also NAME.ptd].")]
+    "--ptd", metavar="FILE", help="The .ptd of a program's external constants (repeatable): DATA.ptd pairs with the "
+    "program at the same path (or the only program); PROGRAM.pte=DATA.ptd pairs explicitly [default: NAME.ptd next "
+    "to NAME.pte, if there; for NAME.devconst.pte also NAME.ptd].")]
 
 
 EtrecordOption = Annotated[Optional[Path], typer.Option(
-    "--etrecord", help="An ETRecord of the export (executorch.devtools.etrecord): names the constants the program "
-    "leaves unnamed (fc1.weight instead of value 3). Read without torch.", show_default=False)]
-
-
-def name_cell(name: str, value: int) -> str:
-    """A name column beside a value column: the name, or ``-`` when the constant has none (``value N`` is said once)."""
-    return "-" if name == f"value {value}" else name
+    "--etrecord", metavar="FILE", help="An ETRecord of the export (executorch.devtools.etrecord): names the "
+    "constants the program leaves unnamed (fc1.weight instead of value 3). Read without torch.", show_default=False)]
+DeviceOption = Annotated[Optional[list[str]], typer.Option(
+    "--device", metavar="DEVICE", show_default=False,
+    help="Only constants that could move to this device (repeatable, e.g. cuda:0); a device no program uses is an "
+    "error.")]
+MinBytesOption = Annotated[Optional[int], typer.Option(
+    "--min-bytes", metavar="N", min=0, show_default=False, help="Leave constants smaller than this out [default: 0].")]
 
 
 def md_name(name: str, value: int) -> "MarkdownText":
@@ -83,40 +65,98 @@ def names_notes(names: Any) -> tuple[str, ...]:
     return tuple(names.notes) if names is not None else ()
 
 
-def constant_label(name: str, value: int) -> str:
-    """``fc1.weight (v3)``, or ``value 3`` for a constant without a name: where no value column stands beside it."""
-    return name if name == f"value {value}" else f"{name} (v{value})"
+def no_programs_given(ctx: Any, config: bool = False, config_path: Optional[Path] = None) -> Exception:
+    """The usage error of a command given no program, the same words for every command (``config``: the
+    command also takes them from the config file's ``paths``)."""
+    from pte_devconst.cli.app import UsageError
+
+    hint = "name the programs: .pte files, glob patterns or folders" + (
+        ", or set paths in [tool.pte-devconst]" if config else "")
+    where = f"; {config_path} sets no paths" if config_path else ""
+    return UsageError(f"Missing argument 'FILE...' ({hint}){where}", ctx)
 
 
-def resolve_format(fmt: OutputFormat, json_flag: bool) -> OutputFormat:
-    return OutputFormat.json if json_flag else fmt
+# --------------------------------------------------------------------------------------------- streams
+
+# The few symbols reports use beyond ASCII, and what stands for them where the output cannot hold them.
+ASCII_FALLBACK = {"✅": "[ok]", "❌": "[x]", "❔": "[?]", "⛔": "[error]", "⏭️": "[skipped]", "⏭": "[skipped]",
+                  "→": "->", "…": "...", "️": ""}
+_FALLBACK = "pte_devconst_ascii"
+
+
+def _ascii_fallback(error: UnicodeError) -> tuple[str, int]:
+    """The error handler of a stream that cannot encode a report's symbols: ASCII stand-ins, else escapes."""
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    text = error.object[error.start:error.end]
+    return "".join(ASCII_FALLBACK.get(ch, ch.encode("ascii", "backslashreplace").decode()) for ch in text), error.end
+
+
+codecs.register_error(_FALLBACK, _ascii_fallback)
+
+
+def _utf(encoding: Optional[str]) -> bool:
+    try:
+        return codecs.lookup(encoding or "ascii").name.startswith("utf")
+    except LookupError:
+        return False
+
+
+def utf8_stdout(stream: Optional[TextIO] = None) -> None:
+    """Make the report stream hold every report, whatever the locale: UTF-8 when it is a file or a pipe (a
+    ``$GITHUB_STEP_SUMMARY`` on a Windows runner, whose Python writes cp1252 there); on a terminal that cannot
+    show UTF-8, its own encoding with ASCII stand-ins for the few symbols reports use (``❌`` -> ``[x]``)."""
+    stream = stream if stream is not None else sys.stdout
+    if not isinstance(stream, io.TextIOWrapper) or _utf(stream.encoding):
+        return
+    try:
+        terminal = stream.isatty()
+    except (OSError, ValueError):
+        terminal = False
+    if terminal:
+        stream.reconfigure(errors=_FALLBACK)
+    else:
+        stream.reconfigure(encoding="utf-8")
 
 
 def _raise_broken_pipe() -> None:
     raise BrokenPipeError
 
 
+def colour_forced() -> Optional[bool]:
+    """``CLICOLOR_FORCE`` (set and not ``0``) forces colour, also into a pipe; ``NO_COLOR`` (set, not empty) wins."""
+    if os.environ.get("NO_COLOR"):
+        return None
+    return True if os.environ.get("CLICOLOR_FORCE", "0") not in ("", "0") else None
+
+
+def console(stderr: bool = False) -> "Console":
+    """A rich console for stdout or stderr, with ``colour_forced``'s rule."""
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, force_terminal=colour_forced(), soft_wrap=False)
+
+
 def stdout_console() -> "Console":
     """The console for a command's report.  A reader of stdout that went away (``| head``) raises
     BrokenPipeError, which every command turns into one quiet exit (``app.stop_on_broken_pipe``), rather
     than rich's own exit 1, which would read as "findings"."""
-    from rich.console import Console
-
-    console = Console(soft_wrap=False, highlight=False)
-    console.on_broken_pipe = _raise_broken_pipe  # type: ignore[method-assign]
-    return console
+    out = console()
+    out.on_broken_pipe = _raise_broken_pipe  # type: ignore[method-assign]
+    return out
 
 
 def stderr_console() -> "Console":
-    from rich.console import Console
-
-    return Console(stderr=True, highlight=False)
+    return console(stderr=True)
 
 
 def json_blocks(command: str, payload: dict[str, Any]) -> Iterator[str]:
-    """One JSON document (the envelope, then a result's ``to_json()``) in blocks of about a megabyte, ending in a
-    newline: a program of a million values makes a document of hundreds of megabytes, which must not be held twice."""
-    document = {"format_version": JSON_FORMAT_VERSION, "command": command, **payload}
+    """One JSON document (the envelope: the format's version, the command, the tool's version; then a result's
+    ``to_json()``) in blocks of about a megabyte, ending in a newline: a program of a million values makes a
+    document of hundreds of megabytes, which must not be held twice."""
+    from pte_devconst import __version__
+
+    document = {"format_version": JSON_FORMAT_VERSION, "command": command, "tool_version": __version__, **payload}
     pending: list[str] = []
     size = 0
     for chunk in json.JSONEncoder(indent=2).iterencode(document):
@@ -145,39 +185,25 @@ def write_report(path: str, blocks: Iterable[str]) -> None:
             write_all(fd, block.encode("utf-8"))
 
 
-def human_bytes(count: int) -> str:
-    """1536 -> '1.5 KiB'; exact below 1 KiB."""
-    if count < 1024:
-        return f"{count} B"
-    value = float(count)
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        value /= 1024
-        if value < 1024:
-            return f"{value:.1f} {unit}"
-    return f"{value:.1f} PiB"
-
-
-def device_memory_line(memory: Any) -> Optional[str]:
-    """``device memory planned: 62.8 KiB -> 62.8 KiB (unchanged)``; None for a program that plans none.
-
-    ``memory`` is a ``DeviceMemory`` (rewriter/plan.py) or anything with ``before`` and ``after``.
-    """
+def device_memory_line(memory: Optional["DeviceMemory"]) -> Optional[str]:
+    """``device memory planned: 62.8 KiB -> 62.8 KiB (unchanged)``; None for a program that plans none."""
     if memory is None or not (memory.before or memory.after):
         return None
-    change = memory.after - memory.before
-    if change == 0:
-        delta = "unchanged"
-    else:
-        delta = f"{'+' if change > 0 else '-'}{human_bytes(abs(change))}"
-    return f"device memory planned: {human_bytes(memory.before)} -> {human_bytes(memory.after)} ({delta})"
+    return f"device memory planned: {human_bytes(memory.before)} -> {human_bytes(memory.after)} " \
+           f"({memory_change(memory.before, memory.after)})"
 
 
-def fold_hint(gain: Any) -> Optional[str]:
+def memory_change(before: int, after: int) -> str:
+    """``unchanged``, ``+96 B``, ``-1.0 KiB``: how planned device memory changes."""
+    change = after - before
+    return "unchanged" if change == 0 else f"{'+' if change > 0 else '-'}{human_bytes(abs(change))}"
+
+
+def fold_hint(gain: Optional["FoldGain"]) -> Optional[str]:
     """The one line ``inspect``, ``rewrite`` and ``check`` print when ``--fold`` would move more."""
     if gain is None or gain.tensors <= 0:
         return None
-    return (f"{gain.tensors} more tensor{'s' if gain.tensors != 1 else ''} ({gain.bytes_per_call:,} bytes per call) "
-            "would move with --fold")
+    return f"{plural(gain.tensors, 'more tensor')} ({human_bytes(gain.bytes_per_call)} per call) would move with --fold"
 
 
 def shape_text(shape: Optional[Sequence[int]]) -> str:

@@ -1,6 +1,6 @@
 """rich progress bars for long work, shown only when stderr is a terminal and not --quiet.
 
-Sizes are binary (KiB, MiB, GiB), as every report prints them (``cli.output.human_bytes``).  A rewrite names
+Sizes are binary (KiB, MiB, GiB), as every report prints them (``util.units.human_bytes``).  A rewrite names
 its phases (planning, writing, self-check, fsync), validate each method and call, diff its two reads.
 """
 
@@ -17,9 +17,9 @@ if TYPE_CHECKING:  # rich.progress is imported only when a bar is drawn
 
 def _stderr() -> "Console":
     """Bars go to stderr (rich's default console is stdout, which may be a pipe or a JSON document)."""
-    from rich.console import Console
+    from pte_devconst.cli.output import stderr_console
 
-    return Console(stderr=True)
+    return stderr_console()
 
 
 # Below this many bytes a write takes well under a second: no bar.
@@ -74,14 +74,23 @@ def rewrite_progress(name: str, total_bytes: int, quiet: bool) -> Iterator[Optio
         yield RewriteBar(bar, bar.add_task(f"{name}: starting", total=total_bytes), name)
 
 
+def _lines(label: str) -> Callable[[int, int, str], None]:
+    """Progress as plain lines on stderr, one per step (``--progress`` where stderr is no terminal: a CI log)."""
+    def advance(done: int, total: int, what: str) -> None:
+        print(f"{label}: {what} ({done + 1}/{total})" if total else f"{label}: {what}", file=sys.stderr, flush=True)
+    return advance
+
+
 @contextlib.contextmanager
-def steps_progress(label: str, quiet: bool, wanted: bool = True) -> Iterator[Optional[Callable[[int, int, str], None]]]:
+def steps_progress(label: str, quiet: bool, wanted: bool = True,
+                   forced: bool = False) -> Iterator[Optional[Callable[[int, int, str], None]]]:
     """Yield a ``progress(done, total, what)`` callback for work in counted steps (validate's calls), or None.
 
-    Drawn when stderr is a terminal, not ``--quiet``, and ``wanted`` (the caller's judgement that the work is long).
+    Drawn when stderr is a terminal, not ``--quiet``, and ``wanted`` (the caller's judgement that the work is long);
+    ``forced`` (``--progress``) draws it whatever the work, as plain lines where stderr is no terminal.
     """
-    if quiet or not wanted or not sys.stderr.isatty():
-        yield None
+    if quiet or not (wanted or forced) or not sys.stderr.isatty():
+        yield _lines(label) if forced and not quiet and not sys.stderr.isatty() else None
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

@@ -6,38 +6,24 @@ One program (``-o`` names its output) or several (files, patterns, folders): eac
 
 from __future__ import annotations
 
-import enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from pte_devconst.cli.app import command, for_each_program, global_options
+from pte_devconst.cli.app import command, for_each_program, global_options, warn_empty
 from pte_devconst.cli.config import ConfigOption, IsolatedOption, RuntimeOption, load as load_config
-from pte_devconst.cli.output import (DataOption, EtrecordOption, JsonFlag, constant_label, device_memory_line,
-                                     echo_lines, emit_json, fold_hint, human_bytes, markdown_table, markup_safe,
-                                     md_code, md_text, name_cell, names_notes, printable, stderr_console,
-                                     stdout_console, table)
+from pte_devconst.cli.formats import Format, Output, Renderers, View, format_option, resolve
 from pte_devconst.cli.mermaid import diagrams
+from pte_devconst.cli.output import (DataOption, DeviceOption, EtrecordOption, JsonFlag, MinBytesOption,
+                                     device_memory_line, echo_lines, fold_hint, markdown_table, markup_safe, md_code,
+                                     md_text, names_notes, printable, stderr_console, stdout_console, table)
 from pte_devconst.cli.progress import rewrite_progress
+from pte_devconst.program.labels import constant_label, name_cell, value_name
 from pte_devconst.rewriter.request import VerifyMode
-from pte_devconst.util.errors import PteDevconstError
+from pte_devconst.util.errors import DeviceNotUsedError, PteDevconstError
 from pte_devconst.util.exit_code import ExitCode
-
-class RewriteFormat(str, enum.Enum):
-    """``rewrite``'s formats: the common three, and one line per program (what the pre-commit hook prints)."""
-
-    text = "text"
-    concise = "concise"
-    markdown = "markdown"
-    json = "json"
-
-
-RewriteFormatOption = Annotated[RewriteFormat, typer.Option(
-    "--format", "--output-format", "-f", case_sensitive=False,
-    help="text (rich tables), concise (one line per program; -v: the tables), markdown (for pull requests) or json "
-    "(for CI).")]
-
+from pte_devconst.util.units import exact_bytes, human_bytes, plural
 
 if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
     from pte_devconst.rewriter.rewrite import RewriteResult
@@ -52,7 +38,7 @@ def fold_rows(result: RewriteResult) -> list[list[Any]]:
         value = f"{fold.value} (new)" if fold.appended else str(fold.value)
         kernels = chain.kernels if chain.steps else "device copy (shared)"
         rows.append([fold.method, value,
-                     constant_label(chain.source_tensor.fqn or f"value {chain.source}", chain.source), kernels,
+                     constant_label(value_name(chain.source_tensor.fqn, chain.source), chain.source), kernels,
                      str(chain.device), human_bytes(fold.nbytes), human_bytes(fold.bytes_per_call)])
     return rows
 
@@ -63,15 +49,16 @@ FOLD_COLUMNS = ["method", "v", "from", "kernels", "device", "bytes", "H2D saved/
 def cost_line(plan: Any) -> str:
     """What folding costs: device memory for the whole method, and the bytes the file gains."""
     parts = []
-    for duplicates, what in ((False, "folded value(s)"), (True, "device copy(ies) of constants the host also reads")):
+    for duplicates, what in ((False, ("folded value", "")),
+                             (True, ("device copy", " of constants the host also reads"))):
         count, device, file = plan.fold_cost(duplicates)
         if count:
-            parts.append(f"{count} {what}: {human_bytes(device)} of device memory for the whole method, "
-                         f"{human_bytes(file)} more in the file")
+            parts.append(f"{plural(count, what[0])}{what[1]}: {human_bytes(device)} of device memory for the whole "
+                         f"method, {human_bytes(file)} more in the file")
     line = "; ".join(parts) + f"; {human_bytes(plan.dropped_bytes)} of constants dropped"
     kept = sum(1 for f in plan.folds if f.chain.stays and not f.duplicate)
     if kept:
-        line += f"; {kept} folded value(s) from constants the host still reads (which stay)"
+        line += f"; {plural(kept, 'folded value')} from constants the host still reads (which stay)"
     return line + "."
 
 
@@ -100,7 +87,7 @@ def _not_moved_rows(result: RewriteResult) -> list[list[Any]]:
     rows += [[u.method, u.value, name_cell(u.name, u.value), u.nbytes, f"stays device initial data (needs 1.6): "
               f"{u.reason}"] for u in plan.unconverted]
     return rows + [[s.chain.method, s.chain.result, f"{s.chain.kernels or 'copy'} of "
-                    f"{constant_label(s.chain.source_tensor.fqn or f'value {s.chain.source}', s.chain.source)}",
+                    f"{constant_label(value_name(s.chain.source_tensor.fqn, s.chain.source), s.chain.source)}",
                     s.chain.nbytes, s.reason]
                    for s in plan.fold_skipped]
 
@@ -114,8 +101,11 @@ def moved_constant_rows(result: RewriteResult) -> list[list[Any]]:
             for edit in result.plan.methods for p in edit.placements]
 
 
-def render_text(result: RewriteResult, verbose: bool = False) -> None:
-    """The text report of one rewrite (``--quiet`` prints none: the caller does not call this)."""
+def render_text(result: RewriteResult, view: View) -> None:
+    """The text report of one rewrite (``--quiet`` prints none)."""
+    if view.quiet:
+        return
+    verbose = view.verbose
     console = stdout_console()
     plan = result.plan
     verb = "would move" if result.output is None else "moved"
@@ -144,10 +134,9 @@ def render_text(result: RewriteResult, verbose: bool = False) -> None:
                   for e in plan.methods for b in e.buffers]
         console.print(table("planned buffers", ["method", "id", "device", "before", "after", ""], growth,
                             right=["id", "before", "after"]))
-        kind = "copy and host kernel instruction(s)" if plan.folds else "copy instruction(s)"
-        console.print(f"{result.instructions_removed} {kind} removed; "
-                      f"{len(plan.dropped_constants)} constant entr(ies) dropped, "
-                      f"{len(plan.initial_data)} initial-data entr(ies) added; "
+        console.print(f"{plural(result.instructions_removed, _removed_kind(plan))} removed; "
+                      f"{plural(len(plan.dropped_constants), 'constant entry')} dropped, "
+                      f"{plural(len(plan.initial_data), 'initial-data entry')} added; "
                       f"{human_bytes(plan.bytes_per_call_saved)} fewer host-to-device bytes per call.")
         memory = device_memory_line(plan.memory)
         if memory:
@@ -195,6 +184,11 @@ def needs_line(result: RewriteResult) -> str:
     return f"{result.output or result.input}: {runtime_clause(result.plan)}"
 
 
+def _removed_kind(plan: Any) -> str:
+    """What the rewrite removes: copies, and with folds the host kernels that only served them."""
+    return "copy and host kernel instruction" if plan.folds else "copy instruction"
+
+
 def _buffer_change(buffer: BufferGrowth) -> str:
     """The last column of the planned-buffers table: how the rewrite changed that buffer."""
     if buffer.added:
@@ -204,7 +198,7 @@ def _buffer_change(buffer: BufferGrowth) -> str:
     return "grown" if buffer.new_size > buffer.old_size else "same"
 
 
-def concise_line(result: RewriteResult) -> str:
+def concise_line(result: RewriteResult, view: Optional[View] = None) -> str:
     """One program in one line (``--format concise``, what the pre-commit hook prints)."""
     plan = result.plan
     if plan.is_empty:
@@ -216,12 +210,12 @@ def concise_line(result: RewriteResult) -> str:
         where = "rewritten in place"
     else:
         where = f"wrote {result.output}"
-    return printable(f"{result.input}: {moved} tensor(s) moved to device memory "
+    return printable(f"{result.input}: {plural(moved, 'tensor')} moved to device memory "
                      f"({human_bytes(plan.bytes_per_call_saved)} fewer host-to-device bytes per call); {where}; "
                      f"{runtime_clause(plan)}")
 
 
-def render_markdown(result: RewriteResult) -> None:
+def render_markdown(result: RewriteResult, view: View) -> list[str]:
     plan = result.plan
     dry = result.output is None
     lines = [f"### pte-devconst rewrite: {md_code(Path(result.input).name)}{' (dry run)' if dry else ''}", ""]
@@ -237,14 +231,16 @@ def render_markdown(result: RewriteResult) -> None:
         if plan.placements:
             moved = moved_constant_rows(result)
             lines += [markdown_table(["method", "device", "constants", "bytes", "H2D saved/call"], _moved_rows(result)),
-                      "", f"<details><summary>{len(moved)} constant(s) {'would move' if dry else 'moved'}</summary>",
+                      "", f"<details><summary>{plural(len(moved), 'constant')} {'would move' if dry else 'moved'}"
+                      "</summary>",
                       "", markdown_table(["method", "value", "name", "device", "bytes", "H2D saved/call"],
                                          [[md_code(r[0]), r[1], md_code(r[2]) if r[2] != "-" else "-", r[3],
-                                           f"{r[4]:,}", f"{r[5]:,}"] for r in moved]), "", "</details>", ""]
+                                           exact_bytes(r[4]), exact_bytes(r[5])] for r in moved]), "", "</details>",
+                      ""]
         if plan.folds:
             lines += ["Folded chains:", "", markdown_table(FOLD_COLUMNS, fold_rows(result)), "", cost_line(plan), ""]
         lines += [f"**{human_bytes(plan.bytes_per_call_saved)}** fewer host-to-device bytes per call; "
-                  f"{result.instructions_removed} {'copy and host kernel' if plan.folds else 'copy'} instruction(s) "
+                  f"{plural(result.instructions_removed, _removed_kind(plan))} "
                   f"{'would be ' if dry else ''}removed."]
         memory = device_memory_line(plan.memory)
         if memory:
@@ -260,15 +256,24 @@ def render_markdown(result: RewriteResult) -> None:
     if not_moved:
         lines += ["", "**Left in place:**", "",
                   markdown_table(["method", "value", "name", "bytes", "why"],
-                                 [[md_code(m), v, md_code(name) if name != "-" else "-", f"{nbytes:,}", md_text(why)]
-                                  for m, v, name, nbytes, why in not_moved])]
+                                 [[md_code(m), v, md_code(name) if name != "-" else "-", exact_bytes(nbytes),
+                                   md_text(why)] for m, v, name, nbytes, why in not_moved])]
     if result.changed:
         lines += [""] + diagrams(result.flows, "Constants copied host-to-device on every call, before and after "
                                  "the rewrite:")
     hint = fold_hint(result.fold_gain)
     if hint:
         lines += ["", hint]
-    echo_lines(lines)
+    return lines
+
+
+def _heading(result: RewriteResult) -> str:
+    """Which input a result is about, above its text when several programs are rewritten."""
+    return f"{result.input}" + (" (dry run)" if result.output is None else "")
+
+
+REWRITE = Renderers["RewriteResult"]("rewrite", text=render_text, markdown=render_markdown,
+                                     json=lambda result: result.to_json(), concise=concise_line, heading=_heading)
 
 
 @command("rewrite")
@@ -276,15 +281,12 @@ def rewrite_command(
     ctx: typer.Context,
     files: Annotated[Optional[list[str]], typer.Argument(
         help="The .pte program(s) to rewrite: files, glob patterns ('**/*.pte') or directories (never modified "
-        "unless --in-place) [default: paths of the config file].", show_default=False)] = None,
+        "unless --in-place) [default: paths of the config file].", metavar="FILE...", show_default=False)] = None,
     output: Annotated[Optional[Path], typer.Option(
-        "-o", "--output", help="Output file [default: NAME.devconst.pte]; one input only.")] = None,
+        "-o", "--output", metavar="FILE", help="Output file [default: NAME.devconst.pte]; one input only.")] = None,
     ptd: DataOption = None,
-    device: Annotated[Optional[list[str]], typer.Option(
-        "--device", help="Only move constants to this device (repeatable, e.g. cuda:0).")] = None,
-    min_bytes: Annotated[Optional[int], typer.Option("--min-bytes", min=0, show_default=False,
-                                                     help="Leave constants smaller than this in place [default: "
-                                                     "0].")] = None,
+    device: DeviceOption = None,
+    min_bytes: MinBytesOption = None,
     fold: Annotated[Optional[bool], typer.Option(
         "--fold/--no-fold", show_default=False,
         help="Also fold chains of host kernels that only move or cast a constant (permute_copy, "
@@ -295,13 +297,13 @@ def rewrite_command(
         "device-resident copy (the file and the device each hold one more copy of it).")] = False,
     runtime: RuntimeOption = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; write nothing.")] = False,
-    in_place: Annotated[bool, typer.Option("--in-place", help="Replace the input file(s) (atomically).")] = False,
+    in_place: Annotated[bool, typer.Option("--in-place", help="Replace the input files (atomically).")] = False,
     fsync: Annotated[bool, typer.Option(
         "--fsync/--no-fsync", help="Wait until the output is on disk before replacing the destination. "
         "--no-fsync is faster on large files and still atomic, but a power failure soon after may lose the "
         "output (not with --in-place).")] = True,
     verify: Annotated[Optional[VerifyMode], typer.Option(
-        "--verify", case_sensitive=False, show_default=False,
+        "--verify", case_sensitive=False, show_default=False, metavar="[sampled|full]",
         help="How the written file is checked before it replaces the destination: sampled (structure and every "
         "byte the tool writes itself in full; bulk data copied by the kernel from a proven source range in "
         "sampled windows) or full (every byte). [default: sampled; full when PTE_DEVCONST_FULL_CHECK=1]")] = None,
@@ -309,7 +311,7 @@ def rewrite_command(
         "--exit-non-zero-on-change", help="Exit 1 when a program was rewritten (with --dry-run: would be), as a "
         "fixing pre-commit hook does so that the user re-stages the file.")] = False,
     etrecord: EtrecordOption = None,
-    fmt: RewriteFormatOption = RewriteFormat.text,
+    fmt: Annotated[Optional[str], format_option(REWRITE)] = None,
     json_flag: JsonFlag = False,
     config: ConfigOption = None,
     isolated: IsolatedOption = False,
@@ -319,20 +321,21 @@ def rewrite_command(
     With --fold, also compute the host's transposes, views and casts of constants that device delegates read,
     once, and store their results in device memory the same way.  Several programs are rewritten one by one,
     each to its NAME.devconst.pte (or in place); a program that fails is reported on stderr, the others are
-    still rewritten, and the exit code is 2.
+    still rewritten, and the exit code is 2.  A --device that the program uses none of is an error (nothing is
+    written); with several programs, one that uses none of them is skipped with a warning, and a --device no
+    program uses is an error.
     """
     from pte_devconst import api
 
     options = global_options(ctx)
     settings = load_config(config, isolated)
     given = settings.programs(files, ctx)
+    view = View(options.quiet, options.verbose)
+    shown = Output(REWRITE, resolve(REWRITE, fmt, json_flag, view), view)
     # Resolved once for every program: the plan's options (devices parsed), the names' source, the verify mode.
     plan_options = settings.plan_options(device, min_bytes, fold, duplicate_shared, runtime)
     chosen_runtime = runtime is not None or settings.runtime is not None  # else the summary says what loads it
     names = api.names_from(etrecord)
-    fmt = RewriteFormat.json if json_flag else fmt
-    if fmt is RewriteFormat.concise and options.verbose:  # -v: the tables
-        fmt = RewriteFormat.text
 
     def rewrite_one(file: Path, destination: Optional[Path], data: Optional[Path]) -> RewriteResult:
         request = api.rewrite_request(file, destination, ptd=data, paired=True, dry_run=dry_run, in_place=in_place,
@@ -341,54 +344,73 @@ def rewrite_command(
             return api.rewrite_program(request, progress=bar.progress if bar else None,
                                        phase=bar.phase if bar else None)
 
+    def say_needs(result: RewriteResult) -> None:
+        """-q prints no report, but still what loads the output, unless the project's config chose the runtime."""
+        if options.quiet and shown.fmt is Format.TEXT and not chosen_runtime and result.changed:
+            typer.echo(printable(needs_line(result)), err=True)
+
     # as ruff's --force-exclude, the config's exclude also leaves out files named on the command line
     chosen = api.programs(given, ptd or (), skip_rewrites=not in_place, exclude=settings.exclude,
                           exclude_root=settings.root)
-    if chosen.excluded and not chosen.items:
-        if fmt is RewriteFormat.json:
-            emit_json("rewrite", {"results": [], "skipped_inputs": list(chosen.left_out)})
+    warn_empty(chosen.empty_folders, options.quiet)
+    if not chosen.items:  # only excluded programs, or folders without any: nothing to do is no failure
+        shown.several = True
+        shown.close(skipped_inputs=list(chosen.left_out))
         return
     if chosen.single:  # one program: its result alone, its errors as they are
         (file,) = chosen.paths
         result = rewrite_one(file, output, chosen.data.get(file))
-        if fmt is RewriteFormat.json:
-            emit_json("rewrite", result.to_json())
-        elif fmt is RewriteFormat.markdown:
-            render_markdown(result)
-        elif fmt is RewriteFormat.concise:
-            typer.echo(concise_line(result))
-        elif not options.quiet:
-            render_text(result, options.verbose)
-        elif not chosen_runtime and result.changed:
-            stderr_console().print(printable(needs_line(result)), markup=False, soft_wrap=True)
+        shown.add(result)
+        shown.close()
+        say_needs(result)
+        unused_devices(plan_options, [result.devices])
         if exit_on_change and result.changed:
             raise typer.Exit(ExitCode.FINDINGS)
         return
     if output is not None:
-        raise PteDevconstError(f"--output names one output, but {len(chosen.paths)} program(s) were given; rewrite "
-                               "several to their default names (NAME.devconst.pte) or with --in-place")
+        raise PteDevconstError(f"--output names one output, but {plural(len(chosen.paths), 'program')} were given; "
+                               "rewrite several to their default names (NAME.devconst.pte) or with --in-place")
+    shown.several = True
+    used: list[tuple[str, ...]] = []
 
-    def show(result: RewriteResult) -> None:
-        if fmt is RewriteFormat.markdown:
-            render_markdown(result)
-            typer.echo("")
-        elif fmt is RewriteFormat.concise:
-            typer.echo(concise_line(result))
-        elif fmt is RewriteFormat.text and not options.quiet:  # which input each result is about, then it
-            stdout_console().print(f"[bold]{markup_safe(result.input)}[/]"
-                                   + (" (dry run)" if result.output is None else ""), soft_wrap=True)
-            render_text(result, options.verbose)
+    def rewrite_many(item: Path) -> Optional[RewriteResult]:
+        try:
+            result = rewrite_one(item, None, chosen.data.get(item))
+        except DeviceNotUsedError as error:  # another program may use the device: this one is skipped
+            used.append(error.used)
+            if not options.quiet:
+                typer.echo(printable(f"pte-devconst: warning: {error}"), err=True)
+            return None
+        used.append(result.devices)
+        return result
 
-    results, failed = for_each_program(chosen.items, lambda item: rewrite_one(item, None, chosen.data.get(item)),
-                                       show, options.debug)
-    if fmt is RewriteFormat.json:
-        emit_json("rewrite", {"results": [r.to_json() for r in results], "skipped_inputs": list(chosen.left_out)})
-    elif chosen.left_out and not options.quiet:
+    def show(result: Optional[RewriteResult]) -> None:
+        if result is not None:
+            shown.add(result)
+            say_needs(result)
+
+    results, failed = for_each_program(chosen.items, rewrite_many, show, options.debug)
+    shown.close(skipped_inputs=list(chosen.left_out))
+    if chosen.left_out and not options.quiet and shown.fmt in (Format.TEXT, Format.CONCISE):
         echo_lines(chosen.left_out)
+    unused_devices(plan_options, used)
     if failed:
         raise typer.Exit(ExitCode.ERROR)
-    if exit_on_change and any(r.changed for r in results):
+    if exit_on_change and any(r is not None and r.changed for r in results):
         raise typer.Exit(ExitCode.FINDINGS)
+
+
+def unused_devices(plan_options: Any, used: list[tuple[str, ...]]) -> None:
+    """A ``--device`` that no program rewritten uses is an error (exit 2), as in ``check``: a typo must not pass."""
+    if plan_options.devices is None:
+        return
+    seen = {device for devices in used for device in devices}
+    missing = sorted(str(d) for d in plan_options.devices if str(d) not in seen)
+    for device in missing:
+        typer.echo(f"pte-devconst: error: --device {device}: no program rewritten uses this device (they use "
+                   f"{', '.join(sorted(seen)) or 'no device'}): nothing moved to it", err=True)
+    if missing:
+        raise typer.Exit(ExitCode.ERROR)
 
 
 def _size(file: Path) -> int:

@@ -3,90 +3,37 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Optional, Sequence
 
 import typer
 
 from pte_devconst.cli.app import command, global_options
-from pte_devconst.cli.output import (EtrecordOption, FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json,
-                                     human_bytes, markdown_table, markup_safe, md_code, md_text, printable,
-                                     resolve_format, stdout_console, table)
+from pte_devconst.cli.formats import Output, Renderers, View, format_option, resolve
+from pte_devconst.cli.output import (EtrecordOption, JsonFlag, markdown_table, markup_safe, md_code, md_text,
+                                     printable, stdout_console, table)
+from pte_devconst.cli.runner_options import (InputsOption, OpaqueOption, ProfileOption, ProgressOption, PtdOption,
+                                              SimulateOption, caller_memory_note, delegates_note, opaque_note)
+from pte_devconst.util.units import exact_bytes, plural
+
+if TYPE_CHECKING:  # the runner imports torch: only when the command runs
+    from pte_devconst.runner.run import RunResult
 
 MAX_CALL_COLUMNS = 6
-
-PtdOption = Annotated[Optional[Path], typer.Option(
-    "--ptd", help="The .ptd data file holding the program's external constants [default: NAME.ptd next to "
-    "NAME.pte, if there; for NAME.devconst.pte also NAME.ptd].")]
-InputsOption = Annotated[Optional[Path], typer.Option(
-    "--inputs", "-i", help="torch.save file of inputs: {method: [call, ...]}, a list of calls, or one tuple of "
-    "tensors (default: deterministic random inputs of the right shapes).")]
-SimulateOption = Annotated[bool, typer.Option(
-    "--simulate-devices", help="Keep device memory on the host (no GPU needed); every count stays the same.")]
-ProfileOption = Annotated[bool, typer.Option(
-    "--profile", help="On a real GPU, cross-check copy bytes with torch.profiler memcpy events.")]
-OpaqueOption = Annotated[bool, typer.Option(
-    "--opaque-delegates", help="Run every delegate as an opaque stand-in: outputs seeded from the inputs' bytes, "
-    "not the model's; copies are counted as for a device delegate.")]
-
-
-def exact_bytes(count: int) -> str:
-    """Exact, because validation is about exact bytes; with a readable size once it is large."""
-    return f"{count:,} B" if count < 1024 * 1024 else f"{count:,} B ({human_bytes(count)})"
-
 
 def copies_text(count: int, nbytes: int, separator: str = ", ") -> str:
     """'5 copies, 3,488 B in all': a count and the bytes of all of them together."""
     if count == 0:
         return "-"
-    if count == 1:
-        return f"1 copy{separator}{exact_bytes(nbytes)}"
-    return f"{count} copies{separator}{exact_bytes(nbytes)} in all"
+    return f"{plural(count, 'copy')}{separator}{exact_bytes(nbytes)}" + (" in all" if count > 1 else "")
 
 
-DELEGATE_INDICES_SHOWN = 8
-
-
-def delegates_note(delegates: Sequence[Any], label: str = "delegates") -> list[str]:
-    """``delegates: XnnpackBackend (cpu) #0, #2: ExecuTorch runtime; CudaBackend (cuda:0) #1: stand-in``: what
-    ran each delegate, grouped by backend, device and execution (none for a program without delegates)."""
-    groups: dict[tuple[str, str, str, str], list[int]] = {}
-    for run in delegates:
-        groups.setdefault((run.backend_id, run.device, str(run.execution), run.why), []).append(run.index)
-    parts = []
-    for (backend, device, execution, why), indices in groups.items():
-        shown = ", ".join(f"#{i}" for i in indices[:DELEGATE_INDICES_SHOWN])
-        if len(indices) > DELEGATE_INDICES_SHOWN:
-            shown += f" and {len(indices) - DELEGATE_INDICES_SHOWN} more"
-        parts.append(f"{backend} ({device}) {shown}: {execution}" + (f" ({why})" if why else ""))
-    return [f"{label}: {'; '.join(parts)}"] if parts else []
-
-
-def caller_memory_note(bound: Sequence[Any]) -> list[str]:
-    """A line for the delegate outputs the program leaves unplanned and the runner binds (none otherwise)."""
-    from pte_devconst.runner.memory import CallerRole
-
-    outputs = [c for c in bound if c.role is CallerRole.DELEGATE_OUTPUT]
-    if not outputs:
-        return []
-    values = ", ".join(f"{c.value} (delegate #{c.delegate}, {c.device})" for c in outputs[:DELEGATE_INDICES_SHOWN])
-    more = f" and {len(outputs) - DELEGATE_INDICES_SHOWN} more" if len(outputs) > DELEGATE_INDICES_SHOWN else ""
-    return [f"caller memory: the program leaves delegate outputs unplanned, bound at load on their delegate's "
-            f"device as a caller would: value{'s' if len(outputs) > 1 else ''} {values}{more}, "
-            f"{exact_bytes(sum(c.nbytes for c in outputs))}"]
-
-
-def opaque_note(backends: Sequence[str]) -> str:
-    return (f"opaque delegates: {', '.join(backends)} ran as stand-ins (seeded from their inputs' bytes); "
-            f"outputs that depend on them are not the model's")
-
-
-def _phases(result: Any) -> list[Any]:
+def _phases(result: RunResult) -> list[Any]:
     calls = result.calls
     shown = calls if len(calls) <= MAX_CALL_COLUMNS else calls[:MAX_CALL_COLUMNS - 1] + calls[-1:]
     return [result.load] + [c.copies for c in shown]
 
 
-def copy_rows(result: Any, separator: str = ", ") -> tuple[list[str], list[list[str]]]:
+def copy_rows(result: RunResult, separator: str = ", ") -> tuple[list[str], list[list[str]]]:
     """The copy table: one row per (direction, cause), one column per phase (load, call 0, ...).
 
     ``separator`` goes between a cell's count and bytes: a newline keeps terminal columns narrow.
@@ -143,7 +90,7 @@ def output_columns(names: Sequence[Optional[str]]) -> list[str]:
     return OUTPUT_COLUMNS[:1] + ["name"] + OUTPUT_COLUMNS[1:] if names else OUTPUT_COLUMNS
 
 
-def names_lines(result: Any) -> list[str]:
+def names_lines(result: RunResult) -> list[str]:
     """``inputs: tokens, scale`` where the inputs have names, and the names' notes (an ETRecord of another
     program says so here)."""
     lines = []
@@ -153,27 +100,40 @@ def names_lines(result: Any) -> list[str]:
     return lines + [f"note: {note}" for note in (result.names or {}).get("notes", ())]
 
 
-def render(result: Any, fmt: OutputFormat) -> None:
-    columns, rows = copy_rows(result, ", " if fmt is OutputFormat.markdown else "\n")
+def _notes(result: RunResult) -> list[str]:
+    """Lines under the tables: what ran each delegate, caller memory bound, stand-ins, names."""
+    return (delegates_note(result.delegates) + caller_memory_note(result.caller_memory)
+            + ([opaque_note(result.opaque_backends)] if result.opaque_backends else []) + names_lines(result))
+
+
+def _devices(result: RunResult) -> str:
+    return "simulated devices" if result.simulated else "real devices"
+
+
+def render_markdown(result: RunResult, view: View) -> list[str]:
+    columns, rows = copy_rows(result, ", ")
     last = result.calls[-1]
-    devices = "simulated devices" if result.simulated else "real devices"
-    note = delegates_note(result.delegates) + caller_memory_note(result.caller_memory)
-    note += [opaque_note(result.opaque_backends)] if result.opaque_backends else []
-    note += names_lines(result)
+    note = _notes(result)
     names = result.output_names if any(result.output_names) else ()
-    if fmt is OutputFormat.markdown:
-        echo_lines([f"### {md_code(Path(result.path).name)} method {md_code(result.method)} ({devices})", "",
-                    *(f"> {md_text(line)}" for line in note), *([""] if note else []),
-                    f"Outputs of call {last.index}:", "",
-                    markdown_table(output_columns(names), output_rows(last.outputs, names)),
-                    "", "Copies:", "", markdown_table(columns, rows)])
+    return [f"### {md_code(Path(result.path).name)} method {md_code(result.method)} ({_devices(result)})", "",
+            *(f"> {md_text(line)}" for line in note), *([""] if note else []),
+            f"Outputs of call {last.index}:", "",
+            markdown_table(output_columns(names), output_rows(last.outputs, names)),
+            "", "Copies:", "", markdown_table(columns, rows)]
+
+
+def render_text(result: RunResult, view: View) -> None:
+    if view.quiet:
         return
     from rich.text import Text
 
+    columns, rows = copy_rows(result, "\n")
+    last = result.calls[-1]
+    names = result.output_names if any(result.output_names) else ()
     console = stdout_console()
     console.print(f"[bold]{markup_safe(result.path)}[/] method [bold]{markup_safe(result.method)}[/]: "
-                  f"{len(result.calls)} call(s), {devices}", soft_wrap=True)
-    for line in note:
+                  f"{plural(len(result.calls), 'call')}, {_devices(result)}", soft_wrap=True)
+    for line in _notes(result):
         console.print(Text(printable(line)), soft_wrap=True)
     console.print(table(f"outputs (call {last.index})", output_columns(names), output_rows(last.outputs, names),
                         right=["#", "sum"]))
@@ -182,22 +142,29 @@ def render(result: Any, fmt: OutputFormat) -> None:
     console.print(table("host/device copies", columns, cells, right=columns[2:]))
 
 
+RUN = Renderers["RunResult"]("run", text=render_text, markdown=render_markdown, json=lambda result: result.to_json())
+
+
 @command("run")
 def run_command(
     ctx: typer.Context,
-    file: Annotated[Path, typer.Argument(help="The .pte program to run.", show_default=False)],
+    file: Annotated[Path, typer.Argument(help="The .pte program to run.", metavar="FILE", show_default=False)],
     ptd: PtdOption = None,
-    method: Annotated[Optional[str], typer.Option("--method", "-m",
+    method: Annotated[Optional[str], typer.Option("--method", "-m", metavar="METHOD",
                                                   help="Method to run (default: forward or the first).")] = None,
     inputs: InputsOption = None,
-    calls: Annotated[int, typer.Option("--calls", "-n", min=1,
+    calls: Annotated[int, typer.Option("--calls", "-n", metavar="N", min=1,
                                        help="How many calls (inputs cycle through the given ones).")] = 1,
     simulate_devices: SimulateOption = False,
     opaque_delegates: OpaqueOption = False,
     profile: ProfileOption = False,
     etrecord: EtrecordOption = None,
-    fmt: FormatOption = OutputFormat.text,
+    outputs: Annotated[Optional[Path], typer.Option(
+        "-o", "--output", metavar="OUTPUTS.pt", help="Save every call's outputs there (torch.save, {method: "
+        "[outputs of each call]}: what validate --expected reads).", show_default=False)] = None,
+    fmt: Annotated[Optional[str], format_option(RUN)] = None,
     json_flag: JsonFlag = False,
+    progress: ProgressOption = False,
 ) -> None:
     """Run a program the way the ExecuTorch runtime does and count every host/device copy.
 
@@ -206,11 +173,14 @@ def run_command(
     --opaque-delegates (its outputs are then stand-ins).
     """
     from pte_devconst import api
+    from pte_devconst.cli.progress import steps_progress
 
-    result = api.run(file, ptd=ptd, method=method, inputs=inputs, calls=calls, simulate_devices=simulate_devices,
-                     opaque_delegates=opaque_delegates, profile=profile, etrecord=etrecord)
-    fmt = resolve_format(fmt, json_flag)
-    if fmt is OutputFormat.json:
-        emit_json("run", result.to_json())
-    elif not global_options(ctx).quiet:
-        render(result, fmt)
+    options = global_options(ctx)
+    view = View(options.quiet, options.verbose)
+    output = Output(RUN, resolve(RUN, fmt, json_flag, view), view)
+    with steps_progress(f"running {file.name}", options.quiet, wanted=calls > 1, forced=progress) as advance:
+        result = api.run(file, ptd=ptd, method=method, inputs=inputs, calls=calls, simulate_devices=simulate_devices,
+                         opaque_delegates=opaque_delegates, profile=profile, etrecord=etrecord, outputs=outputs,
+                         progress=advance)
+    output.add(result)
+    output.close()

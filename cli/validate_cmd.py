@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional, Sequence
 
 import typer
 
-from pte_devconst.cli.app import command, global_options
-from pte_devconst.util.exit_code import ExitCode
-from pte_devconst.cli.output import (EtrecordOption, FormatOption, JsonFlag, OutputFormat, echo_lines, emit_json,
-                                     markdown_table, markup_safe, md_code, md_text, printable, resolve_format,
-                                     stdout_console, table)
-from pte_devconst.cli.run_cmd import (InputsOption, ProfileOption, PtdOption, SimulateOption, caller_memory_note,
-                                      delegates_note, exact_bytes, opaque_note)
+from pte_devconst.util.record import record
+from pte_devconst.cli.app import command, fail, global_options
+from pte_devconst.cli.formats import Format, Output, Renderers, View, format_option, resolve
+from pte_devconst.cli.output import (EtrecordOption, JsonFlag, echo_lines, markdown_table, markup_safe, md_code,
+                                     md_text, printable, stdout_console, table)
+from pte_devconst.cli.runner_options import (InputsOption, ProfileOption, ProgressOption, PtdOption, SimulateOption,
+                                              caller_memory_note, delegates_note, opaque_note)
+from pte_devconst.util.errors import PteDevconstError, ReportedError
+from pte_devconst.util.exit_code import ExitCode, worst_exit
+from pte_devconst.util.units import exact_bytes, listing, plural
+
+if TYPE_CHECKING:  # the runner imports torch: only when the command runs
+    from pte_devconst.runner.validate import MethodValidation, ValidationResult
 
 SUMMARY_COLUMNS = ["", "original", "rewritten"]
 CHECK_COLUMNS = ["check", "result", "detail"]
@@ -25,14 +31,14 @@ def _ms(values: list[float]) -> str:
     return f"{sum(values) / len(values) * 1e3:.3f} ms" if values else "-"
 
 
-def summary_rows(mv: Any) -> list[list[str]]:
+def summary_rows(mv: MethodValidation) -> list[list[str]]:
     steady = mv.calls[1:] or mv.calls  # the first call may warm caches up
     last = mv.calls[-1]
     moved = [c for c in mv.moved if not c.folded]
     folded = [c for c in mv.moved if c.folded]
-    rows = [["moved constants", "", f"{len(moved)} ({exact_bytes(sum(c.nbytes for c in moved))})"]]
+    rows = [["moved constants", "", f"{len(moved):,} ({exact_bytes(sum(c.nbytes for c in moved))})"]]
     if folded:
-        rows.append(["folded values", "", f"{len(folded)} ({exact_bytes(sum(c.nbytes for c in folded))})"])
+        rows.append(["folded values", "", f"{len(folded):,} ({exact_bytes(sum(c.nbytes for c in folded))})"])
     return rows + [
         ["H2D at load", exact_bytes(mv.load_h2d_before), exact_bytes(mv.load_h2d_after)],
         ["H2D on the first call", exact_bytes(mv.calls[0].h2d_before), exact_bytes(mv.calls[0].h2d_after)],
@@ -56,17 +62,16 @@ def profiler_rows(last: Any) -> list[list[str]]:
             for label, key in (("H2D", "h2d"), ("D2H", "d2h"))]
 
 
-def check_rows(mv: Any, marks: dict[str, Any]) -> list[list[Any]]:
+def check_rows(mv: MethodValidation, marks: dict[str, Any]) -> list[list[Any]]:
     return [[c.name, marks[c.status.value], c.detail] for c in mv.checks]
 
 
-def notes(mv: Any) -> list[str]:
+def notes(mv: MethodValidation) -> list[str]:
     """Lines under a method's tables: which delegates ran opaque, and each boundary difference (capped)."""
     lines = []
     named = [f"{c.name} (v{c.value})" for c in mv.moved if c.name]
     if named:  # the names an ETRecord gave them; the JSON lists every one
-        more = len(named) - MOVED_NAMES_SHOWN
-        lines.append(f"moved: {', '.join(named[:MOVED_NAMES_SHOWN])}" + (f" and {more} more" if more > 0 else ""))
+        lines.append(f"moved: {listing(named, MOVED_NAMES_SHOWN)}")
     before, after = mv.original.delegates, mv.rewritten.delegates
     if before == after:
         lines += delegates_note(before)
@@ -78,22 +83,33 @@ def notes(mv: Any) -> list[str]:
     differences = mv.difference_lines()
     lines += differences[:MAX_DIFFERENCE_LINES]
     if len(differences) > MAX_DIFFERENCE_LINES:
-        lines.append(f"... and {len(differences) - MAX_DIFFERENCE_LINES} more boundary differences (--format json "
-                     f"lists up to 100)")
+        lines.append(f"... and {plural(len(differences) - MAX_DIFFERENCE_LINES, 'more boundary difference')} "
+                     "(--format json lists up to 100)")
     return lines
 
 
-def skipped_lines(result: Any) -> list[str]:
+def skipped_lines(result: ValidationResult) -> list[str]:
     return [f"method {name} not validated: {why}" for name, why in result.skipped_methods]
 
 
-def render_text(result: Any) -> None:
+def verdict_line(result: ValidationResult) -> str:
+    """The verdict in capitals, and what it means when nothing moved (no vacuous PASS)."""
+    from pte_devconst.runner.validate import NOTHING_MOVED, Verdict
+
+    word = result.verdict.value.upper()
+    return f"{word}: {NOTHING_MOVED}" if result.verdict is Verdict.NOTHING_MOVED else word
+
+
+def render_text(result: ValidationResult, view: View) -> None:
+    if view.quiet:
+        typer.echo(result.verdict.value.upper())
+        return
     from rich.text import Text
 
     console = stdout_console()
     devices = "simulated devices" if result.simulated else "real devices"
     console.print(f"[bold]{markup_safe(result.original)}[/] vs [bold]{markup_safe(result.rewritten)}[/]: "
-                  f"{result.calls} calls each, {devices}", soft_wrap=True)
+                  f"{result.calls:,} calls each, {devices}", soft_wrap=True)
     marks = {"pass": Text("pass", style="green"), "fail": Text("FAIL", style="red"),
              "skipped": Text("skipped", style="yellow")}
     for mv in result.methods:
@@ -103,85 +119,181 @@ def render_text(result: Any) -> None:
             console.print(Text(printable(line)), soft_wrap=True)
     for line in skipped_lines(result):
         console.print(Text(printable(line)), soft_wrap=True)
-    console.print("[bold green]PASS[/]" if result.passed else "[bold red]FAIL[/]")
+    style = {"pass": "bold green", "fail": "bold red"}.get(result.verdict.value, "bold yellow")
+    console.print(printable(verdict_line(result)), style=style, markup=False, soft_wrap=True)
 
 
-def render_markdown(result: Any) -> None:
+def render_markdown(result: ValidationResult, view: View) -> list[str]:
     lines = [f"### pte-devconst validate: {md_code(Path(result.original).name)} → "
              f"{md_code(Path(result.rewritten).name)}", "",
-             f"{result.calls} calls each, {'simulated' if result.simulated else 'real'} devices: "
-             f"**{'PASS' if result.passed else 'FAIL'}**", ""]
+             f"{result.calls:,} calls each, {'simulated' if result.simulated else 'real'} devices: "
+             f"**{md_text(verdict_line(result))}**", ""]
     lines += [f"> **warning:** {md_text(w)}" for w in result.warnings] + ([""] if result.warnings else [])
     marks = {"pass": "✅ pass", "fail": "❌ FAIL", "skipped": "⏭️ skipped"}
     for mv in result.methods:
         lines += [f"#### method {md_code(mv.method)}", "", markdown_table(SUMMARY_COLUMNS, summary_rows(mv)), "",
                   markdown_table(CHECK_COLUMNS, check_rows(mv, marks)), ""]
         lines += [f"* {md_text(line)}" for line in notes(mv)] + ([""] if notes(mv) else [])
-    lines += [f"* {md_text(line)}" for line in skipped_lines(result)]
-    echo_lines(lines)
+    return lines + [f"* {md_text(line)}" for line in skipped_lines(result)]
 
 
-def warn(result: Any) -> None:
+VALIDATE = Renderers["ValidationResult"]("validate", text=render_text, markdown=render_markdown,
+                                         json=lambda result: result.to_json(), what="pair")
+
+
+def warn(result: ValidationResult) -> None:
     for warning in result.warnings:
         typer.echo(f"pte-devconst: warning: {printable(warning)}", err=True)
+
+
+@record
+class Pair:
+    """One original and its rewrite to validate, with the inputs and expected outputs found for it."""
+
+    original: Path
+    rewritten: Path
+    inputs: Optional[Path] = None
+    expected: Optional[Path] = None
+
+
+def _beside(original: Path, suffix: str, given: Optional[Path]) -> Optional[Path]:
+    """``given``, else ``NAME.inputs.pt`` / ``NAME.expected.pt`` next to the original when it is there."""
+    if given is not None:
+        return given
+    found = original.with_name(original.name[:-len(original.suffix)] + suffix) if original.suffix else None
+    return found if found is not None and found.is_file() else None
+
+
+def pairs_of(programs: Sequence[Path], inputs: Optional[Path], expected: Optional[Path]
+             ) -> tuple[list[Pair], list[str]]:
+    """The pairs a command line names, and the originals without a rewrite (a problem each).
+
+    Two folders pair every NAME.pte below the first with NAME.devconst.pte (else NAME.pte) at the same place below
+    the second (one folder twice: each program with its rewrite beside it); otherwise the arguments are
+    ORIGINAL REWRITTEN pairs.  With several pairs, each takes NAME.inputs.pt and NAME.expected.pt next to its
+    original unless --inputs/--expected name files for all.
+    """
+    from pte_devconst.paths import REWRITTEN, default_output, walk
+
+    if len(programs) == 2 and programs[0].is_dir() and programs[1].is_dir():
+        originals, rewrites = programs
+        found, problems = [], []
+        for original in sorted(p for p in walk(originals) if p.suffix == ".pte" and not p.stem.endswith(REWRITTEN)):
+            relative = original.relative_to(originals)
+            candidates = [default_output(rewrites / relative), rewrites / relative]
+            rewrite = next((c for c in candidates if c.is_file() and c.resolve() != original.resolve()), None)
+            if rewrite is None:
+                problems.append(f"{original}: no rewrite found (looked for {' and '.join(map(str, candidates))})")
+            else:
+                found.append(Pair(original, rewrite, _beside(original, ".inputs.pt", inputs),
+                                  _beside(original, ".expected.pt", expected)))
+        if not found and not problems:
+            problems.append(f"{originals}: no .pte file in this directory")
+        return found, problems
+    if len(programs) % 2:
+        given = plural(len(programs), "program")
+        raise PteDevconstError(f"validate takes ORIGINAL REWRITTEN pairs (or two folders), but {given} were given")
+    pairs = list(zip(programs[0::2], programs[1::2]))
+    if len(pairs) == 1:
+        return [Pair(pairs[0][0], pairs[0][1], inputs, expected)], []
+    return [Pair(a, b, _beside(a, ".inputs.pt", inputs), _beside(a, ".expected.pt", expected)) for a, b in pairs], []
+
+
+def summary_line(results: Sequence[ValidationResult], failed: int) -> str:
+    """Several pairs in one line: how many passed, failed, moved nothing, or could not be validated."""
+    counts = {verdict: sum(1 for r in results if r.verdict.value == verdict)
+              for verdict in ("pass", "fail", "nothing moved")}
+    parts = [f"{counts['pass']:,} passed", f"{counts['fail']:,} failed", f"{counts['nothing moved']:,} with nothing "
+             "moved"] + ([f"{failed:,} could not be validated"] if failed else [])
+    return f"{plural(len(results) + failed, 'pair')} validated: " + ", ".join(parts) + "."
 
 
 @command("validate")
 def validate_command(
     ctx: typer.Context,
-    original: Annotated[Path, typer.Argument(help="The original .pte.", show_default=False)],
-    rewritten: Annotated[Path, typer.Argument(help="Its rewrite.", show_default=False)],
+    programs: Annotated[list[Path], typer.Argument(
+        help="ORIGINAL REWRITTEN: a program and its rewrite; several pairs one after another; or two folders, "
+        "pairing each NAME.pte below the first with NAME.devconst.pte (else NAME.pte) at the same place below the "
+        "second (one folder twice: each program with the rewrite beside it).", metavar="ORIGINAL REWRITTEN...",
+        show_default=False)],
     ptd: PtdOption = None,
     rewritten_ptd: Annotated[Optional[Path], typer.Option(
-        "--rewritten-ptd", help="The rewrite's .ptd [default: its NAME.ptd if there, else the original's "
-        "data].")] = None,
+        "--rewritten-ptd", metavar="FILE", help="The rewrite's .ptd [default: its NAME.ptd if there, else the "
+        "original's data].")] = None,
     inputs: InputsOption = None,
     expected: Annotated[Optional[Path], typer.Option(
-        "--expected", "-e", help="torch.save file of expected outputs ({method: [outputs, ...]}).")] = None,
+        "--expected", "-e", metavar="FILE", help="torch.save file of expected outputs ({method: [outputs, ...]}; "
+        "what run -o saves). With several pairs: for every pair [default: NAME.expected.pt next to each "
+        "original, if there; likewise NAME.inputs.pt for --inputs].")] = None,
     method: Annotated[Optional[list[str]], typer.Option(
-        "--method", "-m", help="Method(s) to validate (default: every method with inputs).")] = None,
-    calls: Annotated[int, typer.Option("--calls", "-n", help="Calls per program (at least 2).")] = 2,
+        "--method", "-m", metavar="METHOD", help="Method(s) to validate (default: every method with inputs).")]
+        = None,
+    calls: Annotated[int, typer.Option("--calls", "-n", metavar="N", help="Calls per program (at least 2).")] = 2,
     rtol: Annotated[Optional[float], typer.Option(
-        "--rtol", show_default=False, help="Relative tolerance for floating outputs against --expected (and between "
-        "the programs when they run different kernels); integer and bool outputs always compare exactly "
-        "[default: torch.testing.assert_close's for the output's dtype: float32 1.3e-6, float16 1e-3, bfloat16 "
-        "1.6e-2, float64 1e-7].")] = None,
+        "--rtol", metavar="R", show_default=False, help="Relative tolerance for floating outputs against --expected "
+        "(and between the programs when they run different kernels); integer and bool outputs always compare "
+        "exactly [default: torch.testing.assert_close's for the output's dtype: float32 1.3e-6, float16 1e-3, "
+        "bfloat16 1.6e-2, float64 1e-7].")] = None,
     atol: Annotated[Optional[float], typer.Option(
-        "--atol", show_default=False, help="Absolute tolerance, as --rtol [default: 1e-5; float64 1e-7].")] = None,
+        "--atol", metavar="A", show_default=False, help="Absolute tolerance, as --rtol [default: 1e-5; float64 "
+        "1e-7].")] = None,
     simulate_devices: SimulateOption = False,
     opaque_delegates: Annotated[bool, typer.Option(
         "--opaque-delegates", help="Run every delegate as an opaque stand-in (seeded outputs from its inputs' "
         "bytes), not only those nothing here executes: fast, and enough for a CI gate.")] = False,
     profile: ProfileOption = False,
     etrecord: EtrecordOption = None,
-    fmt: FormatOption = OutputFormat.text,
+    fmt: Annotated[Optional[str], format_option(VALIDATE)] = None,
     json_flag: JsonFlag = False,
+    progress: ProgressOption = False,
 ) -> None:
     """Check that a rewrite computes the same outputs, gives every delegate call the same bytes, and copies
     each moved constant once, at load only.
 
     Delegates that neither an executor nor the installed ExecuTorch runtime (XNNPACK) executes run as opaque
-    stand-ins. Exit 0 when every check passes, 1 when one fails, 2 on bad input.
+    stand-ins. Several pairs are validated in one process
+    (torch is loaded once). Exit 0 when every check passes; 1 when one fails; 3 when no check fails but nothing
+    moved between the two programs (there is no rewrite to vouch for); 2 on bad input (with several pairs: a
+    pair that could not be validated; the others still are).
     """
     from pte_devconst import api
     from pte_devconst.cli.progress import steps_progress
 
-    quiet = global_options(ctx).quiet
-    with steps_progress(f"validating {original.name}", quiet) as progress:  # loading torch alone takes seconds
-        result = api.validate(original, rewritten, ptd=ptd, rewritten_ptd=rewritten_ptd, inputs=inputs,
-                              expected=expected, calls=calls, rtol=rtol, atol=atol, simulate_devices=simulate_devices,
-                              methods=method or None, profile=profile, opaque_delegates=opaque_delegates,
-                              progress=progress, etrecord=etrecord)
-    fmt = resolve_format(fmt, json_flag)
-    if not quiet:
-        warn(result)
-    if fmt is OutputFormat.json:
-        emit_json("validate", result.to_json())
-    elif fmt is OutputFormat.markdown:
-        render_markdown(result)
-    elif quiet:
-        typer.echo("PASS" if result.passed else "FAIL")
-    else:
-        render_text(result)
-    if not result.passed:
-        raise typer.Exit(ExitCode.FINDINGS)
+    options = global_options(ctx)
+    view = View(options.quiet, options.verbose)
+    output = Output(VALIDATE, resolve(VALIDATE, fmt, json_flag, view), view)
+    pairs, problems = pairs_of(programs, inputs, expected)
+    several = len(pairs) + len(problems) > 1 or programs[0].is_dir()
+    if several and (ptd is not None or rewritten_ptd is not None):
+        raise PteDevconstError("--ptd and --rewritten-ptd name the data of one pair; with several, each program "
+                               "takes its own by the .ptd rule (NAME.ptd next to NAME.pte)")
+    output.several = several
+    results: list[ValidationResult] = []
+    failed = 0
+    for problem in problems:
+        fail(PteDevconstError(problem), options.debug)
+        failed += 1
+    for index, pair in enumerate(pairs):
+        label = f"validating {pair.original.name}" + (f" ({index + 1}/{len(pairs)})" if several else "")
+        try:
+            with steps_progress(label, options.quiet, forced=progress) as advance:  # loading torch takes seconds
+                result = api.validate(pair.original, pair.rewritten, ptd=ptd, rewritten_ptd=rewritten_ptd,
+                                      inputs=pair.inputs, expected=pair.expected, calls=calls, rtol=rtol, atol=atol,
+                                      simulate_devices=simulate_devices, methods=method or None, profile=profile,
+                                      opaque_delegates=opaque_delegates, progress=advance, etrecord=etrecord)
+        except (ReportedError, OSError) as error:
+            if not several:
+                raise
+            fail(error, options.debug)  # one line; the other pairs are still validated
+            failed += 1
+            continue
+        if not options.quiet:
+            warn(result)
+        results.append(result)
+        output.add(result)
+    output.close()
+    if several and not options.quiet and output.fmt is Format.TEXT:
+        echo_lines([summary_line(results, failed)])
+    code = worst_exit([r.verdict.exit_code for r in results] + [ExitCode.ERROR] * bool(failed))
+    if code != ExitCode.OK:
+        raise typer.Exit(code)

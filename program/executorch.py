@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING, Optional
 
+from pte_devconst.util.units import listing
+
 if TYPE_CHECKING:
     from pte_devconst.schema.generated.program_model import Program
 
@@ -59,7 +61,7 @@ def method_labels(program: "Program") -> tuple[list[str], tuple[str, ...]]:
     notes = []
     for name, plans in plans_of.items():
         if len(plans) > 1:
-            shown = ", ".join(map(str, plans[:8])) + (", ..." if len(plans) > 8 else "")
+            shown = listing(map(str, plans), 8)
             notes.append(f"{len(plans)} methods are named {name!r} (plans {shown}); ExecuTorch finds "
                          f"methods by name and always loads plan {plans[0]}, so the others cannot be run")
     return labels, tuple(notes)

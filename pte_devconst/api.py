@@ -370,21 +370,35 @@ def diff(before: ProgramLike, after: ProgramLike, *, etrecord: Optional[NamesLik
 
 def run(pte: ProgramLike, *, ptd: Optional[PathLike] = None, method: Optional[str] = None,
         inputs: Optional[PathLike] = None, calls: int = 1, simulate_devices: bool = False,
-        opaque_delegates: bool = False, profile: bool = False, etrecord: Optional[NamesLike] = None) -> "RunResult":
+        opaque_delegates: bool = False, profile: bool = False, etrecord: Optional[NamesLike] = None,
+        outputs: Optional[PathLike] = None, progress: Optional[Callable[[int, int, str], None]] = None
+        ) -> "RunResult":
     """Run one method ``calls`` times the way the runtime does and count every copy (imports torch).
 
     ``ptd`` defaults to ``NAME.ptd`` next to ``NAME.pte``; ``inputs`` is a torch.save file (default:
     deterministic random inputs); ``opaque_delegates`` runs every delegate as a seeded stand-in.  ``etrecord``
     names the method's inputs and outputs (``result.input_names``, ``output_names``; a manager names them itself).
+    ``outputs`` saves every call's outputs there (torch.save, ``{method: [outputs per call]}``: what ``validate``
+    takes as expected outputs); ``progress(done, total, what)`` is called as each call starts.
     """
     from pte_devconst.runner.delegates import OpaquePolicy  # the runner imports torch: only run loads it
     from pte_devconst.runner.run import run_program
 
     source = _program(pte)
+    if outputs is not None:  # refused before the program runs
+        from pte_devconst.util.atomic import check_destination  # a writer: only run -o loads it
+
+        check_destination(outputs, inputs=[("the program", source, "")] if isinstance(source, Path) else [])
     namer = _namer(_names_source(pte, etrecord))  # a bad ETRecord fails before the program runs
     result = run_program(source, ptd_path=_data_for(source, ptd), method=method, inputs=inputs, calls=calls,
                          simulate_devices=simulate_devices, profile=profile,
-                         opaque=OpaquePolicy.ALWAYS if opaque_delegates else OpaquePolicy.NEVER)
+                         opaque=OpaquePolicy.ALWAYS if opaque_delegates else OpaquePolicy.NEVER,
+                         on_call=(lambda index: progress(index, calls, f"call {index + 1}/{calls}"))
+                         if progress is not None else None)
+    if outputs is not None:
+        from pte_devconst.runner.run import save_outputs
+
+        save_outputs(result, Path(outputs))
     names = _io_names(source, namer)
     if names is None:
         return result
@@ -516,6 +530,8 @@ def check(files: Union[ProgramLike, Iterable[ProgramLike], Programs], *,
                          else CheckTarget(item, chosen.data.get(item), paths.ptd_hint(item)))
         items += [CheckProblem(name, problem, name) for problem in chosen.problems
                   for name in [problem.split(": --ptd", 1)[0]]]
+        if chosen is not files:  # expanded here: a folder without programs is a file the gate could not check
+            items += [CheckProblem(folder, f"{folder}: {paths.NO_PROGRAMS}") for folder in chosen.empty_folders]
     single_data = Path(given[0]) if len(given) == 1 and len(memory) == 1 and (chosen is None or not chosen.paths) \
         else None
     items += [CheckTarget(held, single_data) for held in memory]

@@ -26,6 +26,7 @@ PathLike = Union[str, "os.PathLike[str]"]
 GLOB_CHARS = frozenset("*?[")
 Identity = Union[tuple[int, int], Path]
 REWRITTEN = ".devconst"  # the rewrite's default output: NAME.pte -> NAME.devconst.pte
+NO_PROGRAMS = "no .pte file in this directory"  # a folder named that holds no program: a warning, not an error
 
 
 def default_output(path: PathLike) -> Path:
@@ -161,7 +162,7 @@ def expand(patterns: Iterable[PathLike]) -> list[Union[Path, str]]:
         if path.is_dir():
             matches = sorted(p for p in walk(path) if p.suffix == ".pte")
             if not matches:
-                items.append(f"{text}: no .pte file in this directory")
+                items.append(f"{text}: {NO_PROGRAMS}")
         elif path.exists() or not (GLOB_CHARS & set(text)):
             matches = [path]
         else:
@@ -258,6 +259,7 @@ class Programs:
     left_out: tuple[str, ...] = ()  # inputs not taken, and why
     problems: tuple[str, ...] = ()  # --ptd arguments that pair with no program (or with one already paired)
     excluded: tuple[Path, ...] = ()  # programs an exclude glob left out
+    empty_folders: tuple[str, ...] = ()  # folders named that hold no program (a warning, as ruff: nothing to do)
 
     @property
     def paths(self) -> list[Path]:
@@ -277,6 +279,8 @@ def programs(files: Iterable[PathLike], ptd: Iterable[PathLike] = (), *, skip_re
     arguments, given = list(files), [DataArgument.parse(p) for p in ptd]
     single = len(arguments) == 1 and names_one_file(arguments[0])
     items: list[Union[Path, str]] = [Path(arguments[0])] if single else expand(arguments)
+    empty = tuple(i[:-len(NO_PROGRAMS) - 2] for i in items if isinstance(i, str) and i.endswith(f": {NO_PROGRAMS}"))
+    items = [i for i in items if not (isinstance(i, str) and i.endswith(f": {NO_PROGRAMS}"))]
     left_out: list[str] = []
     if skip_rewrites and len(items) > 1:
         outputs = {identity(default_output(i)) for i in items if isinstance(i, Path)}
@@ -290,4 +294,5 @@ def programs(files: Iterable[PathLike], ptd: Iterable[PathLike] = (), *, skip_re
     excluded = [i for i in items if isinstance(i, Path) and any(matches_glob(i, g, exclude_root) for g in exclude)]
     if excluded:
         items = [i for i in items if i not in excluded]
-    return Programs(tuple(items), pairs, single and bool(items), tuple(left_out), tuple(problems), tuple(excluded))
+    return Programs(tuple(items), pairs, single and bool(items), tuple(left_out), tuple(problems), tuple(excluded),
+                    empty)

@@ -49,6 +49,7 @@ from pte_devconst.util.record import record
 from .fold import MethodFolds, method_folds
 from .method_context import (NO_PTD, DeviceCopy, ExternalData, MethodContext, Reader, ReaderKind, Reasons,
                              RewiredDelegateArg, WorkBudget, external_problem, follow_copy, host_reason)
+from pte_devconst.program.labels import value_name
 
 # The reader model and the copy rule live in method_context.py (fold's chains share them); they are part of
 # this module's interface too, as every consumer of an analysis meets them.
@@ -120,7 +121,7 @@ class ConstantVerdict:
 
     @property
     def name(self) -> str:
-        return self.tensor.fqn or f"value {self.value}"
+        return value_name(self.tensor.fqn, self.value)
 
     @property
     def copies_per_call(self) -> int:

@@ -41,6 +41,7 @@ from pte_devconst.util.named_enum import NamedEnum
 from pte_devconst.program.transfers import Transfer, TransferKind
 
 from .analysis import Analysis, ConstantVerdict, MethodAnalysis
+from pte_devconst.program.labels import value_name
 
 
 class DerivedStatus(NamedEnum):
@@ -227,7 +228,7 @@ def _names(values: Sequence[m.EValue], indices: Sequence[int]) -> tuple[str, ...
     names = []
     for index in indices:
         value = values[index] if 0 <= index < len(values) else None
-        names.append((value.fqn if isinstance(value, m.Tensor) else None) or f"value {index}")
+        names.append(value_name(value.fqn if isinstance(value, m.Tensor) else None, index))
     return tuple(names)
 
 

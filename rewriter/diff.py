@@ -25,6 +25,7 @@ from collections import Counter, deque
 from dataclasses import field
 from typing import Any, Callable, Hashable, Mapping, Optional, Sequence
 
+from pte_devconst.program.effects import MethodEffects
 from pte_devconst.program.memory import planned_device_bytes
 from pte_devconst.program.moves import moved_values
 from pte_devconst.program.runtime import Runtime, RuntimeNeed, required_runtime
@@ -43,6 +44,7 @@ from .analysis import analyze_program
 from .flows import MethodFlows, diff_residents, program_flows
 from .fold import Tracer
 from .inventory import segment_roles
+from pte_devconst.program.labels import value_name
 
 
 class MemoryKind(NamedEnum):
@@ -51,7 +53,9 @@ class MemoryKind(NamedEnum):
     CONSTANT = "constant"  # the constant segment
     EXTERNAL_CONSTANT = "external constant"  # a .ptd
     PLANNED = "planned"  # a planned buffer (with or without initial data)
-    INPUT = "input"  # the caller's (unplanned, no data)
+    INPUT = "input"  # the caller's (unplanned, no data): a method input
+    UNUSED = "unused"  # unplanned, no data, and nothing reads or writes it (the output of a removed copy)
+    UNPLANNED = "unplanned"  # unplanned, no data, used, but not a method input (memory set at run time)
     OTHER = "other"
 
 
@@ -261,8 +265,18 @@ class _Digests:
         return hashlib.sha256(self.source.delegate_blob(delegate)).hexdigest()
 
 
+def used_values(plan: m.ExecutionPlan) -> frozenset[int]:
+    """The values a method uses: its inputs and outputs, and what any instruction reads or writes."""
+    effects = MethodEffects(plan)
+    return (effects.inputs | set(effects.outputs) | {v for read in effects.reads for v in read}
+            | {v for written in effects.writes for v in written})
+
+
 def placement(plan: m.ExecutionPlan, value: m.EValue, digests: Optional[_Digests] = None,
-              devices: Optional[Mapping[int, Device]] = None) -> Optional[TensorPlacement]:
+              devices: Optional[Mapping[int, Device]] = None, index: Optional[int] = None,
+              used: Optional[frozenset[int]] = None) -> Optional[TensorPlacement]:
+    """Where ``value``'s memory comes from.  An unplanned tensor without data is a method input only when it is
+    one (``index`` among ``plan.inputs``); else it is unused (nothing reads or writes it) or unplanned."""
     if not isinstance(value, m.Tensor):
         return None
     try:
@@ -281,6 +295,8 @@ def placement(plan: m.ExecutionPlan, value: m.EValue, digests: Optional[_Digests
         kind = MemoryKind.EXTERNAL_CONSTANT if value.is_external else MemoryKind.CONSTANT
         return TensorPlacement(kind, str(value.device), None, None, False, **common)
     kind = MemoryKind.INPUT if value.data_buffer_idx == 0 else MemoryKind.OTHER
+    if kind is MemoryKind.INPUT and index is not None and index not in (plan.inputs or ()):
+        kind = MemoryKind.UNUSED if used is not None and index not in used else MemoryKind.UNPLANNED
     return TensorPlacement(kind, str(value.device), None, None, False, **common)
 
 
@@ -474,12 +490,13 @@ def _diff_method(name: str, a: Optional[m.ExecutionPlan], b: Optional[m.Executio
     tensors = []
     values_a, values_b = a.values or (), b.values or ()
     devices_a, devices_b = a.buffer_devices(), b.buffer_devices()
+    used_a, used_b = used_values(a), used_values(b)
     for index in range(max(len(values_a), len(values_b))):
-        pa = placement(a, values_a[index], digests[0], devices_a) if index < len(values_a) else None
-        pb = placement(b, values_b[index], digests[1], devices_b) if index < len(values_b) else None
+        pa = placement(a, values_a[index], digests[0], devices_a, index, used_a) if index < len(values_a) else None
+        pb = placement(b, values_b[index], digests[1], devices_b, index, used_b) if index < len(values_b) else None
         if pa != pb:
             source = values_b[index] if index < len(values_b) else values_a[index]
-            label = source.fqn if isinstance(source, m.Tensor) and source.fqn else f"value {index}"
+            label = value_name(source.fqn if isinstance(source, m.Tensor) else None, index)
             tensors.append(TensorChange(index, label, pa, pb, data_status(pa, pb)))
     sizes_a, sizes_b = a.non_const_buffer_sizes or (), b.non_const_buffer_sizes or ()
     buffers = []
@@ -524,7 +541,7 @@ def _folds(a: m.ExecutionPlan, b: m.ExecutionPlan, tensors: list[TensorChange]) 
             host = traced.steps[-1].output if traced.steps else traced.source
         source = (a.values or ())[traced.source]
         assert isinstance(source, m.Tensor) and t.after is not None  # traced from a constant; a candidate is planned
-        found.append(FoldedChange(t.value, t.before is None, traced.source, source.fqn or f"value {traced.source}",
+        found.append(FoldedChange(t.value, t.before is None, traced.source, value_name(source.fqn, traced.source),
                                   tuple(step.describe() for step in traced.steps), t.after.device, t.after.nbytes,
                                   t.after.nbytes * _copies_per_call(a, host)))
     return found

@@ -21,19 +21,22 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
 from pte_devconst.program.runtime import Runtime, RuntimeNeed, required_runtime
-from pte_devconst.schema.model import Device, Program
+from pte_devconst.program.labels import value_name
 from pte_devconst.schema.pte_file import ProgramBytes
 from pte_devconst.util.errors import PteDevconstError
-from pte_devconst.util.exit_code import ExitCode
+from pte_devconst.util.exit_code import ExitCode, worst_exit
+from pte_devconst.util.units import plural
 from pte_devconst.util.globs import matches_glob
 from pte_devconst.util.named_enum import NamedEnum
 
 from .analysis import Analysis
 from .derived import DerivedCopy, DerivedStatus, derived_copies
 from .fold import NOT_JUDGED, FoldChain, fold_refusals, torch_found
+from .gate_rules import FILE_RULES, REPORT_RULES, RULES, GateRule, Scope, rule_covering
 from .load import analyze_opened, opened
 from .names import name_opened
-from .plan import DeviceMemory, FoldGain, RewriteOptions, RewritePlan, make_plan, safe_fold_gain, skip_reason
+from .plan import (DeviceMemory, FoldGain, RewriteOptions, RewritePlan, devices_used, make_plan, safe_fold_gain,
+                   skip_reason)
 from .request import Namer
 
 __all__ = ["Acceptance", "CheckReport", "CheckRequest", "CheckStatus", "CheckTarget", "FileCheck", "Finding",
@@ -58,6 +61,7 @@ class Finding:
     copies_per_call: int
     reason: str = ""  # why it stays copied (``FileCheck.stays``); empty for a finding
     accepted: str = ""  # in ``FileCheck.accepted``: the reason the project gave for accepting it
+    rule: str = ""  # in ``FileCheck.accepted``: the id of the rule that found it (gate_rules.RULES)
 
     @property
     def bytes_per_call(self) -> int:
@@ -96,12 +100,17 @@ class Acceptance:
 
 
 class CheckStatus(NamedEnum):
-    """One file's result in ``check``, in a word (the JSON's ``status``)."""
+    """One file's result in ``check``, in a word (the JSON's ``status``): its rules' most severe exit code."""
 
     OK = "ok"
     FINDINGS = "findings"  # what fails the gate
     UNKNOWN = "unknown"  # only external constants that could not be judged
     ERROR = "error"  # the file could not be read
+
+    @classmethod
+    def of(cls, code: ExitCode) -> "CheckStatus":
+        return {ExitCode.ERROR: cls.ERROR, ExitCode.FINDINGS: cls.FINDINGS,
+                ExitCode.UNKNOWN: cls.UNKNOWN}.get(code, cls.OK)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,21 +149,35 @@ class FileCheck:
         return (self.error is None and self.device_selection is not None
                 and not set(self.device_selection) & set(self.devices))
 
+    def found(self, rule: GateRule) -> tuple[Finding, ...]:
+        """What ``rule`` (a file rule of ``gate_rules.RULES``) found in this file; nothing for ``cannot-check``,
+        whose result is ``error``."""
+        found = getattr(self, rule.covers)
+        return found if isinstance(found, tuple) else ()
+
+    def count(self, rule: GateRule) -> int:
+        """How many results ``rule`` has in this file (an error is one)."""
+        found = getattr(self, rule.covers)
+        return len(found) if isinstance(found, tuple) else int(bool(found))
+
+    def fired(self) -> tuple[GateRule, ...]:
+        """The file rules that found something here, in the table's order."""
+        return tuple(rule for rule in FILE_RULES if getattr(self, rule.covers))
+
     @property
     def failing(self) -> tuple[Finding, ...]:
-        """What fails the gate: the findings; with ``strict`` every constant-derived per-call copy, also what stays
-        and the external constants not judged (copied per call either way; only whether they could move is open)."""
-        if self.strict:
-            return self.findings + self.runtime_findings + self.stays + self.unknown
-        return self.findings + self.runtime_findings
+        """What fails the gate (exit 1), by the rules' table: the findings; with ``strict`` every constant-derived
+        per-call copy, also what stays and what was not judged (copied per call either way)."""
+        return tuple(x for rule in FILE_RULES if rule.fails(self.strict) for x in self.found(rule))
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """The most severe exit code of the rules that found something in this file."""
+        return worst_exit([rule.exit_for(self.strict) for rule in self.fired()])
 
     @property
     def status(self) -> CheckStatus:
-        if self.error:
-            return CheckStatus.ERROR
-        if self.failing:
-            return CheckStatus.FINDINGS
-        return CheckStatus.UNKNOWN if self.unknown else CheckStatus.OK
+        return CheckStatus.of(self.exit_code)
 
     @property
     def bytes_per_call(self) -> int:
@@ -248,15 +271,19 @@ class CheckReport:
 
     @property
     def exit_code(self) -> ExitCode:
-        """OK clean; FINDINGS some file still copies an eligible constant per call (with ``strict``: any
-        constant-derived value, judged or not); ERROR some file could not be checked; UNKNOWN nothing else, but
-        some external constant could not be judged because its .ptd is missing.  A device given with ``--device``
-        that no program uses is ERROR too: a gate that judged nothing must not pass."""
-        if self.errors or self.unused_devices:
-            return ExitCode.ERROR
-        if self.failing:
-            return ExitCode.FINDINGS
-        return ExitCode.UNKNOWN if self.unknown else ExitCode.OK
+        """The most severe exit code of every rule that found something (``gate_rules.RULES``): ERROR some file
+        could not be checked, or a ``--device`` no program uses (a gate that judged nothing must not pass);
+        FINDINGS some file still copies an eligible constant per call (with ``strict``: any constant-derived
+        value, judged or not); UNKNOWN nothing else, but some constant could not be judged; else OK."""
+        codes = [file.exit_code for file in self.files]
+        codes += [rule.exit_for(self.strict) for rule in REPORT_RULES if getattr(self, rule.covers)]
+        return worst_exit(codes)
+
+    def count(self, rule: GateRule) -> int:
+        """How many results ``rule`` has in this check (accepted ones not counted)."""
+        if rule.scope is Scope.REPORT:
+            return len(getattr(self, rule.covers))
+        return sum(f.count(rule) for f in self.files)
 
     @property
     def bytes_per_call(self) -> int:
@@ -304,15 +331,16 @@ class CheckReport:
             "device_problems": list(self.device_problems),
             "warnings": list(self.warnings),
             "accepted": len(self.accepted),
+            "rules": [{**rule.to_json(self.strict), "results": self.count(rule)} for rule in RULES],
             "unused_accepts": [{"program": a.program, "method": a.method, "constant": a.constant, "value": a.value,
                                 "reason": a.reason, "origin": a.origin} for a in self.unused_accepts],
             "files": [{
                 "file": f.file, "ptd": f.ptd, "status": f.status, "constants": f.constants,
                 "bytes_per_call": f.bytes_per_call, "error": f.error, "note": f.note,
-                "findings": findings_json(f.findings), "unknown": findings_json(f.unknown),
-                "stays": findings_json(f.stays, reasons=True), "stays_bytes_per_call": f.stays_bytes_per_call,
+                "findings": findings_json(f.findings, "findings"), "unknown": findings_json(f.unknown, "unknown"),
+                "stays": findings_json(f.stays, "stays", reasons=True), "stays_bytes_per_call": f.stays_bytes_per_call,
                 "device_memory": device_memory_json(f.device_memory),
-                "filtered": findings_json(f.filtered, reasons=True),
+                "filtered": findings_json(f.filtered, "filtered", reasons=True),
                 "filtered_bytes_per_call": f.filtered_bytes_per_call, "devices": list(f.devices),
                 "accepted": [{**item, "accepted": x.accepted, "reason": x.reason}
                              for item, x in zip(findings_json(f.accepted), f.accepted)],
@@ -330,9 +358,13 @@ def device_memory_json(memory: Optional[DeviceMemory]) -> Optional[dict[str, Any
             "without_relayout": memory.appended, "warning": memory.warning()}
 
 
-def findings_json(findings: tuple[Finding, ...], reasons: bool = False) -> list[dict[str, Any]]:
-    return [{"method": x.method, "value": x.value, "name": x.name, "device": x.device, "nbytes": x.nbytes,
-             "copies_per_call": x.copies_per_call, "bytes_per_call": x.bytes_per_call,
+def findings_json(findings: tuple[Finding, ...], covers: Optional[str] = None, reasons: bool = False
+                  ) -> list[dict[str, Any]]:
+    """Findings as the JSON lists them, each with its rule's id: the rule covering the field ``covers`` (None:
+    each finding's own, as accepted ones carry it)."""
+    rule = rule_covering(covers).id if covers is not None else None
+    return [{"rule": rule or x.rule, "method": x.method, "value": x.value, "name": x.name, "device": x.device,
+             "nbytes": x.nbytes, "copies_per_call": x.copies_per_call, "bytes_per_call": x.bytes_per_call,
              **({"reason": x.reason} if reasons else {})} for x in findings]
 
 
@@ -435,9 +467,10 @@ def check_program(target: CheckTarget, request: CheckRequest) -> FileCheck:
         notes.append(f"rewrite would refuse this program: {analysis.refusal}")
     external = [f for f in unknown if f.reason != NOT_JUDGED]
     if external:
-        notes.append(f"{len(external)} external constant(s) not judged: their data is in a .ptd; {target.ptd_hint}")
+        notes.append(f"{plural(len(external), 'external constant')} not judged: their data is in a .ptd; "
+                     f"{target.ptd_hint}")
     if chains:
-        notes.append(f"{len(chains)} folded chain(s) not judged: {NOT_JUDGED.removeprefix('not judged: ')}")
+        notes.append(f"{plural(len(chains), 'folded chain')} not judged: {NOT_JUDGED.removeprefix('not judged: ')}")
     need = required_runtime(program)
     return FileCheck(file, str(target.ptd) if target.ptd else None, sum(len(m.constants) for m in analysis.methods),
                      tuple(judged.findings), None, "; ".join(notes) or None, tuple(unknown),
@@ -480,7 +513,7 @@ class _Judged:
 
 def _chain_name(chain: FoldChain) -> str:
     """``permute_copy of encoder.weight``: a folded chain as a finding names it."""
-    return f"{chain.kernels} of {chain.source_tensor.fqn or f'value {chain.source}'}"
+    return f"{chain.kernels} of {value_name(chain.source_tensor.fqn, chain.source)}"
 
 
 def _judged(file: str, plan: RewritePlan, analysis: Analysis, derived: Sequence[DerivedCopy],
@@ -530,16 +563,6 @@ def _judged(file: str, plan: RewritePlan, analysis: Analysis, derived: Sequence[
     return _Judged(findings, unknown, stays, filtered)
 
 
-def devices_used(program: Program, analysis: Analysis) -> tuple[str, ...]:
-    """The non-CPU devices a program uses: its delegates' target devices, its planned buffers' devices and the
-    devices its host-to-device copies go to (what ``--device`` can select)."""
-    used: set[Optional[Device]] = {d.device for method in analysis.methods for d in method.delegates}
-    used |= {t.device for method in analysis.methods for t in method.transfers}
-    for plan in program.execution_plan or ():
-        used |= set(plan.buffer_devices().values())
-    return tuple(sorted(str(d) for d in used if d is not None and not d.is_cpu))
-
-
 def _accepting(checked: FileCheck, accept: Sequence[Acceptance], used: set[int]) -> FileCheck:
     """``checked`` with what ``accept`` matches moved to ``accepted`` (the first matching entry's reason); the
     indices of the entries that matched are added to ``used``."""
@@ -547,16 +570,17 @@ def _accepting(checked: FileCheck, accept: Sequence[Acceptance], used: set[int])
         return checked
     taken: list[Finding] = []
 
-    def keep(findings: tuple[Finding, ...]) -> tuple[Finding, ...]:
+    def keep(covers: str) -> tuple[Finding, ...]:
         kept = []
-        for finding in findings:
+        rule = rule_covering(covers).id
+        for finding in getattr(checked, covers):
             index = next((k for k, a in enumerate(accept) if a.matches(finding)), None)
             if index is None:
                 kept.append(finding)
             else:
                 used.add(index)
-                taken.append(replace(finding, accepted=accept[index].reason))
+                taken.append(replace(finding, accepted=accept[index].reason, rule=rule))
         return tuple(kept)
 
-    findings, stays, unknown = keep(checked.findings), keep(checked.stays), keep(checked.unknown)
+    findings, stays, unknown = keep("findings"), keep("stays"), keep("unknown")
     return replace(checked, findings=findings, stays=stays, unknown=unknown, accepted=tuple(taken))

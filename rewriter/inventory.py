@@ -20,6 +20,7 @@ from pte_devconst.util.record import record
 
 from .analysis import Analysis, MethodStyle, Reader, ReaderKind, buffer_devices
 from .derived import DerivedCopy, DerivedStatus, derived_copies
+from pte_devconst.program.labels import value_name
 
 if TYPE_CHECKING:
     from .names import ProgramNames
@@ -250,7 +251,7 @@ def summarize(source: PteFile, analysis: Analysis, names: Optional["ProgramNames
                 counts[mid] = counts.get(mid, 0) + 1
                 if value.has_initial_data:
                     initial.append(InitialDataSummary(
-                        index, value.fqn or f"value {index}", value.nbytes, mid, value.allocation_info.memory_offset,
+                        index, value_name(value.fqn, index), value.nbytes, mid, value.allocation_info.memory_offset,
                         str(value.device),
                         BytesLocation.EXTERNAL if value.is_external else BytesLocation.MUTABLE_SEGMENT))
         delegates = []
@@ -281,7 +282,7 @@ def summarize(source: PteFile, analysis: Analysis, names: Optional["ProgramNames
             for c in method.constants
         )
         chains = tuple(
-            FoldSummary(f.result, f.source, f.source_tensor.fqn or f"value {f.source}",
+            FoldSummary(f.result, f.source, value_name(f.source_tensor.fqn, f.source),
                         tuple(step.describe() for step in f.steps), str(f.device), f.delegates, f.nbytes,
                         f.bytes_per_call, f.problem or ("duplicate" if f.duplicate else "foldable"))
             for f in (folds.chains if folds else ()))

@@ -33,6 +33,7 @@ import hashlib
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from pte_devconst.util.units import plural
 from pte_devconst.schema import model as m
 from pte_devconst.program.etrecord import RecordedConstant, RecordedMethod, RecordedValue, output_keys
 from pte_devconst.program.executorch import method_name
@@ -127,8 +128,8 @@ def match_names(source: PteFile, recorded: Mapping[str, RecordedMethod], origin:
                      f"{', '.join(map(repr, foreign))}: its inputs, outputs or constants differ): is it the "
                      "ETRecord of this export?")
     if unnamed > foreign_unnamed:
-        notes.append(f"{unnamed - foreign_unnamed} constant(s) not named: {origin} does not tell them apart with "
-                     "certainty")
+        notes.append(f"{plural(unnamed - foreign_unnamed, 'constant')} not named: {origin} does not tell them apart "
+                     "with certainty")
     return ProgramNames(by_plan, origin, unnamed, tuple(notes), inputs, outputs)
 
 

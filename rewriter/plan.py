@@ -448,6 +448,28 @@ def skip_reason(device: Optional[Device], nbytes: int, options: RewriteOptions) 
     return None
 
 
+def devices_used(program: m.Program, analysis: Analysis) -> tuple[str, ...]:
+    """The non-CPU devices a program uses: its delegates' target devices, its planned buffers' devices and the
+    devices its host-to-device copies go to (what ``--device`` can select)."""
+    used: set[Optional[Device]] = {d.device for method in analysis.methods for d in method.delegates}
+    used |= {t.device for method in analysis.methods for t in method.transfers}
+    for plan in program.execution_plan or ():
+        used |= set(plan.buffer_devices().values())
+    return tuple(sorted(str(d) for d in used if d is not None and not d.is_cpu))
+
+
+def selection_unused(used: tuple[str, ...], options: RewriteOptions) -> Optional[str]:
+    """Why ``--device`` selects nothing in a program using ``used`` (None: it selects a device the program uses,
+    or every device): the one rule by which ``rewrite`` refuses a selection that would move nothing."""
+    if options.devices is None:
+        return None
+    selected = sorted(str(d) for d in options.devices)
+    if set(selected) & set(used):
+        return None
+    return (f"--device {','.join(selected)}: the program uses none of the devices selected (it uses "
+            f"{', '.join(used) or 'no device'}): nothing would move, so nothing was written")
+
+
 def _skip_reason(verdict: ConstantVerdict, options: RewriteOptions) -> Optional[str]:
     return skip_reason(verdict.device, verdict.nbytes, options)
 

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from pte_devconst.util.atomic import atomic_output, check_destination
-from pte_devconst.util.errors import FormatError, PteDevconstError, ReportedError, UnsupportedProgramError
+from pte_devconst.util.errors import (DeviceNotUsedError, FormatError, PteDevconstError, ReportedError,
+                                      UnsupportedProgramError)
 from pte_devconst.schema import model as m
 from pte_devconst.schema.limits import over_runtime_limits
 from pte_devconst.schema.ptd_file import PtdFile
@@ -32,7 +33,7 @@ from .load import analyze_opened, opened
 from .fold import fold_refusals, need_torch
 from .flows import MethodFlows, plan_residents, program_flows
 from .names import ProgramNames, named_program
-from .plan import FoldGain, RewriteOptions, RewritePlan, make_plan, safe_fold_gain
+from .plan import FoldGain, RewriteOptions, RewritePlan, devices_used, make_plan, safe_fold_gain, selection_unused
 from .request import Namer, RewriteRequest, VerifyMode
 from .verify import check_copy, check_rewrite, read_back
 from .verify_bytes import WriteRecipe
@@ -55,6 +56,7 @@ class RewriteResult:
     data: Optional[bytes] = None  # the rewritten program, for a program rewritten in memory (output is None)
     names: Optional[ProgramNames] = None  # where the constants' names in the plan came from (an ETRecord)
     flows: tuple[MethodFlows, ...] = ()  # the input's per-call copies, and which the rewrite removes (the picture)
+    devices: tuple[str, ...] = ()  # the non-CPU devices the program uses (what --device can select)
 
     @property
     def changed(self) -> bool:
@@ -133,17 +135,21 @@ def rewrite(request: RewriteRequest, progress: Optional[Progress] = None,
     with opened(request.source, request.ptd) as (source, data):
         found = request.names(source) if request.names is not None else None
         plan, program = _plan(source, data, request.options, found)
+        used = devices_used(program, plan.analysis)
+        unused = selection_unused(used, request.options)
+        if unused:  # a mistyped --device would write an identical copy: a silent no-op
+            raise DeviceNotUsedError(unused, used=used, file=where)
         removed = sum(len(edit.removed) for edit in plan.methods)
         gain = None if request.options.fold else safe_fold_gain(program, plan.analysis, request.options, plain=plan)
         flows = program_flows(program, plan.analysis, plan_residents(plan))
         if request.dry_run:
             return RewriteResult(where, None, plan, source.size, None, removed, fold_gain=gain, names=found,
-                                 flows=flows)
+                                 flows=flows, devices=used)
         if source_path is None:
             output = (bytes(request.source) if plan.is_empty
                       else _rewrite_into_memory(source, data, plan, progress, full, phase))
             return RewriteResult(where, None, plan, source.size, len(output), removed, request.verify, gain, output,
-                                 found, flows)
+                                 found, flows, used)
         destination = request.destination
         assert destination is not None
         try:
@@ -154,7 +160,7 @@ def rewrite(request: RewriteRequest, progress: Optional[Progress] = None,
         except ReportedError as error:
             raise error.with_file(where) from None  # e.g. the input shrank while it was copied
     return RewriteResult(where, str(destination), plan, source.size, size, removed, request.verify, gain,
-                         names=found, flows=flows)
+                         names=found, flows=flows, devices=used)
 
 
 def _phase(phase: Optional[Phase], what: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 from pte_devconst.util.jsonable import to_jsonable
+from pte_devconst.program.labels import value_name
 
 if TYPE_CHECKING:
     from .analysis import ConstantVerdict, MethodAnalysis
@@ -36,7 +37,7 @@ def fold_json(fold: "FoldPlacement") -> dict[str, Any]:
     """One folded chain (or device copy of a shared constant)."""
     chain = fold.chain
     return {"value": fold.value, "new_value": fold.appended, "result": chain.result, "source": chain.source,
-            "source_name": chain.source_tensor.fqn or f"value {chain.source}", "duplicate": chain.duplicate,
+            "source_name": value_name(chain.source_tensor.fqn, chain.source), "duplicate": chain.duplicate,
             "kernels": [{"kernel": s.kernel, "chain": s.chain, "instruction": s.instruction, "output": s.output}
                         for s in chain.steps],
             "device": chain.device, "delegates": list(chain.delegates), "nbytes": fold.nbytes,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import io
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,7 @@ import torch
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.pte_file import ProgramBytes
+from pte_devconst.util.atomic import atomic_output, write_all
 from pte_devconst.util.errors import PteDevconstError
 
 from .copies import LOAD, CopyEvent, PhaseCopies
@@ -159,6 +161,18 @@ def load_torch_file(path: str | Path, what: str) -> Any:
     except Exception as error:  # noqa: BLE001 - pickle/zip errors of many kinds
         raise PteDevconstError(f"cannot read {what} (expected a torch.save file): "
                                f"{' '.join(str(error).split())[:200]}", file=str(path)) from None
+
+
+def save_outputs(result: RunResult, path: str | Path) -> None:
+    """Every call's outputs, on the host, as ``{method: [(output, ...) per call]}``: the layout ``validate
+    --expected`` and ``calls_from`` read.  Written atomically (a failure leaves the destination untouched)."""
+    def host(value: Any) -> Any:
+        return value.detach().to("cpu").clone() if isinstance(value, torch.Tensor) else value
+
+    buffer = io.BytesIO()
+    torch.save({result.method: [tuple(host(v) for v in call.outputs) for call in result.calls]}, buffer)
+    with atomic_output(path) as fd:
+        write_all(fd, buffer.getbuffer())
 
 
 def calls_from(data: Any, method: str, what: str, path: str = "") -> list[tuple[Any, ...]]:

@@ -50,6 +50,9 @@ from pte_devconst.program.memory import layout_problems, storage_groups
 from pte_devconst.program.moves import moved_values
 from pte_devconst.program.regions import IntervalIndex, planned_region
 from pte_devconst.util.errors import PteDevconstError
+from pte_devconst.util.exit_code import ExitCode
+from pte_devconst.util.named_enum import NamedEnum
+from pte_devconst.util.units import exact_bytes, listing, plural
 from pte_devconst.program.executorch import COPY_KERNELS
 from pte_devconst.schema.pte_file import ProgramBytes, PteFile, open_pte
 
@@ -59,6 +62,7 @@ from pte_devconst.program.dtypes import dtype_name
 from .profiling import ProfiledCopies
 from .run import RunResult, calls_from, load_torch_file, run_program, synthetic_inputs
 from .transcript import BoundaryDifference, Resident, compare_transcripts, replaced_origins, summarize
+from pte_devconst.program.labels import constant_label, value_name
 
 MAX_DIFFERENCES_IN_JSON = 100
 BOUNDARY_CHECK = "delegate boundaries match"
@@ -97,6 +101,22 @@ class Status(str, Enum):
     PASS = "pass"
     FAIL = "fail"
     SKIPPED = "skipped"  # not checked, for the reason in the detail; never fails validate
+
+
+class Verdict(NamedEnum):
+    """What a validation says in one word, with its exit code (docs/cli.md, "Exit codes")."""
+
+    PASS = "pass"  # every check passed, and something moved
+    FAIL = "fail"  # a check failed
+    NOTHING_MOVED = "nothing moved"  # no check failed, but nothing moved: there is no rewrite to vouch for
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return {Verdict.PASS: ExitCode.OK, Verdict.FAIL: ExitCode.FINDINGS}.get(self, ExitCode.UNKNOWN)
+
+
+NOTHING_MOVED = ("no constant of the first program lives in device memory in the second, so there is no rewrite "
+                 "to validate (is the second file the first one's rewrite?)")
 
 
 @dataclass(frozen=True)
@@ -191,11 +211,19 @@ class ValidationResult:
 
     @property
     def passed(self) -> bool:
+        """No check failed (``verdict`` also says whether anything moved)."""
         return all(method.passed for method in self.methods)
+
+    @property
+    def verdict(self) -> Verdict:
+        if not self.passed:
+            return Verdict.FAIL
+        return Verdict.PASS if any(mv.moved for mv in self.methods) else Verdict.NOTHING_MOVED
 
     def to_json(self) -> dict[str, Any]:
         return {
             "original": self.original, "rewritten": self.rewritten, "passed": self.passed,
+            "verdict": self.verdict.value, "exit_code": int(self.verdict.exit_code),
             "devices": "simulated" if self.simulated else "real", "calls": self.calls,
             "opaque_delegates": "all" if self.opaque_forced else "missing executors",
             "warnings": list(self.warnings),
@@ -298,7 +326,8 @@ def static_checks(original: m.ExecutionPlan, rewritten: m.ExecutionPlan, moved: 
         checks.append(Check(LAYOUT_CHECK, Status.SKIPPED, f"the input's layout has the same kind of problem: "
                             f"{problems[0]}"))
     else:
-        checks.append(Check.of(LAYOUT_CHECK, not problems, "; ".join(problems[:3]) or "every device buffer"))
+        checks.append(Check.of(LAYOUT_CHECK, not problems,
+                               listing(problems, 3, conjunction="; ") or "every device buffer"))
     values = rewritten.values or ()
     moved_ids = {c.held_by for c in moved}
     by_buffer: dict[int, list[tuple[int, int, int]]] = {}
@@ -331,7 +360,8 @@ def static_checks(original: m.ExecutionPlan, rewritten: m.ExecutionPlan, moved: 
                     writes.append(f"delegate {site.delegate_index} at instruction {site.instruction} writes value "
                                   f"{out} (argument {pos})" + ("" if hit == out else f", which shares bytes with "
                                                                                       f"moved value {hit}"))
-    checks.append(Check.of(WRITES_CHECK, not writes, "; ".join(writes[:3]) or f"{slots} delegate output slots"))
+    checks.append(Check.of(WRITES_CHECK, not writes, listing(writes, 3, conjunction="; ") or plural(
+        slots, "delegate output slot")))
     return checks
 
 
@@ -475,7 +505,7 @@ def _outputs_equal(a: Sequence[Any], b: Sequence[Any], exact: bool, rtol: Option
         elif (tolerance := output_tolerance(x.dtype, rtol, atol)).exact:
             if not torch.equal(x, y):
                 wrong = int((x != y).sum())
-                return (f"{label}: {wrong} of {x.numel()} {tolerance.dtype} element(s) differ "
+                return (f"{label}: {wrong:,} of {plural(x.numel(), f'{tolerance.dtype} element')} differ "
                         f"(compared exactly; max |diff| {_max_abs_diff([x], [y]):.3g})")
         elif not torch.allclose(x.double(), y.double(), rtol=tolerance.rtol, atol=tolerance.atol, equal_nan=True):
             return (f"{label}: differs beyond rtol={tolerance.rtol:g}, atol={tolerance.atol:g} "
@@ -576,10 +606,11 @@ def _check_method(name: str, before: RunResult, after: RunResult, moved: list[Mo
     what = "moved and folded values" if any(c.folded for c in moved) else "moved constants"
     once, first_call_events = _copied_once(name, after, moved)
     folded = sum(1 for c in moved if c.folded)
-    counted = f"{len(moved) - folded} constant(s)" + (f" and {folded} folded value(s)" if folded else "")
+    counted = plural(len(moved) - folded, "constant") + (f" and {plural(folded, 'folded value')}" if folded else "")
     when = " and ".join(sorted({"on the first call" if c.first_call else "at load" for c in moved})) or "at load"
-    checks.append(Check.of(f"{what} copied to their device once", not once,
-                           "; ".join(once) or f"{counted}, {sum(c.nbytes for c in moved)} B, {when}"))
+    checks.append(_vacuous_if_none_moved(moved, Check.of(
+        f"{what} copied to their device once", not once,
+        "; ".join(once) or f"{counted}, {exact_bytes(sum(c.nbytes for c in moved))}, {when}")))
     resident = {c.held_by: c.resident for c in moved}
     calls: list[CallComparison] = []
     per_call_problems, drop_problems = [], []
@@ -596,22 +627,22 @@ def _check_method(name: str, before: RunResult, after: RunResult, moved: list[Mo
                  if e.source_value in origins | set(resident) | {c.held_by for c in moved} and id(e) not in owed]
         if still:
             sources = sorted({e.source_value for e in still if e.source_value is not None})
-            per_call_problems.append(f"call {i}: {len(still)} copies ({sum(e.nbytes for e in still)} B) "
-                                     f"of values {sources}")
+            per_call_problems.append(f"call {i}: {plural(len(still), 'copy')} "
+                                     f"({exact_bytes(sum(e.nbytes for e in still))}) of values {sources}")
         drop = a.copies.h2d.nbytes - b.copies.h2d.nbytes
         expected_drop = moved_before - sum(e.nbytes for e in first_copies)
         if drop != expected_drop:
-            drop_problems.append(f"call {i}: fell by {drop} B, expected {expected_drop} B")
+            drop_problems.append(f"call {i}: fell by {exact_bytes(drop)}, expected {exact_bytes(expected_drop)}")
         calls.append(CallComparison(i, a.copies.h2d.nbytes, b.copies.h2d.nbytes, moved_before, a.copies.d2h.nbytes,
                                     b.copies.d2h.nbytes, a.wall_s, b.wall_s, _max_abs_diff(a.outputs, b.outputs),
                                     a.profiled, b.profiled, a.copies.constant_derived_h2d.nbytes,
                                     b.copies.constant_derived_h2d.nbytes))
-    checks.append(Check.of(f"no per-call copies of {what}", not per_call_problems,
-                           "; ".join(per_call_problems) or f"{len(calls)} calls"))
+    checks.append(_vacuous_if_none_moved(moved, Check.of(f"no per-call copies of {what}", not per_call_problems,
+                                                         "; ".join(per_call_problems) or plural(len(calls), "call"))))
     last = calls[-1] if calls else None
-    checks.append(Check.of(f"per-call H2D bytes fell by the {what}' bytes", not drop_problems,
-                           "; ".join(drop_problems) or
-                           (f"{last.h2d_before} B -> {last.h2d_after} B per call" if last else "no calls")))
+    checks.append(_vacuous_if_none_moved(moved, Check.of(
+        f"per-call H2D bytes fell by the {what}' bytes", not drop_problems, "; ".join(drop_problems) or (
+            f"{exact_bytes(last.h2d_before)} -> {exact_bytes(last.h2d_after)} per call" if last else "no calls"))))
     tolerances = [(p, output_tolerance(x.dtype, rtol, atol)) for p, x in
                   enumerate(before.calls[0].outputs if before.calls else ()) if isinstance(x, torch.Tensor)]
     return MethodValidation(name, moved, exact, calls, before.load.h2d.nbytes, after.load.h2d.nbytes, checks,
@@ -628,7 +659,7 @@ def _copied_once(name: str, after: RunResult, moved: Sequence[MovedConstant]) ->
     later = [e for i in range(1, len(after.calls)) for e in _h2d(after.events, f"call {i}", name)
              if e.cause is Cause.H2D_KERNEL]
     for constant in moved:
-        label = f"{constant.name} (v{constant.value})" if constant.name else f"value {constant.value}"
+        label = constant_label(value_name(constant.name, constant.value), constant.value)
         if constant.first_call:
             copies = [e for e in first_call if e.destination_value == constant.held_by]
             again = [e for e in later if e.destination_value == constant.held_by]
@@ -645,6 +676,13 @@ def _copied_once(name: str, after: RunResult, moved: Sequence[MovedConstant]) ->
                             f"{sum(e.nbytes for e in copies)} B (expected 1 copy of {constant.nbytes} B to "
                             f"{constant.device})")
     return problems, first
+
+
+def _vacuous_if_none_moved(moved: Sequence[MovedConstant], check: Check) -> Check:
+    """A check of what moved, where nothing moved, proves nothing: skipped, saying so (a failure still fails)."""
+    if moved or check.status is Status.FAIL:
+        return check
+    return Check(check.name, Status.SKIPPED, "nothing moved in this method")
 
 
 def _reporter(progress: Optional[Callable[[int, int, str], None]], start: int, total: int, what: str, calls: int
@@ -749,9 +787,6 @@ def validate(original: str | Path | ProgramBytes, rewritten: str | Path | Progra
             "no output was compared with the expected outputs: every output depends on opaque delegates "
             f"({', '.join(backends)}), whose outputs are stand-ins, not the model's; run where their backends "
             "execute, or validate without --expected", file=expected_path)
-    warnings = []
-    if not any(mv.moved for mv in results):
-        warnings.append("nothing moved: no constant of the first program lives in device memory in the second, "
-                        "so these checks say nothing about a rewrite (is the second file the first one's rewrite?)")
+    warnings: list[str] = []
     return ValidationResult(str(original), str(rewritten), simulate_devices, calls, results, skipped, warnings,
                             opaque_delegates, rtol, atol)

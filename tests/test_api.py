@@ -100,7 +100,7 @@ def test_rewrite_diff_check_from_an_export_script(work_copy, tmp_path: Path) -> 
     _, document = invoke_json("rewrite", pte, "-o", tmp_path / "cli.pte")
     payload = json.loads(json.dumps(result.to_json()))
     assert {k: v for k, v in payload.items() if k != "output"} == \
-        {k: v for k, v in document.items() if k not in ("output", "format_version", "command")}
+        {k: v for k, v in document.items() if k not in ("output", "format_version", "command", "tool_version")}
 
     changes = diff(pte, result.output)
     assert isinstance(changes, ProgramDiff) and changes.moved_constants == 1 and not changes.identical
@@ -177,7 +177,7 @@ def test_every_command_prints_its_results_own_json(tmp_path: Path) -> None:
 
     pte = pte_path("v_g_external_copy")
     data = ptd_path("v_g_external_copy")
-    envelope = ("format_version", "command")
+    envelope = ("format_version", "command", "tool_version")
     _, document = invoke_json("inspect", pte)
     assert {k: v for k, v in document.items() if k not in envelope} == json.loads(json.dumps(inspect(pte).to_json()))
     assert inspect(pte).ptd == str(data)  # the .ptd rule: NAME.ptd next to NAME.pte

@@ -259,7 +259,7 @@ def test_a_fold_that_would_expand_a_constant_to_64_gib_is_refused_alone(tmp_path
                  for i in written.program.execution_plan[0].chains[0].instructions if isinstance(i, m.KernelCall)]
     assert "aten::expand_copy" in names and "aten::select_copy" not in names, (kernels, names)
     hint = invoke("inspect", path, env={"COLUMNS": "400"})
-    assert "1 more tensor (512 bytes per call) would move with --fold" in hint.stdout, hint.stdout[-600:]
+    assert "1 more tensor (512 B per call) would move with --fold" in hint.stdout, hint.stdout[-600:]
 
 
 def test_the_fold_bound_keeps_ordinary_growth() -> None:

@@ -1,7 +1,8 @@
 """check's reports as GitHub shows them: the markdown of 60 programs fits a pull-request comment (65,536
 characters) and renders to HTML with the summary table first; a report of any size stays under the limit, the
-longest details cut with a line saying so; ``--format github`` annotates each file once, at most 10 files unless
-asked; ``--format sarif`` is structurally SARIF 2.1.0; ``--output-format`` is ``--format``."""
+longest details cut with a line saying so; ``--format github`` annotates each file and rule once, at most 10 of
+each level unless asked; ``--format sarif`` is structurally SARIF 2.1.0, one result per file and rule;
+``--output-format`` is ``--format``."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ import pytest
 
 from conftest import CORPUS, EXAMPLES
 from pte_devconst.api import CheckReport, FileCheck, Finding
-from pte_devconst.cli.check_cmd import MARKDOWN_LIMIT, render_github, render_markdown, sarif_document
+from pte_devconst.cli.check_cmd import render_github, sarif_document
+from pte_devconst.cli.check_cmd import render_markdown as markdown_lines
+from pte_devconst.cli.formats import View, capped
+from pte_devconst.cli.markdown import MARKDOWN_LIMIT
 
 LIMIT = 65_536  # GitHub's limit on a pull-request comment
 
@@ -37,6 +41,16 @@ def sixty(tmp_path_factory: pytest.TempPathFactory) -> Path:
         source = sources[index % len(sources)]
         shutil.copy(source, folder / f"team{index // 10}_{index:02d}_{source.name}")
     return folder
+
+
+def render_markdown(report: CheckReport, limit: int = MARKDOWN_LIMIT) -> str:
+    return "\n".join(markdown_lines(report, View(), limit))
+
+
+def github(report: CheckReport, most: int = 10) -> list[str]:
+    """The github format's lines as ``Output`` prints them: the annotations capped per level, then the summary."""
+    rendered = render_github(report, View(max_annotations=most))
+    return capped(rendered.annotations, most) + rendered.lines
 
 
 def _html(markdown: str) -> str:
@@ -78,12 +92,11 @@ def test_markdown_stays_under_the_limit_and_says_what_was_cut(files: int, findin
     report = _report(files, findings)
     markdown = render_markdown(report)
     assert MARKDOWN_LIMIT == LIMIT and len(markdown) < LIMIT
-    assert "characters (" in markdown and "cut to keep the report under 65,536" in markdown \
-        or "more file(s)" in markdown
+    assert "characters) left out to keep the report under 65,536" in markdown or "more files" in markdown
     html = _html(markdown)
     assert html.index("<table>") < html.index("<details>") if "<details>" in html else "<table>" in html
     assert markdown.count("<details>") == markdown.count("</details>")  # every block closed, cut or not
-    cuts = [int(n.replace(",", "")) for n in re.findall(r"… ([\d,]+) characters", markdown)]
+    cuts = [int(n.replace(",", "")) for n in re.findall(r"more lines? \(([\d,]+) characters\)", markdown)]
     if cuts:  # what was cut plus what is shown is the whole
         assert len(render_markdown(report, limit=10 ** 9)) > len(markdown) + sum(cuts) * 0.9
 
@@ -91,29 +104,33 @@ def test_markdown_stays_under_the_limit_and_says_what_was_cut(files: int, findin
 def test_markdown_is_whole_when_it_fits() -> None:
     report = _report(4, 3)
     markdown = render_markdown(report)
-    assert "cut" not in markdown and markdown.count("<details>") == 4
+    assert "left out" not in markdown and markdown.count("<details>") == 4
     assert markdown == render_markdown(report, limit=10 ** 9)
 
 
 def test_github_annotates_each_file_once_at_most_ten_unless_asked() -> None:
     report = _report(25, 3)
-    lines = render_github(report).splitlines()
+    lines = github(report)
     annotations = [line for line in lines if line.startswith("::")]
     assert len(annotations) == 10
     # The worst first: files whose every third... (index % 3 == 0) copy four times as many constants.
-    assert all("12 constant(s)" in line for line in annotations[:9])
-    assert "15 more file(s) with findings not annotated (--max-annotations 25 shows them all)" in lines
-    every = [line for line in render_github(report, 0).splitlines() if line.startswith("::")]
+    assert all("12 constants" in line for line in annotations[:9])
+    assert "15 more errors not annotated (GitHub shows 10 of each level per step; --max-annotations 25 shows them " \
+           "all)" in lines
+    every = [line for line in github(report, 0) if line.startswith("::")]
     assert len(every) == 25 and len({line.split(",")[0] for line in every}) == 25  # one per file
     clean = CheckReport((FileCheck("models/ok.pte", None, 3, ()),), 0)
-    assert not [line for line in render_github(clean).splitlines() if line.startswith("::")]  # no notices
+    assert not [line for line in github(clean) if line.startswith("::")]  # nothing found, nothing annotated
 
 
 def test_max_annotations_on_the_command_line(sixty: Path) -> None:
     default = cli(sixty.parent, "check", "models", "--output-format", "github")
-    assert len([line for line in default.stdout.splitlines() if line.startswith("::")]) == 10
+    levels = [line.split(" ", 1)[0] for line in default.stdout.splitlines() if line.startswith("::")]
+    assert levels.count("::error") == 10 and levels.count("::notice") == 10  # findings, then what stays
+    assert levels == sorted(levels, key=["::error", "::warning", "::notice"].index)  # findings before notices
     three = cli(sixty.parent, "check", "models", "--format", "github", "--max-annotations", "3")
-    assert len([line for line in three.stdout.splitlines() if line.startswith("::")]) == 3
+    levels = [line.split(" ", 1)[0] for line in three.stdout.splitlines() if line.startswith("::")]
+    assert levels == ["::error"] * 3 + ["::notice"] * 3  # every level capped
 
 
 def _assert_sarif(document: dict) -> None:
@@ -137,7 +154,7 @@ def _assert_sarif(document: dict) -> None:
             assert suppression["kind"] in ("inSource", "external") and suppression["justification"]
 
 
-def test_sarif_is_one_result_per_finding_with_rule_ids_and_file_locations(tmp_path: Path) -> None:
+def test_sarif_is_one_result_per_file_and_rule_with_rule_ids_and_file_locations(tmp_path: Path) -> None:
     (tmp_path / "models").mkdir()
     shutil.copy(EXAMPLES / "mlp_copy.pte", tmp_path / "models" / "my detector.pte")
     shutil.copy(EXAMPLES / "mlp_cpu.pte", tmp_path / "models" / "classifier.pte")
@@ -147,14 +164,18 @@ def test_sarif_is_one_result_per_finding_with_rule_ids_and_file_locations(tmp_pa
     document = json.loads(done.stdout)
     _assert_sarif(document)
     results = document["runs"][0]["results"]
-    copied = [r for r in results if r["ruleId"] == "PDC001"]
-    assert len(copied) == 4 and {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in copied} \
-        == {"models/my%20detector.pte"}
-    assert [r["properties"]["bytesPerCall"] for r in copied] == [2048, 128, 1024, 32]
+    (copied,) = [r for r in results if r["ruleId"] == "PDC001"]  # one result for the file's four constants
+    assert copied["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "models/my%20detector.pte"
+    assert [c["bytesPerCall"] for c in copied["properties"]["constants"]] == [2048, 128, 1024, 32]
+    assert copied["properties"]["bytesPerCall"] == 3232 and "4 values (3,232 B per call)" in copied["message"]["text"]
+    assert "value 0 in forward (2,048 B per call to cuda:0)" in copied["message"]["text"]
     (broken,) = [r for r in results if r["ruleId"] == "PDC004"]
     assert broken["level"] == "error" and broken["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] \
         == "models/broken.pte"
-    assert document["runs"][0]["invocations"][0] == {"executionSuccessful": False, "exitCode": 2}
+    invocation = document["runs"][0]["invocations"][0]
+    assert (invocation["executionSuccessful"], invocation["exitCode"]) == (False, 2)
+    again = json.loads(cli(tmp_path, "check", "models", "--format", "sarif").stdout)["runs"][0]["results"]
+    assert [r["partialFingerprints"] for r in again] == [r["partialFingerprints"] for r in results]  # stable
     _assert_sarif(sarif_document(_report(3, 2)))
 
 

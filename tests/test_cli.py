@@ -189,7 +189,7 @@ def test_lines_naming_a_file_stay_whole_in_a_narrow_terminal(work_copy) -> None:
     out = pte.with_name("v_f_multi_method_copy.devconst.pte")
     narrow = {"COLUMNS": "40"}
     inspect = invoke("inspect", pte, env=narrow).stdout.splitlines()
-    assert inspect[0].startswith(f"{pte}: ") and inspect[0].endswith("method(s)"), inspect[0]
+    assert inspect[0].startswith(f"{pte}: ") and inspect[0].endswith("2 methods"), inspect[0]
     rewrite = invoke("rewrite", pte, env=narrow).stdout.splitlines()
     assert rewrite[-1].startswith(f"wrote {out} ("), rewrite[-1]
     assert rewrite[-1].endswith("re-read and checked; needs ExecuTorch >= 1.6 (device initial data; for a 1.5 "

@@ -34,7 +34,7 @@ def test_check_passes_but_says_what_stays_copied_and_why(rewritten: Path) -> Non
     assert result.exit_code == 0, result.output
     assert "no constant is copied" not in result.stdout
     assert "nothing left that the rewrite can move" in result.stdout
-    assert ("1 constant-derived value(s) still copied to a device on every call that the rewrite cannot move "
+    assert ("1 constant-derived value still copied to a device on every call that the rewrite cannot move "
             "(96 B per call): 1 read by host kernel aten::mul.out (--strict fails on them)") in " ".join(
         result.stdout.split())
 
@@ -55,8 +55,8 @@ def test_strict_fails_on_what_stays_and_lists_each_with_its_reason(rewritten: Pa
     assert doc["findings"] == 0 and doc["stays"] == 1 and doc["stays_bytes_per_call"] == 96
     (entry,) = doc["files"]
     assert entry["status"] == "findings"
-    assert entry["stays"] == [{"method": "forward", "value": 0, "name": "value 0", "device": "cuda:0", "nbytes": 96,
-                               "copies_per_call": 1, "bytes_per_call": 96,
+    assert entry["stays"] == [{"rule": "PDC002", "method": "forward", "value": 0, "name": "value 0", "device": "cuda:0",
+                               "nbytes": 96, "copies_per_call": 1, "bytes_per_call": 96,
                                "reason": "read by host kernel aten::mul.out"}]
 
 
@@ -82,8 +82,8 @@ def test_strict_passes_where_nothing_constant_derived_is_copied(tmp_path: Path) 
 
 def test_inspect_separates_what_can_move_from_what_stays(rewritten: Path) -> None:
     before = invoke("inspect", pte_path("v_c_shared_host_copy"), env=WIDE).stdout
-    assert "1 constant(s) could move to device memory, saving 96 B" in before
-    assert "1 constant-derived value(s) stay copied to a device on every call (96 B per call); the rewrite " \
+    assert "1 constant could move to device memory, saving 96 B" in before
+    assert "1 constant-derived value stays copied to a device on every call (96 B per call); the rewrite " \
            "cannot move them: 1 read by host kernel aten::mul.out." in before
     after = invoke("inspect", rewritten, env=WIDE).stdout
     assert "No constant is copied" not in after and "could move" not in after
@@ -97,22 +97,25 @@ def test_inspect_separates_what_can_move_from_what_stays(rewritten: Path) -> Non
 def test_check_markdown_lists_what_stays(rewritten: Path) -> None:
     result = invoke("check", rewritten, pte_path("v_c_shared_host_copy"), "--format", "markdown")
     assert result.exit_code == 1
-    assert "**Copied on every call; the rewrite cannot move them:**" in result.stdout
+    assert "**PDC002 copy-stays** (note): copied on every call; the rewrite cannot move them:" in result.stdout
     assert result.stdout.count("| read by host kernel aten::mul.out |") == 2
 
 
 # --- --format github ------------------------------------------------------------------------------
 
-def test_github_format_is_one_annotation_per_file_with_findings(rewritten: Path) -> None:
+def test_github_format_is_one_annotation_per_file_and_rule(rewritten: Path) -> None:
     copying = pte_path("v_c_shared_host_copy")
     result = invoke("check", copying, rewritten, "--format", "github")
     assert result.exit_code == 1  # exit codes do not change with the format
     lines = result.stdout.splitlines()
-    assert lines[0] == (f"::error file={copying},title=pte-devconst%3A 1 constant(s) copied on every call::1 "
-                        "constant(s) copied to a device on every call (96 B per call); the largest: forward: value 2, "
-                        f"96 B per call to cuda:0. Fix: pte-devconst rewrite --in-place {copying}.")
-    # What stays without --strict fails nothing: no annotation (no notices for files without findings).
-    assert [line for line in lines if line.startswith("::")] == [lines[0]]
+    assert lines[0] == (f"::error file={copying},title=pte-devconst PDC001 copied-every-call%3A 1 constant copied "
+                        "on every call::1 constant copied to a device on every call (96 B per call); the largest: "
+                        f"forward: value 2, 96 B per call to cuda:0. Fix: pte-devconst rewrite --in-place {copying}.")
+    # What stays without --strict fails nothing: a notice per file (rule PDC002 at its advisory level), after the
+    # findings.
+    annotations = [line for line in lines if line.startswith("::")]
+    assert [line.split(" ", 1)[0] for line in annotations] == ["::error", "::notice", "::notice"]
+    assert all("PDC002 copy-stays" in line for line in annotations[1:])
     assert not lines[-1].startswith("::")  # the summary, a plain log line
     strict = invoke("check", rewritten, "--format", "github", "--strict")
     assert strict.exit_code == 1 and strict.stdout.startswith(f"::error file={rewritten},")
@@ -129,7 +132,7 @@ def test_github_format_warns_on_unknown_and_errors_on_unreadable(tmp_path: Path)
     assert result.exit_code == 2
     warnings = [line for line in result.stdout.splitlines() if line.startswith("::warning ")]
     (warning,) = warnings  # one per file: its two constants not judged, with the totals
-    assert "2 external constant(s) not judged" in warning
+    assert "2 constant-derived values not judged" in warning
     assert "put model.ptd next to it or pass --ptd FILE.ptd" in warning
     (error,) = [line for line in result.stdout.splitlines() if line.startswith("::error ")]
     # ',' and ':' end a property, so a file name holding them is escaped there (%2C, %3A), not in the message
@@ -151,4 +154,6 @@ def test_strict_fails_on_external_constants_not_judged(tmp_path: Path) -> None:
     assert invoke("check", lone).exit_code == 3
     strict = invoke("check", lone, "--strict", "--format", "github")
     assert strict.exit_code == 1
-    assert [line.split(" ", 1)[0] for line in strict.stdout.splitlines() if line.startswith("::")] == ["::error"]
+    annotations = [line for line in strict.stdout.splitlines() if line.startswith("::")]
+    assert [line.split(" ", 1)[0] for line in annotations] == ["::error", "::error"]  # not judged, and what stays
+    assert "PDC003 not-judged" in annotations[0] and "PDC002 copy-stays" in annotations[1]

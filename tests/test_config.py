@@ -69,17 +69,16 @@ def test_accepted_findings_pass_and_show_in_every_format(tmp_path: Path) -> None
     assert text.returncode == 0, text.stdout + text.stderr
     assert "4 accepted" in text.stdout and "kept for the CPU fallback" in text.stdout
     concise = cli(root, "check", "--output-format", "concise")
-    assert concise.returncode == 0 and f"models/{COPYING}: ok (4 constant(s); 4 accepted)" in concise.stdout
+    assert concise.returncode == 0 and f"models/{COPYING}: ok (4 constants; 4 accepted)" in concise.stdout
     markdown = cli(root, "check", "-f", "markdown").stdout
     assert "**Accepted (the project's config):**" in markdown and markdown.count("kept for the CPU fallback") == 4
     assert f"| <code>models/{COPYING}</code> | ✅ ok | 0 | 0 B | 0 | 4 |" in markdown
     github = cli(root, "check", "--format", "github").stdout
     assert "::error" not in github and "4 accepted by the project's config" in github
     sarif = json.loads(cli(root, "check", "--format", "sarif").stdout)
-    results = sarif["runs"][0]["results"]
-    assert len(results) == 4 and all(r["suppressions"] == [{"kind": "external",
-                                                            "justification": "kept for the CPU fallback"}]
-                                     for r in results)
+    (result,) = sarif["runs"][0]["results"]  # one per file and rule: the four constants in its properties
+    assert result["ruleId"] == "PDC001" and len(result["properties"]["accepted"]) == 4
+    assert result["suppressions"] == [{"kind": "external", "justification": "kept for the CPU fallback"}]
 
 
 def test_an_accepted_constant_is_a_pattern_and_paths_are_the_configs(tmp_path: Path) -> None:
@@ -115,7 +114,7 @@ def test_the_command_line_overrides_the_config(tmp_path: Path) -> None:
 def test_isolated_and_config_file(tmp_path: Path) -> None:
     root = repo(tmp_path, '[tool.pte-devconst]\npaths = ["models"]\nmin-bytes = 1000000\n')
     isolated = cli(root, "check", "--isolated")
-    assert isolated.returncode == 2 and "Missing argument 'FILES...'" in isolated.stderr  # no config: no paths
+    assert isolated.returncode == 2 and "Missing argument 'FILE...'" in isolated.stderr  # no config: no paths
     assert cli(root, "check", "models", "--isolated").returncode == 1  # nor its min-bytes
     other = root / "ci" / "gate.toml"  # a file of its own is read at its top level, relative to its folder
     other.parent.mkdir()

@@ -628,14 +628,14 @@ def test_the_fixing_hook_rewrites_in_place_fails_once_then_passes(tmp_path: Path
     assert check.returncode == 1
     # One line per file, then the summary (the tables with -v).
     assert check.stdout.splitlines()[:3] == [
-        f"{copying}: 4 constant(s) copied to a device on every call (3.2 KiB per call); fix: pte-devconst "
-        f"rewrite --in-place '{copying}'", f"{clean}: ok (4 constant(s))", f"{other}: ok (4 constant(s))"]
+        f"{copying}: 4 constants copied to a device on every call (3.2 KiB per call); fix: pte-devconst "
+        f"rewrite --in-place '{copying}'", f"{clean}: ok (4 constants)", f"{other}: ok (4 constants)"]
     assert len(check.stdout.splitlines()) == 4
     before = (repo / clean).read_bytes()
     first = _entry(hooks["pte-devconst-rewrite"], staged, repo)
     assert first.returncode == 1, first.stderr  # it changed a file: the user re-stages it
     assert first.stdout.splitlines() == [
-        f"{copying}: 4 tensor(s) moved to device memory (3.2 KiB fewer host-to-device bytes per call); "
+        f"{copying}: 4 tensors moved to device memory (3.2 KiB fewer host-to-device bytes per call); "
         "rewritten in place; needs ExecuTorch >= 1.6 (device initial data; for a 1.5 runtime: --runtime 1.5)",
         f"{clean}: nothing to move", f"{other}: nothing to move"]
     changed = subprocess.run(["git", "status", "--porcelain", "-z"], cwd=repo, capture_output=True, text=True).stdout
@@ -706,7 +706,7 @@ def test_the_hooks_read_the_projects_config(tmp_path: Path) -> None:
     hooks = _hooks()
     check = _entry(hooks["pte-devconst-check"], staged, repo)
     assert check.returncode == 0, check.stdout
-    assert f"models/{COPYING}: ok (4 constant(s); 4 accepted)" in check.stdout
+    assert f"models/{COPYING}: ok (4 constants; 4 accepted)" in check.stdout
     pyproject.write_text(pyproject.read_text().split("[[tool")[0] + f'exclude = ["models/{COPYING}"]\n')
     assert _entry(hooks["pte-devconst-check"], staged, repo).returncode == 0
     only = _entry(hooks["pte-devconst-check"], [f"models/{COPYING}"], repo)  # nothing left to check: passes

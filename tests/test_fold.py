@@ -80,7 +80,7 @@ def test_inspect_shows_each_chain_and_the_constant_verdict() -> None:
         (1, ["permute_copy at #7"], "foldable"), (2, ["permute_copy at #8"], "foldable")]
     assert report["fold_hint"] == {"tensors": 8, "bytes_per_call": 13312}
     text = invoke("inspect", REAL / "gpt2_mm_copy.pte").stdout
-    assert "1 more tensor (4,096 bytes per call) would move with --fold" in text
+    assert "1 more tensor (4.0 KiB per call) would move with --fold" in text
     assert "chains of host kernels from constants to device readers" in text
 
 
@@ -399,7 +399,7 @@ def test_rewrite_fold_reports_every_folded_chain(tmp_path: Path) -> None:
     result = invoke("rewrite", source, "-o", tmp_path / "out.pte", "--fold")
     assert result.exit_code == 0, result.stderr
     assert "chains folded into device memory" in result.stdout
-    assert "permute_copy" in result.stdout and "1 folded value(s): 4.0 KiB of device memory" in result.stdout
+    assert "permute_copy" in result.stdout and "1 folded value: 4.0 KiB of device memory" in result.stdout
     code, report = invoke_json("rewrite", source, "--fold", "--dry-run")
     (fold,) = report["methods"][0]["folded"]
     assert (fold["source"], fold["kernels"][0]["instruction"], fold["bytes_per_call_saved"]) == (15, 7, 4096)
@@ -407,7 +407,7 @@ def test_rewrite_fold_reports_every_folded_chain(tmp_path: Path) -> None:
     markdown = invoke("rewrite", source, "--fold", "--dry-run", "--format", "markdown").stdout
     assert "Folded chains:" in markdown and "permute\\_copy at \\#7" in markdown  # markdown-escaped
     plain = invoke("rewrite", source, "--dry-run").stdout
-    assert "1 more tensor (4,096 bytes per call) would move with --fold" in plain
+    assert "1 more tensor (4.0 KiB per call) would move with --fold" in plain
 
 
 def test_check_fold_counts_chains_and_passes_once_they_folded(tmp_path: Path) -> None:
@@ -416,8 +416,8 @@ def test_check_fold_counts_chains_and_passes_once_they_folded(tmp_path: Path) ->
     report = check([source], fold=True)
     assert report.exit_code == 1 and len(report.findings) == 8 and report.bytes_per_call == 13312
     hint = invoke("check", source)
-    assert hint.exit_code == 0 and "8 more tensors (13,312 bytes per call) would move with --fold" in hint.stdout
-    assert "8 tensor(s) copied host-to-device on every call" in invoke("check", "--fold", source).stdout
+    assert hint.exit_code == 0 and "8 more tensors (13.0 KiB per call) would move with --fold" in hint.stdout
+    assert "8 tensors copied host-to-device on every call" in invoke("check", "--fold", source).stdout
     _, out = _folded(source, tmp_path)
     assert check([out], fold=True).passed and not check([out]).foldable
 

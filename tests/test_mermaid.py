@@ -73,7 +73,7 @@ def test_rewrite_and_diff_markdown_draw_before_and_after(tmp_path: Path) -> None
     assert [e[1] for e in before] == ["-->"] and "copied every call" in before[0][2]
     assert [e[1] for e in after] == ["==>"] and "loaded once" in after[0][2]
     group = diagram["nodes"][before[0][0]]
-    assert "proj.weight" in group and "proj.bias" in group and "2 value(s), 288 B" in group
+    assert "proj.weight" in group and "proj.bias" in group and "2 values, 288 B" in group
     assert diagram["nodes"][before[0][3]].startswith("cuda:0: delegate 1")
 
     diffed = invoke("diff", PTE, out, "--etrecord", RECORD, "--format", "markdown")
@@ -105,7 +105,7 @@ def test_a_large_method_shows_the_largest_groups_and_counts_the_rest() -> None:
     groups = [n for n in diagram["nodes"] if re.fullmatch(r"m0[ba]\d+", n)]
     assert len(groups) == 2 * GROUPS_SHOWN
     more = diagram["nodes"]["m0bM"]
-    assert more.startswith(f"{9 - GROUPS_SHOWN} more group(s): ")
+    assert more.startswith(f"{9 - GROUPS_SHOWN} more groups: ")
     biggest = diagram["nodes"]["m0b0"]
     assert "layers.299.weight" in biggest and "more<br/>" in biggest  # the largest first, the rest counted
     assert sum(len(v) for v in diagram["nodes"].values()) < 3000  # readable: bounded, whatever the model

@@ -196,7 +196,7 @@ def test_tensors_with_the_same_bytes_stay_unnamed() -> None:
             RecordedConstant("w", "float32", (8, 8), lambda: None)))}
         names = match_names(source, recorded, "test")
     assert names.name(0, 2) is None and names.name(0, 1) == "w"
-    assert names.unnamed == 3 and "3 constant(s) not named" in names.notes[-1]
+    assert names.unnamed == 3 and "3 constants not named" in names.notes[-1]
 
 
 def test_named_program_keeps_the_programs_own_names() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -238,11 +239,11 @@ def test_expected_outputs_that_compare_nothing_are_an_error(content: dict, tmp_p
 def test_integer_and_bool_outputs_compare_exactly() -> None:
     """Token ids all off by one are within any relative tolerance of large ids; they must not match."""
     ids = torch.tensor([50_000, 120_000, 250_000])
-    assert "3 of 3 int64 element(s) differ" in _outputs_equal([ids], [ids + 1], False, 1e-4, 1e-5)
+    assert "3 of 3 int64 elements differ" in _outputs_equal([ids], [ids + 1], False, 1e-4, 1e-5)
     assert _outputs_equal([ids], [ids + 1], False, None, None) is not None  # the defaults too
     assert _outputs_equal([ids], [ids.clone()], False, None, None) is None
     mask = torch.tensor([True, False, True])
-    assert "bool element(s) differ" in _outputs_equal([mask], [~mask], False, 1.0, 1.0)
+    assert "bool elements differ" in _outputs_equal([mask], [~mask], False, 1.0, 1.0)
     assert _outputs_equal([torch.tensor([0.5, 1.0])], [torch.tensor([0.5, 1.0001])], False, 1e-3, 1e-5) is None
 
 
@@ -300,7 +301,7 @@ def test_integer_outputs_off_by_one_fail_expected_whatever_the_tolerance(tmp_pat
                   CORPUS / "v_a_dtypes_copy.inputs.pt", "--expected", wrong, "--rtol", "0.01", "--format", "json")
     assert done.exit_code == 1, done.output
     row = next(c for c in json.loads(done.stdout)["methods"][0]["checks"] if c["name"] == "outputs match expected")
-    assert row["status"] == "fail" and "output 4: 12 of 12 int64 element(s) differ (compared exactly" in row["detail"]
+    assert row["status"] == "fail" and "output 4: 12 of 12 int64 elements differ (compared exactly" in row["detail"]
 
 
 def test_methods_without_inputs_are_listed_as_not_validated(tmp_path: Path) -> None:
@@ -319,15 +320,23 @@ def test_expected_without_inputs_is_refused() -> None:
     assert done.exit_code == 2 and "--expected needs --inputs" in done.output and "Traceback" not in done.output
 
 
-def test_a_file_validated_against_itself_warns_that_nothing_moved() -> None:
-    done = invoke("validate", EXAMPLES / "mlp_copy.pte", EXAMPLES / "mlp_copy.pte", "--simulate-devices")
-    assert done.exit_code == 0
-    assert "pte-devconst: warning: nothing moved" in done.stderr and "warning" not in done.stdout
+def test_a_file_validated_against_itself_says_nothing_moved_in_its_verdict() -> None:
+    """Was: PASS, exit 0, with the row "per-call H2D bytes fell by the moved constants' bytes: pass, 3488 B -> 3488 B"
+    (a rewrite that did nothing vouched for)."""
+    done = invoke("validate", EXAMPLES / "mlp_copy.pte", EXAMPLES / "mlp_copy.pte", "--simulate-devices",
+                  env={"COLUMNS": "200"})
+    assert done.exit_code == 3, done.output  # ExitCode.UNKNOWN: no check failed, nothing was vouched for
+    assert "PASS" not in done.stdout and done.stdout.splitlines()[-1].startswith("NOTHING MOVED: no constant of")
+    assert re.search(r"per-call H2D bytes fell by the moved constants' bytes\s+│\s+skipped\s+│\s+nothing moved",
+                     done.stdout), done.stdout
     report = json.loads(invoke("validate", EXAMPLES / "mlp_copy.pte", EXAMPLES / "mlp_copy.pte", "--simulate-devices",
                                "--format", "json").stdout)
-    assert report["warnings"] and report["warnings"][0].startswith("nothing moved")
+    assert report["verdict"] == "nothing moved" and report["exit_code"] == 3 and report["passed"]
+    checks = {c["name"]: c["status"] for c in report["methods"][0]["checks"]}
+    assert checks["moved constants copied once at load"] == checks["no per-call copies of moved constants"] == \
+        checks["per-call H2D bytes fell by the moved constants' bytes"] == "skipped"
     quiet = invoke("-q", "validate", EXAMPLES / "mlp_copy.pte", EXAMPLES / "mlp_copy.pte", "--simulate-devices")
-    assert quiet.stdout.strip() == "PASS" and not quiet.stderr
+    assert quiet.exit_code == 3 and quiet.stdout.strip() == "NOTHING MOVED" and not quiet.stderr
 
 
 def test_bit_identical_means_bit_patterns() -> None:
@@ -360,7 +369,7 @@ def test_profiler_figures_sit_next_to_the_ledger(tmp_path: Path) -> None:
     report = ValidationResult("a.pte", "b.pte", False, 2, [mv]).to_json()
     assert report["methods"][0]["calls"][1]["profiler"]["before"]["h2d"] == {"count": 1, "bytes": 64}
     schema = json.loads((Path(__file__).resolve().parents[1] / "cli" / "report.schema.json").read_text())
-    jsonschema.validate({"format_version": 1, "command": "validate", **report}, schema)
+    jsonschema.validate({"format_version": 1, "command": "validate", "tool_version": "0", **report}, schema)
 
 
 @pytest.mark.parametrize("name", REWRITABLE)

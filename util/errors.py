@@ -45,3 +45,12 @@ class UnsupportedProgramError(PteDevconstError):
 
 class OutputError(PteDevconstError):
     """Writing the output failed (disk full, permissions); the destination is untouched."""
+
+
+class DeviceNotUsedError(PteDevconstError):
+    """``--device`` selects only devices the program does not use: nothing would move for the selection, so the
+    rewrite writes nothing rather than an identical copy.  ``used`` names the devices it does use."""
+
+    def __init__(self, what: str, *, used: tuple[str, ...] = (), file: Optional[str] = None) -> None:
+        super().__init__(what, file=file)
+        self.used = used

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["ExitCode"]
+from typing import Sequence
+
+__all__ = ["ExitCode", "worst_exit"]
 
 
 class ExitCode(enum.IntEnum):
@@ -17,6 +19,17 @@ class ExitCode(enum.IntEnum):
     OK = 0  # clean: nothing left to report
     FINDINGS = 1  # check/validate failed; rewrite --exit-non-zero-on-change changed a program
     ERROR = 2  # abnormal end: bad input, an unreadable file, a write error, a usage error
-    UNKNOWN = 3  # check: nothing failed, but some external constant could not be judged (its .ptd is missing)
+    UNKNOWN = 3  # nothing failed, but not everything was judged: check's constants whose .ptd is missing,
+    # validate's programs between which nothing moved
     INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C
     BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of stdout went away (``... | head``)
+
+
+# From least to most severe: a command that judged several things exits with the most severe of their codes (an
+# error beats findings, findings beat what could not be judged).
+_SEVERITY = (ExitCode.OK, ExitCode.UNKNOWN, ExitCode.FINDINGS, ExitCode.ERROR)
+
+
+def worst_exit(codes: Sequence[ExitCode]) -> ExitCode:
+    """The most severe of ``codes`` (OK for none)."""
+    return max(codes, key=_SEVERITY.index, default=ExitCode.OK)

@@ -29,6 +29,7 @@ from collections import defaultdict
 from dataclasses import field
 from typing import Callable, Mapping, Optional, Protocol, Sequence
 
+from pte_devconst.util.units import listing
 from pte_devconst.program.executorch import H2D_COPY
 from pte_devconst.schema import model as m
 from pte_devconst.schema.model import CPU, Device
@@ -180,8 +181,8 @@ class MethodFolds:
         chains = self.of_constant(constant.value)
         folding = [c for c in chains if c.steps and c.problem is None]
         if folding:
-            more = f"; and {len(folding) - 2} more chains" if len(folding) > 2 else ""
-            return "foldable: " + "; ".join(c.describe() for c in folding[:2]) + more
+            return "foldable: " + listing((c.describe() for c in folding), 2, conjunction="; ") + (
+                " chains" if len(folding) > 2 else "")
         shared = [c for c in chains if c.duplicate and c.problem is None]
         if shared:
             return f"{constant.verdict}; {shared[0].verdict()}"
