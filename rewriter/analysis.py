@@ -36,6 +36,7 @@ from typing import Mapping, Optional
 
 from pte_devconst.program.dataflow import DelegateCallSite, delegate_call_sites
 from pte_devconst.program.executorch import H2D_COPY, method_labels, method_name
+from pte_devconst.program.labels import value_name
 from pte_devconst.program.prologue import FirstCallPrologue
 from pte_devconst.schema.devices import delegate_target_device
 from pte_devconst.program.transfers import Transfer, first_call_transfers, per_call_transfers
@@ -49,7 +50,6 @@ from pte_devconst.util.record import record
 from .fold import MethodFolds, method_folds
 from .method_context import (NO_PTD, DeviceCopy, ExternalData, MethodContext, Reader, ReaderKind, Reasons,
                              RewiredDelegateArg, WorkBudget, external_problem, follow_copy, host_reason)
-from pte_devconst.program.labels import value_name
 
 # The reader model and the copy rule live in method_context.py (fold's chains share them); they are part of
 # this module's interface too, as every consumer of an analysis meets them.
@@ -158,7 +158,7 @@ class ResidentConstant:
 
     @property
     def name(self) -> str:
-        return self.tensor.fqn or f"value {self.value}"
+        return value_name(self.tensor.fqn, self.value)
 
 
 @record

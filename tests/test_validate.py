@@ -333,7 +333,7 @@ def test_a_file_validated_against_itself_says_nothing_moved_in_its_verdict() -> 
                                "--format", "json").stdout)
     assert report["verdict"] == "nothing moved" and report["exit_code"] == 3 and report["passed"]
     checks = {c["name"]: c["status"] for c in report["methods"][0]["checks"]}
-    assert checks["moved constants copied once at load"] == checks["no per-call copies of moved constants"] == \
+    assert checks["moved constants copied to their device once"] == checks["no per-call copies of moved constants"] == \
         checks["per-call H2D bytes fell by the moved constants' bytes"] == "skipped"
     quiet = invoke("-q", "validate", EXAMPLES / "mlp_copy.pte", EXAMPLES / "mlp_copy.pte", "--simulate-devices")
     assert quiet.exit_code == 3 and quiet.stdout.strip() == "NOTHING MOVED" and not quiet.stderr
