@@ -81,7 +81,8 @@ def test_help_metavars_are_in_one_style() -> None:
     from pte_devconst.cli.app import app
 
     group = typer.main.get_command(app)
-    style = re.compile(r"^([A-Z][A-Z0-9_]*(\.[a-z]+)?( [A-Z][A-Z0-9_]*)*(\.\.\.)?|\[[a-z|]+\])$")  # FILE, OUT.pt
+    # FILE, OUT.pt, FORMAT=FILE (an option's KEY=VALUE), [sampled|full]
+    style = re.compile(r"^([A-Z][A-Z0-9_]*(\.[a-z]+)?([ =][A-Z][A-Z0-9_]*)*(\.\.\.)?|\[[a-z|]+\])$")
     for name in COMMANDS:
         command = group.commands[name]  # type: ignore[attr-defined]
         help_text = invoke(name, "--help", env={"COLUMNS": "120"}).stdout
