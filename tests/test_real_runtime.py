@@ -135,7 +135,10 @@ def test_the_flip_runs_what_eager_pytorch_computes(name: str) -> None:
 
 
 def test_the_unflipped_device_program_does_not_load_in_the_pip_runtime() -> None:
-    """Why the flip exists: 1.5.1's pybindings have no CUDA allocator."""
+    """Why the flip exists: the pip runtime registers the et_copy kernels (and the kernels the flip and the
+    probe put in their place), but 1.5.1's pybindings have no CUDA allocator to give them device memory."""
+    operators = Runtime.get().operator_registry.operator_names
+    assert {"et_copy::_h2d_copy.out", "et_copy::_d2h_copy.out", "aten::alias_copy.out", "aten::add.out"} <= operators
     with pytest.raises(RuntimeError, match="Failed to allocate .* on device 1:0"):
         run_calls_with_executorch(program("mlp_copy"), "forward", calls_of("mlp_copy")["forward"])
 
