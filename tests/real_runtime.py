@@ -120,7 +120,7 @@ def _is_constant(value: Any) -> bool:
 
 def first_call_region(plan: Any) -> range:
     """The instructions of chain 0 that a leading guard runs on the first call only: chain 0 starts with a
-    ``JumpFalseCall`` on a ``Bool`` value (the first-call encoding, /work/notes/encoding-1.5.md), and the
+    ``JumpFalseCall`` on a ``Bool`` value (the first-call encoding, docs/file-format.md), and the
     instructions between it and its destination are the guarded ones.  Empty when there is no such guard."""
     schema = _schema()
     if not plan.chains or not plan.chains[0].instructions:

@@ -61,7 +61,7 @@ class Encoding:
 
 ENCODINGS = (
     Encoding("1.6", {}, first_call_copies=False),  # device tensors with initial data (the default)
-    # Encoding("1.5", {"runtime": "1.5"}, first_call_copies=True, changes_legacy=False),  # issue 25's first-call
+    Encoding("1.5", {"runtime": "1.5"}, first_call_copies=True, changes_legacy=False),  # first-call copies
 )
 
 
@@ -223,6 +223,53 @@ def test_the_check_catches_a_forged_layout(name: str, forge: Callable[[Any], Non
     assert wrong and wrong[0].call == 0, wrong  # wrong from the first call on
 
 
+def first_call_copy_on_an_activation(plan: Any) -> None:
+    """In a 1.5 rewrite: move a first-call copy's destination onto the bytes of a tensor written on every call, the
+    largest that fits there (the copy fills it on the first call; the activation overwrites it)."""
+    from executorch.exir import schema
+
+    region = first_call_region(plan)
+    assert region, "a 1.5 rewrite starts with its first-call prologue"
+    instructions = plan.chains[0].instructions
+    destinations = [plan.values[instructions[k].instr_args.args[1]].val for k in region
+                    if isinstance(instructions[k].instr_args, schema.KernelCall)]
+    for destination in sorted(destinations, key=nbytes, reverse=True):
+        for index, tensor in planned(plan):
+            where = tensor.allocation_info
+            if tensor is not destination and index in _written_every_call(plan) and \
+                    where.memory_id == destination.allocation_info.memory_id and \
+                    where.memory_offset + nbytes(destination) <= plan.non_const_buffer_sizes[where.memory_id]:
+                destination.allocation_info = dataclasses.replace(where)
+                return
+    raise AssertionError("no activation to overlap")
+
+
+def guard_never_cleared(plan: Any) -> None:
+    """In a 1.5 rewrite: the prologue's MoveCall copies a true Bool into the guard, so every call copies again."""
+    from executorch.exir import schema
+
+    region = first_call_region(plan)
+    assert region
+    move = plan.chains[0].instructions[region[-1]].instr_args
+    assert isinstance(move, schema.MoveCall)
+    plan.values[move.move_from].val = schema.Bool(True)
+
+
+@pytest.mark.parametrize("name", ["mlp_copy", "attention_copy", "kv_cache_copy"])
+def test_the_check_catches_a_wrong_first_call_encoding(name: str) -> None:
+    """The 1.5 encoding forged two ways, each caught by the real runtime: a destination the layout lets an
+    activation overwrite (wrong outputs), and a guard never cleared (right outputs, but
+    the probe sees the copies run again)."""
+    original, encoding = program(name), ENCODINGS[1]
+    good = rewritten(original, encoding)
+    assert_runtime_agrees(original, good, calls_of(name), probe=True)
+    overwritten = runtime_disagreements(original, edited(good, first_call_copy_on_an_activation), calls_of(name))
+    assert overwritten, "an activation over a first-call copy's destination went unseen"
+    again = edited(good, guard_never_cleared)
+    assert not runtime_disagreements(original, again, calls_of(name))  # the outputs alone cannot tell
+    assert runtime_disagreements(original, again, calls_of(name), probe=True)
+
+
 # --- the probe -----------------------------------------------------------------------------------------------
 
 
@@ -265,7 +312,7 @@ def test_the_probe_fails_on_the_original_whose_copies_run_every_call() -> None:
 
 
 def first_call_by_hand(plan: Any, close: bool = True) -> None:
-    """The first-call encoding (/work/notes/encoding-1.5.md) made by hand on a plan whose constant copies'
+    """The first-call encoding (docs/file-format.md) made by hand on a plan whose constant copies'
     destinations no other tensor shares: the copies move into a prologue guarded by a Bool that starts true,
     and a MoveCall from a Bool(false) clears it (``close=False`` leaves it out: the copies run every call)."""
     from executorch.exir import schema
@@ -334,17 +381,36 @@ def test_methods_of_one_loaded_program_share_host_arenas() -> None:
 # --- what else the check could run ---------------------------------------------------------------------------
 
 
+# Device programs of other folders whose every delegate the pip runtime registers (XNNPACK tagged cuda:0,
+# tests/fixtures/xnnpack): checked here too, each call list repeated to three calls.
+OTHER_RUNNABLE = ("tests/fixtures/xnnpack/mlp_device_copy.pte", "tests/fixtures/xnnpack/mlp_device_legacy.pte")
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS, ids=str)
+@pytest.mark.parametrize("path", OTHER_RUNNABLE)
+def test_other_runnable_device_programs_agree_in_the_real_runtime(path: str, encoding: Encoding) -> None:
+    pte = ROOT / path
+    original, style = pte.read_bytes(), "copy" if pte.stem.endswith("_copy") else "legacy"
+    given = torch.load(pte.with_name(f"{pte.stem}.inputs.pt"), weights_only=True)
+    calls = {method: [list(c) for c in (list(method_calls) * 3)[:max(3, len(method_calls))]]
+             for method, method_calls in given.items()}
+    after = rewritten(original, encoding)
+    assert (after != original) == encoding.changes(style)
+    assert_runtime_agrees(original, after, calls, probe=encoding.probes(style))
+
+
 def test_no_other_committed_device_program_runs_in_the_pip_runtime() -> None:
     """The check applies to programs whose device delegates the pip runtime has: only this folder's.  Every
     other committed program either has no delegate with a ``target_device`` (nothing moves) or delegates to
     the project's reference backend or ExecuTorch's demo backend, which the pip runtime does not register.
-    A new committed program that the runtime could run fails here: add it to the check."""
+    A new committed program that the runtime could run fails here: add it to the check (``OTHER_RUNNABLE``)."""
     from pte_devconst.schema.pte_file import open_pte
 
     registered = set(Runtime.get().backend_registry.registered_backend_names)
     runnable, unregistered = [], set()
     for path in sorted([*(ROOT / "tests" / "fixtures").rglob("*.pte"), *(ROOT / "examples" / "models").glob("*.pte")]):
-        if path.parent == FIXTURES or path.name.endswith(".devconst.pte"):
+        if path.parent == FIXTURES or path.name.endswith(".devconst.pte") or \
+                str(path.relative_to(ROOT)) in OTHER_RUNNABLE:
             continue
         with open_pte(path) as pte:
             delegates = [d for plan in pte.program.execution_plan for d in plan.delegates or ()]
