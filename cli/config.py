@@ -47,8 +47,9 @@ ConfigOption = Annotated[Optional[str], typer.Option(
 IsolatedOption = Annotated[bool, typer.Option("--isolated", help="Ignore every configuration file.")]
 RuntimeOption = Annotated[Optional[str], typer.Option(
     "--runtime", metavar="VERSION", show_default=False,
-    help="The ExecuTorch release the programs must load in (1.5 or 1.6). 1.6: a moved constant is device memory with initial "
-    "data, copied at load (what 1.6's skip_h2d_for_constants writes). 1.5: it stays on the host and a guarded "
+    help="The ExecuTorch release the programs must load in (1.5 or 1.6). 1.6: a moved constant is device memory "
+    "with initial data, copied at load (what 1.6's skip_h2d_for_constants writes). 1.5: it stays on the host and a "
+    "guarded "
     "prologue copies it once, on the first call (1.5 runtimes cannot copy initial data into device memory). "
     "[default: 1.6, or runtime in the config]")]
 ACCEPT_KEYS = {"program": str, "method": str, "constant": str, "value": int, "reason": str}
