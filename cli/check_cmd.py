@@ -97,7 +97,8 @@ def _summary(report: CheckReport) -> str:
                      f"still copied to a device on every call ({human_bytes(report.bytes_per_call)} per call); fix "
                      f"them with {fix_command(report)}")
     if report.runtime_findings:
-        parts.append(f"{_files(sum(1 for f in report.files if f.runtime_findings))} need a newer ExecuTorch than "
+        needing = sum(1 for f in report.files if f.runtime_findings)
+        parts.append(f"{_files(needing)} {'needs' if needing == 1 else 'need'} a newer ExecuTorch than "
                      f"{report.runtime.value} ({plural(len(report.runtime_findings), 'tensor')} of device initial "
                      f"data); fix them with {fix_command(report)}")
     if report.stays:

@@ -134,10 +134,7 @@ def render_text(result: RewriteResult, view: View) -> None:
                   for e in plan.methods for b in e.buffers]
         console.print(table("planned buffers", ["method", "id", "device", "before", "after", ""], growth,
                             right=["id", "before", "after"]))
-        console.print(f"{plural(result.instructions_removed, _removed_kind(plan))} removed; "
-                      f"{plural(len(plan.dropped_constants), 'constant entry')} dropped, "
-                      f"{plural(len(plan.initial_data), 'initial-data entry')} added; "
-                      f"{human_bytes(plan.bytes_per_call_saved)} fewer host-to-device bytes per call.")
+        console.print(changes_line(result))
         memory = device_memory_line(plan.memory)
         if memory:
             console.print(memory + ".", markup=False)
@@ -164,6 +161,24 @@ def render_text(result: RewriteResult, view: View) -> None:
     elif not plan.is_empty:
         console.print(f"the output would need {markup_safe(runtime_clause(plan).removeprefix('needs '))}.",
                       soft_wrap=True)
+
+
+def changes_line(result: RewriteResult) -> str:
+    """What the rewrite changed in the file, in one line: instructions, constant and initial-data entries, and the
+    bytes per call it saves (a 1.5 rewrite's per-call copies move into the first-call prologue)."""
+    plan = result.plan
+    saved = f"{human_bytes(plan.bytes_per_call_saved)} fewer host-to-device bytes per call."
+    once = sum(len(edit.prologue) for edit in plan.methods)
+    if plan.options.runtime.value == "1.5":
+        parts = [f"{plural(once, 'copy', 'copies')} in the first-call prologue (each run once, on the first call)"]
+        if plan.constant_entries:
+            parts.append(f"{plural(len(plan.constant_entries), 'constant entry', 'constant entries')} added")
+        if plan.reencoded:
+            parts.append(f"{plural(len(plan.reencoded), 'constant')} re-encoded from device initial data")
+        return "; ".join(parts) + "; " + saved
+    return (f"{plural(result.instructions_removed, _removed_kind(plan))} removed; "
+            f"{plural(len(plan.dropped_constants), 'constant entry')} dropped, "
+            f"{plural(len(plan.initial_data), 'initial-data entry')} added; " + saved)
 
 
 def runtime_clause(plan: Any) -> str:
