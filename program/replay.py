@@ -934,6 +934,9 @@ def prove_same_reads(original: m.ExecutionPlan, rewrite: m.ExecutionPlan, *,
     a = _Program(original)
     if len(matching) != len(a.chains):
         return Mismatch(1, "the method", f"the rewrite has {len(matching)} chains, the input {len(a.chains)}")
+    for what in ("inputs", "outputs"):
+        if tuple(getattr(original, what) or ()) != tuple(getattr(rewrite, what) or ()):
+            return Mismatch(1, "the method", f"its {what} differ: the rewrite's are not the input's")
     roles_a = {a.first[s[0]] + s[1]: n for s, n in a.n_inputs.items()}
     replay_a = _Replay(a, budget, idents=list(range(len(a.positions))),
                        site_of=list(a.site_base), constants=a.constants, subst={}, roles=roles_a, judge=True,

@@ -344,3 +344,14 @@ def test_a_loop_settles_and_is_replayed_each_round() -> None:
                      chains=(m.replace(plan.chains[0], instructions=looped, stacktrace=None),))
     assert prove_same_reads(plan, plan) is None
     assert NBYTES == 16  # the attack programs' tensor size, which the forged offsets above assume
+
+
+def test_any_two_methods_give_a_mismatch_or_a_proof_never_an_error() -> None:
+    """validate compares whatever two files it is given: methods of other programs, other shapes."""
+    plans = []
+    for path in sorted([*(FIXTURES / "corpus").glob("*.pte"), *ATTACKS.glob("*.pte")]):
+        with open_pte(path) as pte:
+            plans += list(pte.program.execution_plan)
+    outcomes = [prove_same_reads(a, b) for a in plans for b in plans]
+    assert sum(o is None for o in outcomes) >= len(plans)  # every method against itself
+    assert sum(o is not None for o in outcomes) > len(plans)
