@@ -284,12 +284,12 @@ class _Program:
         self.n_inputs = n_inputs
         self.constants = frozenset(i for i, v in enumerate(self.values) if isinstance(v, m.Tensor) and v.is_constant)
         # where each tensor's bytes are, in three arrays (start -1: no bytes): ``place_of``
-        self._key, self._start, self._end = array("q"), array("q"), array("q")
+        self.key_of, self.start_of, self.end_of = array("q"), array("q"), array("q")
         for index, value in enumerate(self.values):
             key, start, end = self._place(index, value) or (0, -1, -1)
-            self._key.append(key)
-            self._start.append(start)
-            self._end.append(end)
+            self.key_of.append(key)
+            self.start_of.append(start)
+            self.end_of.append(end)
 
     @staticmethod
     def _place(index: int, value: m.EValue) -> Optional[tuple[int, int, int]]:
@@ -313,9 +313,9 @@ class _Program:
 
     def place_of(self, index: int) -> Optional[tuple[int, int, int]]:
         """(storage key, start, end) of tensor ``index``'s bytes, or None (``_place``)."""
-        if not 0 <= index < len(self._start) or self._start[index] < 0:
+        if not 0 <= index < len(self.start_of) or self.start_of[index] < 0:
             return None
-        return self._key[index], self._start[index], self._end[index]
+        return self.key_of[index], self.start_of[index], self.end_of[index]
 
 
 class _Replay:
@@ -491,10 +491,15 @@ class _Replay:
         return content, all(k for _, k in seen)
 
     def _tensor_content(self, identity: int) -> tuple[Content, bool]:
-        where = self.p.place_of(identity)
-        if where is None:
+        p = self.p
+        if not 0 <= identity < len(p.start_of) or p.start_of[identity] < 0:
             return (), True
-        return self._content_of(where, self._read(*where))
+        key, start, end = p.key_of[identity], p.start_of[identity], p.end_of[identity]
+        storage = self.storages.get(key)
+        if storage is None:  # untouched: one definition, its label (the common case: a constant)
+            value = self._initial(key)
+            return self._label(value), bool(value & _CONSTANT)
+        return self._content_of((key, start, end), storage.read(start, end))
 
     def _content_of(self, where: tuple[int, int, int], pieces: list[tuple[int, int, Bytes]]
                     ) -> tuple[Content, bool]:
