@@ -310,11 +310,12 @@ def _proof_cost(n_constants: int) -> tuple[int, float, int]:
 
 def test_the_replay_is_linear_in_steps_and_memory() -> None:
     """The seed's shape (N weights, each copied to the device, one delegate): 10x the values, 10x the steps
-    and about 10x the memory."""
+    and about 10x the memory (dicts and lists grow by doubling, so a step of up to 2x either way; a quadratic
+    would show 100x), under 2 KiB a value."""
     small_steps, _, small_peak = _proof_cost(500)
     large_steps, _, large_peak = _proof_cost(5_000)
     assert large_steps <= 11 * small_steps, (small_steps, large_steps)
-    assert large_peak <= 12 * small_peak, (small_peak, large_peak)
+    assert large_peak <= 20 * small_peak and large_peak < 2048 * 10_004, (small_peak, large_peak)
 
 
 @pytest.mark.slow
