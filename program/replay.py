@@ -17,15 +17,17 @@ over bytes, and records where the bytes each instruction reads were *defined*:
   in-place kernel (``aten::index_put_``) also reads what it updates, and adds to it rather than replacing it.
 * **Delegates.**  A delegate reads every argument.  It writes its output positions (``dataflow``'s split,
   which gives every call of one delegate the same outputs), and may write any other argument that does not
-  hold a constant's bytes (a constant, a moved constant, a device copy of one): those bytes then hold either.
-  What an output position held before the call is compared only when it is exactly the region an earlier
-  instruction of the same call wrote (or load-time data): it may be a static view the emitter elided, read
-  again.
+  hold constant data (a constant, a moved one, bytes kernels computed from constants alone, a copy of those):
+  those bytes then hold either.  What an output position held before the call is compared only when it is
+  exactly the region an earlier instruction of the same call wrote, intact (or load-time data), and the
+  argument is not a last one no earlier instruction mentions: it may be a static view the emitter elided,
+  read again.
 * **Control.**  A ``JumpFalseCall`` whose condition is a known ``Bool`` (a literal, or one a ``MoveCall``
   copied) goes one way; any other goes both ways, the two paths' bytes merged where they meet (forward jumps
   through an undo log, loops iterated until nothing changes, at most ``LOOP_LIMIT`` times).
-* **Calls.**  ``calls`` calls run in sequence on one loaded method: buffers keep their bytes, values their
-  bindings and booleans (so a first-call prologue is seen to run once).
+* **Calls.**  Calls run in sequence on one loaded method (``calls_needed``: two, three when a method has
+  jumps): buffers keep their bytes, values their bindings and booleans (so a first-call prologue is seen to
+  run once, and a write to a resident value by the next call).
 
 ``prove_same_reads`` runs the input and the rewrite and compares, call by call, every surviving kernel and
 delegate argument, jump condition and method output: it must read the same definitions (the same constant,
@@ -970,6 +972,11 @@ def prove_same_reads(original: m.ExecutionPlan, rewrite: m.ExecutionPlan, *,
                         roles_b[position] = own_split[(c, k)]
                 continue
             at = a.first[c] + old
+            before, after = a.chains[c][old], b.chains[c][k]
+            if counterpart[at] is not None or type(before) is not type(after) \
+                    or len(getattr(before, "args", None) or ()) != len(getattr(after, "args", None) or ()):
+                return Mismatch(1, f"chain {c} instruction {k}", f"is matched to the input's instruction {old}, "
+                                "which is another instruction or matched twice")
             idents.append(at)
             site_of.append(a.site_base[at])
             roles_b[position] = roles_a.get(at, (0, 0))

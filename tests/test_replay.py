@@ -356,3 +356,12 @@ def test_any_two_methods_give_a_mismatch_or_a_proof_never_an_error() -> None:
     outcomes = [prove_same_reads(a, b) for a in plans for b in plans]
     assert sum(o is None for o in outcomes) >= len(plans)  # every method against itself
     assert sum(o is not None for o in outcomes) > len(plans)
+
+
+def test_a_matching_that_pairs_other_instructions_is_a_mismatch() -> None:
+    plan = _plan(MLP)
+    n = len(plan.chains[0].instructions)
+    twice = prove_same_reads(plan, plan, matching=[[0] * n])
+    assert twice is not None and "matched twice" in twice.detail
+    shifted = prove_same_reads(plan, plan, matching=[[*range(1, n), None]])  # a copy paired with the delegate
+    assert shifted is not None and "another instruction" in shifted.detail
