@@ -54,6 +54,7 @@ class DelegateCallSite:
     delegate_index: int
     args: tuple[int, ...]
     n_inputs: int
+    sure_outputs: int = 0  # trailing arguments that are outputs whatever a blob says (the last, when it is new)
 
     @property
     def inputs(self) -> tuple[int, ...]:
@@ -143,18 +144,26 @@ class _PendingFlow:
             self.read((instruction.value_index,))
 
 
-def _split(flow: _PendingFlow, args: tuple[int, ...]) -> int:
-    """The number of inputs: everything before the longest run of defined-here arguments at the end."""
+def _split(flow: _PendingFlow, args: tuple[int, ...]) -> tuple[int, int]:
+    """The number of inputs (everything before the longest run of defined-here arguments at the end), and of
+    trailing arguments that are outputs for sure (the last one, when no earlier instruction mentions it)."""
     n_inputs = len(args)
     while n_inputs > 0 and flow.defined_here(args[n_inputs - 1]):
         n_inputs -= 1
-    if n_inputs == len(args) and args and flow.defined_here(args[-1], views_count=False):
+    sure = 1 if args and flow.defined_here(args[-1], views_count=False) else 0
+    if n_inputs == len(args) and sure:
         n_inputs -= 1  # a delegate returns at least one value
-    return n_inputs
+    return n_inputs, sure
 
 
-def delegate_call_sites(plan: m.ExecutionPlan) -> list[DelegateCallSite]:
-    """Every DelegateCall of ``plan`` in program order, with its inputs/outputs split by the module's rule."""
+def delegate_call_sites(plan: m.ExecutionPlan, *, per_call: bool = False) -> list[DelegateCallSite]:
+    """Every DelegateCall of ``plan`` in program order, with its inputs/outputs split by the module's rule.
+
+    One delegate (one blob) has one signature: when it is called more than once with the same number of
+    arguments, every call gets the fewest inputs any of them was found to have, so an argument in an output
+    position is an output at every call (a second call with its output slot on a value mentioned before).
+    ``per_call``: each call split by its own arguments alone.
+    """
     flow = _PendingFlow(plan)
     sites = []
     for chain_index, chain in enumerate(plan.chains or ()):
@@ -162,7 +171,19 @@ def delegate_call_sites(plan: m.ExecutionPlan) -> list[DelegateCallSite]:
             split = None
             if isinstance(instruction, m.DelegateCall):
                 args = tuple(instruction.args or ())
-                split = _split(flow, args)
-                sites.append(DelegateCallSite(chain_index, pc, instruction.delegate_index, args, split))
+                split, sure = _split(flow, args)
+                sites.append(DelegateCallSite(chain_index, pc, instruction.delegate_index, args, split, sure))
             flow.step(instruction, split)
-    return sites
+    return sites if per_call else one_signature(sites)
+
+
+def one_signature(sites: list[DelegateCallSite]) -> list[DelegateCallSite]:
+    """The calls of one delegate with one number of arguments, each split as the one with the fewest inputs (its
+    outputs are outputs at every call) and the most sure outputs."""
+    signature: dict[tuple[int, int], tuple[int, int]] = {}  # (delegate, arguments) -> (fewest inputs, most sure)
+    for site in sites:
+        key = (site.delegate_index, len(site.args))
+        inputs, sure = signature.get(key, (site.n_inputs, site.sure_outputs))
+        signature[key] = (min(inputs, site.n_inputs), max(sure, site.sure_outputs))
+    return [DelegateCallSite(site.chain, site.instruction, site.delegate_index, site.args,
+                             *signature[(site.delegate_index, len(site.args))]) for site in sites]

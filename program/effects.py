@@ -19,7 +19,7 @@ instructions and arguments of the method.
 
 from __future__ import annotations
 
-from typing import Collection, NamedTuple, Optional, Sequence
+from typing import Callable, Collection, NamedTuple, Optional, Sequence
 
 from pte_devconst.schema import model as m
 from pte_devconst.program.executorch import COPY_KERNELS, ET_COPY_INDEX
@@ -44,8 +44,14 @@ class Use(NamedTuple):
     writes: bool
 
 
-def kernel_writes(name: str, args: Sequence[int]) -> tuple[int, ...]:
-    """The arguments a KernelCall writes, by the rule of the module docstring (unexpanded)."""
+def kernel_writes(name: str, args: Sequence[int],
+                  items: Optional[Callable[[int], tuple[int, ...]]] = None) -> tuple[int, ...]:
+    """The arguments a KernelCall writes, by the rule of the module docstring (unexpanded).
+
+    ``items(value)`` gives a tensor list's items: several outs are returned as one TensorList value, whose
+    items are the outs before it (``native_layer_norm.out``), or a list of outs is passed twice as two list
+    values with the same items (``split_with_sizes_copy.out``).
+    """
     if not args:
         return ()
     if name in COPY_KERNELS:
@@ -58,6 +64,13 @@ def kernel_writes(name: str, args: Sequence[int]) -> tuple[int, ...]:
     for r in range(n // 2, 0, -1):
         if tuple(args[n - r:]) == tuple(args[n - 2 * r:n - r]):
             return tuple(dict.fromkeys(args[n - 2 * r:]))
+    returned = items(args[-1]) if items is not None else ()
+    if returned:
+        k = len(returned)
+        if n - 1 >= k and tuple(args[n - 1 - k:n - 1]) == returned:
+            return (*args[n - 1 - k:n - 1], args[-1])
+        if n >= 2 and items is not None and items(args[-2]) == returned:
+            return (args[-2], args[-1])
     return (args[-1],)
 
 
@@ -90,6 +103,7 @@ class MethodEffects:
         self.chains_with_loops: set[int] = set()  # a jump backwards (to or before itself): code may run again
         self.jumps: list[tuple[int, int, int]] = []  # (chain, source instruction, destination instruction)
         self.kernel_names: dict[int, str] = {}  # position -> operator name
+        self.moves: list[tuple[int, int]] = []  # (move_from, move_to) of every MoveCall, in program order
         n_values = len(values)
 
         def expand(indices: Sequence[int]) -> tuple[int, ...]:
@@ -111,7 +125,7 @@ class MethodEffects:
                     args = tuple(ins.args or ())
                     name = ops[ins.op_index] if 0 <= ins.op_index < len(ops) else ""
                     self.kernel_names[position] = name
-                    written = kernel_writes(name, args)
+                    written = kernel_writes(name, args, lambda i: list_items(values[i]) if 0 <= i < n_values else ())
                     read = tuple(a for a in args if a not in written)
                 elif isinstance(ins, m.DelegateCall):
                     site = outputs_of.get((c, k))
@@ -119,6 +133,7 @@ class MethodEffects:
                     read, written = (site.inputs, site.outputs) if site is not None else (args, ())
                 elif isinstance(ins, m.MoveCall):
                     read, written = (ins.move_from,), (ins.move_to,)
+                    self.moves.append((ins.move_from, ins.move_to))
                 elif isinstance(ins, m.JumpFalseCall):
                     read = (ins.cond_value_index,)
                     self.chains_with_jumps.add(c)

@@ -6,8 +6,13 @@ last; a value used in a chain that jumps backwards for that whole chain (a loop 
 (``torch.cond``'s branches) need nothing more: every path visits positions in increasing order, so a value's
 bytes are needed only between its first and last use in program order.  A *static view* (a value
 no instruction writes that is no input, constant or initial data, planned where another value was last
-written) reads its holder's bytes, so it and its holder form one *storage group* that keeps its relative
-layout.  A group lives for the hull of its members' lifetimes.  A group is **resident** (alive for the whole
+written, loaded as initial data or set as an input) reads its holder's bytes, so it and its holder form one
+*storage group* that keeps its relative layout.  So does a delegate argument planned exactly on the region
+another value last wrote, whatever the data flow's split says of it: it may be such a view, read again (only
+the delegate's blob knows; only its last argument, when no earlier instruction mentions it, is an output for
+sure).  A ``MoveCall`` makes its destination the same tensor as its source (the runtime
+copies the EValue, and the binding outlives the call): the two are one group too, and the destination's uses
+are the group's.  A group lives for the hull of its members' lifetimes.  A group is **resident** (alive for the whole
 method, across calls) when it holds initial data (a moved or folded constant, a mutable buffer), when a
 first-call prologue copies a constant into it (``prologue.py``), or when its first use in a call is a read: it
 carries state from the last call.  A group nothing uses is **dead**: it needs
@@ -36,7 +41,7 @@ from pte_devconst.schema.header import TENSOR_ALIGNMENT, align_up
 
 from .effects import MethodEffects
 from .prologue import first_call_copies
-from .regions import Region, planned_region
+from .regions import IntervalMap, Region, planned_region
 
 
 def planned_device_bytes(program: m.Program) -> int:
@@ -96,17 +101,37 @@ def static_views(effects: MethodEffects) -> set[int]:
             and i not in effects.inputs and not v.is_constant and not v.has_initial_data}
 
 
+def held_before_any_instruction(effects: MethodEffects) -> list[int]:
+    """Planned values whose bytes are there before the first instruction: initial data (loaded once, in value
+    order), then the method inputs (set before each call)."""
+    planned = [isinstance(v, m.Tensor) and v.allocation_info is not None for v in effects.values]
+    loaded = [i for i, v in enumerate(effects.values) if isinstance(v, m.Tensor) and v.has_initial_data]
+    return loaded + [i for i in effects.inputs if planned[i]]
+
+
+def outputs_that_may_be_views(effects: MethodEffects) -> dict[int, tuple[int, ...]]:
+    """Per program position of a delegate call: the arguments its split calls outputs that may yet be static views
+    the delegate reads (all but a last argument no earlier instruction mentions, an output for sure)."""
+    return {effects.position((s.chain, s.instruction)): s.args[s.n_inputs:len(s.args) - s.sure_outputs]
+            for s in effects.sites}
+
+
+def move_aliases(effects: MethodEffects) -> list[tuple[int, int]]:
+    """(source, destination) of every MoveCall: one tensor under two names from then on, across calls too."""
+    return [(a, b) for a, b in effects.moves if 0 <= a < len(effects.values) and 0 <= b < len(effects.values)]
+
+
 def view_reads(effects: MethodEffects) -> dict[int, list[tuple[int, tuple[int, int]]]]:
     """Reads through static views: written value -> [(view, (chain, instruction))] while it holds the memory.
 
     Following the instructions in order, a view read at (buffer, offset) reads the value last written there
-    (a method input holds its place from the start).  A method output that is a view is read after the last
-    instruction: reading step (-1, -1).
+    (initial data holds its place from load, a method input from the start of a call).  A method output that is
+    a view is read after the last instruction: reading step (-1, -1).  A delegate argument the split calls an
+    output, planned exactly on its holder's region, counts as a view read of the holder too (the module
+    docstring).
     """
     views = static_views(effects)
     found: dict[int, list[tuple[int, tuple[int, int]]]] = defaultdict(list)
-    if not views:
-        return found
     values = effects.values
 
     def place(index: int) -> tuple[int, int]:
@@ -116,14 +141,31 @@ def view_reads(effects: MethodEffects) -> dict[int, list[tuple[int, tuple[int, i
         return info.memory_id, info.memory_offset
 
     planned = {i for i, v in enumerate(values) if isinstance(v, m.Tensor) and v.allocation_info is not None}
-    holder: dict[tuple[int, int], int] = {place(i): i for i in effects.inputs if i in planned}
-    for step, read, wrote in zip(effects.steps, effects.reads, effects.writes):
+    regions = {i: r for i in planned if (r := planned_region(values[i])) is not None}
+    holder: dict[tuple[int, int], int] = {}
+    owner: dict[int, IntervalMap[int]] = defaultdict(lambda: IntervalMap(-1))  # buffer -> who wrote each byte last
+
+    def wrote(index: int) -> None:
+        holder[place(index)] = index
+        region = regions.get(index)
+        if region is not None:
+            owner[region.memory_id].assign(region.start, region.end, index)
+
+    for index in held_before_any_instruction(effects):
+        wrote(index)
+    outputs_at = outputs_that_may_be_views(effects)
+    for position, (step, read, written) in enumerate(zip(effects.steps, effects.reads, effects.writes)):
         for index in read:
             if index in views and place(index) in holder:
                 found[holder[place(index)]].append((index, (step.chain, step.instruction)))
-        for index in wrote:
+        for index in outputs_at.get(position, ()):
+            region = regions.get(index)
+            pieces = owner[region.memory_id].read(region.start, region.end) if region is not None else ()
+            if len(pieces) == 1 and pieces[0][2] not in (-1, index) and regions.get(pieces[0][2]) == region:
+                found[pieces[0][2]].append((index, (step.chain, step.instruction)))
+        for index in written:
             if index in planned:
-                holder[place(index)] = index
+                wrote(index)
     for index in effects.outputs:
         if index in views and place(index) in holder:
             found[holder[place(index)]].append((index, (-1, -1)))
@@ -150,20 +192,25 @@ def storage_groups(effects: MethodEffects, memory_ids: Iterable[int],
             for view, _ in reads:
                 if view in regions:
                     union.union(view, holder)
+    for source, destination in move_aliases(effects):  # one tensor under two names: one group
+        union.union(source, destination)
+    aliases: dict[int, list[int]] = defaultdict(list)
+    for index in list(union.parent):
+        aliases[union.find(index)].append(index)
     spans = effects.chain_span
     chain_of = []
     for c, (first, stop) in enumerate(spans):
         chain_of.extend([c] * (stop - first))
     outputs = set(effects.outputs)
-    members: dict[int, list[int]] = defaultdict(list)
+    members: dict[tuple[int, int], list[int]] = defaultdict(list)  # (root, buffer) -> its members there
     for index in regions:
-        members[union.find(index)].append(index)
+        members[(union.find(index), regions[index].memory_id)].append(index)
     groups: dict[int, list[StorageGroup]] = defaultdict(list)
-    for _root, indices in members.items():
+    for (root, _), indices in members.items():
         first, last = end + 1, -2
         first_use: Optional[tuple[int, bool]] = None  # (position, writes) of the group's first use
         keeps_state = False
-        for index in indices:
+        for index in dict.fromkeys([*indices, *aliases.get(root, ())]):
             value = values[index]
             if isinstance(value, m.Tensor) and (value.has_initial_data or value.is_constant) or index in resident:
                 keeps_state = True

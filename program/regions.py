@@ -2,13 +2,15 @@
 
 One definition of a region for every consumer (the copy rule, fold's view reads, constant-derived copies,
 the memory layout and its check, the runner): a Tensor with ``allocation_info`` and at least one byte.
+``IntervalIndex`` finds the regions that overlap one; ``IntervalMap`` says what each byte holds now.
 A zero-byte tensor has no region (it overlaps nothing); an unknown scalar type has none either (the reader
 refuses it before anything asks).
 """
 
 from __future__ import annotations
 
-from typing import Iterator, NamedTuple, Optional, Sequence
+import bisect
+from typing import Generic, Iterator, NamedTuple, Optional, Sequence, TypeVar
 
 from pte_devconst.schema import model as m
 
@@ -107,3 +109,63 @@ class IntervalIndex:
                 if start < ends[mid]:
                     yield keys[mid]
                 stack.append((mid + 1, hi))
+
+
+V = TypeVar("V")
+
+
+class IntervalMap(Generic[V]):
+    """What each byte of one storage holds, as segments: segment i is [starts[i], starts[i + 1]) (the last one
+    unbounded), holding vals[i].  Reads and writes cost O(log n + the segments they touch)."""
+
+    __slots__ = ("starts", "vals")
+
+    def __init__(self, initial: V) -> None:
+        self.starts = [0]
+        self.vals: list[V] = [initial]
+
+    def read(self, start: int, end: int) -> list[tuple[int, int, V]]:
+        """The segments over [start, end), clipped to it."""
+        starts, vals = self.starts, self.vals
+        i = bisect.bisect_right(starts, start) - 1
+        n = len(starts)
+        out = []
+        while i < n and starts[i] < end:
+            stop = starts[i + 1] if i + 1 < n else end
+            out.append((max(starts[i], start), min(stop, end), vals[i]))
+            i += 1
+        return out
+
+    def _cut(self, at: int) -> int:
+        """The index of the segment that starts at ``at`` (split there if needed)."""
+        starts = self.starts
+        i = bisect.bisect_right(starts, at) - 1
+        if starts[i] == at:
+            return i
+        starts.insert(i + 1, at)
+        self.vals.insert(i + 1, self.vals[i])
+        return i + 1
+
+    def assign(self, start: int, end: int, value: V) -> None:
+        """[start, end) holds ``value``."""
+        starts = self.starts
+        i = bisect.bisect_right(starts, start) - 1
+        if starts[i] == start and i + 1 < len(starts) and starts[i + 1] == end:
+            self.vals[i] = value  # the common case: a write of exactly a segment
+            return
+        i = self._cut(start)
+        j = self._cut(end)
+        del starts[i + 1:j]
+        del self.vals[i + 1:j]
+        self.vals[i] = value
+
+    def put(self, pieces: Sequence[tuple[int, int, V]]) -> None:
+        """Each (start, end, value) of ``pieces`` (contiguous, in order) holds its value."""
+        if len(pieces) == 1:
+            self.assign(*pieces[0])
+            return
+        start, end = pieces[0][0], pieces[-1][1]
+        i = self._cut(start)
+        j = self._cut(end)
+        self.starts[i:j] = [p[0] for p in pieces]
+        self.vals[i:j] = [p[2] for p in pieces]

@@ -53,6 +53,7 @@ from pte_devconst.schema.span import Span
 from pte_devconst.program.effects import MethodEffects
 from pte_devconst.program.memory import layout_problems, storage_groups, view_reads
 from pte_devconst.program.regions import planned_region
+from pte_devconst.program.replay import Origin, prove_same_reads
 
 from .fold import FOLD_KERNELS, FoldRecipe, Traced, Tracer, layout_of, recipe_of
 from .edit import relocated_tensor
@@ -312,6 +313,7 @@ class _MethodCheck:
         self._check_layout()
         self._check_chains(maps)
         self._check_readers()
+        self._check_replay(maps)
 
     # instructions
 
@@ -537,6 +539,10 @@ class _MethodCheck:
                                         "which the rewrite dropped")
                     same = (isinstance(new, m.Tensor) and new.data_buffer_idx == remap[old.data_buffer_idx]
                             and _ALL_BUT_INDEX(new) == _ALL_BUT_INDEX(old))
+                elif index in self.relocated and old.has_initial_data:  # resident data of a relaid buffer
+                    memory_id, offset = self.relocated[index]
+                    same = old.allocation_info is not None and old.allocation_info.memory_id == memory_id \
+                        and offset is not None and new == relocated_tensor(old, memory_id, offset)
                 else:
                     same = new == old
                 if not same:
@@ -552,6 +558,26 @@ class _MethodCheck:
                     raise self.fail(f"value {index} is not the input's at its relocated place in buffer {memory_id}")
             elif new != old:
                 raise self.fail(f"value {index} changed although the plan does not move it")
+
+    def _check_replay(self, maps: list[tuple[Optional[int], ...]]) -> None:
+        """The memory proof (``program/replay.py``): both methods replayed over bytes, call after call, every kept
+        kernel and delegate argument, jump condition and method output reading the definitions the input's reads
+        (a moved constant's readers the constant, a folded value's what it stands for).  It shares nothing with the
+        lifetime model that laid the buffers out (``_check_layout`` asks that model)."""
+        if self.edit is None:
+            return
+        matching: list[list[Optional[int]]] = [[None] * len(chain.instructions or ())
+                                               for chain in self.new.chains or ()]
+        for c, mapping in enumerate(maps):
+            for old, new in enumerate(mapping):
+                if new is not None and c < len(matching) and new < len(matching[c]):
+                    matching[c][new] = old
+        stands_for = {value: Origin(value=traced.source) if not traced.steps else
+                      Origin(step=(traced.steps[-1].chain, traced.steps[-1].instruction))
+                      for value, traced in self.traced.items()}
+        mismatch = prove_same_reads(self.old, self.new, matching=matching, stands_for=stands_for)
+        if mismatch is not None:
+            raise self.fail(f"the byte replay: {mismatch}")
 
     def _check_layout(self) -> None:
         """Every relaid buffer, proven from the output alone: no two values whose lifetimes meet share a byte,

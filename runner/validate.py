@@ -49,10 +49,11 @@ from pte_devconst.program.effects import MethodEffects, list_items
 from pte_devconst.program.memory import layout_problems, storage_groups
 from pte_devconst.program.moves import moved_values
 from pte_devconst.program.regions import IntervalIndex, planned_region
-from pte_devconst.util.errors import PteDevconstError
+from pte_devconst.util.errors import PteDevconstError, UnsupportedProgramError
 from pte_devconst.util.exit_code import ExitCode
 from pte_devconst.util.named_enum import NamedEnum
 from pte_devconst.util.units import exact_bytes, listing, plural
+from pte_devconst.program.replay import calls_needed, prove_same_reads
 from pte_devconst.program.executorch import COPY_KERNELS
 from pte_devconst.schema.pte_file import ProgramBytes, PteFile, open_pte
 
@@ -300,6 +301,20 @@ def moved_constants(original: m.Program, rewritten: m.Program) -> dict[str, list
 
 LAYOUT_CHECK = "device memory: no two live values share bytes"
 WRITES_CHECK = "no delegate writes a moved constant"
+PROOF_CHECK = "every read sees what the input's sees (byte replay)"
+
+
+def _proof_check(original: m.ExecutionPlan, rewritten: m.ExecutionPlan) -> Check:
+    """The memory proof (program/replay.py): both methods replayed over bytes, call after call, every surviving
+    kernel and delegate argument, jump condition and output reading the same definitions.  It asks nothing of the
+    lifetime model the other rows use, and executes no delegate: it holds with opaque ones."""
+    try:
+        mismatch = prove_same_reads(original, rewritten)
+    except UnsupportedProgramError as error:
+        return Check(PROOF_CHECK, Status.FAIL, f"not proven: {error.what}")
+    calls = calls_needed(original, rewritten)
+    return Check.of(PROOF_CHECK, mismatch is None, str(mismatch) if mismatch else
+                    f"{calls} calls replayed, every read the input's")
 
 
 def _layout_problems(plan: m.ExecutionPlan) -> list[str]:
@@ -318,8 +333,8 @@ def _layout_problems(plan: m.ExecutionPlan) -> list[str]:
 def static_checks(original: m.ExecutionPlan, rewritten: m.ExecutionPlan, moved: Sequence["MovedConstant"]
                   ) -> list[Check]:
     """What the rewritten method's tables prove before anything runs: its device memory layout (a problem the
-    input already had is not the rewrite's), and that no delegate output slot is a moved value or shares bytes
-    with one (the delegate would overwrite it; opaque stand-ins could not show that)."""
+    input already had is not the rewrite's), that no delegate output slot is a moved value or shares bytes
+    with one (the delegate would overwrite it; opaque stand-ins could not show that), and the byte replay."""
     checks = []
     problems = _layout_problems(rewritten)
     if problems and _layout_problems(original):
@@ -362,6 +377,7 @@ def static_checks(original: m.ExecutionPlan, rewritten: m.ExecutionPlan, moved: 
                                                                                       f"moved value {hit}"))
     checks.append(Check.of(WRITES_CHECK, not writes, listing(writes, 3, conjunction="; ") or plural(
         slots, "delegate output slot")))
+    checks.append(_proof_check(original, rewritten))
     return checks
 
 
