@@ -54,7 +54,8 @@ from pte_devconst.util.errors import UnsupportedProgramError
 
 from .dataflow import delegate_call_sites
 from .effects import kernel_writes, list_items
-from .executorch import COPY_KERNELS, H2D_COPY
+from .executorch import COPY_KERNELS
+from .prologue import first_call_prologue
 from .regions import IntervalMap
 
 CALLS = 3  # calls replayed when a method has jumps: the first (a prologue runs), and two that see state carried over
@@ -212,10 +213,13 @@ class Mismatch:
 
 class Origin(NamedTuple):
     """What a value of the rewrite stands for: the input's load-time data of ``value``, or the write of the input's
-    instruction ``step`` (chain, instruction) in the same call."""
+    instruction ``step`` (chain, instruction) in the same call.  ``constant``: its bytes are constant data (no
+    delegate writes them); False for a 1.6 constant re-encoded for 1.5, whose bytes the input held as initial
+    data, which a delegate may write in the input too."""
 
     value: Optional[int] = None
     step: Optional[tuple[int, int]] = None
+    constant: bool = True
 
 
 class _Positions(Sequence[tuple[int, int]]):
@@ -800,39 +804,11 @@ class _Replay:
 
 # --- which instruction of the rewrite is which of the input ---------------------------------------------------
 
-def first_call_prologue(plan: m.ExecutionPlan) -> int:
-    """The number of instructions of chain 0 that form a first-call prologue (0: none).
-
-    The first-call ("1.5") encoding: ``JumpFalseCall(G, P)`` on a Bool value stored true, then
-    ``et_copy::_h2d_copy.out`` kernels of constants, then ``MoveCall(F, G)`` from a Bool(false) value; P is
-    the instruction after the move.
-    """
-    chains = plan.chains or ()
-    if not chains:
-        return 0
-    instructions = chains[0].instructions or ()
-    values = plan.values or ()
-    ops = [op.qualified_name for op in plan.operators or ()]
-    if not instructions or not isinstance(instructions[0], m.JumpFalseCall):
-        return 0
-    guard = instructions[0]
-    end = guard.destination_instruction
-    if not 2 <= end <= len(instructions) or not 0 <= guard.cond_value_index < len(values):
-        return 0
-    flag = values[guard.cond_value_index]
-    if not isinstance(flag, m.Bool) or not flag.bool_val:
-        return 0
-    move = instructions[end - 1]
-    if not isinstance(move, m.MoveCall) or move.move_to != guard.cond_value_index \
-            or not 0 <= move.move_from < len(values):
-        return 0
-    cleared = values[move.move_from]
-    if not isinstance(cleared, m.Bool) or cleared.bool_val:
-        return 0
-    for ins in instructions[1:end - 1]:
-        if not isinstance(ins, m.KernelCall) or not 0 <= ins.op_index < len(ops) or ops[ins.op_index] != H2D_COPY:
-            return 0
-    return end
+def prologue_length(plan: m.ExecutionPlan) -> int:
+    """The number of instructions of chain 0 that form a first-call prologue (``prologue.py``, the one
+    recogniser; 0: none)."""
+    found = first_call_prologue(plan)
+    return found.end if found is not None else 0
 
 
 def _same_instruction(a: m.Instruction, b: m.Instruction, ops_a: Sequence[str], ops_b: Sequence[str]) -> bool:
@@ -865,7 +841,7 @@ def match_instructions(original: m.ExecutionPlan, rewrite: m.ExecutionPlan, budg
     for c, chain_b in enumerate(chains_b):
         instructions_b = chain_b.instructions or ()
         instructions_a = (chains_a[c].instructions or ()) if c < len(chains_a) else ()
-        skip = first_call_prologue(rewrite) if c == 0 else 0
+        skip = prologue_length(rewrite) if c == 0 else 0
         mapping: list[Optional[int]] = [None] * skip
         i = 0
         for b in instructions_b[skip:]:
@@ -988,8 +964,9 @@ def prove_same_reads(original: m.ExecutionPlan, rewrite: m.ExecutionPlan, *,
             subst[value] = _label(LOAD, origin.value, 0)
         elif origin.step is not None and 0 <= origin.step[0] < len(a.chains):
             subst[value] = _label(WRITE, a.first[origin.step[0]] + origin.step[1], 0)
+    held = frozenset(value for value, origin in (stands_for or {}).items() if not origin.constant)
     replay_b = _Replay(b, budget, idents=idents, site_of=site_of,
-                       constants=_moved_constants(original, rewrite) | infer | frozenset(subst), subst=subst,
+                       constants=(_moved_constants(original, rewrite) | infer | frozenset(subst)) - held, subst=subst,
                        roles=roles_b, judge=False, calls=calls, sites=(a.n_sites, a.output_base))
     replay_b.run()
     return _compare(a, replay_a, replay_b, counterpart, infer - frozenset(subst), b)

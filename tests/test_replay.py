@@ -30,7 +30,7 @@ from forge import edit_plans, edit_program
 from pte_devconst import api
 from pte_devconst.program import dataflow, effects, memory
 from pte_devconst.program.memory import layout_problems, storage_groups, view_reads
-from pte_devconst.program.replay import (Budget, Origin, budget_for, first_call_prologue, match_instructions,
+from pte_devconst.program.replay import (Budget, Origin, budget_for, prologue_length, match_instructions,
                                          prove_same_reads)
 from pte_devconst.rewriter import rewrite as rewrite_module
 from pte_devconst.rewriter.plan import BufferGrowth, MethodEdit, RewritePlan
@@ -257,7 +257,7 @@ def _first_call(plan: m.ExecutionPlan, guard_value: bool = True, move_to: dict[i
 def test_the_first_call_encoding_is_proven_across_calls() -> None:
     original = _plan(MLP)
     encoded = _first_call(original)
-    assert first_call_prologue(encoded) == 6
+    assert prologue_length(encoded) == 6
     assert match_instructions(original, encoded) == [[None] * 6 + [2, 5, 6]]
     assert prove_same_reads(original, encoded) is None
 
