@@ -69,6 +69,9 @@ def listing(items: Iterable[str], shown: int = 3, total: Optional[int] = None, c
         count += 1
     rest = (total if total is not None else count) - len(head)
     before = " " if conjunction == ", " else conjunction  # "a, b and 3 more"; "a; b; and 3 more" (items with commas)
-    return conjunction.join(head) + (f"{before}and {rest:,} more" if rest > 0 and head else
-                                     f"{rest:,} more" if rest > 0 else "")
+    if rest <= 0:
+        return conjunction.join(head)
+    if head:
+        return conjunction.join(head) + f"{before}and {rest:,} more"
+    return f"{rest:,} more"
 
