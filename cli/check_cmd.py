@@ -115,8 +115,11 @@ def _memory_line(report: CheckReport) -> Optional[str]:
     change = after - before
     delta = "unchanged" if change == 0 else f"{'+' if change > 0 else '-'}{human_bytes(abs(change))}"
     grown = [f.file for f in report.files if f.device_memory is not None and f.device_memory.warning()]
+    kept = [f.file for f in report.files if f.device_memory is not None and f.device_memory.kept_offsets]
     return (f"Device memory planned: {human_bytes(before)} now, {human_bytes(after)} after a rewrite ({delta})"
-            + (f"; a rewrite would grow it in {len(grown)} file(s): {', '.join(grown[:3])}" if grown else "") + ".")
+            + (f"; a rewrite would grow it in {len(grown)} file(s): {', '.join(grown[:3])}" if grown else "")
+            + (f"; laying it out again ran out of its work budget in {len(kept)} file(s), which keep the input's "
+               f"offsets with the constants appended: {', '.join(kept[:3])}" if kept else "") + ".")
 
 
 def _quiet_line(f: Finding, what: str) -> str:
@@ -299,6 +302,8 @@ def file_details(report: CheckReport, f: FileCheck) -> tuple[str, list[str], str
                                right=["bytes/call"]).split("\n") + [""]
     if f.device_memory is not None and f.device_memory.warning():
         body += [f"Device memory: {md_text(f.device_memory.warning())}", ""]
+    if f.device_memory is not None and f.device_memory.note():
+        body += [f"Device memory: {md_text(f.device_memory.note())}", ""]
     if f.note:
         body += [f"Note: {md_text(f.note)}", ""]
     if not f.error:

@@ -12,11 +12,13 @@ method, across calls) when it holds initial data (a moved or folded constant, a 
 first use in a call is a read: it carries state from the last call.  A group nothing uses is **dead**: it needs
 no bytes.
 
-**Layout** (``plan_layout``), as ExecuTorch's own planner does (``exir/memory_planning.py``, greedy by size):
-resident groups first, packed, then every other group, largest first, into the first *shared object* whose
-groups' lifetimes it does not meet (a new object when none fits); the objects follow the resident bytes, each
-16-byte aligned.  Dead values are left unplanned (``allocation_info`` None: the runtime gives such a tensor
-no data, and nothing reads it).
+**Layout** (``plan_layout``): resident groups first, packed, then every other group by the smallest of a few
+greedy fits (ExecuTorch's planner, ``exir/memory_planning.py``, also keeps the smallest of its algorithms): two
+O(n log n) sweeps by first use (the lowest free gap; shared objects freed by last use), and, while a share of
+the layout's work budget lasts, ExecuTorch's ``greedy`` by size and a lowest-offset fit by size.  Each group is
+16-byte aligned.  The budget is proportional to the groups; past it the caller keeps the input's offsets.  Dead
+values are left unplanned (``allocation_info`` None: the runtime gives such a tensor no data, and nothing reads
+it).
 
 **Check** (``layout_problems``): an independent proof of a buffer's layout: no resident group shares a byte
 with anything, and no two groups whose lifetimes meet share a byte (a sweep over lifetimes with the live
@@ -234,17 +236,53 @@ def peak_live_bytes(groups: Sequence[StorageGroup]) -> int:
     return peak
 
 
-OFFSET_FIT_LIMIT = 4096  # groups up to which the offset-level fit runs (it compares each with those placed)
+# A buffer's layout may take this many steps per storage group (and at least LAYOUT_WORK_FLOOR).  A step is one
+# operation of O(log n) at most: the sweeps take about twenty per group (tree and heap operations, amortized).
+LAYOUT_WORK_PER_GROUP = 256
+LAYOUT_WORK_FLOOR = 1 << 16
+# Of those, what each fit by size may take (one compares a group with every shared object, the other with every
+# placed group whose lifetime it meets: quadratic when everything is live at once, where the sweeps are as tight).
+SIZE_ORDER_WORK_PER_GROUP = 64
 
 
-def plan_layout(memory_id: int, groups: Sequence[StorageGroup]) -> BufferLayout:
-    """Greedy by size over lifetimes (module docstring); deterministic for a given program.
+class _OutOfWork(Exception):
+    """A layout, or one fit of it, used up its steps."""
 
-    Two greedy fits of the non-resident groups, the smaller kept: into *shared objects* (ExecuTorch's
-    ``greedy``: each group joins the first object none of whose groups it meets, O(n x objects)), and, up to
-    ``OFFSET_FIT_LIMIT`` groups, at the lowest offset free of every placed group it meets (tighter when sizes
-    differ, O(n^2)).
+
+class LayoutWork:
+    """The steps one buffer's layout may still take; ``spend`` raises (inside this module) past the limit."""
+
+    __slots__ = ("limit", "left")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.left = limit
+
+    @classmethod
+    def for_groups(cls, groups: int) -> "LayoutWork":
+        """The budget of a buffer with ``groups`` storage groups: proportional to them."""
+        return cls(LAYOUT_WORK_PER_GROUP * groups + LAYOUT_WORK_FLOOR)
+
+    def spend(self, steps: int) -> None:
+        self.left -= steps
+        if self.left < 0:
+            raise _OutOfWork
+
+
+def plan_layout(memory_id: int, groups: Sequence[StorageGroup],
+                work: Optional[LayoutWork] = None) -> Optional[BufferLayout]:
+    """Greedy over lifetimes (module docstring); deterministic for a given program.  None when ``work`` (default:
+    ``LayoutWork.for_groups``) runs out before the sweeps finish: the caller keeps the input's offsets.
+
+    Four fits of the non-resident groups, the smallest kept (the first of equals).  Two sweeps by first use, each
+    O(n log n), always: the lowest free gap that holds the group, and *shared objects* freed by last use (a heap).
+    Two greedy fits largest group first, each while its share of ``work`` lasts (they compare a group with the
+    objects, or the placed groups it meets: quadratic when everything is live at once, where the sweeps are as
+    tight): into the first shared object none of whose groups it meets (ExecuTorch's ``greedy``), and at the
+    lowest aligned offset clear of every placed group it meets (the tightest when sizes and lifetimes vary).
+    Those two run only when the sweeps miss the bound (the peak of what is live at once): none can beat it.
     """
+    work = work if work is not None else LayoutWork.for_groups(len(groups))
     offsets: dict[int, Optional[int]] = {}
     cursor = 0
 
@@ -260,17 +298,28 @@ def plan_layout(memory_id: int, groups: Sequence[StorageGroup]) -> BufferLayout:
     resident_bytes = cursor
     others = sorted((g for g in live if not g.resident),
                     key=lambda g: (-_block(g), g.lifetime.first, g.members[0]))  # type: ignore[union-attr]
-    fits = [_shared_object_fit(others)]
-    if len(others) <= OFFSET_FIT_LIMIT:
-        fits.append(_offset_fit(others))
-    bases, size = min(fits, key=lambda fit: fit[1])
+    needs, lives = [_block(g) for g in others], [_life(g) for g in others]
+    try:
+        work.spend(len(groups))
+        fits = [_gap_fit(needs, lives, work), _object_fit(needs, lives, work)]
+    except _OutOfWork:
+        return None
+    peak = peak_live_bytes(groups)
+    tight = []
+    for fit in (_first_object_fit, _size_ordered_fit) if min(f[1] for f in fits) > peak else ():
+        share = LayoutWork(min(work.left, SIZE_ORDER_WORK_PER_GROUP * len(others) + LAYOUT_WORK_FLOOR))
+        found = fit(needs, lives, share)  # each within its own share of what is left
+        work.left -= share.limit - max(share.left, 0)
+        if found is not None:
+            tight.append(found)
+    bases, size = min(tight + fits, key=lambda fit: fit[1])
     for group, base in zip(others, bases):
         place(group, resident_bytes + base)
     for group in groups:
         if group.lifetime is None:
             for index in group.members:
                 offsets[index] = None
-    return BufferLayout(memory_id, resident_bytes + size, offsets, resident_bytes, peak_live_bytes(groups))
+    return BufferLayout(memory_id, resident_bytes + size, offsets, resident_bytes, peak)
 
 
 def _block(group: StorageGroup) -> int:
@@ -278,48 +327,302 @@ def _block(group: StorageGroup) -> int:
     return group.extent.nbytes + group.extent.start % TENSOR_ALIGNMENT
 
 
-def _shared_object_fit(groups: Sequence[StorageGroup]) -> tuple[list[int], int]:
-    """Bases (relative) and total size: each group in the first shared object whose lifetimes it does not meet."""
-    objects: list[tuple[int, list[int], list[int]]] = []  # (size, firsts, lasts): lifetimes sorted, disjoint
-    chosen: list[int] = []
-    for group in groups:
-        life = group.lifetime
-        assert life is not None
-        for number, (_, firsts, lasts) in enumerate(objects):
-            at = bisect.bisect_left(firsts, life.first)
-            if (at == 0 or lasts[at - 1] < life.first) and (at == len(firsts) or firsts[at] > life.last):
-                firsts.insert(at, life.first)
-                lasts.insert(at, life.last)
-                chosen.append(number)
+def _life(group: StorageGroup) -> Lifetime:
+    assert group.lifetime is not None, "only live groups are laid out"
+    return group.lifetime
+
+
+def _by_first_use(needs: Sequence[int], lives: Sequence[Lifetime]) -> list[int]:
+    """Indexes of the groups in sweep order: by first use, the larger first at one position."""
+    return sorted(range(len(needs)), key=lambda k: (lives[k].first, -needs[k], k))
+
+
+_EMPTY = 1 << 80  # above any offset or rank
+
+
+class _LeastTree:
+    """The least value held in each of ``slots`` slots (``_EMPTY``: none), and the least at or after a slot, in
+    O(log slots) each (a segment tree in an array); every operation is a step of ``work``."""
+
+    __slots__ = ("leaves", "least", "work")
+
+    def __init__(self, slots: int, work: LayoutWork) -> None:
+        leaves = 1
+        while leaves < slots:
+            leaves *= 2
+        self.leaves = leaves
+        self.least = [_EMPTY] * (2 * leaves)
+        self.work = work
+
+    def set(self, slot: int, value: int) -> None:
+        self.work.spend(1)
+        least = self.least
+        node = slot + self.leaves
+        least[node] = value
+        node //= 2
+        while node:
+            low = min(least[2 * node], least[2 * node + 1])
+            if least[node] == low:
                 break
+            least[node] = low
+            node //= 2
+
+    def first(self, slot: int) -> int:
+        """The least value in slots ``slot`` and after (``_EMPTY``: none)."""
+        self.work.spend(1)
+        least = self.least
+        low, high, best = slot + self.leaves, 2 * self.leaves, _EMPTY
+        while low < high:
+            if low & 1:
+                best = min(best, least[low])
+                low += 1
+            if high & 1:
+                high -= 1
+                best = min(best, least[high])
+            low //= 2
+            high //= 2
+        return best
+
+
+def _gap_fit(needs: Sequence[int], lives: Sequence[Lifetime], work: LayoutWork) -> tuple[list[int], int]:
+    """Bases (relative) and total size, sweeping by first use: a group takes the lowest free gap that holds it
+    (else the free space below the top, grown), gaps freed by last use and merged with their neighbours.
+
+    The gaps are filed by the largest need (of the groups' sizes) each holds, each slot of a ``_LeastTree``
+    holding its lowest gap: the lowest gap holding a need is the least start at or after that need's slot.
+    """
+    sizes = sorted(set(needs))
+    slot_of_need = {need: slot for slot, need in enumerate(sizes)}
+    tree = _LeastTree(len(sizes), work)
+    starts: list[list[int]] = [[] for _ in sizes]  # per slot, a heap of gap starts (stale ones dropped at its top)
+    gap_end: dict[int, int] = {}  # start -> end of each free gap below the top
+    gap_start: dict[int, int] = {}  # end -> start
+    busy: list[tuple[int, int, int]] = []  # (last use, base, end) of the placed groups still live
+    bases = [0] * len(needs)
+    top = 0
+
+    def slot(start: int, end: int) -> int:
+        """The slot of the largest need a gap holds (-1: none)."""
+        return bisect.bisect_right(sizes, end - start) - 1
+
+    def add_gap(start: int, end: int) -> None:
+        gap_end[start], gap_start[end] = end, start
+        at = slot(start, end)
+        if at >= 0:
+            heapq.heappush(starts[at], start)
+            if starts[at][0] == start:
+                tree.set(at, start)
+
+    def drop_gap(start: int) -> None:
+        end = gap_end.pop(start)
+        del gap_start[end]
+        at = slot(start, end)
+        if at < 0:
+            return
+        heap = starts[at]
+        while heap and (heap[0] not in gap_end or slot(heap[0], gap_end[heap[0]]) != at):
+            work.spend(1)
+            heapq.heappop(heap)
+        tree.set(at, heap[0] if heap else _EMPTY)
+
+    for k in _by_first_use(needs, lives):
+        life, need = lives[k], needs[k]
+        work.spend(1)
+        while busy and busy[0][0] < life.first:  # free what is dead, merged with the gaps beside it
+            _, start, end = heapq.heappop(busy)
+            if start in gap_start:
+                left = gap_start[start]
+                drop_gap(left)
+                start = left
+            if end in gap_end:
+                right = gap_end[end]
+                drop_gap(end)
+                end = right
+            add_gap(start, end)
+        start = tree.first(slot_of_need[need])
+        if start != _EMPTY:
+            end = gap_end[start]
+        elif top in gap_start:  # the free space below the top, grown
+            start, end = gap_start[top], top
         else:
-            objects.append((_aligned(_block(group)), [life.first], [life.last]))
-            chosen.append(len(objects) - 1)
+            start = end = top
+        if start in gap_end:
+            drop_gap(start)
+        placed = _aligned(start + need)
+        if placed < end:
+            add_gap(placed, end)
+        top = max(top, placed)
+        bases[k] = start
+        heapq.heappush(busy, (life.last, start, placed))
+    return bases, top
+
+
+def _object_fit(needs: Sequence[int], lives: Sequence[Lifetime], work: LayoutWork) -> tuple[list[int], int]:
+    """Bases (relative) and total size in *shared objects*, sweeping by first use: a group takes the smallest free
+    object that holds it, else the largest free one (grown to it), else a new one; an object is free again after
+    the last use of the group in it (a heap by last use).  The objects follow one another."""
+    sizes = sorted({_aligned(need) for need in needs})
+    rank = {size: r for r, size in enumerate(sizes)}
+    smallest = _LeastTree(len(sizes), work)  # slot r: r while an object of size rank r is free
+    largest = _LeastTree(len(sizes), work)  # slot r: -r while an object of size rank r is free
+    free: list[list[int]] = [[] for _ in sizes]  # free objects by size rank
+    busy: list[tuple[int, int]] = []  # (last use, object)
+    object_size: list[int] = []
+    chosen = [0] * len(needs)
+
+    def release(obj: int) -> None:
+        r = rank[object_size[obj]]
+        free[r].append(obj)
+        if len(free[r]) == 1:
+            smallest.set(r, r)
+            largest.set(r, -r)
+
+    def take(r: int) -> int:
+        obj = free[r].pop()
+        if not free[r]:
+            smallest.set(r, _EMPTY)
+            largest.set(r, _EMPTY)
+        return obj
+
+    for k in _by_first_use(needs, lives):
+        life, need = lives[k], _aligned(needs[k])
+        work.spend(1)
+        while busy and busy[0][0] < life.first:
+            release(heapq.heappop(busy)[1])
+        fitting = smallest.first(rank[need])
+        if fitting != _EMPTY:
+            obj = take(fitting)
+        else:
+            biggest = largest.first(0)
+            if biggest != _EMPTY:
+                obj = take(-biggest)
+                object_size[obj] = need
+            else:
+                obj = len(object_size)
+                object_size.append(need)
+        chosen[k] = obj
+        heapq.heappush(busy, (life.last, obj))
     starts, cursor = [], 0
-    for size, _, _ in objects:
+    for size in object_size:
+        starts.append(cursor)
+        cursor += size
+    return [starts[obj] for obj in chosen], cursor
+
+
+def _first_object_fit(needs: Sequence[int], lives: Sequence[Lifetime], work: LayoutWork
+                      ) -> Optional[tuple[list[int], int]]:
+    """Bases (relative) and total size in shared objects (ExecuTorch's ``greedy``): each group in the order given
+    (largest first) into the first object none of whose groups' lifetimes it meets, else a new one;
+    None when ``work`` runs out (a step per object tried), as it does when most groups meet most others."""
+    sizes: list[int] = []  # per object: its largest group's (aligned) need
+    spans: list[tuple[list[int], list[int]]] = []  # per object: its groups' firsts and lasts, sorted, disjoint
+    chosen: list[int] = []
+    try:
+        for need, life in zip(needs, lives):
+            for number, (firsts, lasts) in enumerate(spans):
+                work.spend(1)
+                at = bisect.bisect_left(firsts, life.first)
+                if (at == 0 or lasts[at - 1] < life.first) and (at == len(firsts) or firsts[at] > life.last):
+                    firsts.insert(at, life.first)
+                    lasts.insert(at, life.last)
+                    sizes[number] = max(sizes[number], _aligned(need))
+                    chosen.append(number)
+                    break
+            else:
+                work.spend(1)
+                sizes.append(_aligned(need))
+                spans.append(([life.first], [life.last]))
+                chosen.append(len(spans) - 1)
+    except _OutOfWork:
+        return None
+    starts, cursor = [], 0
+    for size in sizes:
         starts.append(cursor)
         cursor += size
     return [starts[number] for number in chosen], cursor
 
 
-def _offset_fit(groups: Sequence[StorageGroup]) -> tuple[list[int], int]:
-    """Bases (relative) and total size: each group at the lowest aligned offset clear of the groups it meets."""
-    placed: list[tuple[int, int, Lifetime]] = []  # (base, end, lifetime)
+class _PlacedByLifetime:
+    """Placed groups' (base, end), found by the lifetimes they meet in O(log positions + found): a segment tree
+    over program positions holding each group at the nodes that cover its lifetime (those containing a position)
+    and at the nodes above its first use (those first used within a range)."""
+
+    __slots__ = ("leaves", "covering", "starting")
+
+    def __init__(self, positions: int) -> None:
+        leaves = 1
+        while leaves < positions:
+            leaves *= 2
+        self.leaves = leaves
+        self.covering: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        self.starting: dict[int, list[tuple[int, int]]] = defaultdict(list)
+
+    def add(self, first: int, last: int, item: tuple[int, int]) -> None:
+        covering, starting = self.covering, self.starting
+        low, high = first + self.leaves, last + self.leaves + 1
+        while low < high:
+            if low & 1:
+                covering[low].append(item)
+                low += 1
+            if high & 1:
+                high -= 1
+                covering[high].append(item)
+            low >>= 1
+            high >>= 1
+        node = first + self.leaves
+        while node:
+            starting[node].append(item)
+            node >>= 1
+
+    def meeting(self, first: int, last: int) -> list[tuple[int, int]]:
+        """Every placed item whose lifetime meets [first, last]: those alive at ``first``, then those first used
+        after it, up to ``last``."""
+        covering, starting = self.covering.get, self.starting.get
+        found: list[tuple[int, int]] = []
+        node = first + self.leaves
+        while node:
+            found.extend(covering(node, ()))
+            node >>= 1
+        low, high = first + 1 + self.leaves, last + 1 + self.leaves
+        while low < high:
+            if low & 1:
+                found.extend(starting(low, ()))
+                low += 1
+            if high & 1:
+                high -= 1
+                found.extend(starting(high, ()))
+            low >>= 1
+            high >>= 1
+        return found
+
+
+def _size_ordered_fit(needs: Sequence[int], lives: Sequence[Lifetime], work: LayoutWork
+                      ) -> Optional[tuple[list[int], int]]:
+    """Bases (relative) and total size: each group in the order given (largest first) at the lowest aligned
+    offset clear of the placed groups it meets (tighter than the sweeps when sizes and lifetimes vary); None when
+    ``work`` runs out, as it does when most groups meet most others."""
+    if not needs:
+        return [], 0
+    placed = _PlacedByLifetime(max(life.last for life in lives) + 2)  # positions from -1, shifted by one
     bases: list[int] = []
     top = 0
-    for group in groups:
-        life = group.lifetime
-        assert life is not None
-        need = _block(group)
-        taken = sorted((base, end) for base, end, other in placed if other.meets(life))
-        candidate = 0
-        for base, end in taken:
-            if candidate + need <= base:
-                break
-            candidate = max(candidate, _aligned(end))
-        placed.append((candidate, candidate + need, life))
-        bases.append(candidate)
-        top = max(top, _aligned(candidate + need))
+    try:
+        for need, life in zip(needs, lives):
+            taken = placed.meeting(life.first + 1, life.last + 1)  # (base, aligned end)
+            work.spend(len(taken) + 1)
+            taken.sort()
+            candidate = 0
+            for base, end in taken:
+                if candidate + need <= base:
+                    break
+                if end > candidate:
+                    candidate = end
+            end = _aligned(candidate + need)
+            placed.add(life.first + 1, life.last + 1, (candidate, end))
+            bases.append(candidate)
+            top = max(top, end)
+    except _OutOfWork:
+        return None
     return bases, top
 
 
