@@ -241,9 +241,11 @@ def peak_live_bytes(groups: Sequence[StorageGroup]) -> int:
 # operation of O(log n) at most: the sweeps take about twenty per group (tree and heap operations, amortized).
 LAYOUT_WORK_PER_GROUP = 256
 LAYOUT_WORK_FLOOR = 1 << 16
-# Of those, what each fit by size may take (one compares a group with every shared object, the other with every
-# placed group whose lifetime it meets: quadratic when everything is live at once, where the sweeps are as tight).
+# Of those, what the fits by size may take (they compare a group with every placed group whose lifetime it meets:
+# quadratic when everything is live at once, where the sweeps are as tight).
 SIZE_ORDER_WORK_PER_GROUP = 64
+
+_Fit = tuple[list[int], int]  # a fit of the non-resident groups: each one's base (relative), and the total size
 
 
 class _OutOfWork(Exception):
@@ -280,11 +282,11 @@ def plan_layout(memory_id: int, groups: Sequence[StorageGroup],
 
     Four fits of the non-resident groups, the smallest kept (the first of equals).  Two sweeps by first use, each
     O(n log n), always: the lowest free gap that holds the group, and *shared objects* freed by last use (a heap).
-    Two greedy fits largest group first, each while its share of ``work`` lasts (they compare a group with the
-    objects, or the placed groups it meets: quadratic when everything is live at once, where the sweeps are as
-    tight): into the first shared object none of whose groups it meets (ExecuTorch's ``greedy``), and at the
-    lowest aligned offset clear of every placed group it meets (the tightest when sizes and lifetimes vary).
-    Those two run only when the sweeps miss the bound (the peak of what is live at once): none can beat it.
+    Two greedy fits largest group first, side by side while their share of ``work`` lasts (a step per placed group
+    a group meets: quadratic when everything is live at once, where the sweeps are as tight): into the first
+    shared object none of whose groups it meets (ExecuTorch's ``greedy``), and at the lowest aligned offset clear
+    of every placed group it meets (the tightest when sizes and lifetimes vary).  Those run only when the sweeps
+    miss the bound (the peak of what is live at once), which no layout can beat.
     """
     work = work if work is not None else LayoutWork.for_groups(len(groups))
     offsets: dict[int, Optional[int]] = {}
@@ -305,18 +307,18 @@ def plan_layout(memory_id: int, groups: Sequence[StorageGroup],
     needs, lives = [_block(g) for g in others], [_life(g) for g in others]
     try:
         work.spend(len(groups))
-        fits = [_gap_fit(needs, lives, work), _object_fit(needs, lives, work)]
+        fits: list[_Fit] = [_gap_fit(needs, lives, work), _object_fit(needs, lives, work)]
     except _OutOfWork:
         return None
     peak = peak_live_bytes(groups)
-    tight = []
-    for fit in (_first_object_fit, _size_ordered_fit) if min(f[1] for f in fits) > peak else ():
+    if min(size for _, size in fits) > peak:  # the sweeps miss the bound: try the fits by size, within a share
         share = LayoutWork(min(work.left, SIZE_ORDER_WORK_PER_GROUP * len(others) + LAYOUT_WORK_FLOOR))
-        found = fit(needs, lives, share)  # each within its own share of what is left
+        by_size = _size_ordered_fits(needs, lives, share)
         work.left -= share.limit - max(share.left, 0)
-        if found is not None:
-            tight.append(found)
-    bases, size = min(tight + fits, key=lambda fit: fit[1])
+        if by_size is not None:
+            offsets_fit, objects_fit = by_size
+            fits = [objects_fit, offsets_fit] + fits
+    bases, size = min(fits, key=lambda fit: fit[1])
     for group, base in zip(others, bases):
         place(group, resident_bytes + base)
     for group in groups:
@@ -513,42 +515,8 @@ def _object_fit(needs: Sequence[int], lives: Sequence[Lifetime], work: LayoutWor
     return [starts[obj] for obj in chosen], cursor
 
 
-def _first_object_fit(needs: Sequence[int], lives: Sequence[Lifetime], work: LayoutWork
-                      ) -> Optional[tuple[list[int], int]]:
-    """Bases (relative) and total size in shared objects (ExecuTorch's ``greedy``): each group in the order given
-    (largest first) into the first object none of whose groups' lifetimes it meets, else a new one;
-    None when ``work`` runs out (a step per object tried), as it does when most groups meet most others."""
-    sizes: list[int] = []  # per object: its largest group's (aligned) need
-    spans: list[tuple[list[int], list[int]]] = []  # per object: its groups' firsts and lasts, sorted, disjoint
-    chosen: list[int] = []
-    try:
-        for need, life in zip(needs, lives):
-            for number, (firsts, lasts) in enumerate(spans):
-                work.spend(1)
-                at = bisect.bisect_left(firsts, life.first)
-                if (at == 0 or lasts[at - 1] < life.first) and (at == len(firsts) or firsts[at] > life.last):
-                    work.spend((len(firsts) - at) // 256)  # the insertion moves what follows
-                    firsts.insert(at, life.first)
-                    lasts.insert(at, life.last)
-                    sizes[number] = max(sizes[number], _aligned(need))
-                    chosen.append(number)
-                    break
-            else:
-                work.spend(1)
-                sizes.append(_aligned(need))
-                spans.append(([life.first], [life.last]))
-                chosen.append(len(spans) - 1)
-    except _OutOfWork:
-        return None
-    starts, cursor = [], 0
-    for size in sizes:
-        starts.append(cursor)
-        cursor += size
-    return [starts[number] for number in chosen], cursor
-
-
 class _PlacedByLifetime:
-    """Placed groups' (base, end), found by the lifetimes they meet in O(log positions + found): a segment tree
+    """Placed groups (their indexes), found by the lifetimes they meet in O(log positions + found): a segment tree
     over program positions holding each group at the nodes that cover its lifetime (those containing a position)
     and at the nodes above its first use (those first used within a range)."""
 
@@ -559,10 +527,10 @@ class _PlacedByLifetime:
         while leaves < positions:
             leaves *= 2
         self.leaves = leaves
-        self.covering: dict[int, list[tuple[int, int]]] = defaultdict(list)
-        self.starting: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        self.covering: dict[int, list[int]] = defaultdict(list)
+        self.starting: dict[int, list[int]] = defaultdict(list)
 
-    def add(self, first: int, last: int, item: tuple[int, int]) -> None:
+    def add(self, first: int, last: int, item: int) -> None:
         covering, starting = self.covering, self.starting
         low, high = first + self.leaves, last + self.leaves + 1
         while low < high:
@@ -579,11 +547,11 @@ class _PlacedByLifetime:
             starting[node].append(item)
             node >>= 1
 
-    def meeting(self, first: int, last: int) -> list[tuple[int, int]]:
+    def meeting(self, first: int, last: int) -> list[int]:
         """Every placed item whose lifetime meets [first, last]: those alive at ``first``, then those first used
         after it, up to ``last``."""
         covering, starting = self.covering.get, self.starting.get
-        found: list[tuple[int, int]] = []
+        found: list[int] = []
         node = first + self.leaves
         while node:
             found.extend(covering(node, ()))
@@ -601,34 +569,51 @@ class _PlacedByLifetime:
         return found
 
 
-def _size_ordered_fit(needs: Sequence[int], lives: Sequence[Lifetime], work: LayoutWork
-                      ) -> Optional[tuple[list[int], int]]:
-    """Bases (relative) and total size: each group in the order given (largest first) at the lowest aligned
-    offset clear of the placed groups it meets (tighter than the sweeps when sizes and lifetimes vary); None when
-    ``work`` runs out, as it does when most groups meet most others."""
+def _size_ordered_fits(needs: Sequence[int], lives: Sequence[Lifetime], work: LayoutWork
+                       ) -> Optional[tuple[_Fit, _Fit]]:
+    """Two greedy fits, each group in the order given (largest first), side by side over one index of the placed
+    groups by lifetime: at the lowest aligned offset clear of the placed groups it meets (the tightest when sizes
+    and lifetimes vary), and into the first shared object none of whose groups it meets (ExecuTorch's
+    ``greedy``).  None when ``work`` runs out (a step per placed group met), as it does when most groups meet
+    most others."""
     if not needs:
-        return [], 0
+        return ([], 0), ([], 0)
     placed = _PlacedByLifetime(max(life.last for life in lives) + 2)  # positions from -1, shifted by one
     bases: list[int] = []
+    ends: list[int] = []  # aligned
     top = 0
+    objects: list[int] = []  # each group's shared object
+    sizes: list[int] = []  # per object: its largest group's (aligned) need
     try:
-        for need, life in zip(needs, lives):
-            taken = placed.meeting(life.first + 1, life.last + 1)  # (base, aligned end)
-            work.spend(len(taken) + 1)
-            taken.sort()
+        for k, (need, life) in enumerate(zip(needs, lives)):
+            met = placed.meeting(life.first + 1, life.last + 1)
+            work.spend(len(met) + 1)
             candidate = 0
-            for base, end in taken:
+            for base, end in sorted((bases[j], ends[j]) for j in met):
                 if candidate + need <= base:
                     break
                 if end > candidate:
                     candidate = end
-            end = _aligned(candidate + need)
-            placed.add(life.first + 1, life.last + 1, (candidate, end))
             bases.append(candidate)
-            top = max(top, end)
+            ends.append(_aligned(candidate + need))
+            top = max(top, ends[k])
+            busy = {objects[j] for j in met}
+            number = 0
+            while number in busy:
+                number += 1
+            if number == len(sizes):
+                sizes.append(_aligned(need))
+            else:
+                sizes[number] = max(sizes[number], _aligned(need))
+            objects.append(number)
+            placed.add(life.first + 1, life.last + 1, k)
     except _OutOfWork:
         return None
-    return bases, top
+    starts, cursor = [], 0
+    for size in sizes:
+        starts.append(cursor)
+        cursor += size
+    return (bases, top), ([starts[number] for number in objects], cursor)
 
 
 def layout_problems(groups: Sequence[StorageGroup], size: int) -> list[str]:

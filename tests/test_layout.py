@@ -141,9 +141,16 @@ def test_random_layouts_are_valid_and_no_larger_than_the_fits_they_replaced() ->
     assert smaller > 0  # the sweeps find tighter layouts than both old fits now and then
 
 
+def _by_size(index: int) -> Callable[..., Any]:
+    def fit(*args: Any) -> Any:
+        found = memory._size_ordered_fits(*args)
+        assert found is not None
+        return found[index]
+    return fit
+
+
 FITS: dict[str, Callable[..., Any]] = {"gaps": memory._gap_fit, "objects": memory._object_fit,
-                                       "first object": memory._first_object_fit,
-                                       "size order": memory._size_ordered_fit}
+                                       "offsets by size": _by_size(0), "objects by size": _by_size(1)}
 
 
 @pytest.mark.parametrize("fit", FITS)
