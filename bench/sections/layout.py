@@ -40,7 +40,7 @@ def run(rounds: int, report: Report, inputs: Inputs) -> None:
         " host_reads=N)`, the storage groups a rewrite lays out), and N values of random sizes with short"
         " lifetimes. Before issue 26 (each group compared with every shared object), `check` of the first shape"
         " took 10.5 / 43.9 / 152 s of CPU at 8k / 16k / 32k values on this machine, the layout most of it; after,"
-        " 3.1 / 7.6 / 15.3 s, the layout 0.35 s of the 32k one (tests/test_layout.py times it).",
+        " 2.7 / 6.1 / 14.0 s, the layout 0.23 s of the 32k one (tests/test_layout.py times it).",
         "",
         f"| shape | CPU ms at {small:,} / {middle:,} / {large:,} | {middle:,} / {small:,} | {large:,} / {middle:,}"
         f" | steps {large:,} / {middle:,} | target | verdict |",
