@@ -45,6 +45,7 @@ class Inputs:
     corpus_other: Path  # section 5's diff partner
     out: Path
     startup_warmups: int = 2  # untimed runs of every start-up command first (.pyc files, page cache)
+    layout_sizes: tuple[int, int, int] = (1_000, 10_000, 100_000)  # device values per buffer (section 9)
 
     @classmethod
     def cached(cls) -> Inputs:
@@ -92,7 +93,7 @@ class Inputs:
                                          fold / f"steps_{style}.expected.pt") for style in ("copy", "legacy")},
             corpus_small=FIXTURES / "corpus" / "v_a_dtypes_copy.pte",
             corpus_other=FIXTURES / "corpus" / "v_b_dtypes_legacy.pte",
-            out=folder / "out", startup_warmups=0)
+            out=folder / "out", startup_warmups=0, layout_sizes=(20, 200, 2_000))
 
 
 def _export_big(path: Path, *extra: str) -> None:

@@ -157,7 +157,7 @@ def analysis_program(n_values: int, seed: int = 0) -> tuple[m.Program, list[Segm
     return program, [constants, SegmentContent.of(blob)]
 
 
-def seed_program(n_constants: int, style: str = "copy", rows: int = 4, seed: int = 0
+def seed_program(n_constants: int, style: str = "copy", rows: int = 4, seed: int = 0, host_reads: int = 0
                  ) -> tuple[m.Program, list[SegmentContent]]:
     """The seed's shape at any size: ``n_constants`` weights read only by one delegate call on ``cuda:0``.
 
@@ -165,9 +165,16 @@ def seed_program(n_constants: int, style: str = "copy", rows: int = 4, seed: int
     input and every weight copied into the device buffer by ``_h2d_copy`` kernels, each into its own region
     (they are all live at the delegate call), the output copied back.  ``style="legacy"``: the delegate reads
     the host input and the host weights itself.  Each weight is ``rows`` x 4 float32.
+
+    ``host_reads``: the last that many weights are also read on the host, by a chain of ``aten::add.out``
+    after the call (added to its output; the method returns the sum too).  They stay on the host, and in copy
+    style so do their per-call device copies: that many device values all live at once at the call, which a
+    rewrite that moves the other weights lays out again (the layout's scaling case).
     """
     if style not in ("copy", "legacy"):
         raise ValueError(f"style must be 'copy' or 'legacy', got {style!r}")
+    if not 0 <= host_reads <= n_constants:
+        raise ValueError(f"host_reads must be within 0..{n_constants}, got {host_reads}")
     shape = (rows, 4)
     nbytes = rows * 16
     rng = random.Random(seed)
@@ -202,8 +209,20 @@ def seed_program(n_constants: int, style: str = "copy", rows: int = 4, seed: int
         out = add(memory=(1, nbytes))
         instructions.append(m.DelegateCall(0, (x, *constants, out)))
         sizes, buffer_devices, operators = (0, 2 * nbytes), None, ()
+    outputs = (out,)
+    if host_reads:
+        alpha = len(values)
+        values.append(m.Int(1))
+        total = out
+        for k, const in enumerate(constants[n_constants - host_reads:]):
+            acc = add(memory=(1, (2 + k % 2) * nbytes))
+            instructions.append(m.KernelCall(len(operators), (total, const, alpha, acc, acc)))
+            total = acc
+        operators += (m.Operator("aten::add", "out"),)
+        sizes = (0, 4 * nbytes) + sizes[2:]
+        outputs = (out, total)
     plan = m.ExecutionPlan(
-        name="forward", values=tuple(values), inputs=(x,), outputs=(out,),
+        name="forward", values=tuple(values), inputs=(x,), outputs=outputs,
         chains=(m.Chain(instructions=tuple(instructions)),), operators=operators,
         delegates=(m.BackendDelegate("BackendWithCompilerDemo",
                                      m.BackendDelegateDataReference(m.DataLocation.SEGMENT, 1),
@@ -217,9 +236,10 @@ def seed_program(n_constants: int, style: str = "copy", rows: int = 4, seed: int
     return program, [data, SegmentContent.of(b"demo delegate blob")]
 
 
-def write_seed_program(path: str, n_constants: int, style: str = "copy", rows: int = 4) -> None:
-    """Write ``seed_program(n_constants, style, rows)`` to ``path``."""
-    program, contents = seed_program(n_constants, style, rows)
+def write_seed_program(path: str, n_constants: int, style: str = "copy", rows: int = 4, host_reads: int = 0
+                       ) -> None:
+    """Write ``seed_program(n_constants, style, rows, host_reads=host_reads)`` to ``path``."""
+    program, contents = seed_program(n_constants, style, rows, host_reads=host_reads)
     write_pte(path, program, contents)
 
 

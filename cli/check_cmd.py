@@ -150,9 +150,12 @@ def _memory_line(report: CheckReport) -> Optional[str]:
     if not memories or not (before or after):
         return None
     grown = [f.file for f in report.files if f.device_memory is not None and f.device_memory.warning()]
+    kept = [f.file for f in report.files if f.device_memory is not None and f.device_memory.kept_offsets]
     return (f"Device memory planned: {human_bytes(before)} now, {human_bytes(after)} after a rewrite "
             f"({memory_change(before, after)})"
-            + (f"; a rewrite would grow it in {_files(len(grown))}: {listing(grown)}" if grown else "") + ".")
+            + (f"; a rewrite would grow it in {_files(len(grown))}: {listing(grown)}" if grown else "")
+            + (f"; laying it out again ran out of its work budget in {_files(len(kept))}, which keep the input's "
+               f"offsets with the constants appended: {listing(kept)}" if kept else "") + ".")
 
 
 def _quiet_line(f: Finding, what: str) -> str:
@@ -351,6 +354,8 @@ def file_details(report: CheckReport, f: FileCheck) -> Block:
                                right=["bytes/call"]).split("\n") + [""]
     if f.device_memory is not None and f.device_memory.warning():
         body += [f"Device memory: {md_text(f.device_memory.warning())}", ""]
+    if f.device_memory is not None and f.device_memory.note():
+        body += [f"Device memory: {md_text(f.device_memory.note())}", ""]
     if f.note:
         body += [f"Note: {md_text(f.note)}", ""]
     if not f.error:

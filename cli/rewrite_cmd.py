@@ -141,6 +141,9 @@ def render_text(result: RewriteResult, view: View) -> None:
         warning = plan.memory.warning()
         if warning:
             stderr_console().print(f"warning: {warning}", markup=False, soft_wrap=True)
+        note = plan.memory.note()
+        if note:
+            console.print(printable(f"note: {note}"), markup=False, soft_wrap=True)
         if plan.folds:
             console.print(cost_line(plan))
     not_moved = [[m, v, name, human_bytes(nbytes), why] for m, v, name, nbytes, why in _not_moved_rows(result)]
@@ -210,6 +213,8 @@ def _buffer_change(buffer: BufferGrowth) -> str:
         return "new"
     if buffer.relaid:
         return "relaid"
+    if buffer.kept_offsets:
+        return "kept offsets (layout budget)"
     return "grown" if buffer.new_size > buffer.old_size else "same"
 
 
@@ -262,6 +267,8 @@ def render_markdown(result: RewriteResult, view: View) -> list[str]:
             lines += ["", memory[0].upper() + memory[1:] + "."]
         if plan.memory.warning():
             lines += ["", f"**Warning:** {md_text(plan.memory.warning())}"]
+        if plan.memory.note():
+            lines += ["", f"**Note:** {md_text(plan.memory.note())}"]
         lines += ["", "Dry run: no file written." if dry else
                   f"Wrote {md_code(result.output)} ({human_bytes(result.output_size or 0)}; input "
                   f"{human_bytes(result.input_size)}), re-read and checked"

@@ -355,7 +355,7 @@ def device_memory_json(memory: Optional[DeviceMemory]) -> Optional[dict[str, Any
     if memory is None:
         return None
     return {"before": memory.before, "after": memory.after, "bound": memory.bound,
-            "without_relayout": memory.appended, "warning": memory.warning()}
+            "without_relayout": memory.appended, "warning": memory.warning(), "kept_offsets": list(memory.kept_offsets)}
 
 
 def findings_json(findings: tuple[Finding, ...], covers: Optional[str] = None, reasons: bool = False

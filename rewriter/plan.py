@@ -23,7 +23,7 @@ from pte_devconst.schema.validate import MAX_TENSOR_BYTES
 
 from pte_devconst.program.effects import MethodEffects
 from pte_devconst.program.executorch import H2D_COPY
-from pte_devconst.program.memory import plan_layout, planned_device_bytes, storage_groups
+from pte_devconst.program.memory import LayoutWork, plan_layout, planned_device_bytes, storage_groups
 from pte_devconst.program.prologue import GUARD_INSTRUCTIONS
 from pte_devconst.program.executorch import method_labels
 from pte_devconst.program.runtime import Runtime, RuntimeNeed, device_initial_data
@@ -182,6 +182,7 @@ class BufferGrowth:
     resident_bytes: int = 0  # what must live for the whole method (moved constants, state), when relaid
     peak_bytes: int = 0  # the most that everything else needs at once, when relaid
     appended_size: int = 0  # what keeping the input's offsets and appending the constants would need
+    kept_offsets: str = ""  # why the layout was given up and the input's offsets kept (its work budget ran out)
 
     @property
     def bound(self) -> int:
@@ -279,6 +280,14 @@ class DeviceMemory:
     bound: int = 0
     appended: int = 0
     added: int = 0  # bytes of device buffers the rewrite adds (legacy style: the method planned none there)
+    kept_offsets: tuple[str, ...] = ()  # "method M, buffer B: why", for each device buffer whose layout was given up
+
+    def note(self) -> Optional[str]:
+        """That a layout was given up for the input's offsets (the constants appended), when one was."""
+        if not self.kept_offsets:
+            return None
+        return ("device memory kept the input's offsets, the constants appended, where laying it out again ran out "
+                "of its work budget: " + "; ".join(self.kept_offsets))
 
     @property
     def grown(self) -> int:
@@ -303,6 +312,7 @@ def device_memory(program: m.Program, methods: tuple["MethodEdit", ...] = ()) ->
     edits = {edit.plan_index: edit for edit in methods}
     before = planned_device_bytes(program)
     after = bound = appended = added = 0
+    kept: list[str] = []
     for index, plan in enumerate(program.execution_plan or ()):
         devices = plan.buffer_devices()
         sizes = list(plan.non_const_buffer_sizes or ())
@@ -318,7 +328,9 @@ def device_memory(program: m.Program, methods: tuple["MethodEdit", ...] = ()) ->
             added += size if g is not None and g.added else 0
             bound += g.bound if g is not None and g.relaid else size
             appended += g.appended_size if g is not None and g.appended_size else size
-    return DeviceMemory(before, after, bound, appended, added)
+            if g is not None and g.kept_offsets and edit is not None:
+                kept.append(f"method {edit.name}, buffer {memory_id}: {g.kept_offsets}")
+    return DeviceMemory(before, after, bound, appended, added, tuple(kept))
 
 
 @record
@@ -1010,7 +1022,8 @@ def _relaid(plan: m.ExecutionPlan, edit: MethodEdit) -> MethodEdit:
     The method the rewrite will write (``edit.edit_method``) is laid out as ExecuTorch's planner would
     (``program/memory.py``): moved and folded constants resident, everything else by its lifetime, the removed
     copies' destinations unplanned.  A buffer keeps the input's offsets with the constants appended when that
-    is not larger (a program whose planner already packed tightly).
+    is not larger (a program whose planner already packed tightly), and when the layout runs out of its work
+    budget (``LayoutWork``, proportional to the buffer's tensors): a bounded cost, never a refusal.
     """
     targets = {p.memory_id for p in edit.placements} | {f.memory_id for f in edit.folds} \
         | {r.memory_id for r in edit.reencoded}
@@ -1018,13 +1031,20 @@ def _relaid(plan: m.ExecutionPlan, edit: MethodEdit) -> MethodEdit:
         return edit
     edited = edit_method(plan, edit)
     groups = storage_groups(MethodEffects(edited), targets)
-    layouts = {memory_id: plan_layout(memory_id, groups.get(memory_id, [])) for memory_id in targets}
+    budgets = {memory_id: LayoutWork.for_groups(len(groups.get(memory_id, []))) for memory_id in targets}
+    layouts = {memory_id: plan_layout(memory_id, groups.get(memory_id, []), budgets[memory_id])
+               for memory_id in targets}
     growth = []
     relocations: list[tuple[int, int, Optional[int]]] = []
     new_offset: dict[int, int] = {}
     values = edited.values or ()
     for g in edit.buffers:
         layout = layouts.get(g.memory_id)
+        if layout is None and g.memory_id in budgets:
+            growth.append(replace(g, appended_size=g.new_size, kept_offsets=(
+                f"laying out its {len(groups.get(g.memory_id, [])):,} tensor group(s) needed more than "
+                f"{budgets[g.memory_id].limit:,} steps")))
+            continue
         if layout is None or layout.size >= g.new_size:
             growth.append(replace(g, appended_size=g.new_size))
             continue

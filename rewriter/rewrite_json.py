@@ -89,7 +89,8 @@ def rewrite_json(result: "RewriteResult") -> dict[str, Any]:
         "fold": plan.options.fold, "duplicate_shared": plan.options.duplicate_shared,
         "device_bytes_added": plan.device_bytes_added,
         "device_memory": {"before": plan.memory.before, "after": plan.memory.after, "bound": plan.memory.bound,
-                          "without_relayout": plan.memory.appended, "warning": plan.memory.warning()},
+                          "without_relayout": plan.memory.appended, "warning": plan.memory.warning(),
+                          "kept_offsets": list(plan.memory.kept_offsets)},
         "initial_data_bytes_added": plan.initial_data_bytes,
         "constant_bytes_dropped": plan.dropped_bytes,
         "fold_cost": {kind: dict(zip(("values", "device_bytes", "file_bytes"), plan.fold_cost(duplicates)))

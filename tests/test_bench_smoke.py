@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import bench
-from bench.children import analysis, bare_copy, cli_probe, open_plan, profile_step, self_check, syscalls
+from bench.children import analysis, bare_copy, cli_probe, layout, open_plan, profile_step, self_check, syscalls
 from bench.common import Report, Series, child_module, ratio_series, run_child
 from bench.inputs import Inputs
 from bench.sections import SECTIONS
@@ -150,6 +150,16 @@ def test_open_plan_and_analysis(tiny: Inputs) -> None:
     assert 0 < small[0] < large[0] and 0 < small[2] < large[2]  # values, eligible constants
 
 
+def test_layout_child() -> None:
+    """Section 9's figures: both shapes at every size, laid out within the bound's 10% and the budget."""
+    data = layout.measure([20, 200], 1)
+    assert set(data) == {"live 20", "short 20", "live 200", "short 200"}
+    for key, entry in data.items():
+        assert len(entry["seconds"]) == 1 and entry["seconds"][0] >= 0 and 0 < entry["steps"]
+        assert entry["bound"] <= entry["size"] <= 1.10 * entry["bound"], key
+    assert data["live 200"]["groups"] > 200 and data["short 200"]["groups"] == 200  # live: and the input, output
+
+
 def test_seed_and_roundtrip(tiny: Inputs) -> None:
     from bench import roundtrip, seed
     from pte_devconst.schema.pte_file import open_pte
@@ -220,7 +230,8 @@ def test_seed_section(tiny: Inputs) -> None:
     assert all(row.endswith("| met |") for row in rows)
 
 
-SUMMARY_PREFIX = {"rewrite": "1.", "dryrun": "2.", "executorch": "3.", "analysis": "4.", "startup": "5.", "fold": "7."}
+SUMMARY_PREFIX = {"rewrite": "1.", "dryrun": "2.", "executorch": "3.", "analysis": "4.", "startup": "5.", "fold": "7.",
+                  "layout": "9."}
 
 
 @pytest.mark.slow
@@ -243,4 +254,4 @@ def test_the_whole_tiny_run_writes_a_report(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     text = results.read_text()
     headings = [line for line in text.splitlines() if line.startswith("## ")]
-    assert headings[0] == "## Summary" and [h.split()[1] for h in headings[1:]] == [f"{i}." for i in range(1, 9)]
+    assert headings[0] == "## Summary" and [h.split()[1] for h in headings[1:]] == [f"{i}." for i in range(1, 10)]

@@ -9,7 +9,7 @@ from typing import Callable
 
 from bench.common import Report
 from bench.inputs import Inputs
-from bench.sections import analysis, dryrun, executorch, fold, rewrite, runner, seed, startup
+from bench.sections import analysis, dryrun, executorch, fold, layout, rewrite, runner, seed, startup
 
 Section = Callable[[int, Report, Inputs], None]
 
@@ -22,4 +22,5 @@ SECTIONS: dict[str, Section] = {
     "runner": runner.run,
     "fold": fold.run,
     "seed": seed.run,
+    "layout": layout.run,
 }
