@@ -101,6 +101,7 @@ def match_names(source: PteFile, recorded: Mapping[str, RecordedMethod], origin:
                 notes.append(f"{origin} has no method {name!r}")
                 unnamed += len(unnamed_here)
             continue
+        notes.extend(f"{origin}: {note}" for note in method.notes)
         known = {v.fqn for _, v in constants if v.fqn}
         candidates = [c for c in method.constants if c.name not in known]
         found = _match(source, unnamed_here, candidates)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import subprocess
+import sys
 from typing import Any, Optional
 
 from typer.testing import CliRunner, Result
@@ -27,3 +30,27 @@ def rendered(markdown: str) -> str:
     from markdown_it import MarkdownIt
 
     return MarkdownIt("commonmark").enable("table").render(markdown)
+
+
+# A child that runs the command line under ``ulimit -v 3000000`` (the figure of the robustness issues) and
+# reports its exit, output, wall time and peak memory (that child's alone: it is the only one it waits for).
+_LIMITED = """
+import resource, subprocess, sys, time
+def limit():
+    resource.setrlimit(resource.RLIMIT_AS, (3_000_000 * 1024, 3_000_000 * 1024))
+start = time.monotonic()
+done = subprocess.run([sys.executable, "-m", "pte_devconst"] + sys.argv[1:], capture_output=True, text=True,
+                      preexec_fn=limit, timeout=600)
+print(repr((done.returncode, done.stdout, done.stderr, time.monotonic() - start,
+            resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)))
+"""
+
+
+def limited(*args: Any) -> tuple[int, str, str, float, int]:
+    """(exit code, stdout, stderr, wall seconds, peak KiB) of ``pte-devconst ARGS`` in a child process limited to
+    3 GB of address space."""
+    out = subprocess.run([sys.executable, "-c", _LIMITED, *map(str, args)], capture_output=True, text=True,
+                         timeout=700)
+    assert out.returncode == 0, out.stderr
+    found: tuple[int, str, str, float, int] = ast.literal_eval(out.stdout.strip().splitlines()[-1])
+    return found

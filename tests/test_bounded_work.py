@@ -294,3 +294,25 @@ def test_a_list_named_thousands_of_times_is_refused_with_the_figure(tmp_path: Pa
     with pytest.raises(PteDevconstError, match="value lists hold 60,020,000 items"):
         api.analyze(path)
     assert time.process_time() - start < 5
+
+
+def test_a_reference_blob_of_hostile_json_is_one_line(tmp_path: Path) -> None:
+    """A reference-backend blob nested 100,000 deep, or 6 MB of ``[],`` (2.1 million lists, 120 MB built), in a
+    .pte: ``run`` refuses it in one line (issue 27's JSON reader; the nested one was ``internal error:
+    RecursionError``)."""
+    from pte_devconst.schema.pte_file import open_pte
+    from pte_devconst.schema.pte_writer import SegmentContent, unchanged_segments, write_pte
+
+    source = Path(__file__).parents[1] / "examples" / "models" / "mlp_copy.pte"
+    for name, blob, why in (("deep", b"[" * 100_000 + b"]" * 100_000, "JSON nested 100,000 deep"),
+                            ("wide", b"[" + b"[]," * 2_100_000 + b"[]]", "JSON of up to 4,200,003 values, more than "
+                             "the 4,000,000")):
+        path = tmp_path / f"{name}.pte"
+        with open_pte(source) as pte:
+            contents = unchanged_segments(pte)
+            index = pte.program.execution_plan[0].delegates[0].processed.index
+            contents[index] = SegmentContent.of(blob)
+            write_pte(path, pte.program, contents)
+        result = invoke("run", path, "--simulate-devices")
+        assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.stderr
+        assert why in result.stderr and "internal error" not in result.stderr, result.stderr
