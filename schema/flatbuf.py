@@ -63,6 +63,9 @@ class FlatbufferError(Exception):
 _ABSENT = object()
 # What a small file may hand on in vectors and strings, counted at every reference, beyond twice its own size.
 HANDED_FLOOR = 4 << 20
+# A vector or string of at most this many elements is decoded again at each reference (as fast as looking it up;
+# the count of what is handed on bounds what that costs); a longer one is decoded once and kept by position.
+_DECODED_AGAIN = 32
 
 
 class TableLimitError(FlatbufferError):
@@ -102,7 +105,7 @@ class FlatReader:
         # not (1, 0)
         self._decoded: dict[Callable[..., Any], dict[int, Any]] = {}
         self._subtree: dict[tuple[Callable[..., Any], int], tuple[int, int]] = {}
-        # (position, kind) -> the vector or string decoded there: one object however many tables name it
+        # (position, kind) -> the (longer) vector or string decoded there: one object however many tables name it
         self._vectors: dict[tuple[int, str], Any] = {}
 
     def hand(self, amount: int) -> None:
@@ -244,13 +247,11 @@ class Table:
             raise FlatbufferError(f"vector of {count} elements at {target} runs past the buffer end")
         if elem_size > 1 and start % min(elem_size, 8):
             raise FlatbufferError(f"misaligned vector of {elem_size}-byte elements at {target}")
-        self.r.spend(count * elem_size // 4 + 1)
+        r = self.r
+        r.budget -= count * elem_size // 4 + 1
+        if r.budget < 0:
+            r.spend(0)
         return start, count
-
-    def _shared(self, start: int, count: int, kind: str, size: int) -> Any:
-        """The vector or string decoded at ``start`` before (``_ABSENT`` if none), its ``size`` bytes handed on."""
-        self.r.hand(size)
-        return self.r._vectors.get((start, kind), _ABSENT)
 
     def vector(self, slot: int, fmt: str) -> Optional[tuple[Any, ...]]:
         """A vector of scalars (struct format character ``fmt``) as a tuple, or None when absent."""
@@ -258,18 +259,30 @@ class Table:
         start, count = self._vector_header(slot, width)
         if count < 0:
             return None
-        found = self._shared(start, count, fmt, count * width)
-        if found is _ABSENT:
-            found = self.r._vectors[(start, fmt)] = struct.unpack_from(f"<{count}{fmt}", self.r.buf, start)
+        r = self.r
+        r.handed += count * width
+        if r.handed > r.max_handed:
+            r.hand(0)
+        if count <= _DECODED_AGAIN:
+            return struct.unpack_from(f"<{count}{fmt}", r.buf, start)
+        key = (start, fmt)
+        found = r._vectors.get(key)
+        if found is None:
+            found = r._vectors[key] = struct.unpack_from(f"<{count}{fmt}", r.buf, start)
         return cast(tuple[Any, ...], found)
 
     def byte_vector(self, slot: int) -> Optional[bytes]:
         start, count = self._vector_header(slot, 1)
         if count < 0:
             return None
-        found = self._shared(start, count, "bytes", count)
-        if found is _ABSENT:
-            found = self.r._vectors[(start, "bytes")] = bytes(self.r.buf[start:start + count])
+        r = self.r
+        r.hand(count)
+        if count <= _DECODED_AGAIN:
+            return bytes(r.buf[start:start + count])
+        key = (start, "bytes")
+        found = r._vectors.get(key)
+        if found is None:
+            found = r._vectors[key] = bytes(r.buf[start:start + count])
         return cast(bytes, found)
 
     def byte_vector_span(self, slot: int) -> Optional[tuple[int, int]]:
@@ -285,16 +298,22 @@ class Table:
         start, count = self._vector_header(slot, 1)
         if count < 0:
             return None
-        found = self._shared(start, count, "str", count)
-        if found is not _ABSENT:
-            return cast(str, found)
-        if start + count >= self.r.size or self.r.buf[start + count] != 0:
+        r = self.r
+        r.handed += count
+        if r.handed > r.max_handed:
+            r.hand(0)
+        if count > _DECODED_AGAIN:
+            found = r._vectors.get((start, "str"))
+            if found is not None:
+                return cast(str, found)
+        if start + count >= r.size or r.buf[start + count] != 0:
             raise FlatbufferError(f"string at {start - 4} lacks its terminating zero byte")
         try:
-            text = bytes(self.r.buf[start:start + count]).decode("utf-8")
+            text = bytes(r.buf[start:start + count]).decode("utf-8")
         except UnicodeDecodeError:
             raise FlatbufferError(f"string at {start - 4} is not valid UTF-8") from None
-        self.r._vectors[(start, "str")] = text
+        if count > _DECODED_AGAIN:
+            r._vectors[(start, "str")] = text
         return text
 
     def tables(self, slot: int, decode: Callable[["Table"], T], name: str) -> Optional[tuple[T, ...]]:
