@@ -47,8 +47,9 @@ EDGE_PREFIX = "edge_dialect_exported_program"
 # (docs/robustness.md): a method's serialized edge program takes about 2.6 KB of JSON per parameter with its graph
 # nodes (1.5 MB for 600), one value per 10 to 12 bytes, nests 9 deep, and deflates at most 39 times; a state
 # dict's data.pkl takes 120 bytes, 40 opcodes and 54 of the walk's objects and items per tensor.
-MAX_JSON_BYTES = 64 << 20  # some 25,000 parameters' graph (real large models: a few MB), a few hundred MiB built
-MAX_JSON_VALUES = 8_000_000  # one per 8 bytes of the largest entry read: real ones have one per 10 to 12
+MAX_JSON_BYTES = 64 << 20  # of any density; real JSON meets the values' bound first
+MAX_JSON_VALUES = 4_000_000  # some 45 MB of real JSON, 18,000 parameters' graph (large models take a few MB);
+# what it builds stays within about 350 MiB even for the costliest values (4 million short strings)
 MAX_PICKLE_BYTES = 16 << 20  # some 140,000 tensors
 MAX_PICKLE_OBJECTS = 4_000_000  # some 75,000 tensors, and at most about 256 MiB of the smallest objects
 MAX_TOTAL_BYTES = 4 * MAX_JSON_BYTES  # every entry read, all methods together
