@@ -86,6 +86,9 @@ def _tensor(args: tuple[Any, ...]) -> Optional[TensorRecord]:
 
 
 _U8, _U16, _I32, _U32, _U64, _F64 = (struct.Struct(f) for f in ("<B", "<H", "<i", "<I", "<Q", ">d"))
+# The struct of each string or bytes opcode's length: BINUNICODE, BINBYTES; SHORT_BINUNICODE, SHORT_BINBYTES;
+# BINUNICODE8
+_STRING_LENGTHS = {0x58: _U32, 0x42: _U32, 0x8C: _U8, 0x43: _U8, 0x8D: _U64}
 _MALFORMED: dict[type, str] = {
     struct.error: "an opcode's argument runs past the end", IndexError: "an opcode without the stack items or "
     "the mark it takes", KeyError: "a memo entry it never stored", UnicodeDecodeError: "a string that is not UTF-8"}
@@ -167,7 +170,7 @@ class PickleWalker:
                     args = stack.pop()
                     stack[-1] = self._call(stack[-1], args)
                 elif op in (0x58, 0x8C, 0x8D, 0x42, 0x43):  # BINUNICODE, SHORT_ and 8; BINBYTES, SHORT_BINBYTES
-                    length_of = _U32 if op in (0x58, 0x42) else _U8 if op in (0x8C, 0x43) else _U64
+                    length_of = _STRING_LENGTHS[op]
                     size = length_of.unpack_from(data, position)[0]
                     position += length_of.size
                     if position + size > end:
