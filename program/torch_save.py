@@ -61,9 +61,19 @@ class _Storage:
     key: str
 
 
-_REBUILD_TENSOR = "torch._utils._rebuild_tensor_v2"
-_REBUILD_PARAMETER = "torch._utils._rebuild_parameter"
-_ORDERED_DICT = "collections.OrderedDict"
+class _Known:
+    """A global the walk stands in for (it calls nothing: ``PickleWalker._call`` builds what torch's would)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+_REBUILD_TENSOR = _Known("torch._utils._rebuild_tensor_v2")
+_REBUILD_PARAMETER = _Known("torch._utils._rebuild_parameter")
+_ORDERED_DICT = _Known("collections.OrderedDict")
+_KNOWN = {known.name: known for known in (_REBUILD_TENSOR, _REBUILD_PARAMETER, _ORDERED_DICT)}
 _KEY_TYPES = (str, int, float, bool, type(None))
 
 
@@ -71,7 +81,7 @@ def _extent(value: Any) -> bool:
     return type(value) is int and 0 <= value <= MAX_EXTENT
 
 
-_BAD_TENSOR = f"{_REBUILD_TENSOR} with a storage, offset, rank, size or stride out of range"
+_BAD_TENSOR = f"{_REBUILD_TENSOR.name} with a storage, offset, rank, size or stride out of range"
 
 
 def _tensor(args: tuple[Any, ...]) -> Optional[TensorRecord]:
@@ -110,8 +120,9 @@ class PickleWalker:
         if not isinstance(module, str) or not isinstance(name, str):
             raise TorchSaveError("a pickle whose global names no module and name")
         qualified = f"{module}.{name}"
-        if qualified in (_REBUILD_TENSOR, _REBUILD_PARAMETER, _ORDERED_DICT):
-            return qualified
+        known = _KNOWN.get(qualified)
+        if known is not None:
+            return known
         if not (module == "torch" and name.endswith("Storage")):  # a storage's type: in the persistent id anyway
             self.unknown.setdefault(qualified)
         return _Opaque(qualified)
@@ -119,17 +130,17 @@ class PickleWalker:
     def _call(self, function: Any, args: Any) -> Any:
         if not isinstance(args, tuple):
             raise TorchSaveError("a pickle whose REDUCE has no argument tuple")
-        if function == _REBUILD_TENSOR:
+        if function is _REBUILD_TENSOR:
             record = _tensor(args)
             if record is None:
                 self.unknown.setdefault(_BAD_TENSOR)
-                return _Opaque(_REBUILD_TENSOR)
+                return _Opaque(_REBUILD_TENSOR.name)
             return record
-        if function == _REBUILD_PARAMETER:
-            return args[0] if args else _Opaque(function)
-        if function == _ORDERED_DICT and not args:
+        if function is _REBUILD_PARAMETER and args:
+            return args[0]
+        if function is _ORDERED_DICT and not args:
             return {}
-        return _Opaque(function.name if isinstance(function, _Opaque) else type(function).__name__)
+        return _Opaque(function.name if isinstance(function, (_Opaque, _Known)) else type(function).__name__)
 
     def load(self) -> Any:  # noqa: C901 - one branch an opcode, as pickle's own loop
         """The pickled object; ``TorchSaveError`` at the first opcode this walk does not take."""
