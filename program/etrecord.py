@@ -232,14 +232,15 @@ class _Reading:
         self._spend(saved.pickle_size, entry)
         return saved
 
-    def digest(self, span: tuple[int, int]) -> str:
-        """sha256 of ``span`` (file offset, length), hashed once however many tensors name it."""
+    def digest(self, span: tuple[int, int], entry: str) -> str:
+        """sha256 of ``span`` (file offset, length; in ``entry``), hashed once however many tensors name it."""
         found = self._digests.get(span)
         if found is not None:
             return found
         start, left = span
         if left > self.hash_left:
-            raise self.error(f"its tensors name more than twice the file's bytes (plus {HASH_FLOOR:,}) to hash")
+            raise self.error(f"its tensors name more than twice the file's bytes (plus {HASH_FLOOR:,}) to hash",
+                             entry)
         self.hash_left -= left
         hasher = hashlib.sha256()
         try:
@@ -247,11 +248,11 @@ class _Reading:
             while left:
                 chunk = self.file.read(min(left, 8 << 20))
                 if not chunk:
-                    raise self.error("it ended while a tensor's bytes were read (did it change?)")
+                    raise self.error("it ended while a tensor's bytes were read (did it change?)", entry)
                 hasher.update(chunk)
                 left -= len(chunk)
         except OSError as error:
-            raise self.error(error.strerror or str(error)) from None
+            raise self.error(error.strerror or str(error), entry) from None
         found = self._digests[span] = hasher.hexdigest()
         return found
 
@@ -362,9 +363,9 @@ def _recorded_method(reading: _Reading, method: str, entry: str) -> RecordedMeth
             saved = stores[suffix]
             span = saved.span(name, size) if saved is not None else None
             if span is None and suffix == "_state_dict":  # torch.export keeps some buffers with the constants
-                other = stores["_constants"]
+                other, suffix = stores["_constants"], "_constants"
                 span = other.span(name, size) if other is not None else None
-            return reading.digest(span) if span is not None else None
+            return reading.digest(span, f"{entry}{suffix}") if span is not None else None
 
         # A mutable buffer is no constant once emitted: planned memory, named where it starts with initial data.
         (mutable if name in mutated else constants).append(
