@@ -244,3 +244,30 @@ def test_a_large_real_etrecord_still_names_every_constant_in_about_the_time_it_d
         seconds = time.process_time() - start
     assert names.count == 200 and names.unnamed == 0 and not names.notes
     assert seconds < 2, seconds
+
+
+def test_a_constant_the_program_names_many_times_is_hashed_once(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The program's side of the names (issue 27: one stored run named many times): 100,000 values naming one
+    constant's table (a 0.4 MB file) have its bytes hashed once, not 100,000 times (for a 4 MB constant that was
+    400 GB to hash).  The copies are one constant the ETRecord cannot tell apart: they stay unnamed."""
+    import hashlib
+    import types
+
+    from forge import aliased_values
+    from pte_devconst.rewriter import names as names_module
+
+    path = aliased_values(PTE, tmp_path / "aliased.pte", 100_000)
+    calls: list[int] = []
+
+    def sha256(data: bytes) -> "hashlib._Hash":
+        calls.append(len(data))
+        return hashlib.sha256(data)
+
+    monkeypatch.setattr(names_module, "hashlib", types.SimpleNamespace(sha256=sha256))
+    with PteFile.open(path) as source:
+        start = time.process_time()
+        names = match_names(source, read_etrecord(forge.NAMES / "mixed.etrecord"), "mixed")
+        seconds = time.process_time() - start
+    assert len(calls) <= 5, len(calls)  # each distinct constant of the program at most once
+    assert names.unnamed >= 100_000 and seconds < 10
