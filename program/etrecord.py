@@ -5,9 +5,17 @@ An ETRecord (``executorch.devtools.etrecord``, written by ``generate_etrecord`` 
 ``ExportedProgram`` serialized by ``torch.export``: ``edge_dialect_exported_program/<method>`` is JSON
 (the graph and its signature: which placeholder is which parameter, buffer or lifted constant, and each
 placeholder's dtype and sizes), ``..._state_dict`` and ``..._constants`` are ``torch.save`` zips of the
-tensors themselves.  This module reads the JSON with ``json`` and the ``torch.save`` pickles with a
-restricted unpickler that builds no object (it only records which storage file, offset and shape each
-tensor has), so naming constants never imports torch and an ETRecord cannot run code.
+tensors themselves.  Naming constants never imports torch, and an ETRecord cannot run code.
+
+ETRecords come with third-party models, so everything read from one is bounded by what real ones need (measured
+on 1.5.1 exports, docs/robustness.md), not only by its bytes: an entry is read only when stored or deflated,
+unencrypted, declared within ``MAX_JSON_BYTES`` (``MAX_PICKLE_BYTES``) and inflating at most
+``util.bounded_zip.MAX_RATIO`` times; its JSON is built only within ``MAX_JSON_VALUES`` values and
+``util.bounded_json.MAX_DEPTH`` levels; a state dict's pickle is walked by ``program.torch_save``, which builds no
+object of a class and at most ``MAX_PICKLE_OBJECTS`` objects; all entries together inflate to at most
+``MAX_TOTAL_BYTES``, and the tensors' bytes hashed for the names to at most twice the file plus 64 MiB.  Any
+failure, past a bound or of the zip, JSON or pickle, is one ``ETRecordError``: ``not an ETRecord (or one this
+tool will not read): FILE: ENTRY: why``.
 
 What it yields, ``RecordedMethod``, is the ordered list of the method's constant placeholders with their
 names (``fully_qualified_name`` as ``torch.export`` knows them: ``fc1.weight``), dtypes, sizes and a way to
@@ -20,21 +28,32 @@ them to a program's value indices is ``pte_devconst.rewriter.names``.
 
 from __future__ import annotations
 
+import errno
 import hashlib
-import io
 import json
 import os
-import pickle
-import zipfile
+import stat
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Optional
 
+from pte_devconst.program.torch_save import TorchSave, TorchSaveError
+from pte_devconst.util.bounded_json import BoundedJSON, JSONBoundError
+from pte_devconst.util.bounded_zip import Seekable, ZipReadError, check_entry, open_zip, read_entry, stored_span
 from pte_devconst.util.errors import PteDevconstError
 
 IDENTIFIER = "ETRECORD_V0"
 EDGE_PREFIX = "edge_dialect_exported_program"
-# The serialized graph of one method is a few MB even for a large model; a bigger entry is not an ETRecord's.
-MAX_JSON_BYTES = 256 << 20
+# What one ETRecord may make this reader build.  Measured on ExecuTorch 1.5.1 exports of 5 to 600 parameters
+# (docs/robustness.md): a method's serialized edge program takes about 2.6 KB of JSON per parameter with its graph
+# nodes (1.5 MB for 600), one value per 10 to 12 bytes, nests 9 deep, and deflates at most 39 times; a state
+# dict's data.pkl takes 120 bytes, 40 opcodes and 54 of the walk's objects and items per tensor.
+MAX_JSON_BYTES = 64 << 20  # of any density; real JSON meets the values' bound first
+MAX_JSON_VALUES = 4_000_000  # some 45 MB of real JSON, 18,000 parameters' graph (large models take a few MB);
+# what it builds stays within about 350 MiB even for the costliest values (4 million short strings)
+MAX_PICKLE_BYTES = 16 << 20  # some 140,000 tensors
+MAX_PICKLE_OBJECTS = 4_000_000  # some 75,000 tensors, and at most about 256 MiB of the smallest objects
+MAX_TOTAL_BYTES = 4 * MAX_JSON_BYTES  # every entry read, all methods together
+HASH_FLOOR = 64 << 20  # the tensors' bytes hashed may be twice the file, plus this
 
 # torch.export's serialized ScalarType (torch/_export/serde/schema.py) -> torch's dtype name, which
 # program.executorch.scalar_type_name gives for ExecuTorch's numbering.
@@ -52,7 +71,12 @@ CONSTANT_KINDS = {"parameter": "parameter_name", "buffer": "buffer_name", "tenso
 
 
 class ETRecordError(PteDevconstError):
-    """The file is not an ETRecord this tool can read (one line, naming the file and the entry)."""
+    """The file is not an ETRecord this tool can read: one line, naming the file and the entry (``where``)."""
+
+    PREFIX = "not an ETRecord (or one this tool will not read)"
+
+    def __str__(self) -> str:
+        return ": ".join([self.PREFIX] + [p for p in (self.file, self.where) if p] + [self.what])
 
 
 @dataclass(frozen=True)
@@ -88,12 +112,15 @@ class RecordedMethod:
     inputs: Optional[tuple[RecordedValue, ...]] = None  # None: not recorded (the names leave inputs unnamed)
     outputs: Optional[tuple[RecordedValue, ...]] = None
     mutable: tuple[RecordedConstant, ...] = ()  # mutable buffers (``k_cache``), with their initial bytes
+    notes: tuple[str, ...] = ()  # what the names of this method could not use, and why (for the report)
 
 
-def output_keys(spec: Any, leaves: int) -> Optional[tuple[Optional[str], ...]]:
+def output_keys(spec: Any, leaves: int, loads: Callable[[str], Any] = json.loads
+                ) -> Optional[tuple[Optional[str], ...]]:
     """Each leaf's key path in a pytree spec (``logits``, ``past[0]``, ``cache.k``), None for a leaf reached
     through positions only (a bare tensor, a tuple's item); None when the spec is unreadable or has another
-    number of leaves than ``leaves``.
+    number of leaves than ``leaves``.  ``loads`` parses a spec's JSON strings (an ETRecord's, within its
+    budget: ``JSONBoundError`` goes up, as any bound does).
 
     ``spec`` is ``torch.utils._pytree``'s JSON (a serialized ``out_spec``: ``{"type", "context",
     "children_spec"}``) or a live ``TreeSpec``: a node whose context is a list of keys as long as its children
@@ -108,7 +135,9 @@ def output_keys(spec: Any, leaves: int) -> Optional[tuple[Optional[str], ...]]:
             children, context = node.get("children_spec"), node.get("context")
             if isinstance(context, str):
                 try:
-                    context = json.loads(context)
+                    context = loads(context)
+                except JSONBoundError:
+                    raise
                 except ValueError:
                     context = None
         else:  # a live TreeSpec
@@ -132,9 +161,11 @@ def output_keys(spec: Any, leaves: int) -> Optional[tuple[Optional[str], ...]]:
 
     try:
         if isinstance(spec, str):
-            loaded = json.loads(spec)
+            loaded = loads(spec)
             spec = loaded[1] if isinstance(loaded, list) and len(loaded) == 2 else loaded
         walk(spec, "", False, 0)
+    except JSONBoundError:
+        raise
     except (ValueError, TypeError, AttributeError, RecursionError):
         return None
     return tuple(found) if len(found) == leaves else None
@@ -145,103 +176,100 @@ def _int(item: Any) -> Optional[int]:
     return item.get("as_int") if isinstance(item, dict) and isinstance(item.get("as_int"), int) else None
 
 
-class _TensorRecord:
-    """What the restricted unpickler makes of
-    ``torch._utils._rebuild_tensor_v2(storage, offset, size, stride, ...)``."""
+class _Reading:
+    """One ETRecord being read: its file, what it may still inflate, and the tensors' bytes hashed (each run of
+    bytes once, at most twice the file plus ``HASH_FLOOR`` in all).  Every failure is an ``ETRecordError``."""
 
-    def __init__(self, storage: Any, offset: Any, size: Any, stride: Any, *_: Any) -> None:
-        self.storage, self.offset, self.size, self.stride = storage, offset, tuple(size), tuple(stride)
-
-
-def _rebuild_parameter(data: Any, *_: Any) -> Any:
-    return data
-
-
-class _Opaque:
-    """Any object the pickle builds that the names do not need (hooks, an OrderedDict's metadata)."""
-
-    def __init__(self, *_: Any, **__: Any) -> None:
-        pass
-
-    def __setstate__(self, state: Any) -> None:
-        pass
-
-
-_ALLOWED = {("torch._utils", "_rebuild_tensor_v2"): _TensorRecord,
-            ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
-            ("collections", "OrderedDict"): dict}
-
-
-class _Unpickler(pickle.Unpickler):
-    """Builds only dicts, tuples, plain values and ``_TensorRecord``; any other global is refused (nothing runs)."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        found = _ALLOWED.get((module, name))
-        if found is not None:
-            return found
-        if module == "torch" and name.endswith("Storage"):
-            return name  # the storage's type, as a name
-        raise pickle.UnpicklingError(f"{module}.{name} is not a tensor")
-
-    def persistent_load(self, pid: Any) -> Any:
-        if isinstance(pid, tuple) and len(pid) >= 3 and pid[0] == "storage":
-            return str(pid[2])  # the storage's key: the archive's data/<key>
-        raise pickle.UnpicklingError("unknown persistent id")
-
-
-class _TorchSave:
-    """A ``torch.save`` zip (inside the ETRecord): its tensors' storage files, read only to hash one tensor's bytes."""
-
-    def __init__(self, data: IO[bytes]) -> None:
-        self.zip = zipfile.ZipFile(data)
-        names = self.zip.namelist()
-        pickles = [n for n in names if n.endswith("data.pkl")]
-        if not pickles:
-            raise pickle.UnpicklingError("no data.pkl")
-        self.prefix = pickles[0][: -len("data.pkl")]
-        info = self.zip.getinfo(pickles[0])
-        if info.file_size > MAX_JSON_BYTES:
-            raise pickle.UnpicklingError("data.pkl is larger than a state dict's index")
-        loaded = _Unpickler(io.BytesIO(self.zip.read(info))).load()
-        self.tensors: dict[str, _TensorRecord] = (
-            {k: v for k, v in loaded.items() if isinstance(k, str) and isinstance(v, _TensorRecord)}
-            if isinstance(loaded, dict) else {})
-
-    def digest(self, name: str, element_size: int) -> Optional[str]:
-        """sha256 of the tensor's bytes when they are one contiguous run of its storage, else None."""
+    def __init__(self, source: "str | os.PathLike[str] | IO[bytes]", where: str) -> None:
+        self.where = where
         try:
-            return self._digest(name, element_size)
-        except (TypeError, ValueError, OSError, zipfile.BadZipFile, EOFError):  # a malformed record: no bytes
-            return None
+            self.file: Seekable = _open(source) if isinstance(source, (str, os.PathLike)) else source
+            self.size = self.file.seek(0, os.SEEK_END)
+            self.record = open_zip(self.file)
+        except ZipReadError as error:
+            raise self.error(str(error)) from None
+        except (OSError, ValueError, AttributeError) as error:  # no such file, a directory, an unseekable object
+            text = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+            raise self.error(text) from None
+        self.inflate_left = MAX_TOTAL_BYTES
+        self.hash_left = 2 * self.size + HASH_FLOOR
+        self._digests: dict[tuple[int, int], str] = {}
 
-    def _digest(self, name: str, element_size: int) -> Optional[str]:
-        tensor = self.tensors.get(name)
-        if tensor is None or not isinstance(tensor.offset, int):
-            return None
-        expected, numel = 1, 1
-        for size, stride in reversed(list(zip(tensor.size, tensor.stride))):
-            if size != 1 and stride != expected:
-                return None  # not contiguous: the emitter made it contiguous; its bytes are not a run here
-            expected *= size
-            numel *= size
+    def error(self, why: str, entry: Optional[str] = None) -> ETRecordError:
+        return ETRecordError(why, file=self.where, where=entry)
+
+    def _spend(self, size: int, entry: str) -> None:
+        if size > self.inflate_left:
+            raise self.error(f"the entries read so far and this one inflate to more than {MAX_TOTAL_BYTES:,} bytes",
+                             entry)
+        self.inflate_left -= size
+
+    def read(self, entry: str, limit: int) -> bytes:
+        """The bytes of ``entry``, within ``limit`` and the bounds of ``util.bounded_zip``."""
+        info = self.record.getinfo(entry)
         try:
-            member = self.zip.getinfo(f"{self.prefix}data/{tensor.storage}")
+            check_entry(info, limit)
+            self._spend(info.file_size, entry)
+            return read_entry(self.record, info, limit)
+        except ZipReadError as error:
+            raise self.error(str(error), entry) from None
+
+    def torch_save(self, entry: str) -> Optional[TorchSave]:
+        """The tensor index of the ``torch.save`` archive in ``entry``; None when the ETRecord has no such entry."""
+        try:
+            info = self.record.getinfo(entry)
         except KeyError:
             return None
-        start, length = tensor.offset * element_size, numel * element_size
-        if start + length > member.file_size:
-            return None
+        try:
+            start = stored_span(self.record, info, self.file, self.size)
+            pickle_limit = min(MAX_PICKLE_BYTES, self.inflate_left)
+            saved = TorchSave(self.file, start, info.file_size, max_pickle_bytes=pickle_limit,
+                              max_objects=MAX_PICKLE_OBJECTS)
+        except ZipReadError as error:
+            raise self.error(str(error), entry) from None
+        except TorchSaveError as error:
+            raise self.error(error.why, f"{entry}: {error.entry}" if error.entry else entry) from None
+        self._spend(saved.pickle_size, entry)
+        return saved
+
+    def digest(self, span: tuple[int, int], entry: str) -> str:
+        """sha256 of ``span`` (file offset, length; in ``entry``), hashed once however many tensors name it."""
+        found = self._digests.get(span)
+        if found is not None:
+            return found
+        start, left = span
+        if left > self.hash_left:
+            raise self.error(f"its tensors name more than twice the file's bytes (plus {HASH_FLOOR:,}) to hash",
+                             entry)
+        self.hash_left -= left
         hasher = hashlib.sha256()
-        with self.zip.open(member) as stream:
-            stream.seek(start)  # a stored entry (torch.save's) seeks; a compressed one decompresses up to here
-            left = length
+        try:
+            self.file.seek(start)
             while left:
-                chunk = stream.read(min(left, 8 << 20))
+                chunk = self.file.read(min(left, 8 << 20))
                 if not chunk:
-                    return None
+                    raise self.error("it ended while a tensor's bytes were read (did it change?)", entry)
                 hasher.update(chunk)
                 left -= len(chunk)
-        return hasher.hexdigest()
+        except OSError as error:
+            raise self.error(error.strerror or str(error), entry) from None
+        found = self._digests[span] = hasher.hexdigest()
+        return found
+
+
+def _open(path: "str | os.PathLike[str]") -> IO[bytes]:
+    """A regular file opened for reading; a directory, pipe or device is an OSError (a FIFO never blocks)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "it is a directory")
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, "not a regular file (a pipe, socket or device)")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _method_names(members: list[str]) -> dict[str, str]:
@@ -256,33 +284,31 @@ def _method_names(members: list[str]) -> dict[str, str]:
     return found
 
 
-def _recorded_method(record: zipfile.ZipFile, method: str, entry: str, where: str) -> RecordedMethod:
-    info = record.getinfo(entry)
-    if info.file_size > MAX_JSON_BYTES:
-        raise ETRecordError(f"{entry} is {info.file_size} bytes, more than a serialized program has", file=where)
+def _recorded_method(reading: _Reading, method: str, entry: str) -> RecordedMethod:
+    parser = BoundedJSON(MAX_JSON_VALUES)  # the graph and the JSON strings inside it, one budget
+    data = reading.read(entry, MAX_JSON_BYTES)
     try:
-        document = json.loads(record.read(entry))
+        document = parser.loads(data)
+        del data
         module = document["graph_module"]
         specs = module["signature"]["input_specs"]
         outputs = module["signature"].get("output_specs") or []
         tensors = module["graph"].get("tensor_values") or {}
         if not isinstance(specs, list) or not isinstance(outputs, list) or not isinstance(tensors, dict):
             raise TypeError("input_specs, output_specs or tensor_values has the wrong type")
-    except (ValueError, KeyError, TypeError, AttributeError, zipfile.BadZipFile) as error:
-        raise ETRecordError(f"{entry} is not a serialized ExportedProgram ({type(error).__name__}: {error})",
-                            file=where) from None
+    except JSONBoundError as error:
+        raise reading.error(str(error), entry) from None
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as error:
+        raise reading.error(f"not a serialized ExportedProgram ({type(error).__name__}: "
+                            f"{' '.join(str(error).split())[:200]})", entry) from None
     mutated = {(spec.get("buffer_mutation") or {}).get("buffer_name") for spec in outputs
                if isinstance(spec, dict) and isinstance(spec.get("buffer_mutation"), dict)}
-    stores: dict[str, Optional[_TorchSave]] = {}
-
-    def store(suffix: str) -> Optional[_TorchSave]:
-        if suffix not in stores:
-            try:  # streamed from the ETRecord (a stored entry seeks without reading a state dict of GBs)
-                stores[suffix] = _TorchSave(record.open(f"{entry}{suffix}"))
-            except (KeyError, pickle.UnpicklingError, zipfile.BadZipFile, EOFError, ValueError, TypeError,
-                    AttributeError, IndexError, OSError, RecursionError, MemoryError):
-                stores[suffix] = None  # no bytes to compare: names are then matched by dtype and shape alone
-        return stores[suffix]
+    # The tensor indexes, read now so that a bad one fails before any program is looked at (the bytes they
+    # index are hashed only when a name needs them).
+    stores = {suffix: reading.torch_save(f"{entry}{suffix}") for suffix in ("_state_dict", "_constants")}
+    notes = tuple(f"{entry}{suffix}: its pickle uses what this tool does not read ({'; '.join(saved.unknown[:3])}"
+                  f"{'; and more' if len(saved.unknown) > 3 else ''}), so the constants it holds are matched by "
+                  "dtype and shape alone" for suffix, saved in stores.items() if saved is not None and saved.unknown)
 
     def value(arg: Any, name: Optional[str]) -> RecordedValue:
         """A user input or output: ``{"as_tensor": {"name": "x"}}`` names its placeholder (or node)."""
@@ -306,7 +332,10 @@ def _recorded_method(record: zipfile.ZipFile, method: str, entry: str, where: st
             inputs.append(value(arg, name if isinstance(name, str) and name else None))
     user_outputs = [spec["user_output"].get("arg") for spec in outputs if isinstance(spec, dict) and len(spec) == 1
                     and isinstance(spec.get("user_output"), dict)]
-    keys = output_keys(_out_spec(module), len(user_outputs)) or (None,) * len(user_outputs)
+    try:
+        keys = output_keys(_out_spec(module), len(user_outputs), parser.loads) or (None,) * len(user_outputs)
+    except JSONBoundError as error:
+        raise reading.error(f"its out_spec: {error}", entry) from None
 
     constants: list[RecordedConstant] = []
     mutable: list[RecordedConstant] = []
@@ -331,18 +360,18 @@ def _recorded_method(record: zipfile.ZipFile, method: str, entry: str, where: st
         suffix = "_constants" if kind == "tensor_constant" else "_state_dict"
 
         def digest(name: str = name, suffix: str = suffix, size: int = ELEMENT_SIZES[dtype]) -> Optional[str]:
-            saved = store(suffix)
-            found = saved.digest(name, size) if saved is not None else None
-            if found is None and suffix == "_state_dict":  # torch.export keeps some buffers with the constants
-                other = store("_constants")
-                found = other.digest(name, size) if other is not None else None
-            return found
+            saved = stores[suffix]
+            span = saved.span(name, size) if saved is not None else None
+            if span is None and suffix == "_state_dict":  # torch.export keeps some buffers with the constants
+                other, suffix = stores["_constants"], "_constants"
+                span = other.span(name, size) if other is not None else None
+            return reading.digest(span, f"{entry}{suffix}") if span is not None else None
 
         # A mutable buffer is no constant once emitted: planned memory, named where it starts with initial data.
         (mutable if name in mutated else constants).append(
             RecordedConstant(name, dtype, sizes, digest))  # type: ignore[arg-type]
     return RecordedMethod(method, tuple(constants), tuple(inputs),
-                          tuple(value(arg, key) for arg, key in zip(user_outputs, keys)), tuple(mutable))
+                          tuple(value(arg, key) for arg, key in zip(user_outputs, keys)), tuple(mutable), notes)
 
 
 def _out_spec(module: dict[str, Any]) -> Any:
@@ -356,18 +385,11 @@ def _out_spec(module: dict[str, Any]) -> Any:
 def read_etrecord(source: "str | os.PathLike[str] | IO[bytes]") -> dict[str, RecordedMethod]:
     """method -> its recorded constants, from an ETRecord file; ``ETRecordError`` for anything else."""
     where = os.fspath(source) if isinstance(source, (str, os.PathLike)) else getattr(source, "name", "<etrecord>")
-    try:
-        record = zipfile.ZipFile(source)
-    except (OSError, zipfile.BadZipFile, ValueError) as error:
-        text = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
-        raise ETRecordError(f"not an ETRecord: {text}", file=str(where)) from None
-    members = record.namelist()
+    reading = _Reading(source, str(where))
+    members = reading.record.namelist()
     if IDENTIFIER not in members:
-        raise ETRecordError(f"not an ETRecord (no {IDENTIFIER} entry; write one with executorch.devtools."
-                            "etrecord.generate_etrecord)", file=str(where))
-    methods = {name: _recorded_method(record, name, entry, str(where))
-               for name, entry in _method_names(members).items()}
+        raise reading.error(f"no {IDENTIFIER} entry (write one with executorch.devtools.etrecord.generate_etrecord)")
+    methods = {name: _recorded_method(reading, name, entry) for name, entry in _method_names(members).items()}
     if not methods:
-        raise ETRecordError("the ETRecord holds no edge program (generate it with the EdgeProgramManager)",
-                            file=str(where))
+        raise reading.error("it holds no edge program (generate it with the EdgeProgramManager)")
     return methods

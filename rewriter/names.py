@@ -77,9 +77,20 @@ class ProgramNames:
         return names[position] if position < len(names) else None
 
 
-def _digest(source: PteFile, tensor: m.Tensor) -> Optional[str]:
-    data = source.tensor_bytes(tensor)
-    return None if data is None else hashlib.sha256(data).hexdigest()
+def _digests(source: PteFile) -> Callable[[m.Tensor], Optional[str]]:
+    """sha256 of a program tensor's bytes, each run of the file hashed once: many constants may name one entry
+    (a values vector naming one tensor 200,000 times, constants aliasing one entry), and hashing it at each would
+    cost their number times its size."""
+    found: dict[object, Optional[str]] = {}
+
+    def digest(tensor: m.Tensor) -> Optional[str]:
+        key = source.tensor_span(tensor) or id(tensor)  # an inline or external tensor: the record itself
+        if key not in found:
+            data = source.tensor_bytes(tensor)
+            found[key] = None if data is None else hashlib.sha256(data).hexdigest()
+        return found[key]
+
+    return digest
 
 
 def match_names(source: PteFile, recorded: Mapping[str, RecordedMethod], origin: str) -> ProgramNames:
@@ -102,6 +113,7 @@ def match_names(source: PteFile, recorded: Mapping[str, RecordedMethod], origin:
                 notes.append(f"{origin} has no method {name!r}")
                 unnamed += len(unnamed_here)
             continue
+        notes.extend(f"{origin}: {note}" for note in method.notes)
         known = {v.fqn for _, v in constants if v.fqn}
         candidates = [c for c in method.constants if c.name not in known]
         found = _match(source, unnamed_here, candidates)
@@ -154,6 +166,7 @@ def _positional(values: Sequence[object], indices: Sequence[int], recorded: Opti
 
 def _match(source: PteFile, program: Sequence[tuple[int, m.Tensor]], recorded: Sequence[RecordedConstant]
            ) -> dict[int, str]:
+    _digest = _digests(source)
     groups: dict[tuple[object, ...], tuple[list[tuple[int, m.Tensor]], list[RecordedConstant]]] = {}
     for index, tensor in program:
         key = (scalar_type_name(tensor.scalar_type), tuple(tensor.sizes or ()))
@@ -166,14 +179,14 @@ def _match(source: PteFile, program: Sequence[tuple[int, m.Tensor]], recorded: S
         digests = [c.digest() if c.digest else None for c in theirs]
         if len(ours) == 1 and len(theirs) == 1:
             index, tensor = ours[0]
-            if digests[0] is None or digests[0] == _digest(source, tensor):
+            if digests[0] is None or digests[0] == _digest(tensor):
                 found[index] = theirs[0].name  # the only tensor of its dtype and shape on both sides
         elif digests and all(d is not None for d in digests):
             # The bytes decide.  A tensor of the program whose bytes the recording lacks (folded, changed) stays
             # unnamed, and so do tensors with the same bytes: which is which is not recorded anywhere.
             by_digest: dict[Optional[str], tuple[list[int], list[str]]] = {}
             for index, tensor in ours:
-                by_digest.setdefault(_digest(source, tensor), ([], []))[0].append(index)
+                by_digest.setdefault(_digest(tensor), ([], []))[0].append(index)
             for constant, digest in zip(theirs, digests):
                 if digest in by_digest:
                     by_digest[digest][1].append(constant.name)

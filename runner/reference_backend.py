@@ -11,7 +11,6 @@ its own constants to the device once, at init.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -25,10 +24,14 @@ from pte_devconst.program.dtypes import dtype_name
 from .memory import host_bytes
 from .quantized import FUNCTIONAL as QUANTIZED_FUNCTIONS
 from .values import RunnerError
+from pte_devconst.util.bounded_json import BoundedJSON, JSONBoundError
 
 BACKEND_ID = "PteDevconstReference"
 BLOB_FORMAT = "pte-devconst-reference"
 BLOB_VERSION = 1
+# The values a blob's JSON may build: a program's blob describes its operators, a few dozen values each (the
+# blob comes with the .pte, which may be anyone's: ``[],`` repeated would build 28 times its bytes).
+MAX_BLOB_VALUES = 4_000_000
 
 _DTYPES = {dtype_name(d): d for d in (
     torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.uint8, torch.int16,
@@ -96,8 +99,10 @@ class ReferenceBackendExecutor(DelegateExecutor):
     def init(self, blob: bytes, compile_specs: dict[str, bytes], context: DelegateInitContext) -> ReferenceProgram:
         where = context.where
         try:
-            doc = json.loads(bytes(blob).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            doc = BoundedJSON(MAX_BLOB_VALUES).loads(bytes(blob))
+        except JSONBoundError as error:
+            raise RunnerError(f"reference backend blob: {error}", where=where) from None
+        except ValueError as error:  # UnicodeDecodeError, json.JSONDecodeError
             raise RunnerError(f"reference backend blob is not JSON: {error}", where=where) from None
         if not isinstance(doc, dict) or doc.get("format") != BLOB_FORMAT:
             raise RunnerError(f"reference backend blob lacks format {BLOB_FORMAT!r}", where=where)

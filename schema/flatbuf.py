@@ -7,7 +7,11 @@ length and alignment before following it (the same rules as the C++
 ``flatbuffers::Verifier`` that ExecuTorch runs at load), and charges every
 table, vector element and string byte it decodes to a budget proportional to
 the buffer size, so shared or overlapping offsets cannot blow a small file up
-into an unbounded amount of work.
+into an unbounded amount of work.  A vector or string is decoded once however
+many tables name it, and what the reader hands on is bounded too: the bytes of
+every vector and string, counted at each reference (through a shared table as
+well), may be at most twice the buffer plus ``HANDED_FLOOR``, so every later
+step's work on lists, arguments and shapes stays proportional to the file.
 
 Errors are ``FlatbufferError`` with a path such as
 ``execution_plan[0].values[3].sizes`` that callers extend as the error
@@ -57,6 +61,11 @@ class FlatbufferError(Exception):
 
 
 _ABSENT = object()
+# What a small file may hand on in vectors and strings, counted at every reference, beyond twice its own size.
+HANDED_FLOOR = 4 << 20
+# A vector or string of at most this many elements is decoded again at each reference (as fast as looking it up;
+# the count of what is handed on bounds what that costs); a longer one is decoded once and kept by position.
+_DECODED_AGAIN = 32
 
 
 class TableLimitError(FlatbufferError):
@@ -80,7 +89,8 @@ class FlatReader:
     as soon as the count does, before the rest is read.
     """
 
-    __slots__ = ("buf", "size", "budget", "tables", "max_tables", "_decoded", "_subtree")
+    __slots__ = ("buf", "size", "budget", "tables", "max_tables", "handed", "max_handed", "_decoded", "_subtree",
+                 "_vectors")
 
     def __init__(self, buf: bytes | memoryview, budget: Optional[int] = None, max_tables: Optional[int] = None) -> None:
         self.buf = buf
@@ -88,9 +98,24 @@ class FlatReader:
         self.budget = budget if budget is not None else 2 * self.size + 4096
         self.tables = 0
         self.max_tables = max_tables
-        # decode function -> {table position: record}; tables a record's subtree counts, where not 1
+        # The bytes of the vectors and strings handed on, each counted at every reference (``hand``).
+        self.handed = 0
+        self.max_handed = 2 * self.size + HANDED_FLOOR
+        # decode function -> {table position: record}; (tables, bytes handed) a record's subtree counts, where
+        # not (1, 0)
         self._decoded: dict[Callable[..., Any], dict[int, Any]] = {}
-        self._subtree: dict[tuple[Callable[..., Any], int], int] = {}
+        self._subtree: dict[tuple[Callable[..., Any], int], tuple[int, int]] = {}
+        # (position, kind) -> the (longer) vector or string decoded there: one object however many tables name it
+        self._vectors: dict[tuple[int, str], Any] = {}
+
+    def hand(self, amount: int) -> None:
+        """Count ``amount`` bytes of vectors or strings handed on; past ``max_handed``, refuse the file."""
+        self.handed += amount
+        if self.handed > self.max_handed:
+            raise FlatbufferError(
+                f"its vectors and strings, counted at every table that names them, hold more than "
+                f"{self.max_handed:,} bytes (twice the file, plus {HANDED_FLOOR >> 20} MiB): one vector or table "
+                "named many times; refused before reading further")
 
     def spend(self, amount: int) -> None:
         self.budget -= amount
@@ -133,11 +158,14 @@ class FlatReader:
         record = seen.get(pos, _ABSENT)
         if record is not _ABSENT:
             self.spend(1)
-            self.tables += self._subtree.get((decode, pos), 1)
+            tables, handed = self._subtree.get((decode, pos), (1, 0))
+            self.tables += tables
             if self.max_tables is not None and self.tables > self.max_tables:
                 raise TableLimitError(self.max_tables)
+            if handed:
+                self.hand(handed)
             return cast(T, record)  # the memo is per decode function: what it returned for this table
-        before = self.tables
+        before, before_handed = self.tables, self.handed
         table = self.table_at(pos)
         if name is None:
             record = decode(table)
@@ -147,8 +175,8 @@ class FlatReader:
             except FlatbufferError as error:
                 raise error.at(name)
         seen[pos] = record
-        if self.tables - before != 1:
-            self._subtree[(decode, pos)] = self.tables - before
+        if self.tables - before != 1 or self.handed != before_handed:
+            self._subtree[(decode, pos)] = (self.tables - before, self.handed - before_handed)
         return record
 
 
@@ -219,37 +247,74 @@ class Table:
             raise FlatbufferError(f"vector of {count} elements at {target} runs past the buffer end")
         if elem_size > 1 and start % min(elem_size, 8):
             raise FlatbufferError(f"misaligned vector of {elem_size}-byte elements at {target}")
-        self.r.spend(count * elem_size // 4 + 1)
+        r = self.r
+        r.budget -= count * elem_size // 4 + 1
+        if r.budget < 0:
+            r.spend(0)
         return start, count
 
     def vector(self, slot: int, fmt: str) -> Optional[tuple[Any, ...]]:
         """A vector of scalars (struct format character ``fmt``) as a tuple, or None when absent."""
-        start, count = self._vector_header(slot, _VECTOR_FORMATS[fmt])
+        width = _VECTOR_FORMATS[fmt]
+        start, count = self._vector_header(slot, width)
         if count < 0:
             return None
-        return struct.unpack_from(f"<{count}{fmt}", self.r.buf, start)
+        r = self.r
+        r.handed += count * width
+        if r.handed > r.max_handed:
+            r.hand(0)
+        if count <= _DECODED_AGAIN:
+            return struct.unpack_from(f"<{count}{fmt}", r.buf, start)
+        key = (start, fmt)
+        found = r._vectors.get(key)
+        if found is None:
+            found = r._vectors[key] = struct.unpack_from(f"<{count}{fmt}", r.buf, start)
+        return cast(tuple[Any, ...], found)
 
     def byte_vector(self, slot: int) -> Optional[bytes]:
         start, count = self._vector_header(slot, 1)
         if count < 0:
             return None
-        return bytes(self.r.buf[start:start + count])
+        r = self.r
+        r.hand(count)
+        if count <= _DECODED_AGAIN:
+            return bytes(r.buf[start:start + count])
+        key = (start, "bytes")
+        found = r._vectors.get(key)
+        if found is None:
+            found = r._vectors[key] = bytes(r.buf[start:start + count])
+        return cast(bytes, found)
 
     def byte_vector_span(self, slot: int) -> Optional[tuple[int, int]]:
-        """(offset, length) of a ubyte vector inside the buffer, without copying it."""
+        """(offset, length) of a ubyte vector inside the buffer, without copying it (its bytes count as handed on:
+        whoever takes the span reads them)."""
         start, count = self._vector_header(slot, 1)
-        return None if count < 0 else (start, count)
+        if count < 0:
+            return None
+        self.r.hand(count)
+        return start, count
 
     def string(self, slot: int) -> Optional[str]:
         start, count = self._vector_header(slot, 1)
         if count < 0:
             return None
-        if start + count >= self.r.size or self.r.buf[start + count] != 0:
+        r = self.r
+        r.handed += count
+        if r.handed > r.max_handed:
+            r.hand(0)
+        if count > _DECODED_AGAIN:
+            found = r._vectors.get((start, "str"))
+            if found is not None:
+                return cast(str, found)
+        if start + count >= r.size or r.buf[start + count] != 0:
             raise FlatbufferError(f"string at {start - 4} lacks its terminating zero byte")
         try:
-            return bytes(self.r.buf[start:start + count]).decode("utf-8")
+            text = bytes(r.buf[start:start + count]).decode("utf-8")
         except UnicodeDecodeError:
             raise FlatbufferError(f"string at {start - 4} is not valid UTF-8") from None
+        if count > _DECODED_AGAIN:
+            r._vectors[(start, "str")] = text
+        return text
 
     def tables(self, slot: int, decode: Callable[["Table"], T], name: str) -> Optional[tuple[T, ...]]:
         """Decode a vector of tables with ``decode``, adding ``name[i]`` to any error's path."""
@@ -261,7 +326,7 @@ class Table:
         out: list[T] = []
         # A run of offsets to the table just decoded (a values vector naming one tensor a million times) costs a
         # comparison and a count each, not a memo lookup: the reader's bound is reached in a fraction of a second.
-        previous, subtree = -1, 0
+        previous, subtree, subtree_handed = -1, 0, 0
         for i, rel in enumerate(relative):
             target = start + 4 * i + rel
             try:
@@ -272,11 +337,14 @@ class Table:
                         reader.spend(0)
                     if reader.max_tables is not None and reader.tables > reader.max_tables:
                         raise TableLimitError(reader.max_tables)
+                    if subtree_handed:
+                        reader.hand(subtree_handed)
                     record = out[-1]  # the table just decoded
                 else:
-                    before = reader.tables
+                    before, before_handed = reader.tables, reader.handed
                     record = reader.decoded(target, decode)
                     previous, subtree = target, reader.tables - before
+                    subtree_handed = reader.handed - before_handed
             except FlatbufferError as error:
                 raise error.at(f"[{i}]").at(name)
             out.append(record)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import json
-from typing import Any, Optional
+import subprocess
+import sys
+from typing import Any, NamedTuple, Optional
 
 from typer.testing import CliRunner, Result
 
@@ -27,3 +30,37 @@ def rendered(markdown: str) -> str:
     from markdown_it import MarkdownIt
 
     return MarkdownIt("commonmark").enable("table").render(markdown)
+
+
+# A child that runs the command line under ``ulimit -v 3000000`` (the figure of the robustness issues) and
+# reports its exit, output, wall and CPU time and peak memory (that child's alone: it is the only one it waits for).
+_LIMITED = """
+import resource, subprocess, sys, time
+def limit():
+    resource.setrlimit(resource.RLIMIT_AS, (3_000_000 * 1024, 3_000_000 * 1024))
+start = time.monotonic()
+done = subprocess.run([sys.executable, "-m", "pte_devconst"] + sys.argv[1:], capture_output=True, text=True,
+                      preexec_fn=limit, timeout=600)
+used = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(repr((done.returncode, done.stdout, done.stderr, time.monotonic() - start, used.ru_utime + used.ru_stime,
+            used.ru_maxrss)))
+"""
+
+
+class Limited(NamedTuple):
+    """How ``limited`` ended: exit code, output, wall and CPU seconds, peak memory (KiB)."""
+
+    code: int
+    stdout: str
+    stderr: str
+    wall: float
+    cpu: float  # what the tool used, however many other processes share the cores
+    peak_kib: int
+
+
+def limited(*args: Any) -> Limited:
+    """``pte-devconst ARGS`` in a child process limited to 3 GB of address space: how it ended."""
+    out = subprocess.run([sys.executable, "-c", _LIMITED, *map(str, args)], capture_output=True, text=True,
+                         timeout=700)
+    assert out.returncode == 0, out.stderr
+    return Limited(*ast.literal_eval(out.stdout.strip().splitlines()[-1]))

@@ -64,6 +64,14 @@ def flip_byte(source: Path, out: Path, offset: int, mask: int = 0x01) -> Path:
     return out
 
 
+def _first_plan(source: Path) -> tuple[bytes, m.Program, tuple[m.EValue, ...], m.Tensor]:
+    """(the file's bytes, its program, the first plan's values, the first tensor among them)."""
+    with open_pte(source) as pte:
+        program = pte.program
+    values = tuple(program.execution_plan[0].values or ())
+    return source.read_bytes(), program, values, next(v for v in values if isinstance(v, m.Tensor))
+
+
 def aliased_values(source: Path, out: Path, copies: int) -> Path:
     """``source`` with ``copies`` more values in its first plan, every one an offset to the table of one tensor
     value the program already has: a file of 4 bytes a value whose decoded program has ``copies`` tensors.
@@ -76,12 +84,8 @@ def aliased_values(source: Path, out: Path, copies: int) -> Path:
     from pte_devconst.schema.flatbuf_builder import Builder
     from pte_devconst.schema.generated.encoders import PROGRAM_IDENTIFIER, write_program
 
-    data = source.read_bytes()
-    with open_pte(source) as pte:
-        program = pte.program
+    data, program, values, tensor = _first_plan(source)
     plan = program.execution_plan[0]
-    values = tuple(plan.values or ())
-    tensor = next(v for v in values if isinstance(v, m.Tensor))
     marked = len(values) + 1
     program = m.replace(program, execution_plan=(m.replace(plan, values=values + (tensor,)),)
                         + tuple(program.execution_plan[1:]))
@@ -99,6 +103,56 @@ def aliased_values(source: Path, out: Path, copies: int) -> Path:
     flat = builder.finish(write_program(builder, program), PROGRAM_IDENTIFIER)
     if builder.expanded != 1:
         raise RuntimeError(f"{builder.expanded} offset vectors of {marked} items; expected only the values")
+    out.write_bytes(_assemble_with(flat, data))
+    return out
+
+
+def shared_vectors(source: Path, out: Path, lists: int, items: int, tensors: int, kind: str = "lists") -> Path:
+    """``source`` with ``lists`` TensorList values (``kind="lists"``) or kernel calls (``"args"``) in its first
+    plan that all name one stored int32 vector of ``items`` value indices, over ``tensors`` tensor values that are
+    one table named ``tensors`` times (issue 27: 48 MB of this took 3 GB before ``check`` and ``inspect`` ended in
+    ``MemoryError``).  The file holds the vector once: about ``4 * (items + tensors)`` bytes plus a table each.
+    """
+    from fuzz.structure import _assemble_with
+
+    from pte_devconst.schema.flatbuf import I32
+    from pte_devconst.schema.flatbuf_builder import Builder
+    from pte_devconst.schema.generated.encoders import PROGRAM_IDENTIFIER, write_program
+
+    data, program, values, tensor = _first_plan(source)
+    plan = program.execution_plan[0]
+    first = len(values) + (lists if kind == "lists" else 0)  # the aliased tensors come last
+    big = tuple(first + i % tensors for i in range(items))
+    if kind == "lists":
+        plan = m.replace(plan, values=values + (m.TensorList(big),) * lists + (tensor,))
+    else:
+        call = next(i for c in plan.chains or () for i in c.instructions or () if isinstance(i, m.KernelCall))
+        chain = plan.chains[0]
+        plan = m.replace(plan, values=values + (tensor,), chains=(m.replace(chain, instructions=tuple(
+            chain.instructions or ()) + tuple(m.KernelCall(call.op_index, big) for _ in range(lists))),)
+            + tuple(plan.chains[1:]))
+    marked = len(plan.values)
+    program = m.replace(program, execution_plan=(plan,) + tuple(program.execution_plan[1:]))
+
+    class Sharing(Builder):
+        """Writes the big vector once and names it from every table; the last value's table ``tensors`` times."""
+
+        at: Optional[int] = None
+
+        def scalars(self, kind, seq, alignment=0):  # noqa: ANN001, ANN202
+            if len(seq) == items and kind is I32:
+                if self.at is None:
+                    self.at = super().scalars(kind, seq, alignment)
+                return self.at
+            return super().scalars(kind, seq, alignment)
+
+        def offsets(self, targets):  # noqa: ANN001, ANN202
+            if len(targets) == marked:
+                targets = list(targets) + [targets[-1]] * (tensors - 1)
+            return super().offsets(targets)
+
+    builder = Sharing(4 * (items + tensors) + 64 * lists + 4096)
+    flat = builder.finish(write_program(builder, program), PROGRAM_IDENTIFIER)
     out.write_bytes(_assemble_with(flat, data))
     return out
 

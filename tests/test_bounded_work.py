@@ -280,8 +280,10 @@ def test_the_fold_bound_keeps_ordinary_growth() -> None:
 
 def test_a_list_named_thousands_of_times_is_refused_with_the_figure(tmp_path: Path) -> None:
     """Fuzz structure case 290 (seed 0): a 99 KB program whose value table names one 20,000-item tensor list
-    3,001 times.  The reader now decodes the list once, but every pass over the method walked 60 million items
-    (the readers' table ran out of memory after 84 s of CPU); it is refused at open, in milliseconds."""
+    3,001 times.  The reader decodes the list once, but every pass over the method walked 60 million items
+    (the readers' table ran out of memory after 84 s of CPU); it is refused at open, in milliseconds: the
+    reader counts the list's 80,000 bytes at every value that names it (issue 27; validate's own count of the
+    items, ``value lists hold 60,020,000 items``, refused it before that)."""
     import time
 
     from fuzz.structure import make_structure_case
@@ -291,6 +293,89 @@ def test_a_list_named_thousands_of_times_is_refused_with_the_figure(tmp_path: Pa
     path = tmp_path / "lists.pte"
     path.write_bytes(make_structure_case(0, 290).data)
     start = time.process_time()
-    with pytest.raises(PteDevconstError, match="value lists hold 60,020,000 items"):
+    with pytest.raises(PteDevconstError, match=r"values\[97\]: its vectors and strings, counted at every table "
+                       r"that names them, hold more than 4,390,480 bytes \(twice the file, plus 4 MiB\)"):
         api.analyze(path)
     assert time.process_time() - start < 5
+
+
+# --- one stored vector named by many tables (issue 27) ---------------------------------------------------------------
+
+def test_a_vector_named_by_many_tables_is_decoded_once_and_counted_at_each(tmp_path: Path) -> None:
+    """Three TensorList values naming one 10,000-item vector: one tuple, shared, and 3 x 40,000 bytes counted."""
+    from forge import shared_vectors
+    from pte_devconst.schema.flatbuf import FlatReader
+    from pte_devconst.schema.generated.decoders import read_program
+
+    path = shared_vectors(pte_path("v_a_dtypes_copy"), tmp_path / "shared.pte", lists=3, items=10_000, tensors=100)
+    with PteFile.open(path) as pte:
+        lists = [v for v in pte.program.execution_plan[0].values if isinstance(v, m.TensorList)]
+        assert len(lists) == 3 and all(lst.items is lists[0].items for lst in lists)
+        reader = FlatReader(pte.data[: pte.flatbuffer_size])
+        read_program(reader.root())
+    with PteFile.open(pte_path("v_a_dtypes_copy")) as plain:
+        alone = FlatReader(plain.data[: plain.flatbuffer_size])
+        read_program(alone.root())
+    assert reader.handed - alone.handed >= 3 * 40_000  # (and the 100 aliased tensors' shapes, 100 times each)
+
+
+@pytest.mark.parametrize("kind", ["lists", "args"])
+def test_a_vector_shared_by_a_thousand_tables_is_refused_within_seconds_and_memory(kind: str, tmp_path: Path) -> None:
+    """1,000 TensorList values (or kernel calls) naming one 2,000,000-item vector over 200,000 tensors: an 8.8 MB
+    file that is 8 GB of lists as the tool's steps see them.  ``check`` and ``inspect`` under ``ulimit -v 3000000``
+    refuse it in one line, in seconds and about 115 MB (the reader decodes the vector once and counts it at every
+    table). Before, each table decoded a tuple of its own until the work budget ran out: 660 MB and 5 s here, and
+    the issue's 48 MB file (below) ended in ``internal error: MemoryError``."""
+    from cli_runner import limited
+    from forge import shared_vectors
+
+    path = shared_vectors(pte_path("v_a_dtypes_copy"), tmp_path / "shared.pte", lists=1000, items=2_000_000,
+                          tensors=200_000, kind=kind)
+    assert path.stat().st_size < 9_000_000
+    for command in ("check", "inspect"):
+        code, _, stderr, _, seconds, peak = limited(command, path)
+        assert code == 2 and stderr.count("\n") == 1, (command, stderr[-2000:])
+        assert stderr.startswith(f"pte-devconst: error: {path}: execution_plan[0].")
+        assert "counted at every table that names them, hold more than 21,854,384 bytes" in stderr
+        assert "internal error" not in stderr and "Traceback" not in stderr
+        assert seconds < 15 and peak < 300 * 1024, (command, seconds, peak)  # CPU seconds
+
+
+@pytest.mark.slow
+def test_the_issues_48_mb_of_lists_sharing_one_vector_is_refused_in_a_few_hundred_mib(tmp_path: Path) -> None:
+    """The issue's shape at its size: 1,000 TensorList values naming one 10,000,000-item vector over 900,000
+    tensors (44 MB).  Was ``internal error: MemoryError`` after 3-4 s under ``ulimit -v 3000000`` (10 s on this
+    shared machine); now one line in about 4 s and 460 MB (the decoded vector: ten million Python ints)."""
+    from cli_runner import limited
+    from forge import shared_vectors
+
+    path = shared_vectors(pte_path("v_a_dtypes_copy"), tmp_path / "shared.pte", lists=1000, items=10_000_000,
+                          tensors=900_000)
+    assert path.stat().st_size > 40_000_000
+    for command in ("check", "inspect"):
+        code, _, stderr, _, seconds, peak = limited(command, path)
+        assert code == 2 and stderr.count("\n") == 1 and "counted at every table that names them" in stderr, stderr
+        assert "internal error" not in stderr
+        assert seconds < 30 and peak < 600 * 1024, (command, seconds, peak)  # CPU seconds
+
+
+def test_a_reference_blob_of_hostile_json_is_one_line(tmp_path: Path) -> None:
+    """A reference-backend blob nested 100,000 deep, or 6 MB of ``[],`` (2.1 million lists, 120 MB built), in a
+    .pte: ``run`` refuses it in one line (issue 27's JSON reader; the nested one was ``internal error:
+    RecursionError``)."""
+    from pte_devconst.schema.pte_file import open_pte
+    from pte_devconst.schema.pte_writer import SegmentContent, unchanged_segments, write_pte
+
+    source = Path(__file__).parents[1] / "examples" / "models" / "mlp_copy.pte"
+    for name, blob, why in (("deep", b"[" * 100_000 + b"]" * 100_000, "JSON nested 100,000 deep"),
+                            ("wide", b"[" + b"[]," * 2_100_000 + b"[]]", "JSON of up to 4,200,003 values, more than "
+                             "the 4,000,000")):
+        path = tmp_path / f"{name}.pte"
+        with open_pte(source) as pte:
+            contents = unchanged_segments(pte)
+            index = pte.program.execution_plan[0].delegates[0].processed.index
+            contents[index] = SegmentContent.of(blob)
+            write_pte(path, pte.program, contents)
+        result = invoke("run", path, "--simulate-devices")
+        assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.stderr
+        assert why in result.stderr and "internal error" not in result.stderr, result.stderr

@@ -266,7 +266,8 @@ def test_any_json_in_the_edge_program_is_names_or_one_error(tmp_path: Path) -> N
         try:
             names = match_names(source, read_etrecord(forged), "forged")
         except PteDevconstError as error:
-            assert str(error).startswith(f"{forged}: ") and "\n" not in str(error)
+            assert str(error).startswith(f"not an ETRecord (or one this tool will not read): {forged}: ")
+            assert "\n" not in str(error)
         else:
             assert set(names.by_plan.get(0, {}).values()) <= {"inner", "proj.weight", "proj.bias", "scale", "shift"}
 

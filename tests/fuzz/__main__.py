@@ -16,7 +16,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", type=int, default=20000, help="cases to run (default 20000)")
     parser.add_argument("--suite", choices=SUITES + ("all",), default="classic",
                         help="classic (byte and field mutations), structure (structure-aware mutations of the "
-                             "corpus and examples), real (of the real-model fixtures), or all of them in turn")
+                             "corpus and examples), real (of the real-model fixtures), etrecord (hostile ETRecords "
+                             "for --etrecord), or all of them in turn")
     parser.add_argument("--differential", action="store_true",
                         help="also check every rewrite against its original (validate, the real 1.5.1 runtime)")
     parser.add_argument("--differential-every", type=int, default=1, metavar="N",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import os
 import signal
 import tempfile
@@ -17,7 +18,7 @@ import time
 import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.schema.ptd_file import PtdFile
@@ -27,6 +28,8 @@ from pte_devconst.schema.pte_writer import layout_pte, unchanged_segments, write
 
 from .mutate import Case
 from .seeds import REPO
+
+ETRECORD_ERROR = "not an ETRecord (or one this tool will not read): "
 
 TIME_BOUND_S = 2.0
 # Reading is linear in the file, but a file of a million tables (10 MB, the runtime verifier's limit)
@@ -131,34 +134,33 @@ def _exercise_ptd(ptd: PtdFile) -> None:
                 raise AssertionError("tensor_bytes is shorter than the tensor layout")
 
 
-def check_library(case: Case, bound: Optional[float] = None, folder: Optional[Path] = None) -> Outcome:
-    """Open ``case`` with ``PteFile``/``PtdFile`` and judge the result.
+def etrecord_names(case: Case, record: "Path | io.BytesIO") -> object:
+    """What ``--etrecord`` makes of an ETRecord case: its names for the program it came with (``seed_name``'s
+    NAME.pte), read as the commands read it; raises what they raise."""
+    from pte_devconst.program.etrecord import read_etrecord
+    from pte_devconst.rewriter.names import match_names
 
-    With ``folder``, every fourth case is written there and opened from disk (the
-    memory-mapped path the commands use); the others go through ``from_bytes``.  ``bound``: seconds
-    allowed (default: ``bound_for(case)``).
-    """
-    bound = bound_for(case) if bound is None else bound
+    recorded = read_etrecord(record)
+    with PteFile.open(REPO / Path(case.seed_name).with_suffix(".pte")) as source:
+        return match_names(source, recorded, "fuzz")
+
+
+def _refusal(error: PteDevconstError, name: str) -> Outcome:
+    """A clean rejection when the error is one line starting with ``name`` (the file), else a failure."""
+    text = str(error)
+    if "\n" in text or not text.startswith(name):
+        return Outcome("failure", f"error message is not one line naming the file: {text!r}")
+    return Outcome("rejected", text)
+
+
+def _judged(bound: float, body: Callable[[], Optional[Outcome]]) -> Outcome:
+    """``body``'s outcome (None: accepted) within ``bound`` seconds of CPU; a failure for a timeout, any other
+    exception, or a ``PteDevconstError`` that ``body`` let through (raised after the input was accepted)."""
     start = time.perf_counter()
     cpu_start = time.process_time()  # the bound is CPU time: a loaded machine must not fail the tool
-    reader = PteFile if case.kind == "pte" else PtdFile
-    exercise = _exercise_pte if case.kind == "pte" else _exercise_ptd
-    on_disk = folder is not None and case.index % 4 == 1
-    if on_disk:
-        path = folder / "fuzz.bin"
-        path.write_bytes(case.data)
     try:
         with time_bound(bound):
-            try:
-                opened = reader.open(path) if on_disk else reader.from_bytes(case.data, path="fuzz.bin")
-            except PteDevconstError as error:
-                text = str(error)
-                if "\n" in text or not text.startswith(str(path) if on_disk else "fuzz.bin"):
-                    return Outcome("failure", f"error message is not one line naming the file: {text!r}",
-                                   time.perf_counter() - start)
-                return Outcome("rejected", text, time.perf_counter() - start)
-            with opened:
-                exercise(opened)
+            outcome = body()
     except PteDevconstError as error:
         return Outcome("failure", f"accepted, then an accessor raised {error!r}:\n{traceback.format_exc()}",
                        time.perf_counter() - start)
@@ -170,9 +172,60 @@ def check_library(case: Case, bound: Optional[float] = None, folder: Optional[Pa
             raise
         return Outcome("failure", traceback.format_exc(), time.perf_counter() - start)
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    if outcome is not None:
+        outcome.seconds = elapsed
+        return outcome
     if cpu > bound:  # (the alarm stops a case at the bound; this catches one that ended just past it)
         return Outcome("failure", f"took {cpu:.2f} s of CPU (bound {bound} s; {elapsed:.2f} s wall)", elapsed)
     return Outcome("accepted", "", elapsed)
+
+
+def check_etrecord(case: Case, bound: float, folder: Optional[Path]) -> Outcome:
+    """An ETRecord case: names, or a ``PteDevconstError`` whose one line starts with ``not an ETRecord (or one
+    this tool will not read): FILE``, within the bound (every fourth case from a file, the others in memory)."""
+    record: Path | io.BytesIO = io.BytesIO(case.data)
+    if folder is not None and case.index % 4 == 1:
+        record = folder / "fuzz.etrecord"
+        record.write_bytes(case.data)
+    name = f"{ETRECORD_ERROR}{record if isinstance(record, Path) else '<etrecord>'}"
+
+    def names() -> Optional[Outcome]:
+        try:
+            etrecord_names(case, record)
+        except PteDevconstError as error:
+            return _refusal(error, name)
+        return None
+
+    return _judged(bound, names)
+
+
+def check_library(case: Case, bound: Optional[float] = None, folder: Optional[Path] = None) -> Outcome:
+    """Open ``case`` with ``PteFile``/``PtdFile`` and judge the result.
+
+    With ``folder``, every fourth case is written there and opened from disk (the
+    memory-mapped path the commands use); the others go through ``from_bytes``.  ``bound``: seconds
+    allowed (default: ``bound_for(case)``).
+    """
+    bound = bound_for(case) if bound is None else bound
+    if case.kind == "etrecord":
+        return check_etrecord(case, bound, folder)
+    reader = PteFile if case.kind == "pte" else PtdFile
+    exercise = _exercise_pte if case.kind == "pte" else _exercise_ptd
+    on_disk = folder is not None and case.index % 4 == 1
+    if on_disk:
+        path = folder / "fuzz.bin"
+        path.write_bytes(case.data)
+
+    def read() -> Optional[Outcome]:
+        try:
+            opened = reader.open(path) if on_disk else reader.from_bytes(case.data, path="fuzz.bin")
+        except PteDevconstError as error:
+            return _refusal(error, str(path) if on_disk else "fuzz.bin")
+        with opened:
+            exercise(opened)
+        return None
+
+    return _judged(bound, read)
 
 
 # --- command line --------------------------------------------------------------
@@ -188,7 +241,7 @@ class Template:
 
     command: str
     args: tuple[str, ...]
-    kind: str = "pte"  # "ptd": the case is the .ptd of its seed's .pte
+    kind: str = "pte"  # "ptd": the case is the .ptd of its seed's .pte; "etrecord": the ETRecord of its program
     exits: tuple[int, ...] = (0, 2)
     multi_file: bool = False  # reports each bad file on its own line (like a linter)
 
@@ -216,6 +269,11 @@ TEMPLATES = (
     # check: 3 when an external constant's .ptd is missing (unknown, never clean)
     Template("check", ("check", "{pte}"), exits=(0, 1, 2, 3)),
     Template("check", ("check", "--json", "{pte}", "{orig}"), exits=(0, 1, 2, 3), multi_file=True),
+    Template("inspect", ("inspect", "{pte}", "--etrecord", "{etrecord}"), kind="etrecord"),
+    Template("inspect", ("inspect", "--json", "{pte}", "--etrecord", "{etrecord}"), kind="etrecord"),
+    Template("rewrite", ("rewrite", "{pte}", "-o", "{out}", "--etrecord", "{etrecord}"), kind="etrecord"),
+    Template("check", ("check", "{pte}", "--etrecord", "{etrecord}"), kind="etrecord", exits=(0, 1, 2, 3)),
+    Template("diff", ("diff", "--json", "{orig}", "{pte}", "--etrecord", "{etrecord}"), kind="etrecord"),
 )
 
 
@@ -246,8 +304,11 @@ class CliHarness:
         return harness
 
     def fitting(self, case: Case) -> list[Template]:
-        """The templates that can take ``case`` (.ptd templates only for .ptd cases)."""
-        return [t for t in self.templates if t.kind == "pte" or case.kind == "ptd"]
+        """The templates that can take ``case`` (.ptd templates only for .ptd cases, ETRecord templates only and
+        always for ETRecord cases)."""
+        if case.kind == "etrecord":
+            return [t for t in self.templates if t.kind == "etrecord"]
+        return [t for t in self.templates if t.kind == "pte" or (t.kind == "ptd" and case.kind == "ptd")]
 
     def check(self, case: Case, pick: int) -> Outcome:
         """Run template number ``pick`` (of those fitting the case) and check exit code, stderr and files."""
@@ -261,7 +322,14 @@ class CliHarness:
         seed_path = REPO / case.seed_name
         orig = self.folder / "orig.pte"
         out = self.folder / "out.pte"
-        if case.kind == "ptd" and template.kind == "ptd":
+        etrecord = self.folder / "in.etrecord"
+        if case.kind == "etrecord":
+            pte, ptd = self.folder / "in.pte", self.folder / "none.ptd"
+            pte.write_bytes(seed_path.with_suffix(".pte").read_bytes())
+            etrecord.write_bytes(case.data)
+            orig.write_bytes(pte.read_bytes())
+            inputs = [pte, etrecord]
+        elif case.kind == "ptd" and template.kind == "ptd":
             pte, ptd = self.folder / "in.pte", self.folder / "in.ptd"
             companion = seed_path.with_suffix(".pte")
             pte.write_bytes(companion.read_bytes() if companion.exists() else b"")
@@ -274,7 +342,7 @@ class CliHarness:
             orig.write_bytes(seed_path.read_bytes() if seed_path.suffix == ".pte" else case.data)
             inputs = [pte]
         before = {p: _sha(p) for p in inputs + [orig]}
-        args = [a.format(pte=pte, ptd=ptd, out=out, orig=orig) for a in template.args]
+        args = [a.format(pte=pte, ptd=ptd, out=out, orig=orig, etrecord=etrecord) for a in template.args]
         label = " ".join(template.args)
         start = time.perf_counter()
         try:
@@ -299,6 +367,8 @@ class CliHarness:
             problems.append("a raw escape sequence from the file reached the terminal output")
         if "Traceback" in stderr or "internal error" in stderr:
             problems.append(f"traceback or internal error on stderr: {stderr!r}")
+        if case.kind == "etrecord":
+            problems += _etrecord_problems(case, etrecord, result.exit_code, stderr)
         in_place = "--in-place" in template.args and result.exit_code == 0
         for path, digest in before.items():
             if _sha(path) != digest and not (in_place and path == pte):
@@ -321,6 +391,20 @@ class CliHarness:
         if problems:
             return Outcome("failure", f"{label}: " + "; ".join(problems), elapsed)
         return Outcome("accepted" if result.exit_code == 0 else "rejected", label, elapsed)
+
+
+def _etrecord_problems(case: Case, record: Path, code: int, stderr: str) -> list[str]:
+    """An ETRecord the library refuses must end the command in exit 2 with that one line (never exit 0 after a
+    swallowed failure); one it reads must not end it with an ETRecord error."""
+    try:
+        etrecord_names(case, record)
+    except PteDevconstError as error:
+        if code != 2 or f"pte-devconst: error: {error}" not in stderr:
+            return [f"the ETRecord is refused ({error}), yet the command exited {code}: {stderr[-300:]!r}"]
+        return []
+    if ETRECORD_ERROR in stderr:
+        return [f"the library reads the ETRecord, yet the command refused it: {stderr[-300:]!r}"]
+    return []
 
 
 @contextlib.contextmanager

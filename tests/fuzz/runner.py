@@ -6,7 +6,8 @@ A run draws its cases from one suite, or from all of them in turn:
   example files; the numbering of the earlier runs in docs/robustness.md);
 * ``structure``: ``structure.make_structure_case`` on the corpus and example programs;
 * ``real``: the same on the real-model fixtures;
-* ``all``: case i of the run is case i // 3 of classic, structure and real in turn.
+* ``etrecord``: ``etrecord.make_etrecord_case``, hostile ETRecords for ``--etrecord`` (issue 27);
+* ``all``: case i of the run is case i // 4 of classic, structure, real and etrecord in turn.
 
 Every case goes through the library check; every ``cli_every``-th through the command line; with
 ``differential``, every ``.pte`` case through ``differential.check_differential``.
@@ -24,7 +25,7 @@ from typing import Iterable, Optional
 from .harness import CliHarness, Outcome, check_library, scratch_folder
 from .mutate import Case, make_case
 
-SUITES = ("classic", "structure", "real")
+SUITES = ("classic", "structure", "real", "etrecord")
 
 
 def case_of(seed: int, suite: str, index: int) -> Case:
@@ -33,6 +34,10 @@ def case_of(seed: int, suite: str, index: int) -> Case:
         suite, index = SUITES[index % len(SUITES)], index // len(SUITES)
     if suite == "classic":
         return make_case(seed, index)
+    if suite == "etrecord":
+        from .etrecord import make_etrecord_case
+
+        return make_etrecord_case(seed, index)
     from .structure import make_structure_case
 
     return make_structure_case(seed, index, suite)

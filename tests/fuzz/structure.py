@@ -42,6 +42,7 @@ class Work:
     program: m.Program
     ptd: Optional[FlatTensor]
     shared_vectors: bool = False  # encode with identical vectors and tables written once
+    shared_tables: bool = True  # with shared_vectors: tables too (False: distinct tables naming one vector)
     aliased: Optional[tuple[int, int]] = None  # (plan, copies): its last value's table named ``copies`` more times
     small: bool = False  # the default test suite's smoke sample: the issue-19 families draw only their small sizes
 
@@ -470,10 +471,14 @@ def odd_devices(w: Work) -> Optional[str]:
 
 def list_sharing(w: Work) -> Optional[str]:
     """Lists that share items (a constant in a TensorList too, IntLists on one Int), or vectors shared in
-    the file itself (identical vectors and tables written once)."""
-    if w.rng.random() < 0.3:
+    the file itself (identical vectors and tables written once), or one large vector that many tables name
+    (``one_vector_many_tables``)."""
+    roll = w.rng.random()
+    if roll < 0.3:
         w.shared_vectors = True
         return "identical vectors and tables shared in the flatbuffer"
+    if roll < 0.45:
+        return one_vector_many_tables(w)
     found = w.plan_index(lambda plan: e.tensors(plan, constant=True) + [
         i for i, v in enumerate(plan.values or ()) if isinstance(v, (m.TensorList, m.IntList))])
     if found is None:
@@ -501,6 +506,58 @@ def list_sharing(w: Work) -> Optional[str]:
         site, pos = w.rng.choice(uses)
         plan = e.set_arg(plan, site, pos, twin)
     return _put(w, p, plan, f"list {v} repeated {copies} times, one reader on the copy {twin}")
+
+
+LOGICAL_ITEMS = 2_000_000
+
+
+def one_vector_many_tables(w: Work) -> Optional[str]:
+    """Issue 27: many tables naming one stored vector (written once), so a small file is a huge program as every
+    step sees it: TensorList or IntList values, kernel calls' arguments, or tensors' names (a long string)."""
+    p = w.rng.randrange(len(w.program.execution_plan))
+    plan = w.plan(p)
+    tables = w.rng.choice((2, 50, 3000))
+    items = w.rng.choice((100, 10000, 200000)) if not w.small else w.rng.choice((100, 1000))
+    # The model's own size, as every later family walks it (3,000 calls of 200,000 arguments: 600 million, past
+    # the worker's 3 GiB when one listed the uses of a value): at most 2,000,000 items, which is still hundreds
+    # of times what a few-KB file may hand on.
+    items = min(items, LOGICAL_ITEMS // tables)
+    kind = w.rng.choice(("TensorList", "IntList", "args", "names"))
+    tensors = e.tensors(plan)
+    if kind == "names":
+        constants = e.tensors(plan, constant=True)
+        if not constants:
+            return None
+        name = "w" * items
+        values = list(plan.values)
+        for index in constants[:tables]:
+            info = values[index].extra_tensor_info or m.ExtraTensorInfo()
+            values[index] = m.replace(values[index], extra_tensor_info=m.replace(info, fully_qualified_name=name))
+        plan = m.replace(plan, values=tuple(values))
+        what = f"{min(tables, len(constants))} constants named one {items:,}-character string"
+    elif kind == "args":
+        calls = e.sites(plan, m.KernelCall)
+        if not calls or not tensors:
+            return None
+        site = w.rng.choice(calls)
+        call = e.instruction(plan, site)
+        args = tuple(tensors[k % len(tensors)] for k in range(items))
+        plan = e.insert_instructions(plan, site, [m.replace(call, args=args) for _ in range(tables)])
+        what = f"{tables} kernel calls with one {items:,}-argument vector"
+    else:
+        if kind == "IntList":
+            plan, first = e.add_values(plan, m.Int(3))
+            pool = [first]
+        else:
+            pool = tensors
+        if not pool:
+            return None
+        value = (m.IntList if kind == "IntList" else m.TensorList)(tuple(pool[k % len(pool)] for k in range(items)))
+        plan, _ = e.add_values(plan, *(value,) * tables)
+        what = f"{tables} {kind} values naming one {items:,}-item vector"
+    w.shared_vectors, w.shared_tables = True, w.rng.random() < 0.3
+    once = "tables" if w.shared_tables else "the string" if kind == "names" else "the vector"
+    return _put(w, p, plan, f"{what} ({once} written once) in plan {p}")
 
 
 # --- huge counts -----------------------------------------------------------------------------------
@@ -717,8 +774,9 @@ def _families() -> tuple[tuple[Family, int], ...]:
 # --- cases -----------------------------------------------------------------------------------------
 
 
-def _shared_program(program: m.Program) -> bytes:
-    """``program`` encoded with every identical int vector and table written once (several references to each)."""
+def _shared_program(program: m.Program, tables: bool = True) -> bytes:
+    """``program`` encoded with every identical int vector and string, and with ``tables`` every identical table,
+    written once (several references to each)."""
     from pte_devconst.schema.flatbuf_builder import Builder
     from pte_devconst.schema.generated.encoders import PROGRAM_IDENTIFIER, write_program
 
@@ -728,6 +786,7 @@ def _shared_program(program: m.Program) -> bytes:
         def __init__(self, initial_size: int = 1024) -> None:
             super().__init__(initial_size)
             self.written: dict[tuple, int] = {}
+            self.kept: list[object] = []
 
         def _once(self, key: tuple, write: Callable[[], int]) -> int:
             if key not in self.written:
@@ -737,10 +796,19 @@ def _shared_program(program: m.Program) -> bytes:
         def scalars(self, kind, items, alignment=0):  # noqa: ANN001, ANN202
             if kind not in (I32, I64):
                 return super().scalars(kind, items, alignment)
-            return self._once(("vector", kind.format, tuple(items), alignment),
-                              lambda: super(SharingBuilder, self).scalars(kind, items, alignment))
+            same = (kind.format, id(items), alignment)  # one tuple named by thousands of tables: hashed once
+            if same not in self.written:
+                self.written[same] = self._once(("vector", kind.format, tuple(items), alignment),
+                                                lambda: super(SharingBuilder, self).scalars(kind, items, alignment))
+                self.kept.append(items)  # (its id stays its own while the builder lives)
+            return self.written[same]
+
+        def string(self, text):  # noqa: ANN001, ANN202
+            return self._once(("string", text), lambda: super(SharingBuilder, self).string(text))
 
         def table(self, layout, values):  # noqa: ANN001, ANN202
+            if not tables:
+                return super().table(layout, values)
             key = ("table", id(layout), tuple((type(v), v) for v in values))
             return self._once(key, lambda: super(SharingBuilder, self).table(layout, values))
 
@@ -775,7 +843,7 @@ def _encode(w: Work, seed: Seed) -> tuple[bytes, Optional[bytes]]:
     if aliased is not None:
         data = _assemble_with(aliased, seed.data)
     elif w.shared_vectors:
-        data = _assemble_with(_shared_program(w.program), seed.data)
+        data = _assemble_with(_shared_program(w.program, w.shared_tables), seed.data)
     else:
         data = assemble_pte(w.program, seed.data)
     ptd = None

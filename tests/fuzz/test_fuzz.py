@@ -65,6 +65,34 @@ def test_bounded_cli_fuzz() -> None:
     assert summary.failed == 0, summary.report()
 
 
+def test_bounded_etrecord_fuzz() -> None:
+    """The ``etrecord`` suite (issue 27): hostile ETRecords through the reader and the names, every 8th also
+    through a command with ``--etrecord``; a refused one must end that command in exit 2 with the same line."""
+    summary = run_cases(seed=0, indices=range(96), cli_every=8, suite="etrecord")
+    assert summary.cases == 96 and summary.cli_cases == 12
+    assert summary.failed == 0, summary.report()
+    assert summary.outcomes["accepted"] > 5 and summary.outcomes["rejected"] > 40
+
+
+def test_one_vector_named_by_many_tables_is_read_or_refused_in_one_line() -> None:
+    """``list_sharing``'s issue-27 shapes (TensorList and IntList values, kernel arguments and names sharing one
+    stored vector or string): small ones read, the others refused by the reader's count of what it hands on."""
+    outcomes = []
+    for k in range(16):
+        seed = program_seeds()[k % len(program_seeds())]
+        w = structure.Work(random.Random(f"shared:{k}"), decode_program(seed.data[:_header_info(seed.data)[0]]),
+                           None, small=True)
+        note = structure.one_vector_many_tables(w)
+        if note is None:
+            continue
+        data, ptd = structure._encode(w, seed)
+        outcome = check_library(Case(k, "pte", seed.name, note, data, ptd, "structure"))
+        assert outcome.status != "failure", f"{note}: {outcome.detail}"
+        outcomes.append(outcome)
+    assert any(o.status == "accepted" for o in outcomes)
+    assert any("counted at every table that names them" in o.detail for o in outcomes)
+
+
 @pytest.mark.fuzz
 def test_full_fuzz_run(request: pytest.FixtureRequest) -> None:
     """The >= 20,000-case run of every suite with the differential check; selected only with ``-m fuzz``."""
