@@ -23,12 +23,14 @@ from pte_devconst.schema.validate import MAX_TENSOR_BYTES
 
 from pte_devconst.program.effects import MethodEffects
 from pte_devconst.program.executorch import H2D_COPY
+from pte_devconst.program.kernel_effects import copy_slots
+from pte_devconst.program.regions import memory_device
 from pte_devconst.program.memory import LayoutWork, plan_layout, planned_device_bytes, storage_groups
 from pte_devconst.program.prologue import GUARD_INSTRUCTIONS
 from pte_devconst.program.executorch import method_labels
 from pte_devconst.program.runtime import Runtime, RuntimeNeed, device_initial_data
 
-from .analysis import Analysis, ConstantVerdict, DeviceCopy, MethodAnalysis, RewiredDelegateArg, buffer_devices
+from .analysis import Analysis, ConstantVerdict, DeviceCopy, MethodAnalysis, RewiredDelegateArg
 from .edit import edit_method
 from .fold import FoldChain, FoldRecipe, MethodFolds, removed_steps
 
@@ -491,7 +493,7 @@ class _Buffers:
 
     def __init__(self, plan: m.ExecutionPlan) -> None:
         self.sizes = list(plan.non_const_buffer_sizes or (0,))
-        listed = buffer_devices(plan)
+        listed = plan.buffer_devices()
         self.first: dict[Device, int] = {}
         for memory_id in range(len(self.sizes) - 1, 0, -1):
             self.first[listed.get(memory_id, CPU)] = memory_id
@@ -952,14 +954,16 @@ def _prologue(plan: m.ExecutionPlan, method: MethodAnalysis, removed: AbstractSe
     instructions = ((plan.chains or ())[0].instructions or ()) if plan.chains else ()
     kept = []
     if old is not None:
+        devices = plan.buffer_devices()
         for k in old.copies:
             if (0, k) not in removed:
                 ins = instructions[k]
                 assert isinstance(ins, m.KernelCall), "a recognised prologue holds copies only"
                 args = tuple(ins.args or ())
-                value = (plan.values or ())[args[1]]
-                device = value.device if isinstance(value, m.Tensor) else CPU
-                kept.append(FirstCallCopy(args[0], args[1], args, device))
+                slots = copy_slots(H2D_COPY, args)
+                assert slots is not None, "a recognised prologue's copies have a source and an out"
+                device = memory_device((plan.values or ())[slots.out], devices)
+                kept.append(FirstCallCopy(slots.source, slots.out, args, device))
         if not added and len(kept) == len(old.copies):
             return (), None, set()
     if not added and old is None:
