@@ -26,7 +26,7 @@ from dataclasses import field
 from typing import Any, Callable, Hashable, Mapping, Optional, Sequence
 
 from pte_devconst.program.effects import MethodEffects
-from pte_devconst.program.memory import planned_device_bytes
+from pte_devconst.program.layout import planned_device_bytes
 from pte_devconst.program.moves import moved_values
 from pte_devconst.program.regions import memory_device, value_nbytes
 from pte_devconst.program.transfers import copies_per_call, per_call_transfers
@@ -288,14 +288,14 @@ def placement(plan: m.ExecutionPlan, value: m.EValue, digests: Optional[_Digests
         device = memory_device(value, plan.buffer_devices() if devices is None else devices)
         return TensorPlacement(MemoryKind.PLANNED, str(device), alloc.memory_id, alloc.memory_offset,
                                value.has_initial_data, **common)
-    device = str(value.device)  # the tag the file gives it (a legacy export tags a host constant cuda:0)
+    tag = str(value.device)  # the tag the file gives it (a legacy export tags a host constant cuda:0)
     if value.is_constant:
         kind = MemoryKind.EXTERNAL_CONSTANT if value.is_external else MemoryKind.CONSTANT
-        return TensorPlacement(kind, device, None, None, False, **common)
+        return TensorPlacement(kind, tag, None, None, False, **common)
     kind = MemoryKind.INPUT if value.data_buffer_idx == 0 else MemoryKind.OTHER
     if kind is MemoryKind.INPUT and index is not None and index not in (plan.inputs or ()):
         kind = MemoryKind.UNUSED if used is not None and index not in used else MemoryKind.UNPLANNED
-    return TensorPlacement(kind, device, None, None, False, **common)
+    return TensorPlacement(kind, tag, None, None, False, **common)
 
 
 def instruction_text(plan: m.ExecutionPlan, ins: m.Instruction) -> str:

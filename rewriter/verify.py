@@ -43,7 +43,6 @@ from pte_devconst.schema import model as m
 from pte_devconst.util.errors import FormatError, InternalError
 from pte_devconst.program.executorch import H2D_COPY
 from pte_devconst.util.gc_pause import gc_paused
-from pte_devconst.schema.header import TENSOR_ALIGNMENT
 from pte_devconst.schema.limits import over_runtime_limits
 from pte_devconst.schema.ptd_file import PtdFile, tensor_key
 from pte_devconst.schema.pte_file import PteFile, open_pte
@@ -52,7 +51,8 @@ from pte_devconst.schema.span import Span
 from pte_devconst.program.effects import MethodEffects
 from pte_devconst.program.kernel_effects import copy_slots, kernel_results
 from pte_devconst.program.readers import ReaderKind, readers_in_order
-from pte_devconst.program.memory import layout_problems, storage_groups, view_reads
+from pte_devconst.program.layout import is_aligned, layout_problems
+from pte_devconst.program.memory import storage_groups, view_reads
 from pte_devconst.program.regions import planned_region
 from pte_devconst.program.replay import Origin, prove_same_reads
 
@@ -457,7 +457,7 @@ class _MethodCheck:
             raise self.fail(f"{where}, its buffer and the plan disagree on its device "
                             f"({tensor.device}, {buffer_device}, {device})")
         sizes = self.new.non_const_buffer_sizes or ()
-        if offset % TENSOR_ALIGNMENT or memory_id >= len(sizes) or offset + nbytes > sizes[memory_id]:
+        if not is_aligned(offset) or memory_id >= len(sizes) or offset + nbytes > sizes[memory_id]:
             raise self.fail(f"{where}: its region is misaligned or outside buffer {memory_id}")
 
     def _check_chains(self, maps: list[tuple[Optional[int], ...]]) -> None:
@@ -621,7 +621,7 @@ class _MethodCheck:
             raise self.fail(f"{where}, its buffer and the plan disagree on its device "
                             f"({new.device}, {device}, {p.device})")
         sizes = self.new.non_const_buffer_sizes or ()
-        if offset % TENSOR_ALIGNMENT or memory_id >= len(sizes) or offset + old.nbytes > sizes[memory_id]:
+        if not is_aligned(offset) or memory_id >= len(sizes) or offset + old.nbytes > sizes[memory_id]:
             raise self.fail(f"{where}: its region is misaligned or outside buffer {memory_id}")
         info, before = new.extra_tensor_info, old.extra_tensor_info or m.ExtraTensorInfo()
         if info is None or info.mutable_data_segments_idx != 0 or \

@@ -26,7 +26,7 @@ from pte_devconst.program.executorch import H2D_COPY
 from pte_devconst.program.kernel_effects import copy_slots
 from pte_devconst.program.prologue import first_call_prologue
 from pte_devconst.schema import model as m
-from pte_devconst.schema.header import TENSOR_ALIGNMENT
+from pte_devconst.program.layout import is_aligned
 from pte_devconst.schema.pte_file import PteFile
 from pte_devconst.schema.span import Span
 
@@ -190,7 +190,7 @@ class PrologueCheck:
         if info is None or (info.memory_id, info.memory_offset) != (memory_id, offset):
             raise self.fail(f"{where} is not at buffer {memory_id} offset {offset}")
         sizes = self.new.non_const_buffer_sizes or ()
-        if offset % TENSOR_ALIGNMENT or memory_id >= len(sizes) or offset + new.nbytes > sizes[memory_id]:
+        if not is_aligned(offset) or memory_id >= len(sizes) or offset + new.nbytes > sizes[memory_id]:
             raise self.fail(f"{where}: its region is misaligned or outside buffer {memory_id}")
         if placed is not None and not old.has_initial_data:
             raise self.fail(f"{where} is re-encoded but had no initial data in the input")

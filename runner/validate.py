@@ -47,7 +47,8 @@ from pte_devconst.program.dataflow import DelegateCallSite, delegate_call_sites
 from pte_devconst.program.effects import outputs_depending_on
 from pte_devconst.program.effects import MethodEffects
 from pte_devconst.program.kernel_effects import is_device_copy, list_items
-from pte_devconst.program.memory import layout_problems, storage_groups
+from pte_devconst.program.layout import layout_problems
+from pte_devconst.program.memory import storage_groups
 from pte_devconst.program.moves import moved_values
 from pte_devconst.program.regions import IntervalIndex, planned_region
 from pte_devconst.util.errors import PteDevconstError, UnsupportedProgramError

@@ -2,7 +2,7 @@
 
 * The seed's shape (N weights feeding one ``cuda:0`` delegate), copy and legacy style, is accepted at any N and
   every weight moves; the analysis does the same work per value at 1,000 and at 10,000 constants.
-* A rewrite lays each device buffer out again by lifetimes (``program/memory.py``): on the real exports the
+* A rewrite lays each device buffer out again by lifetimes (``program/layout.py``): on the real exports the
   planned device memory after is at most max(before, 1.10 x bound), read back from the written file itself.
 * A delegate that writes a copy's destination keeps the copy; a forged rewrite where a delegate writes a moved
   constant, or where two live values share bytes, fails ``validate`` (opaque delegates too) and the checker.
@@ -20,7 +20,8 @@ from conftest import CASES, EXAMPLES, FIXTURES, pte_path, shipped
 from forge import edit_program
 from pte_devconst import api
 from pte_devconst.program.effects import MethodEffects
-from pte_devconst.program.memory import Lifetime, StorageGroup, layout_problems, planned_device_bytes, storage_groups
+from pte_devconst.program.layout import layout_problems, planned_device_bytes
+from pte_devconst.program.memory import Lifetime, StorageGroup, storage_groups
 from pte_devconst.program.regions import IntervalIndex, Region
 from pte_devconst.rewriter import analysis as analysis_module
 from pte_devconst.rewriter.analysis import analyze_program
@@ -259,8 +260,8 @@ ONE_HOME: dict[str, str | None] = {
     # copies per call
     "copies_per_call": "program/transfers.py", "_copies_per_call": None,
     # lifetimes, views, the layout and its check
-    "view_reads": "program/memory.py", "storage_groups": "program/memory.py", "plan_layout": "program/memory.py",
-    "layout_problems": "program/memory.py", "delegate_call_sites": "program/dataflow.py",
+    "view_reads": "program/memory.py", "storage_groups": "program/memory.py", "plan_layout": "program/layout.py",
+    "layout_problems": "program/layout.py", "delegate_call_sites": "program/dataflow.py",
     "outputs_depending_on": "program/effects.py", "moved_values": "program/moves.py", "CopyMemory_scan": None,
 }
 

@@ -29,7 +29,8 @@ from conftest import EXAMPLES, FIXTURES
 from forge import edit_plans, edit_program
 from pte_devconst import api
 from pte_devconst.program import dataflow, effects, kernel_effects, memory
-from pte_devconst.program.memory import layout_problems, storage_groups, view_reads
+from pte_devconst.program.layout import layout_problems
+from pte_devconst.program.memory import storage_groups, view_reads
 from pte_devconst.program.replay import (Budget, Origin, budget_for, prologue_length, match_instructions,
                                          prove_same_reads)
 from pte_devconst.rewriter import rewrite as rewrite_module
