@@ -19,7 +19,7 @@ SEED = ROOT / "tests" / "fixtures" / "seed"
 
 def rows() -> list[str]:
     from pte_devconst import api
-    from pte_devconst.program.memory import planned_device_bytes
+    from pte_devconst.program.layout import planned_device_bytes
     from pte_devconst.rewriter.fold import torch_found
     from pte_devconst.schema.pte_file import open_pte
 

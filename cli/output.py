@@ -26,7 +26,8 @@ from pte_devconst.util.units import human_bytes, plural
 if TYPE_CHECKING:  # rich is imported when something is printed, not at start-up
     from rich.console import Console
 
-    from pte_devconst.rewriter.plan import DeviceMemory, FoldGain
+    from pte_devconst.program.layout import DeviceMemory
+    from pte_devconst.rewriter.plan import FoldGain
 
 JSON_FORMAT_VERSION = 1
 

@@ -27,7 +27,7 @@ from pte_devconst.util.units import exact_bytes, human_bytes, plural
 
 if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
     from pte_devconst.rewriter.rewrite import RewriteResult
-    from pte_devconst.rewriter.plan import BufferGrowth
+    from pte_devconst.program.layout import BufferGrowth
 
 
 def fold_rows(result: RewriteResult) -> list[list[Any]]:

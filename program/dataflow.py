@@ -41,6 +41,7 @@ from typing import Optional
 
 from pte_devconst.schema import model as m
 
+from .kernel_effects import instruction_effects, list_items
 from .regions import Region, planned_region
 
 
@@ -65,17 +66,12 @@ class DelegateCallSite:
         return self.args[self.n_inputs:]
 
 
-def _list_items(value: m.EValue) -> tuple[int, ...]:
-    if isinstance(value, (m.TensorList, m.OptionalTensorList)):
-        return tuple(i for i in value.items or () if i >= 0)
-    return ()
-
-
 class _PendingFlow:
     """What the instructions executed so far have mentioned, and which regions hold pending data."""
 
     def __init__(self, plan: m.ExecutionPlan) -> None:
         self.values = plan.values or ()
+        self.ops = [op.qualified_name for op in plan.operators or ()]
         self.method_inputs = frozenset(plan.inputs or ())
         self.mentioned: set[int] = set()
         self.pending: dict[Region, int] = {}  # region -> the value whose unread data it holds
@@ -94,7 +90,7 @@ class _PendingFlow:
         result = []
         for index in indices:
             result.append(index)
-            result.extend(_list_items(self._value(index)))
+            result.extend(list_items(self._value(index)))
         return result
 
     def read(self, indices: tuple[int, ...]) -> None:
@@ -126,22 +122,12 @@ class _PendingFlow:
         return True
 
     def step(self, instruction: m.Instruction, split: Optional[int] = None) -> None:
-        if isinstance(instruction, m.KernelCall):
-            args = tuple(instruction.args or ())
-            if args:  # the return value comes last; an .out tensor is both the out argument and the return
-                self.read(args[:-1])
-                self.write(args[-1:])
-        elif isinstance(instruction, m.DelegateCall):
-            args = tuple(instruction.args or ())
-            self.read(args[:split])
-            self.write(args[split:])
-        elif isinstance(instruction, m.MoveCall):
-            self.read((instruction.move_from,))
-            self.write((instruction.move_to,))
-        elif isinstance(instruction, m.JumpFalseCall):
-            self.read((instruction.cond_value_index,))
-        elif isinstance(instruction, m.FreeCall):
-            self.read((instruction.value_index,))
+        name = ""
+        if isinstance(instruction, m.KernelCall) and 0 <= instruction.op_index < len(self.ops):
+            name = self.ops[instruction.op_index]
+        read, written = instruction_effects(instruction, name, split, lambda i: list_items(self._value(i)))
+        self.read(read)  # kernel_effects.py's rule, this call split by ``split``
+        self.write(written)
 
 
 def _split(flow: _PendingFlow, args: tuple[int, ...]) -> tuple[int, int]:

@@ -2,16 +2,13 @@
 
 The one statement of the rule (every consumer asks here):
 
-* **KernelCall.**  A codegen'd out variant takes its schema's arguments, then one return slot per result; it
-  writes its out arguments (which the emitter also passes as the return slots) and never the return slots
-  themselves.  So when the last ``r`` arguments repeat the ``r`` before them, those are the outs and are
-  written; otherwise (a prim op, ``executorch_prim::*``, ``aten::sym_size``) the last argument is the result and
-  is written.  Named exceptions: ``et_copy::_h2d_copy.out`` / ``_d2h_copy.out`` write their ``out`` (argument 1)
-  whatever the return slot names; ``aten::copy_`` writes ``self`` (and its return slot);
-  ``executorch_prim::et_copy_index.tensor`` writes its first argument.
+* **KernelCall.**  What ``kernel_effects.py`` says (the one table of what a kernel writes, by name, with both
+  return-slot conventions): its out arguments (or a prim op's result) are written, the rest read.
 * **DelegateCall.**  Its outputs (``dataflow.delegate_call_sites``) are written, its inputs read.
 * **MoveCall.**  Writes ``move_to``, reads ``move_from``.
 * **JumpFalseCall, FreeCall.**  Read their value.
+
+(``kernel_effects.instruction_effects`` states it for one instruction; this module runs it over a method.)
 
 A tensor list read or written is its items read or written too.  Everything here is linear in the values,
 instructions and arguments of the method.
@@ -19,15 +16,12 @@ instructions and arguments of the method.
 
 from __future__ import annotations
 
-from typing import Callable, Collection, NamedTuple, Optional, Sequence
+from typing import Collection, NamedTuple, Optional, Sequence
 
 from pte_devconst.schema import model as m
-from pte_devconst.program.executorch import COPY_KERNELS, ET_COPY_INDEX
-
 from .dataflow import DelegateCallSite, delegate_call_sites
+from .kernel_effects import instruction_effects, list_items
 from .regions import Region, planned_region
-
-INPLACE_COPY = ("aten::copy_", "aten::copy_.default")
 
 
 class Step(NamedTuple):
@@ -42,43 +36,6 @@ class Use(NamedTuple):
 
     position: int
     writes: bool
-
-
-def kernel_writes(name: str, args: Sequence[int],
-                  items: Optional[Callable[[int], tuple[int, ...]]] = None) -> tuple[int, ...]:
-    """The arguments a KernelCall writes, by the rule of the module docstring (unexpanded).
-
-    ``items(value)`` gives a tensor list's items: several outs are returned as one TensorList value, whose
-    items are the outs before it (``native_layer_norm.out``), or a list of outs is passed twice as two list
-    values with the same items (``split_with_sizes_copy.out``).
-    """
-    if not args:
-        return ()
-    if name in COPY_KERNELS:
-        return (args[1],) if len(args) >= 2 else ()
-    if name in INPLACE_COPY:
-        return (args[0], *args[3:])
-    if name == ET_COPY_INDEX:  # copies into an item of its first argument (a stack built in a loop)
-        return (args[0],)
-    n = len(args)
-    for r in range(n // 2, 0, -1):
-        if tuple(args[n - r:]) == tuple(args[n - 2 * r:n - r]):
-            return tuple(dict.fromkeys(args[n - 2 * r:]))
-    returned = items(args[-1]) if items is not None else ()
-    if returned:
-        k = len(returned)
-        if n - 1 >= k and tuple(args[n - 1 - k:n - 1]) == returned:
-            return (*args[n - 1 - k:n - 1], args[-1])
-        if n >= 2 and items is not None and items(args[-2]) == returned:
-            return (args[-2], args[-1])
-    return (args[-1],)
-
-
-def list_items(value: m.EValue) -> tuple[int, ...]:
-    """The items of a tensor list (absent optionals left out); () for anything else."""
-    if isinstance(value, (m.TensorList, m.OptionalTensorList)):
-        return tuple(i for i in value.items or () if i >= 0)
-    return ()
 
 
 class MethodEffects:
@@ -106,6 +63,9 @@ class MethodEffects:
         self.moves: list[tuple[int, int]] = []  # (move_from, move_to) of every MoveCall, in program order
         n_values = len(values)
 
+        def items(index: int) -> tuple[int, ...]:
+            return list_items(values[index]) if 0 <= index < n_values else ()
+
         def expand(indices: Sequence[int]) -> tuple[int, ...]:
             out: list[int] = []
             for index in indices:
@@ -119,29 +79,22 @@ class MethodEffects:
             for k, ins in enumerate(chain.instructions or ()):
                 position = len(self.steps)
                 self.steps.append(Step(c, k))
-                read: Sequence[int] = ()
-                written: Sequence[int] = ()
+                name = ""
+                n_inputs: Optional[int] = None
                 if isinstance(ins, m.KernelCall):
-                    args = tuple(ins.args or ())
                     name = ops[ins.op_index] if 0 <= ins.op_index < len(ops) else ""
                     self.kernel_names[position] = name
-                    written = kernel_writes(name, args, lambda i: list_items(values[i]) if 0 <= i < n_values else ())
-                    read = tuple(a for a in args if a not in written)
                 elif isinstance(ins, m.DelegateCall):
                     site = outputs_of.get((c, k))
-                    args = tuple(ins.args or ())
-                    read, written = (site.inputs, site.outputs) if site is not None else (args, ())
+                    n_inputs = site.n_inputs if site is not None else None
                 elif isinstance(ins, m.MoveCall):
-                    read, written = (ins.move_from,), (ins.move_to,)
                     self.moves.append((ins.move_from, ins.move_to))
                 elif isinstance(ins, m.JumpFalseCall):
-                    read = (ins.cond_value_index,)
                     self.chains_with_jumps.add(c)
                     self.jumps.append((c, k, ins.destination_instruction))
                     if ins.destination_instruction <= k:
                         self.chains_with_loops.add(c)
-                elif isinstance(ins, m.FreeCall):
-                    read = (ins.value_index,)
+                read, written = instruction_effects(ins, name, n_inputs, items)  # kernel_effects.py's rule
                 self.writes.append(expand(written))
                 self.reads.append(expand(read))
             self.chain_span.append((first, len(self.steps)))

@@ -28,6 +28,8 @@ from pte_devconst.schema import model as m
 from pte_devconst.util.record import record
 
 from .executorch import H2D_COPY
+from .kernel_effects import copy_slots, is_h2d_copy
+from .readers import readers_in_order
 
 # The instructions of a prologue around its copies: the guard's jump before them, the move that clears it after.
 GUARD_INSTRUCTIONS = 2
@@ -45,19 +47,6 @@ class FirstCallPrologue:
     def runs_once(self, chain: int, instruction: int) -> bool:
         """Whether (chain, instruction) is one of the copies or the move: run on the first call only."""
         return chain == 0 and 1 <= instruction < self.end
-
-
-def _uses(instruction: m.Instruction) -> tuple[int, ...]:
-    """Every value an instruction names."""
-    if isinstance(instruction, (m.KernelCall, m.DelegateCall)):
-        return tuple(instruction.args or ())
-    if isinstance(instruction, m.MoveCall):
-        return instruction.move_from, instruction.move_to
-    if isinstance(instruction, m.JumpFalseCall):
-        return (instruction.cond_value_index,)
-    if isinstance(instruction, m.FreeCall):
-        return (instruction.value_index,)
-    return ()
 
 
 def _bool(values: tuple[m.EValue, ...], index: int, expected: bool) -> bool:
@@ -89,19 +78,19 @@ def first_call_prologue(plan: m.ExecutionPlan) -> Optional[FirstCallPrologue]:
     for k in copies:
         ins = instructions[k]
         if not isinstance(ins, m.KernelCall) or not 0 <= ins.op_index < len(ops) \
-                or ops[ins.op_index].qualified_name != H2D_COPY or len(ins.args or ()) < 2:
+                or copy_slots(ops[ins.op_index].qualified_name, ins.args or ()) is None \
+                or not is_h2d_copy(ops[ins.op_index].qualified_name):
             return None
         if guard in (ins.args or ()) or cleared_from in (ins.args or ()):
             return None
     reserved = {guard, cleared_from}
     if reserved & set(plan.inputs or ()) or reserved & set(plan.outputs or ()):
         return None
+    own = {(0, 0), (0, end - 1)}  # the guard's jump and the move that clears it
+    if any(reader.step not in own for _, reader in readers_in_order(plan, reserved)):
+        return None  # anything else that uses the guard's values (program/readers.py)
     for c, chain in enumerate(chains):
-        for k, ins in enumerate(chain.instructions or ()):
-            if c == 0 and (k == 0 or k == end - 1):
-                continue
-            if reserved.intersection(_uses(ins)):
-                return None
+        for ins in chain.instructions or ():
             if isinstance(ins, m.JumpFalseCall) and c == 0 and 1 <= ins.destination_instruction < end:
                 return None  # a jump into the prologue would run its copies again
     return FirstCallPrologue(guard, cleared_from, end, copies)
@@ -118,6 +107,7 @@ def first_call_copies(plan: m.ExecutionPlan, prologue: Optional[FirstCallPrologu
     for k in prologue.copies:
         ins = instructions[k]
         assert isinstance(ins, m.KernelCall), "first_call_prologue holds copies only"
-        args = ins.args or ()
-        found.setdefault(args[1], (args[0], k))
+        slots = copy_slots(H2D_COPY, ins.args or ())
+        assert slots is not None, "first_call_prologue holds copies with a source and an out"
+        found.setdefault(slots.out, (slots.source, k))
     return found

@@ -1,16 +1,18 @@
-"""Where a planned value's bytes are: its region in a planned buffer, and an index to find regions that overlap.
+"""Where a value's bytes are: how many (``value_nbytes``), on which device (``memory_device``), its region in a
+planned buffer, and an index to find regions that overlap.
 
-One definition of a region for every consumer (the copy rule, fold's view reads, constant-derived copies,
-the memory layout and its check, the runner): a Tensor with ``allocation_info`` and at least one byte.
-``IntervalIndex`` finds the regions that overlap one; ``IntervalMap`` says what each byte holds now.
-A zero-byte tensor has no region (it overlaps nothing); an unknown scalar type has none either (the reader
-refuses it before anything asks).
+One definition of each for every consumer (the copy rule, fold's view reads, constant-derived copies, the
+per-call transfers, the memory layout and its check, the replay, the reports, the runner): a region is a Tensor
+with ``allocation_info`` and at least one byte.  ``IntervalIndex`` finds the regions that overlap one;
+``IntervalMap`` says what each byte holds now.  A zero-byte tensor has no region (it overlaps nothing); an unknown
+scalar type has no bytes and no region (the reader refuses it before anything asks, so a report that asks anyway
+gets 0).
 """
 
 from __future__ import annotations
 
 import bisect
-from typing import Generic, Iterator, NamedTuple, Optional, Sequence, TypeVar
+from typing import Generic, Iterator, Mapping, NamedTuple, Optional, Sequence, TypeVar
 
 from pte_devconst.schema import model as m
 
@@ -33,14 +35,34 @@ class Region(NamedTuple):
         return self.memory_id == other.memory_id and self.start <= other.start and other.end <= self.end
 
 
+def value_nbytes(value: m.EValue) -> int:
+    """The bytes of a tensor's data (its upper bound for a dynamic shape); 0 for anything else, and for a scalar
+    type the format does not define (``schema/validate.py`` refuses it before anything asks)."""
+    if not isinstance(value, m.Tensor):
+        return 0
+    try:
+        return value.nbytes
+    except KeyError:
+        return 0
+
+
+def memory_device(value: m.EValue, buffer_devices: Mapping[int, m.Device]) -> m.Device:
+    """The device a value's memory is on, as the runtime allocates it: a planned tensor's buffer's device (from
+    ``plan.buffer_devices()``: unlisted buffers are the host's, whatever the tensor's own tag says), the host for
+    a constant (the loader maps it from the file), the tensor's device tag for an unplanned one (a caller's input);
+    the host for anything that is not a tensor."""
+    if not isinstance(value, m.Tensor):
+        return m.CPU
+    if value.allocation_info is not None:
+        return buffer_devices.get(value.allocation_info.memory_id, m.CPU)
+    return m.CPU if value.is_constant else value.device
+
+
 def planned_region(value: m.EValue) -> Optional[Region]:
     """The region of a planned tensor with bytes, else None."""
     if not isinstance(value, m.Tensor) or value.allocation_info is None:
         return None
-    try:
-        nbytes = value.nbytes
-    except KeyError:  # an unknown scalar type: schema/validate.py refuses it
-        return None
+    nbytes = value_nbytes(value)
     if nbytes <= 0:
         return None
     info = value.allocation_info

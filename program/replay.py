@@ -13,7 +13,7 @@ over bytes, and records where the bytes each instruction reads were *defined*:
   (``input``, per call), by the write of an instruction (``write``), or not at all (``uninitialised``).  An
   ``et_copy`` kernel copies its source's bytes: its destination holds the definitions the source held, so a
   device copy of a constant holds the constant.
-* **Kernels** write their out arguments (``effects.kernel_writes``, the one statement of that rule); an
+* **Kernels** write their out arguments (``kernel_effects.kernel_writes``, the one statement of that rule); an
   in-place kernel (``aten::index_put_``) also reads what it updates, and adds to it rather than replacing it.
 * **Delegates.**  A delegate reads every argument.  It writes its output positions (``dataflow``'s split,
   which gives every call of one delegate the same outputs), and may write any other argument that does not
@@ -53,10 +53,9 @@ from pte_devconst.schema import model as m
 from pte_devconst.util.errors import UnsupportedProgramError
 
 from .dataflow import delegate_call_sites
-from .effects import kernel_writes, list_items
-from .executorch import COPY_KERNELS
+from .kernel_effects import copy_slots, is_device_copy, kernel_writes, list_items, updated_in_place, updates_in_place
 from .prologue import first_call_prologue
-from .regions import IntervalMap
+from .regions import IntervalMap, value_nbytes
 
 CALLS = 3  # calls replayed when a method has jumps: the first (a prologue runs), and two that see state carried over
 STEADY_CALLS = 2  # without jumps every call runs the same instructions: from the second on, each reads the same
@@ -257,9 +256,8 @@ class _Program:
         self.plan = plan
         self.values = tuple(plan.values or ())
         self.ops = [op.qualified_name for op in plan.operators or ()]
-        self.in_place = [name.split(".")[0].endswith("_") and name.split(".")[0] != "aten::copy_"
-                         for name in self.ops]  # an in-place kernel also reads what it updates
-        self.copies = [name in COPY_KERNELS for name in self.ops]
+        self.in_place = [updates_in_place(name) for name in self.ops]  # it also reads what it updates
+        self.copies = [is_device_copy(name) for name in self.ops]
         self.items = [list_items(value) for value in self.values]  # a tensor list's items, () for anything else
         self.is_tensor = [isinstance(value, m.Tensor) for value in self.values]
         self.chains = [tuple(chain.instructions or ()) for chain in plan.chains or ()]
@@ -304,13 +302,8 @@ class _Program:
         A planned tensor lies in its buffer (key = memory id >= 0); any other tensor has storage of its own
         (key = -1 - index): a constant, a caller's input or output, an unplanned value.
         """
-        if not isinstance(value, m.Tensor):
-            return None
-        try:
-            nbytes = value.nbytes
-        except KeyError:  # an unknown scalar type: the reader refuses it first
-            return None
-        if nbytes <= 0:
+        nbytes = value_nbytes(value)
+        if nbytes <= 0 or not isinstance(value, m.Tensor):
             return None
         info = value.allocation_info
         if info is None:
@@ -581,10 +574,12 @@ class _Replay:
             else:
                 self._set(key, [(start, end, d)])
 
-    def _copy(self, args: tuple[int, ...], site: Optional[int], kind: int, ident: int) -> None:
+    def _copy(self, name: str, args: tuple[int, ...], site: Optional[int], kind: int, ident: int) -> None:
         """An et_copy kernel ``(self, out, ret)``: reads ``self``; ``out`` then holds the definitions ``self`` held
         (shifted), as written now."""
-        source, out = args[0], args[1]
+        slots = copy_slots(name, args)
+        assert slots is not None, "called for device copies with their source and out"
+        source, out = slots.source, slots.out
         src_tensor, src_held = self._slot(source)
         out_tensor, out_held = self._slot(out)
         source_at = self.p.place_of(src_held) if src_tensor and isinstance(src_held, int) else None
@@ -665,9 +660,10 @@ class _Replay:
 
     def _kernel(self, position: int, ins: m.KernelCall, site: Optional[int], kind: int, ident: int) -> None:
         op, args, written, reads, in_place = self._kernel_plan(position, ins)
+        updated = updated_in_place(self.p.ops[op], args) if in_place else None
         self.budget.spend(len(args) + 1)
         if op >= 0 and self.p.copies[op] and len(args) >= 2:
-            self._copy(args, site, kind, ident)
+            self._copy(self.p.ops[op], args, site, kind, ident)
             return
         constant = True
         for pos in reads:
@@ -676,7 +672,7 @@ class _Replay:
             if site is not None:
                 self._record(site + pos, content)
         for arg in written:
-            self._write(arg, kind, ident, weak=in_place and arg == args[0], constant=constant)
+            self._write(arg, kind, ident, weak=in_place and arg == updated, constant=constant)
 
     def _delegate(self, position: int, ins: m.DelegateCall, site: Optional[int], kind: int, ident: int) -> None:
         args = tuple(ins.args or ())

@@ -24,6 +24,7 @@ from pte_devconst.util.named_enum import NamedEnum
 from pte_devconst.util.record import record
 
 from .executorch import method_labels
+from .regions import memory_device, value_nbytes
 
 
 class Runtime(NamedEnum):
@@ -101,19 +102,10 @@ def device_initial_data(plan: m.ExecutionPlan, label: str) -> list[DeviceInitial
     for index, value in enumerate(plan.values or ()):
         if not isinstance(value, m.Tensor) or not value.has_initial_data:
             continue
-        info = value.allocation_info
-        assert info is not None, "has_initial_data implies planned memory"
-        device = devices.get(info.memory_id, m.CPU)
+        device = memory_device(value, devices)  # planned (has_initial_data): its buffer's device
         if not device.is_cpu:
-            found.append(DeviceInitialData(label, index, device, _nbytes(value), value.is_external))
+            found.append(DeviceInitialData(label, index, device, value_nbytes(value), value.is_external))
     return found
-
-
-def _nbytes(tensor: m.Tensor) -> int:
-    try:
-        return tensor.nbytes
-    except KeyError:  # an unknown scalar type: the reader refuses it before a report asks
-        return 0
 
 
 def required_runtime(program: m.Program, labels: Optional[list[str]] = None) -> RuntimeNeed:

@@ -16,8 +16,8 @@ host memory to a device in four places, and only there:
 Which DelegateCall arguments are inputs comes from ``dataflow.delegate_call_sites``,
 the one split the runner's opaque delegates use too.  Where a value's memory is:
 its planned buffer's device, the host for a constant, its device tag for an
-unplanned input; a MoveCall gives its destination the source's memory, and an
-``_h2d_copy``'s return slot takes its ``out``'s.
+unplanned input (``regions.memory_device``); a MoveCall gives its destination the source's memory.  An
+``_h2d_copy`` never writes its return slot (``kernel_effects.py``), so that slot keeps its own memory.
 
 Sizes are the planned sizes.  For a DYNAMIC_BOUND tensor they are its upper bound,
 which is all a program records of a dynamic shape (not the expression that computes
@@ -34,15 +34,16 @@ holds the total equal to the runner's measured copies on every fixture.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
 from pte_devconst.schema import model as m
 from .dataflow import DelegateCallSite, delegate_call_sites
-from pte_devconst.program.executorch import H2D_COPY
 from pte_devconst.schema.devices import delegate_target_device
 from pte_devconst.util.named_enum import NamedEnum
 
+from .kernel_effects import copy_slots
 from .prologue import FirstCallPrologue, first_call_prologue
+from .regions import memory_device, value_nbytes
 
 
 class TransferKind(NamedEnum):
@@ -91,31 +92,17 @@ def _bound(value: m.EValue) -> bool:
     return isinstance(value, m.Tensor) and value.shape_dynamism != m.TensorShapeDynamism.STATIC
 
 
-def _nbytes(value: m.EValue) -> int:
-    if not isinstance(value, m.Tensor):
-        return 0
-    try:
-        return value.nbytes
-    except KeyError:  # an unknown scalar type: schema/validate.py refuses it
-        return 0
-
-
 class _Residence:
-    """Where each value's memory is, as the instructions run in program order."""
+    """Where each value's memory is, as the instructions run in program order: ``regions.memory_device``, and a
+    MoveCall's destination where its source is."""
 
     def __init__(self, plan: m.ExecutionPlan) -> None:
         self.values = plan.values or ()
-        self.buffers = {entry.buffer_idx: m.Device(entry.device_type, entry.device_index)
-                        for entry in reversed(plan.non_const_buffer_device or ())}  # the first entry wins
+        self.buffers = plan.buffer_devices()
         self.moved: dict[int, m.Device] = {}
 
     def static(self, index: int) -> m.Device:
-        value = self.values[index] if 0 <= index < len(self.values) else None
-        if not isinstance(value, m.Tensor):
-            return m.CPU
-        if value.allocation_info is not None:
-            return self.buffers.get(value.allocation_info.memory_id, m.CPU)
-        return m.CPU if value.is_constant else value.device
+        return memory_device(self.values[index] if 0 <= index < len(self.values) else None, self.buffers)
 
     def of(self, index: int) -> m.Device:
         found = self.moved.get(index)
@@ -183,21 +170,19 @@ def _transfers(plan: m.ExecutionPlan, sites: Optional[Sequence[DelegateCallSite]
     for index in plan.inputs or ():
         device = where.static(index)
         if not device.is_cpu and isinstance(values[index] if 0 <= index < len(values) else None, m.Tensor):
-            transfers.append(Transfer(TransferKind.METHOD_INPUT, -1, -1, index, _nbytes(values[index]), device))
+            transfers.append(Transfer(TransferKind.METHOD_INPUT, -1, -1, index, value_nbytes(values[index]), device))
     by_step = {(s.chain, s.instruction): s for s in (delegate_call_sites(plan) if sites is None else sites)}
     for c, chain in enumerate(plan.chains or ()):
         instructions = chain.instructions or ()
         found: list[Transfer] = []
         for k, instruction in enumerate(instructions):
             if isinstance(instruction, m.KernelCall):
-                args = tuple(instruction.args or ())
-                if 0 <= instruction.op_index < len(ops) and ops[instruction.op_index] == H2D_COPY and len(args) >= 2:
-                    copy = Transfer(TransferKind.H2D_KERNEL, c, k, args[0], _nbytes(values[args[0]]),
-                                    where.of(args[1]))
+                slots = copy_slots(ops[instruction.op_index], instruction.args or ()) \
+                    if 0 <= instruction.op_index < len(ops) else None
+                if slots is not None and slots.to_device:  # its return slots are never written: no residence moves
+                    copy = Transfer(TransferKind.H2D_KERNEL, c, k, slots.source, value_nbytes(values[slots.source]),
+                                    where.of(slots.out))
                     (once if prologue is not None and prologue.runs_once(c, k) else found).append(copy)
-                    for ret in args[2:]:
-                        if ret != args[1]:
-                            where.moved[ret] = where.of(args[1])
             elif isinstance(instruction, m.DelegateCall) and 0 <= instruction.delegate_index < len(targets):
                 site = by_step[(c, k)]
                 target = targets[instruction.delegate_index]
@@ -206,10 +191,10 @@ def _transfers(plan: m.ExecutionPlan, sites: Optional[Sequence[DelegateCallSite]
                         continue
                     here = where.of(arg)
                     if pos < site.n_inputs and here.is_cpu and not target.is_cpu:
-                        found.append(Transfer(TransferKind.DELEGATE_HOST_INPUT, c, k, arg, _nbytes(values[arg]),
+                        found.append(Transfer(TransferKind.DELEGATE_HOST_INPUT, c, k, arg, value_nbytes(values[arg]),
                                               target, pos))
                     elif pos >= site.n_inputs and not here.is_cpu and target.is_cpu:
-                        found.append(Transfer(TransferKind.HOST_DELEGATE_OUTPUT, c, k, arg, _nbytes(values[arg]),
+                        found.append(Transfer(TransferKind.HOST_DELEGATE_OUTPUT, c, k, arg, value_nbytes(values[arg]),
                                               here, pos))
             elif isinstance(instruction, m.MoveCall):
                 where.moved[instruction.move_to] = where.of(instruction.move_from)
@@ -222,6 +207,16 @@ def _transfers(plan: m.ExecutionPlan, sites: Optional[Sequence[DelegateCallSite]
                 found = [t for t in found if t.instruction in path]
         transfers.extend(found)
     return [replace(t, bound=True) if _bound(values[t.value]) else t for t in transfers], once
+
+
+def copies_per_call(transfers: Iterable[Transfer]) -> dict[int, int]:
+    """How many times one call copies each value host-to-device: its per-call transfers, counted (a first-call
+    prologue's copies are made once, not per call).  The one count every report uses: a constant's verdict, a
+    fold chain's, a diff's folded value."""
+    counts: dict[int, int] = {}
+    for t in transfers:
+        counts[t.value] = counts.get(t.value, 0) + 1
+    return counts
 
 
 def h2d_bytes_per_call(plan: m.ExecutionPlan) -> int:

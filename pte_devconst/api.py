@@ -43,7 +43,8 @@ from pte_devconst.rewriter.gate import (Acceptance, CheckProblem, CheckReport, C
 from pte_devconst.rewriter.inventory import ProgramSummary, summarize
 from pte_devconst.rewriter.load import analyze_opened, opened
 from pte_devconst.rewriter.names import ProgramNames, match_names, name_opened, named_program, recorded_from_programs
-from pte_devconst.rewriter.plan import (DeviceMemory, FoldGain, RewriteOptions, make_plan, safe_device_memory,
+from pte_devconst.program.layout import DeviceMemory
+from pte_devconst.rewriter.plan import (FoldGain, RewriteOptions, make_plan, safe_device_memory,
                                         safe_fold_gain)
 from pte_devconst.rewriter.request import Namer, RewriteRequest, VerifyMode
 from pte_devconst.rewriter.rewrite_json import names_json

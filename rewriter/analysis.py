@@ -15,9 +15,9 @@ D is never the CPU, and delegates without a
 .ptd was not given gets no verdict either way: it is *unknown* (it would be
 eligible for D if its data matched).
 
-Who reads and writes each value, and the copy rule (``follow_copy``), live in
-``method_context.py``, below this module and the fold package, which share them; each
-method's fold chains (``fold.method_folds``) are part of its analysis.
+Who reads each value is ``program/readers.py``'s, what each instruction writes ``program/effects.py``'s; the
+copy rule (``follow_copy``) lives in ``method_context.py``, below this module and the fold package, which share
+it; each method's fold chains (``fold.method_folds``) are part of its analysis.
 
 Methods are told apart by their index in ``execution_plan``, never by name:
 two plans may share a name (ExecuTorch then always loads the first).
@@ -32,15 +32,17 @@ running away.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Mapping, Optional
+from typing import Optional
 
-from pte_devconst.program.dataflow import DelegateCallSite, delegate_call_sites
+from pte_devconst.program.dataflow import DelegateCallSite
 from pte_devconst.program.executorch import H2D_COPY, method_labels, method_name
+from pte_devconst.program.kernel_effects import is_h2d_copy
 from pte_devconst.program.labels import value_name
 from pte_devconst.program.prologue import FirstCallPrologue
+from pte_devconst.program.readers import Reader, ReaderKind, collect_readers
+from pte_devconst.program.regions import memory_device
 from pte_devconst.schema.devices import delegate_target_device
-from pte_devconst.program.transfers import Transfer, first_call_transfers, per_call_transfers
-from pte_devconst.program.transfers import work as transfer_work
+from pte_devconst.program.transfers import Transfer, first_call_transfers
 from pte_devconst.schema import model as m
 from pte_devconst.schema.model import CPU, Device
 from pte_devconst.util.gc_pause import gc_paused
@@ -48,15 +50,14 @@ from pte_devconst.util.named_enum import NamedEnum
 from pte_devconst.util.record import record
 
 from .fold import MethodFolds, method_folds
-from .method_context import (NO_PTD, DeviceCopy, ExternalData, MethodContext, Reader, ReaderKind, Reasons,
-                             RewiredDelegateArg, WorkBudget, external_problem, follow_copy, host_reason)
+from .method_context import (NO_PTD, DeviceCopy, ExternalData, MethodContext, Reasons, RewiredDelegateArg,
+                             WorkBudget, external_problem, follow_copy, host_reason)
 
-# The reader model and the copy rule live in method_context.py (fold's chains share them); they are part of
-# this module's interface too, as every consumer of an analysis meets them.
+# The reader model lives in program/readers.py, the copy rule in method_context.py (fold's chains share it); they
+# are part of this module's interface too, as every consumer of an analysis meets them.
 __all__ = [
     "NO_PTD", "Analysis", "ConstantVerdict", "DelegateInfo", "DeviceCopy", "ExternalData", "MethodAnalysis",
     "MethodStyle", "Reader", "ReaderKind", "RewiredDelegateArg", "VerdictStatus", "WorkBudget", "analyze_program",
-    "buffer_devices", "collect_readers", "method_transfers",
 ]
 
 
@@ -89,6 +90,9 @@ class ConstantVerdict:
     delegate_args: tuple[RewiredDelegateArg, ...] = ()
     plan_index: int = 0
     pending_device: Optional[Device] = None  # unknown: the device it would move to once its .ptd is given
+    # host-to-device copies of it one call makes (``program/transfers.py``'s count; a first-call prologue's copy
+    # is made once per loaded method, not per call)
+    copies_per_call: int = 0
 
     @property
     def eligible(self) -> bool:
@@ -122,16 +126,6 @@ class ConstantVerdict:
     @property
     def name(self) -> str:
         return value_name(self.tensor.fqn, self.value)
-
-    @property
-    def copies_per_call(self) -> int:
-        """Host-to-device copies of this constant per call: one per copy kernel, or per delegate call (legacy).
-
-        A copy in a first-call prologue is made once per loaded method, not per call: it does not count.
-        """
-        if self.copies:
-            return sum(1 for copy in self.copies if not copy.once)
-        return sum(1 for r in self.readers if r.on_device)
 
     @property
     def copied_once(self) -> bool:
@@ -231,44 +225,6 @@ def _operator_names(plan: m.ExecutionPlan) -> list[str]:
     return [op.qualified_name for op in plan.operators or ()]
 
 
-def buffer_devices(plan: m.ExecutionPlan) -> dict[int, Device]:
-    """Planned buffer (memory_id) -> its device, for the buffers ``non_const_buffer_device`` lists (first wins)."""
-    return plan.buffer_devices()
-
-
-def collect_readers(plan: m.ExecutionPlan, delegates: Mapping[int, DelegateInfo]) -> dict[int, list[Reader]]:
-    """Every use of every value, in instruction order; list membership counts as a use by the list."""
-    readers: dict[int, list[Reader]] = defaultdict(list)
-    ops = _operator_names(plan)
-    values = plan.values or ()
-    for c, chain in enumerate(plan.chains or ()):
-        for k, ins in enumerate(chain.instructions or ()):
-            if isinstance(ins, m.KernelCall):
-                name = ops[ins.op_index]
-                for pos, arg in enumerate(ins.args or ()):
-                    readers[arg].append(Reader(ReaderKind.KERNEL_CALL, c, k, pos, name))
-            elif isinstance(ins, m.DelegateCall):
-                info = delegates[ins.delegate_index]
-                for pos, arg in enumerate(ins.args or ()):
-                    readers[arg].append(Reader(ReaderKind.DELEGATE_CALL, c, k, pos, info.backend_id, ins.delegate_index,
-                                               info.device, info.device_error))
-            elif isinstance(ins, m.MoveCall):
-                readers[ins.move_from].append(Reader(ReaderKind.MOVE_CALL, c, k, 0))
-                readers[ins.move_to].append(Reader(ReaderKind.MOVE_CALL, c, k, 1))
-            elif isinstance(ins, m.JumpFalseCall):
-                readers[ins.cond_value_index].append(Reader(ReaderKind.JUMP_FALSE_CALL, c, k, 0))
-            elif isinstance(ins, m.FreeCall):
-                readers[ins.value_index].append(Reader(ReaderKind.FREE_CALL, c, k, 0))
-    for pos, out in enumerate(plan.outputs or ()):
-        readers[out].append(Reader(ReaderKind.OUTPUT, -1, -1, pos))
-    for index, value in enumerate(values):
-        if isinstance(value, (m.TensorList, m.OptionalTensorList)):
-            for pos, item in enumerate(value.items or ()):
-                if item >= 0:
-                    readers[item].append(Reader(ReaderKind.TENSOR_LIST, -1, -1, pos, f"value {index}"))
-    return readers
-
-
 def _judge(ctx: MethodContext, index: int, tensor: m.Tensor) -> ConstantVerdict:
     readers = ctx.readers.get(index, [])
     ctx.budget.spend(len(readers) + 1)
@@ -308,7 +264,8 @@ def _judge(ctx: MethodContext, index: int, tensor: m.Tensor) -> ConstantVerdict:
     short, details = reasons.result()
     keep = device is not None or pending is not None
     return ConstantVerdict(ctx.name, index, tensor, tuple(readers), device, short, details,
-                           tuple(copies) if keep else (), tuple(args) if keep else (), ctx.plan_index, pending)
+                           tuple(copies) if keep else (), tuple(args) if keep else (), ctx.plan_index, pending,
+                           ctx.per_call_copies(index))
 
 
 def _delegate_infos(plan: m.ExecutionPlan) -> dict[int, DelegateInfo]:
@@ -324,36 +281,19 @@ def _delegate_infos(plan: m.ExecutionPlan) -> dict[int, DelegateInfo]:
     return infos
 
 
-def method_transfers(plan: m.ExecutionPlan, budget: Optional[WorkBudget] = None,
-                     prologue: Optional[FirstCallPrologue] = None
-                     ) -> tuple[tuple[Transfer, ...], tuple[DelegateCallSite, ...]]:
-    """Every host-to-device copy one call makes (``program/transfers.py``: the rule the runner's counts follow),
-    and the delegate calls' input/output split it rests on (``program/dataflow.py``).
-
-    Their bytes are the per-call estimate that ``inspect`` and ``diff`` show; ``tests/test_estimate_vs_runner.py``
-    holds it equal to the runner's measured copies.  The data flow's work is charged to ``budget`` first.
-    """
-    if budget is not None:
-        budget.spend(transfer_work(plan))
-    sites = tuple(delegate_call_sites(plan))
-    return tuple(per_call_transfers(plan, sites, prologue)), sites
-
-
 def _residents(ctx: MethodContext) -> tuple[ResidentConstant, ...]:
     """The method's constants in the 1.6 encoding (``ResidentConstant``), each with why it cannot be re-encoded
     for the 1.5 runtime when it cannot."""
     plan = ctx.plan
-    devices = buffer_devices(plan)
-    has_copy_kernel = H2D_COPY in _operator_names(plan)
+    devices = ctx.buffer_devices()
+    has_copy_kernel = any(map(is_h2d_copy, _operator_names(plan)))
     outputs = set(plan.outputs or ())
     inputs = set(plan.inputs or ())
     found = []
     for index, value in enumerate(plan.values or ()):
         if not isinstance(value, m.Tensor) or not value.has_initial_data:
             continue
-        info = value.allocation_info
-        assert info is not None, "has_initial_data implies planned memory"
-        device = devices.get(info.memory_id, CPU)
+        device = memory_device(value, devices)  # planned (initial data): its buffer's device
         if device.is_cpu:
             continue
         readers = ctx.readers.get(index, [])
@@ -384,7 +324,7 @@ def _shares_mutable_buffers(program: m.Program) -> bool:
     signatures = set()
     for plan in plans:
         sizes = plan.non_const_buffer_sizes or ()
-        if len(sizes) != 3 or not buffer_devices(plan).get(2, CPU).is_cpu:
+        if len(sizes) != 3 or not plan.buffer_devices().get(2, CPU).is_cpu:
             return False
         shared = frozenset((v.allocation_info.memory_offset, v.scalar_type, v.sizes) for v in plan.values or ()
                            if isinstance(v, m.Tensor) and v.allocation_info is not None
@@ -409,24 +349,24 @@ def analyze_program(program: m.Program, external: Optional[ExternalData] = None,
     for plan_index, plan in enumerate(program.execution_plan or ()):
         label = labels[plan_index]
         delegates = _delegate_infos(plan)
-        readers = collect_readers(plan, delegates)
+        readers = collect_readers(plan)
         instructions = sum(len(chain.instructions or ()) for chain in plan.chains or ())
         budget = WorkBudget(label, len(plan.values or ()) + instructions + sum(map(len, readers.values())))
         ctx = MethodContext(label, plan_index, plan, readers, external, host_placement, budget)
+        transfers, sites = ctx.transfers()
         constants = tuple(
             _judge(ctx, index, value)
             for index, value in enumerate(plan.values or ())
             if isinstance(value, m.Tensor) and value.is_constant
         )
         ops = _operator_names(plan)
-        has_copies = any(isinstance(ins, m.KernelCall) and ops[ins.op_index] == H2D_COPY
+        has_copies = any(isinstance(ins, m.KernelCall) and is_h2d_copy(ops[ins.op_index])
                          for chain in plan.chains or () for ins in chain.instructions or ())
         on_device = any(not d.device.is_cpu for d in delegates.values())
         if has_copies:
             style = MethodStyle.COPY
         else:
             style = MethodStyle.LEGACY if on_device else MethodStyle.CPU
-        transfers, sites = method_transfers(plan, budget, ctx.prologue)
         methods.append(MethodAnalysis(method_name(plan.name, plan_index), plan_index, constants,
                                       tuple(delegates.values()), sum(t.nbytes for t in transfers), style, label,
                                       transfers, sites, method_folds(ctx, constants), ctx.prologue,

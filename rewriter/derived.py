@@ -35,7 +35,7 @@ from pte_devconst.program.dataflow import DelegateCallSite, delegate_call_sites
 from pte_devconst.program.effects import MethodEffects
 from pte_devconst.program.regions import Region, planned_region
 from pte_devconst.util.record import record
-from pte_devconst.program.executorch import COPY_KERNELS
+from pte_devconst.program.kernel_effects import copy_slots, kernel_reads, kernel_results, kernel_writes, list_items
 from pte_devconst.schema.devices import delegate_target_device
 from pte_devconst.util.named_enum import NamedEnum
 from pte_devconst.program.transfers import Transfer, TransferKind
@@ -201,14 +201,15 @@ def _origins_at_transfers(plan: m.ExecutionPlan, transfers: Sequence[Transfer],
             if isinstance(instruction, m.KernelCall) and instruction.args:
                 args = tuple(instruction.args)
                 name = ops[instruction.op_index] if 0 <= instruction.op_index < len(ops) else "?"
-                out = args[-1]
-                if name in COPY_KERNELS:  # a copy between memories: the data is what it was
-                    flow.write(args[1:], flow.read(args[0]))
+                slots = copy_slots(name, args)
+                if slots is not None:  # a copy between memories: the data is what it was, in its out and return
+                    flow.write(kernel_results(name, args), flow.read(slots.source))
                     continue
-                produced = {out, *flow.items_of(out)}
-                inputs = [a for a in args[:-1] if a not in produced
+                written = kernel_writes(name, args, lambda i: list_items(flow.value(i)))  # kernel_effects's table
+                produced = {*written, *(item for w in written for item in flow.items_of(w))}
+                inputs = [a for a in kernel_reads(name, args, written=written) if a not in produced
                           and not (flow.items_of(a) and produced.issuperset(flow.items_of(a)))]
-                flow.write((out,), _merge((flow.read(a) for a in inputs), name))
+                flow.write(written, _merge((flow.read(a) for a in inputs), name))
             elif isinstance(instruction, m.DelegateCall) and (c, k) in sites:
                 site = sites[(c, k)]
                 on_host = 0 <= site.delegate_index < len(hosts) and hosts[site.delegate_index]

@@ -26,12 +26,13 @@ from dataclasses import field
 from typing import Any, Callable, Hashable, Mapping, Optional, Sequence
 
 from pte_devconst.program.effects import MethodEffects
-from pte_devconst.program.memory import planned_device_bytes
+from pte_devconst.program.layout import planned_device_bytes
 from pte_devconst.program.moves import moved_values
+from pte_devconst.program.regions import memory_device, value_nbytes
+from pte_devconst.program.transfers import copies_per_call, per_call_transfers
 from pte_devconst.program.runtime import Runtime, RuntimeNeed, required_runtime
 from pte_devconst.schema import model as m
-from pte_devconst.program.executorch import H2D_COPY, method_labels
-from pte_devconst.schema.devices import delegate_target_device
+from pte_devconst.program.executorch import method_labels
 from pte_devconst.schema.scalar_types import scalar_type_name
 from pte_devconst.util.jsonable import fields_to_json
 from pte_devconst.util.named_enum import NamedEnum
@@ -279,25 +280,22 @@ def placement(plan: m.ExecutionPlan, value: m.EValue, digests: Optional[_Digests
     one (``index`` among ``plan.inputs``); else it is unused (nothing reads or writes it) or unplanned."""
     if not isinstance(value, m.Tensor):
         return None
-    try:
-        nbytes = value.nbytes
-    except KeyError:
-        nbytes = 0
-    common: dict[str, Any] = dict(nbytes=nbytes, dtype=scalar_type_name(value.scalar_type),
+    common: dict[str, Any] = dict(nbytes=value_nbytes(value), dtype=scalar_type_name(value.scalar_type),
                                   shape=tuple(value.sizes or ()),
                                   sha256=digests.tensor(value) if digests is not None else None)
     if value.allocation_info is not None:
         alloc = value.allocation_info
-        device = plan.buffer_device(alloc.memory_id) if devices is None else devices.get(alloc.memory_id, CPU)
+        device = memory_device(value, plan.buffer_devices() if devices is None else devices)
         return TensorPlacement(MemoryKind.PLANNED, str(device), alloc.memory_id, alloc.memory_offset,
-                         value.has_initial_data, **common)
+                               value.has_initial_data, **common)
+    tag = str(value.device)  # the tag the file gives it (a legacy export tags a host constant cuda:0)
     if value.is_constant:
         kind = MemoryKind.EXTERNAL_CONSTANT if value.is_external else MemoryKind.CONSTANT
-        return TensorPlacement(kind, str(value.device), None, None, False, **common)
+        return TensorPlacement(kind, tag, None, None, False, **common)
     kind = MemoryKind.INPUT if value.data_buffer_idx == 0 else MemoryKind.OTHER
     if kind is MemoryKind.INPUT and index is not None and index not in (plan.inputs or ()):
         kind = MemoryKind.UNUSED if used is not None and index not in used else MemoryKind.UNPLANNED
-    return TensorPlacement(kind, str(value.device), None, None, False, **common)
+    return TensorPlacement(kind, tag, None, None, False, **common)
 
 
 def instruction_text(plan: m.ExecutionPlan, ins: m.Instruction) -> str:
@@ -529,6 +527,7 @@ def _folds(a: m.ExecutionPlan, b: m.ExecutionPlan, tensors: list[TensorChange]) 
         return []
     tracer = Tracer(a)
     standing = _replaced_arguments(a, b)
+    copies = copies_per_call(per_call_transfers(a))
     found = []
     for t in candidates:
         origins = [t.value] if t.before is not None else sorted(standing.get(t.value, ()))
@@ -543,7 +542,7 @@ def _folds(a: m.ExecutionPlan, b: m.ExecutionPlan, tensors: list[TensorChange]) 
         assert isinstance(source, m.Tensor) and t.after is not None  # traced from a constant; a candidate is planned
         found.append(FoldedChange(t.value, t.before is None, traced.source, value_name(source.fqn, traced.source),
                                   tuple(step.describe() for step in traced.steps), t.after.device, t.after.nbytes,
-                                  t.after.nbytes * _copies_per_call(a, host)))
+                                  t.after.nbytes * copies.get(host, 0)))
     return found
 
 
@@ -567,19 +566,6 @@ def _replaced_arguments(a: m.ExecutionPlan, b: m.ExecutionPlan) -> dict[int, set
             if before != after:
                 found.setdefault(after, set()).add(before)
     return found
-
-
-def _copies_per_call(plan: m.ExecutionPlan, value: int) -> int:
-    """How often ``plan`` copies ``value`` to a device per call: its _h2d_copy kernels, else device delegate reads."""
-    ops = [op.qualified_name for op in plan.operators or ()]
-    copies = sum(1 for chain in plan.chains or () for i in chain.instructions or ()
-                 if isinstance(i, m.KernelCall) and ops[i.op_index] == H2D_COPY and (i.args or (None,))[0] == value)
-    if copies:
-        return copies
-    devices = [delegate_target_device(d)[0] for d in plan.delegates or ()]
-    return sum(1 for chain in plan.chains or () for i in chain.instructions or ()
-               if isinstance(i, m.DelegateCall) and not devices[i.delegate_index].is_cpu for arg in i.args or ()
-               if arg == value)
 
 
 def _named_data(source: PteFile, digests: _Digests) -> dict[str, tuple[int, str]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from pte_devconst.schema import model as m
-from pte_devconst.program.executorch import H2D_COPY
+from pte_devconst.program.kernel_effects import copy_slots
 from pte_devconst.util.record import record
 
 from .analysis import Analysis, MethodAnalysis
@@ -48,9 +48,10 @@ def _reached(plan: m.ExecutionPlan, method: MethodAnalysis) -> Callable[[int, st
     copies: dict[int, set[int]] = {}
     for chain in plan.chains or ():
         for instruction in chain.instructions or ():
-            if isinstance(instruction, m.KernelCall) and 0 <= instruction.op_index < len(ops) \
-                    and ops[instruction.op_index] == H2D_COPY and len(args := instruction.args or ()) >= 2:
-                copies.setdefault(args[0], set()).add(args[1])
+            slots = copy_slots(ops[instruction.op_index], instruction.args or ()) \
+                if isinstance(instruction, m.KernelCall) and 0 <= instruction.op_index < len(ops) else None
+            if slots is not None and slots.to_device:
+                copies.setdefault(slots.source, set()).add(slots.out)
     backends = {d.index: (d.backend_id, str(d.device)) for d in method.delegates}
     readers: dict[int, set[int]] = {}  # value -> the delegates that take it as an input (indexed once: linear)
     for site in method.call_sites:

@@ -35,7 +35,9 @@ from .fold import NOT_JUDGED, FoldChain, fold_refusals, torch_found
 from .gate_rules import FILE_RULES, REPORT_RULES, RULES, GateRule, Scope, rule_covering
 from .load import analyze_opened, opened
 from .names import name_opened
-from .plan import (DeviceMemory, FoldGain, RewriteOptions, RewritePlan, devices_used, make_plan, safe_fold_gain,
+from pte_devconst.program.layout import DeviceMemory
+
+from .plan import (FoldGain, RewriteOptions, RewritePlan, devices_used, make_plan, safe_fold_gain,
                    skip_reason)
 from .request import Namer
 

@@ -18,7 +18,9 @@ from pte_devconst.util.named_enum import NamedEnum
 from pte_devconst.schema.pte_file import PteFile
 from pte_devconst.util.record import record
 
-from .analysis import Analysis, MethodStyle, Reader, ReaderKind, buffer_devices
+from pte_devconst.program.regions import memory_device
+
+from .analysis import Analysis, MethodStyle, Reader, ReaderKind
 from .derived import DerivedCopy, DerivedStatus, derived_copies
 from pte_devconst.program.labels import value_name
 
@@ -243,6 +245,7 @@ def summarize(source: PteFile, analysis: Analysis, names: Optional["ProgramNames
     for method in analysis.methods:
         plan = (program.execution_plan or ())[method.plan_index]
         values = plan.values or ()
+        on = plan.buffer_devices()
         counts: dict[int, int] = {}
         initial = []
         for index, value in enumerate(values):
@@ -252,7 +255,7 @@ def summarize(source: PteFile, analysis: Analysis, names: Optional["ProgramNames
                 if value.has_initial_data:
                     initial.append(InitialDataSummary(
                         index, value_name(value.fqn, index), value.nbytes, mid, value.allocation_info.memory_offset,
-                        str(value.device),
+                        str(memory_device(value, on)),
                         BytesLocation.EXTERNAL if value.is_external else BytesLocation.MUTABLE_SEGMENT))
         delegates = []
         for info in method.delegates:
@@ -270,7 +273,6 @@ def summarize(source: PteFile, analysis: Analysis, names: Optional["ProgramNames
                                              BytesLocation.SEGMENT if span else BytesLocation.INLINE, size,
                                              tuple(k for _, k in info.call_sites), specs, info.device_error))
         sizes = plan.non_const_buffer_sizes or ()
-        on = buffer_devices(plan)
         buffers = tuple(BufferSummary(i, sizes[i], str(on.get(i, m.CPU)), counts.get(i, 0))
                         for i in range(1, len(sizes)))
         folds = method.folds

@@ -7,7 +7,8 @@ go?) and explain a host reader the same way (``host_reason``, ``Reasons``), so t
 ``analysis`` imports ``fold`` (the chains of a method are part of its analysis) and ``fold`` imports this
 module, never ``analysis``.
 
-What an instruction reads and writes is ``program/effects.py``'s rule; ``Writes`` and the static views
+Who reads a value is ``program/readers.py``'s (``Reader``), what an instruction reads and writes
+``program/effects.py``'s rule; ``Writes`` and the static views
 (``MethodContext.views_of``) are indexes over it, built once per method and charged to its ``WorkBudget``.
 """
 
@@ -18,23 +19,24 @@ from collections import defaultdict
 from dataclasses import field
 from typing import Iterable, Mapping, Optional, Sequence
 
+from pte_devconst.program.dataflow import DelegateCallSite, delegate_call_sites
 from pte_devconst.program.effects import MethodEffects, Step
-from pte_devconst.program.executorch import H2D_COPY
+from pte_devconst.program.kernel_effects import DEVICE_COPY_ARGS, copy_slots
+from pte_devconst.program.readers import Reader, ReaderKind
 from pte_devconst.program.memory import view_reads
 from pte_devconst.program.prologue import FirstCallPrologue, first_call_prologue
+from pte_devconst.program.regions import memory_device
+from pte_devconst.program.transfers import Transfer, copies_per_call, per_call_transfers
+from pte_devconst.program.transfers import work as transfer_work
 from pte_devconst.schema import model as m
-from pte_devconst.schema.model import CPU, Device
+from pte_devconst.schema.model import Device
 from pte_devconst.schema.ptd_file import tensor_key
 from pte_devconst.util.errors import UnsupportedProgramError
-from pte_devconst.util.named_enum import NamedEnum
 from pte_devconst.util.record import record
 
 from .copy_memory import CopyMemory
 
 NO_PTD = "external (data in a .ptd) but no .ptd given; pass --ptd"
-# The codegen'd kernel of an out variant takes exactly its schema arguments plus one return slot
-# (executorch/codegen/gen.py: "Expected %zu args"): self, out, return.
-H2D_ARGS = 3
 # Details kept per distinct reason; the rest are counted ("and N more").
 DETAILS_PER_REASON = 3
 # Steps of analysis allowed per value, instruction and read of a method.
@@ -61,53 +63,6 @@ class WorkBudget:
 
 def _printable(name: str) -> str:
     return name if name.isprintable() else repr(name)
-
-
-class ReaderKind(NamedEnum):
-    """What reads a value: an instruction (by its type's name in the format), a tensor list, or the method's outputs."""
-
-    KERNEL_CALL = "KernelCall"
-    DELEGATE_CALL = "DelegateCall"
-    MOVE_CALL = "MoveCall"
-    JUMP_FALSE_CALL = "JumpFalseCall"
-    FREE_CALL = "FreeCall"
-    TENSOR_LIST = "TensorList"
-    OUTPUT = "output"
-
-
-@record
-class Reader:
-    """One use of a value: an instruction argument, or the method's output list."""
-
-    kind: ReaderKind
-    chain: int
-    instruction: int  # index in the chain; -1 for a method output or a list item
-    arg_pos: int
-    name: str = ""  # kernel key or backend id
-    delegate_index: int = -1
-    device: Optional[Device] = None  # the delegate's target device
-    device_error: Optional[str] = None  # the delegate's target_device spec did not parse (so: host)
-
-    @property
-    def step(self) -> tuple[int, int]:
-        return self.chain, self.instruction
-
-    @property
-    def on_device(self) -> bool:
-        """A DelegateCall of a delegate on a non-CPU device."""
-        return self.kind == ReaderKind.DELEGATE_CALL and self.device is not None and not self.device.is_cpu
-
-    @property
-    def delegate_device(self) -> Device:
-        """The device a reader that is ``on_device`` reads on (its delegate's target device)."""
-        if self.device is None:
-            raise ValueError(f"the {self.kind} at instruction {self.instruction} reads on no device")
-        return self.device
-
-    @property
-    def copies_to_device(self) -> bool:
-        """The ``self`` of an ``_h2d_copy.out`` kernel: the value is copied to a device here."""
-        return self.kind is ReaderKind.KERNEL_CALL and self.name == H2D_COPY and self.arg_pos == 0
 
 
 @record
@@ -262,9 +217,38 @@ class MethodContext:
         self._memory: Optional[CopyMemory] = None
         self._effects: Optional[MethodEffects] = None
         self._writes: Optional[Writes] = None
+        self._transfers: Optional[tuple[tuple[Transfer, ...], tuple[DelegateCallSite, ...]]] = None
+        self._copies: dict[int, int] = {}
+        self._buffer_devices: Optional[Mapping[int, Device]] = None
         self.prologue: Optional[FirstCallPrologue] = first_call_prologue(plan)
         if self.prologue is not None:
             budget.spend(len(self.prologue.copies))
+
+    def buffer_devices(self) -> Mapping[int, Device]:
+        """Planned buffer -> device (``ExecutionPlan.buffer_devices``), once per method."""
+        if self._buffer_devices is None:
+            self._buffer_devices = self.plan.buffer_devices()
+        return self._buffer_devices
+
+    def transfers(self) -> tuple[tuple[Transfer, ...], tuple[DelegateCallSite, ...]]:
+        """Every host-to-device copy one call makes (``program/transfers.py``: the rule the runner's counts
+        follow), and the delegate calls' input/output split it rests on (``program/dataflow.py``), built once per
+        method, the data flow's work charged to the budget first.
+
+        Their bytes are the per-call estimate that ``inspect`` and ``diff`` show; ``tests/test_estimate_vs_runner.py``
+        holds it equal to the runner's measured copies.
+        """
+        if self._transfers is None:
+            self.budget.spend(transfer_work(self.plan))
+            sites = tuple(delegate_call_sites(self.plan))
+            self._transfers = (tuple(per_call_transfers(self.plan, sites, self.prologue)), sites)
+            self._copies = copies_per_call(self._transfers[0])
+        return self._transfers
+
+    def per_call_copies(self, value: int) -> int:
+        """How many times one call copies ``value`` host-to-device (``transfers.copies_per_call``)."""
+        self.transfers()
+        return self._copies.get(value, 0)
 
     def runs_once(self, step: tuple[int, int]) -> bool:
         """Whether the instruction at ``step`` is in the method's first-call prologue."""
@@ -313,7 +297,7 @@ class MethodContext:
                     continue
                 short = host_reason(reader)[0]
                 count, sample = kinds.get(short, (0, []))
-                if len(sample) <= H2D_ARGS:  # one more than a copy's own slots: always one that is not its own
+                if len(sample) <= DEVICE_COPY_ARGS:  # one more than a copy's own slots: always one that is not its own
                     sample.append(reader)
                 kinds[short] = (count + 1, sample)
             found = Uses(tuple(on_device), tuple((short, n, tuple(sample)) for short, (n, sample) in kinds.items()))
@@ -331,12 +315,13 @@ def follow_copy(ctx: MethodContext, index: int, copy: Reader, reasons: Reasons, 
     """
     own_args = kernel_args(ctx.plan, copy.chain, copy.instruction)
     where = f"_h2d_copy at instruction {copy.instruction}"
-    if len(own_args) != H2D_ARGS or own_args[1] == index:
+    slots = copy_slots(copy.name, own_args)
+    if len(own_args) != DEVICE_COPY_ARGS or slots is None or slots.out == index:
         reasons.add("copied by a malformed _h2d_copy",
                     f"{where} has arguments {list(own_args)}; the kernel takes (self, out, return) and the "
                     "runtime refuses any other count")
         return
-    dst, ret = own_args[1], own_args[2]
+    dst, (ret,) = slots.out, slots.returns
     clean = _only_read_by_this_copy(ctx, dst, copy, own_args, reasons, delegates_allowed=True,
                                     short="its device copy is also {kind}",
                                     detail=f"its device copy (value {dst}) is also {{detail}}")
@@ -364,8 +349,7 @@ def follow_copy(ctx: MethodContext, index: int, copy: Reader, reasons: Reasons, 
         return
     devices.update(use.delegate_device for use in uses.on_device)
     args.extend(RewiredDelegateArg(use.chain, use.instruction, use.arg_pos, dst) for use in uses.on_device)
-    value = (ctx.plan.values or ())[dst]
-    dst_device = value.device if isinstance(value, m.Tensor) else CPU
+    dst_device = memory_device((ctx.plan.values or ())[dst], ctx.buffer_devices())
     copies.append(DeviceCopy(copy.chain, copy.instruction, index, dst,
                              uses.on_device[0].delegate_device if dst_device.is_cpu else dst_device, once))
 

@@ -4,9 +4,10 @@ A pure function of the analysis, the program and the user's options; it returns
 a ``RewritePlan`` that ``apply.py`` carries out without further decisions and
 that ``--dry-run`` prints as it is.  Placement follows ExecuTorch 1.6's
 ``skip_h2d_for_constants`` encoding (see docs/design.md): each moved constant
-gets a fresh 16-aligned region at the end of its method's buffer for its
-device (a new buffer when the method has none), and its bytes become initial
-data in the mutable data segment, stored once however many methods move it.
+becomes resident device memory, and its bytes become initial data in the
+mutable data segment, stored once however many methods move it.  Where in
+device memory (which buffer, which offset, laid out again or appended) is
+``program/layout.py``'s decision; this module records it.
 """
 
 from __future__ import annotations
@@ -16,19 +17,18 @@ from typing import AbstractSet, Mapping, Optional
 
 from pte_devconst.schema import model as m
 from pte_devconst.util.errors import PteDevconstError, UnsupportedProgramError
-from pte_devconst.schema.header import TENSOR_ALIGNMENT, align_up
-from pte_devconst.schema.model import CPU, Device
+from pte_devconst.schema.model import Device
 from pte_devconst.util.record import record
-from pte_devconst.schema.validate import MAX_TENSOR_BYTES
 
-from pte_devconst.program.effects import MethodEffects
 from pte_devconst.program.executorch import H2D_COPY
-from pte_devconst.program.memory import LayoutWork, plan_layout, planned_device_bytes, storage_groups
+from pte_devconst.program.kernel_effects import copy_slots
+from pte_devconst.program.regions import memory_device
+from pte_devconst.program.layout import AppendedRegions, BufferGrowth, DeviceMemory, device_memory, relayout
 from pte_devconst.program.prologue import GUARD_INSTRUCTIONS
 from pte_devconst.program.executorch import method_labels
 from pte_devconst.program.runtime import Runtime, RuntimeNeed, device_initial_data
 
-from .analysis import Analysis, ConstantVerdict, DeviceCopy, MethodAnalysis, RewiredDelegateArg, buffer_devices
+from .analysis import Analysis, ConstantVerdict, DeviceCopy, MethodAnalysis, RewiredDelegateArg
 from .edit import edit_method
 from .fold import FoldChain, FoldRecipe, MethodFolds, removed_steps
 
@@ -170,27 +170,6 @@ class FoldPlacement:
 
 
 @record
-class BufferGrowth:
-    """A planned buffer the rewrite changes: its size before and after, and how it was laid out."""
-
-    memory_id: int
-    device: Device
-    old_size: int
-    new_size: int
-    added: bool  # a new buffer (and non_const_buffer_device entry) was created
-    relaid: bool = False  # laid out again by lifetimes (program/memory.py); else the input's offsets + appended
-    resident_bytes: int = 0  # what must live for the whole method (moved constants, state), when relaid
-    peak_bytes: int = 0  # the most that everything else needs at once, when relaid
-    appended_size: int = 0  # what keeping the input's offsets and appending the constants would need
-    kept_offsets: str = ""  # why the layout was given up and the input's offsets kept (its work budget ran out)
-
-    @property
-    def bound(self) -> int:
-        """The least any layout of this buffer needs (resident + peak), when relaid; else 0."""
-        return self.resident_bytes + self.peak_bytes if self.relaid else 0
-
-
-@record
 class MethodEdit:
     name: str
     plan_index: int
@@ -263,74 +242,6 @@ class SegmentPolicy:
     @property
     def fresh_mutable(self) -> bool:
         return bool(self.mutable_shared_with)
-
-
-@record
-class DeviceMemory:
-    """The device memory a program plans (planned buffers on a non-CPU device, summed over its methods),
-    before the rewrite and after it.
-
-    ``bound`` is the least any layout of the rewritten program needs (per relaid buffer: what stays resident
-    plus the peak of everything else live at once; other buffers as written); ``appended`` is what keeping the
-    input's offsets and appending the constants would need (the rewrite takes the smaller layout).
-    """
-
-    before: int = 0
-    after: int = 0
-    bound: int = 0
-    appended: int = 0
-    added: int = 0  # bytes of device buffers the rewrite adds (legacy style: the method planned none there)
-    kept_offsets: tuple[str, ...] = ()  # "method M, buffer B: why", for each device buffer whose layout was given up
-
-    def note(self) -> Optional[str]:
-        """That a layout was given up for the input's offsets (the constants appended), when one was."""
-        if not self.kept_offsets:
-            return None
-        return ("device memory kept the input's offsets, the constants appended, where laying it out again ran out "
-                "of its work budget: " + "; ".join(self.kept_offsets))
-
-    @property
-    def grown(self) -> int:
-        return self.after - self.before
-
-    def warning(self) -> Optional[str]:
-        """Why the rewritten program needs more device memory than the input, when it does."""
-        if self.after <= self.before:
-            return None
-        head = (f"the rewritten program plans {self.grown:,} B more device memory "
-                f"({self.before:,} B -> {self.after:,} B)")
-        if self.added >= self.grown:
-            return (f"{head}: the moved constants now live in planned device memory for the whole method; before, "
-                    "the delegates copied them into device memory of their own on every call (legacy style), "
-                    "which the program did not plan")
-        return (f"{head}: the moved constants stay resident for the whole method, while the input's per-call "
-                "copies shared memory with other tensors by lifetime")
-
-
-def device_memory(program: m.Program, methods: tuple["MethodEdit", ...] = ()) -> DeviceMemory:
-    """``DeviceMemory`` of ``program`` and of the program ``methods`` (the plan's edits) make of it."""
-    edits = {edit.plan_index: edit for edit in methods}
-    before = planned_device_bytes(program)
-    after = bound = appended = added = 0
-    kept: list[str] = []
-    for index, plan in enumerate(program.execution_plan or ()):
-        devices = plan.buffer_devices()
-        sizes = list(plan.non_const_buffer_sizes or ())
-        edit = edits.get(index)
-        growth = {g.memory_id: g for g in edit.buffers} if edit else {}
-        for memory_id in sorted(set(range(len(sizes))) | set(growth)):
-            g = growth.get(memory_id)
-            device = g.device if g is not None else devices.get(memory_id, CPU)
-            if device.is_cpu:
-                continue
-            size = g.new_size if g is not None else sizes[memory_id]
-            after += size
-            added += size if g is not None and g.added else 0
-            bound += g.bound if g is not None and g.relaid else size
-            appended += g.appended_size if g is not None and g.appended_size else size
-            if g is not None and g.kept_offsets and edit is not None:
-                kept.append(f"method {edit.name}, buffer {memory_id}: {g.kept_offsets}")
-    return DeviceMemory(before, after, bound, appended, added, tuple(kept))
 
 
 @record
@@ -484,35 +395,6 @@ def selection_unused(used: tuple[str, ...], options: RewriteOptions) -> Optional
 
 def _skip_reason(verdict: ConstantVerdict, options: RewriteOptions) -> Optional[str]:
     return skip_reason(verdict.device, verdict.nbytes, options)
-
-
-class _Buffers:
-    """A method's planned buffers while placements are added: their sizes and the first buffer per device."""
-
-    def __init__(self, plan: m.ExecutionPlan) -> None:
-        self.sizes = list(plan.non_const_buffer_sizes or (0,))
-        listed = buffer_devices(plan)
-        self.first: dict[Device, int] = {}
-        for memory_id in range(len(self.sizes) - 1, 0, -1):
-            self.first[listed.get(memory_id, CPU)] = memory_id
-        self.added: set[int] = set()
-
-    def for_device(self, device: Device) -> int:
-        """The method's first buffer on ``device``, or a new one appended (apply adds its device entry)."""
-        found = self.first.get(device)
-        if found is not None:
-            return found
-        self.sizes.append(0)
-        memory_id = len(self.sizes) - 1
-        self.first[device] = memory_id
-        self.added.add(memory_id)
-        return memory_id
-
-    def device_of(self, memory_id: int) -> Device:
-        for device, first in self.first.items():
-            if first == memory_id:
-                return device
-        return CPU
 
 
 def _instruction_maps(plan: m.ExecutionPlan, removed: set[tuple[int, int]], shift: int = 0
@@ -768,22 +650,15 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
         by_plan.setdefault(verdict.plan_index, []).append(verdict)
     for method in analysis.methods:
         plan = (program.execution_plan or ())[method.plan_index]
-        buffers = _Buffers(plan)
-        cursors: dict[int, int] = {}
+        regions = AppendedRegions(plan, method.label)  # program/layout.py: which buffer, at which offset
         new_values = _NewValues(len(plan.values or ()))
-
-        def region(device: Device, nbytes: int) -> tuple[int, int]:
-            memory_id = buffers.for_device(device)
-            offset = cursors.get(memory_id, align_up(buffers.sizes[memory_id], TENSOR_ALIGNMENT))
-            cursors[memory_id] = offset + align_up(nbytes, TENSOR_ALIGNMENT)
-            return memory_id, offset
 
         placements = []
         copies_once: list[FirstCallCopy] = []
         for verdict in by_plan.get(method.plan_index, []):
             device = verdict.device
             assert device is not None, "a moved constant is eligible: it names its device"
-            memory_id, offset = region(device, verdict.nbytes)
+            memory_id, offset = regions.region(device, verdict.nbytes)
             tensor = verdict.tensor
             if first_call:
                 copy = _first_copy(verdict)
@@ -800,7 +675,7 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
         choice = choices.get(method.plan_index, _FoldChoice((), frozenset(), (), ()))
         folds = []
         for chain, target in choice.chains:
-            memory_id, offset = region(chain.device, chain.nbytes)
+            memory_id, offset = regions.region(chain.device, chain.nbytes)
             if target is None:
                 target = new_values.take()
             source_tensor = chain.source_tensor
@@ -839,23 +714,14 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
                 tensor = resident.tensor
                 entry = 0 if tensor.is_external else new_entries.copied(tensor.data_buffer_idx, tensor.nbytes)
                 host = new_values.add(_host_constant(tensor, entry))
-                memory_id, offset = region(resident.device, resident.nbytes)
+                memory_id, offset = regions.region(resident.device, resident.nbytes)
                 reencoded.append(Reencoded(resident.method, resident.plan_index, resident.value, resident.name,
                                            resident.device, resident.nbytes, host, entry,
                                            tensor.fqn if tensor.is_external else None, memory_id, offset,
                                            0 if tensor.is_external else tensor.data_buffer_idx))
                 copies_once.append(FirstCallCopy(host, resident.value, (host, resident.value, resident.value),
                                                  resident.device))
-        old_sizes = plan.non_const_buffer_sizes or (0,)
-        growth = []
-        for memory_id, cursor in sorted(cursors.items()):
-            old = old_sizes[memory_id] if memory_id < len(old_sizes) else 0
-            new_size = max(cursor, old)
-            if new_size > MAX_TENSOR_BYTES:
-                raise UnsupportedProgramError(f"method {method.label}: planned buffer {memory_id} would grow to "
-                                              f"{new_size:,} bytes, past what the reader accepts (2^62)")
-            growth.append(BufferGrowth(memory_id, buffers.device_of(memory_id), old, new_size,
-                                       memory_id in buffers.added))
+        growth = regions.growth()
         removed = {(copy.chain, copy.instruction) for p in placements for copy in p.copies}
         removed |= set(choice.removed) | {step for f in folds for step in f.removed}
         prologue, guard, old_steps = _prologue(plan, method, removed, copies_once, new_values)
@@ -871,7 +737,7 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
     lengths = entry_lengths(program) if dropped else {}
     return RewritePlan(analysis, options, tuple(methods), initial_data, dropped, tuple(skipped), policy,
                        tuple(fold_skipped), sum(lengths.get(index, 0) for index in dropped),
-                       device_memory(program, tuple(methods)),
+                       device_memory(program, {edit.plan_index: (edit.name, edit.buffers) for edit in methods}),
                        new_entries.entries() if new_entries is not None else (), tuple(kept_for_runtime),
                        _output_need(program, tuple(methods)), tuple(unconverted),
                        () if policy.fresh_mutable else _dropped_initial_data(program, tuple(methods)))
@@ -952,14 +818,16 @@ def _prologue(plan: m.ExecutionPlan, method: MethodAnalysis, removed: AbstractSe
     instructions = ((plan.chains or ())[0].instructions or ()) if plan.chains else ()
     kept = []
     if old is not None:
+        devices = plan.buffer_devices()
         for k in old.copies:
             if (0, k) not in removed:
                 ins = instructions[k]
                 assert isinstance(ins, m.KernelCall), "a recognised prologue holds copies only"
                 args = tuple(ins.args or ())
-                value = (plan.values or ())[args[1]]
-                device = value.device if isinstance(value, m.Tensor) else CPU
-                kept.append(FirstCallCopy(args[0], args[1], args, device))
+                slots = copy_slots(H2D_COPY, args)
+                assert slots is not None, "a recognised prologue's copies have a source and an out"
+                device = memory_device((plan.values or ())[slots.out], devices)
+                kept.append(FirstCallCopy(slots.source, slots.out, args, device))
         if not added and len(kept) == len(old.copies):
             return (), None, set()
     if not added and old is None:
@@ -1017,65 +885,21 @@ def _untouched(edit: MethodEdit) -> bool:
 
 
 def _relaid(plan: m.ExecutionPlan, edit: MethodEdit) -> MethodEdit:
-    """The edit with each buffer that receives constants laid out again by lifetimes, where that needs less.
-
-    The method the rewrite will write (``edit.edit_method``) is laid out as ExecuTorch's planner would
-    (``program/memory.py``): moved and folded constants resident, everything else by its lifetime, the removed
-    copies' destinations unplanned.  A buffer keeps the input's offsets with the constants appended when that
-    is not larger (a program whose planner already packed tightly), and when the layout runs out of its work
-    budget (``LayoutWork``, proportional to the buffer's tensors): a bounded cost, never a refusal.
-    """
+    """The edit with each buffer that receives constants laid out again where that needs less (``program/layout.py``
+    decides: ``relayout``), the values it placed moved to their new offsets and the others' relocations recorded."""
     targets = {p.memory_id for p in edit.placements} | {f.memory_id for f in edit.folds} \
         | {r.memory_id for r in edit.reencoded}
     if not targets:
         return edit
-    edited = edit_method(plan, edit)
-    groups = storage_groups(MethodEffects(edited), targets)
-    budgets = {memory_id: LayoutWork.for_groups(len(groups.get(memory_id, []))) for memory_id in targets}
-    layouts = {memory_id: plan_layout(memory_id, groups.get(memory_id, []), budgets[memory_id])
-               for memory_id in targets}
-    growth = []
-    relocations: list[tuple[int, int, Optional[int]]] = []
-    new_offset: dict[int, int] = {}
-    values = edited.values or ()
-    for g in edit.buffers:
-        layout = layouts.get(g.memory_id)
-        if layout is None and g.memory_id in budgets:
-            growth.append(replace(g, appended_size=g.new_size, kept_offsets=(
-                f"laying out its {len(groups.get(g.memory_id, [])):,} tensor group(s) needed more than "
-                f"{budgets[g.memory_id].limit:,} steps")))
-            continue
-        if layout is None or layout.size >= g.new_size:
-            growth.append(replace(g, appended_size=g.new_size))
-            continue
-        growth.append(replace(g, new_size=layout.size, relaid=True, resident_bytes=layout.resident_bytes,
-                              peak_bytes=layout.peak_bytes, appended_size=g.new_size))
-        for index, offset in sorted(layout.offsets.items()):
-            info = values[index].allocation_info  # type: ignore[union-attr]
-            new_offset[index] = offset  # type: ignore[assignment]
-            if offset is None or info is None or info.memory_offset != offset:
-                relocations.append((index, g.memory_id, offset))
-        for index, value in enumerate(values):  # zero-byte tensors have no region: keep them inside the buffer
-            if isinstance(value, m.Tensor) and value.allocation_info is not None and index not in layout.offsets \
-                    and value.allocation_info.memory_id == g.memory_id \
-                    and value.allocation_info.memory_offset > layout.size:
-                relocations.append((index, g.memory_id, 0))
-    if not relocations and all(not g.relaid for g in growth):
-        return replace(edit, buffers=tuple(growth))
+    layout = relayout(edit_method(plan, edit), edit.buffers, targets)
+    if not layout.changed:
+        return replace(edit, buffers=layout.buffers)
     moved = {p.holder for p in edit.placements} | {f.value for f in edit.folds} | {r.value for r in edit.reencoded}
-    sizes = {g.memory_id: g.new_size for g in growth if g.relaid}
-
-    def placed(value: int, memory_id: int, offset: int) -> int:
-        """The relaid offset; a zero-byte value (no region to lay out) goes to the buffer's start."""
-        if value in new_offset:
-            return new_offset[value]
-        return 0 if memory_id in sizes and offset > sizes[memory_id] else offset
-
-    placements = tuple(replace(p, offset=placed(p.holder, p.memory_id, p.offset)) for p in edit.placements)
-    folds = tuple(replace(f, offset=placed(f.value, f.memory_id, f.offset)) for f in edit.folds)
-    reencoded = tuple(replace(r, offset=placed(r.value, r.memory_id, r.offset)) for r in edit.reencoded)
-    return replace(edit, placements=placements, folds=folds, reencoded=reencoded, buffers=tuple(growth),
-                   relocations=tuple(r for r in relocations if r[0] not in moved))
+    placements = tuple(replace(p, offset=layout.placed(p.holder, p.memory_id, p.offset)) for p in edit.placements)
+    folds = tuple(replace(f, offset=layout.placed(f.value, f.memory_id, f.offset)) for f in edit.folds)
+    reencoded = tuple(replace(r, offset=layout.placed(r.value, r.memory_id, r.offset)) for r in edit.reencoded)
+    return replace(edit, placements=placements, folds=folds, reencoded=reencoded, buffers=layout.buffers,
+                   relocations=tuple(r for r in layout.relocations if r[0] not in moved))
 
 
 def entry_lengths(program: m.Program) -> dict[int, int]:

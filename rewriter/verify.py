@@ -42,16 +42,17 @@ from typing import Callable, Optional
 from pte_devconst.schema import model as m
 from pte_devconst.util.errors import FormatError, InternalError
 from pte_devconst.program.executorch import H2D_COPY
-from pte_devconst.schema.devices import delegate_target_device
 from pte_devconst.util.gc_pause import gc_paused
-from pte_devconst.schema.header import TENSOR_ALIGNMENT
 from pte_devconst.schema.limits import over_runtime_limits
 from pte_devconst.schema.ptd_file import PtdFile, tensor_key
 from pte_devconst.schema.pte_file import PteFile, open_pte
 from pte_devconst.schema.span import Span
 
 from pte_devconst.program.effects import MethodEffects
-from pte_devconst.program.memory import layout_problems, storage_groups, view_reads
+from pte_devconst.program.kernel_effects import copy_slots, kernel_results
+from pte_devconst.program.readers import ReaderKind, readers_in_order
+from pte_devconst.program.layout import is_aligned, layout_problems
+from pte_devconst.program.memory import storage_groups, view_reads
 from pte_devconst.program.regions import planned_region
 from pte_devconst.program.replay import Origin, prove_same_reads
 
@@ -349,12 +350,12 @@ class _MethodCheck:
                 ins = instructions[k]
                 args = ins.args or () if isinstance(ins, m.KernelCall) else ()
                 name = ops[ins.op_index] if isinstance(ins, m.KernelCall) else ""
-                if name == H2D_COPY and len(args) >= 2 and (args[0] in self.moved or args[1] in replaced):
-                    for slot in args[1:]:
-                        if slot != args[0]:
-                            self.copied_from.setdefault(slot, set()).add(args[0])
+                slots = copy_slots(name, args)
+                if slots is not None and slots.to_device and (slots.source in self.moved or slots.out in replaced):
+                    for slot in kernel_results(name, args):  # its out and return slots
+                        self.copied_from.setdefault(slot, set()).add(slots.source)
                 elif name in FOLD_KERNELS and (c, k) in folded_steps:
-                    self.dead.update(args[-2:])
+                    self.dead.update(kernel_results(name, args))
                 else:
                     raise self.fail(f"chain {c} instruction {k} was removed but is not an {H2D_COPY} of a "
                                     "constant moved in this method or of a folded value, nor a kernel of a folded "
@@ -456,7 +457,7 @@ class _MethodCheck:
             raise self.fail(f"{where}, its buffer and the plan disagree on its device "
                             f"({tensor.device}, {buffer_device}, {device})")
         sizes = self.new.non_const_buffer_sizes or ()
-        if offset % TENSOR_ALIGNMENT or memory_id >= len(sizes) or offset + nbytes > sizes[memory_id]:
+        if not is_aligned(offset) or memory_id >= len(sizes) or offset + nbytes > sizes[memory_id]:
             raise self.fail(f"{where}: its region is misaligned or outside buffer {memory_id}")
 
     def _check_chains(self, maps: list[tuple[Optional[int], ...]]) -> None:
@@ -620,7 +621,7 @@ class _MethodCheck:
             raise self.fail(f"{where}, its buffer and the plan disagree on its device "
                             f"({new.device}, {device}, {p.device})")
         sizes = self.new.non_const_buffer_sizes or ()
-        if offset % TENSOR_ALIGNMENT or memory_id >= len(sizes) or offset + old.nbytes > sizes[memory_id]:
+        if not is_aligned(offset) or memory_id >= len(sizes) or offset + old.nbytes > sizes[memory_id]:
             raise self.fail(f"{where}: its region is misaligned or outside buffer {memory_id}")
         info, before = new.extra_tensor_info, old.extra_tensor_info or m.ExtraTensorInfo()
         if info is None or info.mutable_data_segments_idx != 0 or \
@@ -703,15 +704,19 @@ class _MethodCheck:
         watched = resident | gone
         if not watched:
             return
-        devices = [delegate_target_device(d)[0] for d in self.new.delegates or ()]
-        for value, reader, delegate in _readers(self.new, watched, self.prologue.copy_steps):
+        skip = self.prologue.copy_steps  # a first-call prologue's copies, checked on their own
+        for value, reader in readers_in_order(self.new, watched):  # program/readers.py: every use, in order
+            if reader.step in skip:
+                continue
             if value in gone:
-                raise self.fail(f"value {value} is still read by {reader}, but only removed instructions wrote it")
+                raise self.fail(f"value {value} is still read by {reader.describe()}, but only removed instructions "
+                                "wrote it")
             placement = self.moved.get(value) or self.folds.get(value) or self.holders.get(value) \
                 or self.prologue.reencoded.get(value)
             if placement is not None and not placement.device.is_cpu and \
-                    (delegate is None or devices[delegate] != placement.device):
-                raise self.fail(f"moved value {value} now lives on {placement.device} but is read by {reader}")
+                    (reader.kind is not ReaderKind.DELEGATE_CALL or reader.device != placement.device):
+                raise self.fail(f"moved value {value} now lives on {placement.device} but is read by "
+                                f"{reader.describe()}")
 
 def _recompute(recipe: FoldRecipe, original: PteFile, ptd: Optional[PtdFile]) -> Callable[[], bytearray]:
     """The folded bytes, from the input (torch is imported when the self-check reaches them)."""
@@ -751,35 +756,6 @@ def overlap(plan: m.ExecutionPlan, regions: list[tuple[int, int, int, int]]) -> 
             if owners[k] != index:
                 return f"value {index} overlaps the region of moved value {owners[k]}"
     return None
-
-
-def _readers(plan: m.ExecutionPlan, watched: set[int], skip: frozenset[tuple[int, int]] = frozenset()
-             ) -> list[tuple[int, str, Optional[int]]]:
-    """(value, who reads it, delegate index or None) for every use of a watched value in ``plan``, but for the
-    instructions at ``skip`` (a first-call prologue's copies, checked on their own)."""
-    found: list[tuple[int, str, Optional[int]]] = []
-    ops = [op.qualified_name for op in plan.operators or ()]
-    for c, chain in enumerate(plan.chains or ()):
-        for k, ins in enumerate(chain.instructions or ()):
-            if (c, k) in skip:
-                continue
-            at = f"chain {c} instruction {k}"
-            if isinstance(ins, m.KernelCall):
-                found += [(v, f"host kernel {ops[ins.op_index]} at {at}", None) for v in ins.args or () if v in watched]
-            elif isinstance(ins, m.DelegateCall):
-                found += [(v, f"delegate {ins.delegate_index} at {at}", ins.delegate_index)
-                          for v in ins.args or () if v in watched]
-            elif isinstance(ins, m.MoveCall):
-                found += [(v, f"a MoveCall at {at}", None) for v in (ins.move_from, ins.move_to) if v in watched]
-            elif isinstance(ins, m.JumpFalseCall) and ins.cond_value_index in watched:
-                found.append((ins.cond_value_index, f"a JumpFalseCall at {at}", None))
-            elif isinstance(ins, m.FreeCall) and ins.value_index in watched:
-                found.append((ins.value_index, f"a FreeCall at {at}", None))
-    found += [(v, f"method output {pos}", None) for pos, v in enumerate(plan.outputs or ()) if v in watched]
-    for index, value in enumerate(plan.values or ()):
-        if isinstance(value, (m.TensorList, m.OptionalTensorList)):
-            found += [(v, f"tensor list value {index}", None) for v in value.items or () if v in watched]
-    return found
 
 
 def external_entry_problem(ptd: PtdFile, tensor: m.Tensor) -> Optional[str]:

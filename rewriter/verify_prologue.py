@@ -23,9 +23,10 @@ from typing import Callable, Optional, Protocol, Sequence
 
 from pte_devconst.program.effects import MethodEffects
 from pte_devconst.program.executorch import H2D_COPY
+from pte_devconst.program.kernel_effects import copy_slots
 from pte_devconst.program.prologue import first_call_prologue
 from pte_devconst.schema import model as m
-from pte_devconst.schema.header import TENSOR_ALIGNMENT
+from pte_devconst.program.layout import is_aligned
 from pte_devconst.schema.pte_file import PteFile
 from pte_devconst.schema.span import Span
 
@@ -70,8 +71,8 @@ class PrologueCheck:
                 for k in self.old_prologue.copies:
                     ins = instructions[k]
                     assert isinstance(ins, m.KernelCall), "a recognised prologue holds copies only"
-                    args = tuple(ins.args or ())
-                    if (args[0], args[1]) in written:
+                    slots = copy_slots(H2D_COPY, ins.args or ())
+                    if slots is not None and (slots.source, slots.out) in written:
                         self._rewritten.add((0, k))
 
     def rewritten(self, chain: int, instruction: int) -> bool:
@@ -132,7 +133,8 @@ class PrologueCheck:
             if key not in expected and copy.args not in kept:
                 raise self.fail(f"the first-call copy of value {copy.src} into value {copy.dst} is neither a change "
                                 "of the plan nor a copy of the input's prologue")
-            if key in expected and copy.args[:2] != key:
+            slots = copy_slots(H2D_COPY, copy.args)
+            if key in expected and (slots is None or (slots.source, slots.out) != key):
                 raise self.fail(f"the first-call copy of {expected[key]} has arguments {list(copy.args)}")
         missing = set(expected) - seen
         if missing:
@@ -188,7 +190,7 @@ class PrologueCheck:
         if info is None or (info.memory_id, info.memory_offset) != (memory_id, offset):
             raise self.fail(f"{where} is not at buffer {memory_id} offset {offset}")
         sizes = self.new.non_const_buffer_sizes or ()
-        if offset % TENSOR_ALIGNMENT or memory_id >= len(sizes) or offset + new.nbytes > sizes[memory_id]:
+        if not is_aligned(offset) or memory_id >= len(sizes) or offset + new.nbytes > sizes[memory_id]:
             raise self.fail(f"{where}: its region is misaligned or outside buffer {memory_id}")
         if placed is not None and not old.has_initial_data:
             raise self.fail(f"{where} is re-encoded but had no initial data in the input")

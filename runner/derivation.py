@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from pte_devconst.program.effects import kernel_writes
+from pte_devconst.program.kernel_effects import kernel_reads, kernel_writes
 from pte_devconst.program.regions import Region, planned_region
 from pte_devconst.schema import model as m
 
@@ -80,9 +80,9 @@ class Derivation:
                     self.flags[alias] = flag
 
     def kernel(self, rv: RuntimeValues, name: str, kernel: Any, args: tuple[int, ...]) -> None:
-        """``kernel`` is unused: what a kernel writes is the one static rule of ``program/effects.py``."""
+        """``kernel`` is unused: what a kernel writes is the one static rule of ``program/kernel_effects.py``."""
         written = kernel_writes(name, args)
-        inputs = [a for a in args if a not in written]
+        inputs = kernel_reads(name, args, written=written)
         self.set(written, self.reads(rv, inputs), rv)
 
     def delegate(self, rv: RuntimeValues, inputs: Sequence[int], outputs: Sequence[int]) -> None:

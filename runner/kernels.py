@@ -27,6 +27,7 @@ import torch
 from pte_devconst.schema import model as m
 from pte_devconst.program.executorch import (CLONE_DIM_ORDER, D2H_COPY, EMPTY_DIM_ORDER, ET_COPY_INDEX, H2D_COPY,
                                             PRIM_PREFIX, TO_DIM_ORDER_COPY)
+from pte_devconst.program.kernel_effects import DEVICE_COPY_ARGS
 
 from .copies import Cause, Direction
 from .portable import PORTABLE_KERNELS
@@ -53,7 +54,7 @@ def _device_copy(direction: Direction) -> Kernel:
     def kernel(rv: RuntimeValues, args: tuple[int, ...], where: str) -> None:
         # The codegen'd wrapper takes exactly its schema arguments and one return slot, and never writes
         # that slot (executorch/codegen/gen.py: "Expected %zu args", no return assignment for out variants).
-        if len(args) != 3:
+        if len(args) != DEVICE_COPY_ARGS:
             raise RunnerError(f"{name} takes (self, out, return), got {len(args)} arguments", where=where)
         src_i, out_i = args[0], args[1]
         src = rv.tensor(src_i, where)

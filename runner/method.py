@@ -11,7 +11,7 @@ import torch
 from pte_devconst.schema import model as m
 from pte_devconst.program.dataflow import DelegateCallSite, delegate_call_sites
 from pte_devconst.util.errors import PteDevconstError
-from pte_devconst.program.executorch import H2D_COPY
+from pte_devconst.program.kernel_effects import copy_slots, is_h2d_copy
 from pte_devconst.schema.devices import TARGET_DEVICE_KEY
 from pte_devconst.schema.scalar_types import scalar_type_name
 from pte_devconst.schema.ptd_file import PtdFile
@@ -102,7 +102,7 @@ class LoadedMethod:
                     if not 0 <= instruction.op_index < len(operators):
                         raise RunnerError(f"op_index {instruction.op_index} is out of range", where=self.where)
                     self.kernels[instruction.op_index] = resolve_kernel(operators[instruction.op_index], self.where)
-        self.h2d_ops = frozenset(i for i in self.kernels if (self.plan.operators or ())[i].qualified_name == H2D_COPY)
+        self.h2d_ops = frozenset(i for i in self.kernels if is_h2d_copy((self.plan.operators or ())[i].qualified_name))
 
     @property
     def opaque_delegates(self) -> dict[int, str]:
@@ -324,8 +324,8 @@ class LoadedMethod:
             name = (self.plan.operators or ())[instruction.op_index].qualified_name
             kernel(rv, args, f"{where} ({name})")
             self.derivation.kernel(rv, name, kernel, args)
-            if instruction.op_index in self.h2d_ops:
-                self.h2d_source[args[1]] = args[0]  # the out argument only: the return slot is never written
+            if instruction.op_index in self.h2d_ops and (slots := copy_slots(name, args)) is not None:
+                self.h2d_source[slots.out] = slots.source  # the out argument only: the return slot is never written
         elif isinstance(instruction, m.DelegateCall):
             self._delegate_call(instruction, chain, pc, where)
         elif isinstance(instruction, m.MoveCall):

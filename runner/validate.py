@@ -45,8 +45,10 @@ import torch
 from pte_devconst.schema import model as m
 from pte_devconst.program.dataflow import DelegateCallSite, delegate_call_sites
 from pte_devconst.program.effects import outputs_depending_on
-from pte_devconst.program.effects import MethodEffects, list_items
-from pte_devconst.program.memory import layout_problems, storage_groups
+from pte_devconst.program.effects import MethodEffects
+from pte_devconst.program.kernel_effects import is_device_copy, list_items
+from pte_devconst.program.layout import layout_problems
+from pte_devconst.program.memory import storage_groups
 from pte_devconst.program.moves import moved_values
 from pte_devconst.program.regions import IntervalIndex, planned_region
 from pte_devconst.util.errors import PteDevconstError, UnsupportedProgramError
@@ -54,7 +56,6 @@ from pte_devconst.util.exit_code import ExitCode
 from pte_devconst.util.named_enum import NamedEnum
 from pte_devconst.util.units import exact_bytes, listing, plural
 from pte_devconst.program.replay import calls_needed, prove_same_reads
-from pte_devconst.program.executorch import COPY_KERNELS
 from pte_devconst.schema.pte_file import ProgramBytes, PteFile, open_pte
 
 from .copies import LOAD, Cause, CopyEvent, Direction
@@ -393,7 +394,7 @@ def _compute_signature(plan: m.ExecutionPlan, pte: PteFile) -> tuple[Any, ...]:
     boundary_only = _feeding_delegates_only(plan, names)
     kernels = Counter(names[i.op_index] for chain in plan.chains or () for i in chain.instructions or ()
                       if isinstance(i, m.KernelCall) and 0 <= i.op_index < len(operators)
-                      and names[i.op_index] not in COPY_KERNELS and id(i) not in boundary_only)
+                      and not is_device_copy(names[i.op_index]) and id(i) not in boundary_only)
     delegates = tuple((d.id, tuple((s.key, bytes(s.value or b"")) for s in d.compile_specs or ()),
                        bytes(pte.delegate_blob(d))) for d in plan.delegates or ())
     return tuple(sorted(kernels.items())), delegates
@@ -420,7 +421,7 @@ def _feeding_delegates_only(plan: m.ExecutionPlan, names: Sequence[str]) -> set[
         uses = [u for value in written for u in readers.get(value, [])]
         if uses and not set(written) & elsewhere and all(
                 isinstance(u, m.DelegateCall) or isinstance(u, m.KernelCall) and (
-                    id(u) in found or 0 <= u.op_index < len(names) and names[u.op_index] in COPY_KERNELS)
+                    id(u) in found or 0 <= u.op_index < len(names) and is_device_copy(names[u.op_index]))
                 for u in uses):
             found.add(id(ins))
     return found

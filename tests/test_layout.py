@@ -1,4 +1,4 @@
-"""The device-memory layout (program/memory.py ``plan_layout``): valid, no larger than the quadratic fits it
+"""The device-memory layout (program/layout.py ``plan_layout``): valid, no larger than the quadratic fits it
 replaced, near-linear, and bounded by a work budget that falls back to the input's offsets.
 
 * On random buffers (groups of one to three members, unaligned starts, every kind of lifetime) every fit is a
@@ -28,10 +28,10 @@ from bench.synth import seed_program
 from cli_runner import invoke, invoke_json
 from conftest import EXAMPLES
 from pte_devconst import api
-from pte_devconst.program import memory
-from pte_devconst.program.memory import LayoutWork, Lifetime, StorageGroup, layout_problems, plan_layout
+from pte_devconst.program import layout as layout_module
+from pte_devconst.program.layout import LayoutWork, layout_problems, plan_layout
+from pte_devconst.program.memory import Lifetime, StorageGroup
 from pte_devconst.program.regions import Region
-from pte_devconst.rewriter import plan as plan_module
 from pte_devconst.schema.pte_writer import write_pte
 from test_report_schema import SCHEMA_FILE
 
@@ -143,13 +143,13 @@ def test_random_layouts_are_valid_and_no_larger_than_the_fits_they_replaced() ->
 
 def _by_size(index: int) -> Callable[..., Any]:
     def fit(*args: Any) -> Any:
-        found = memory._size_ordered_fits(*args)
+        found = layout_module._size_ordered_fits(*args)
         assert found is not None
         return found[index]
     return fit
 
 
-FITS: dict[str, Callable[..., Any]] = {"gaps": memory._gap_fit, "objects": memory._object_fit,
+FITS: dict[str, Callable[..., Any]] = {"gaps": layout_module._gap_fit, "objects": layout_module._object_fit,
                                        "offsets by size": _by_size(0), "objects by size": _by_size(1)}
 
 
@@ -203,14 +203,14 @@ def _timed_layouts(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """CPU seconds of every ``plan_layout`` the plan runs, from now on."""
     spent: list[float] = []
 
-    def timed(*args: Any, **kwargs: Any) -> Optional[memory.BufferLayout]:
+    def timed(*args: Any, **kwargs: Any) -> Optional[layout_module.BufferLayout]:
         start = time.process_time()
         try:
             return plan_layout(*args, **kwargs)
         finally:
             spent.append(time.process_time() - start)
 
-    monkeypatch.setattr(plan_module, "plan_layout", timed)
+    monkeypatch.setattr(layout_module, "plan_layout", timed)
     return spent
 
 
@@ -280,8 +280,8 @@ def test_a_layout_past_its_budget_gives_up_and_one_within_it_does_not() -> None:
 
 def test_the_size_ordered_fit_stopping_still_leaves_a_valid_layout(monkeypatch: pytest.MonkeyPatch) -> None:
     """Its share of the budget spent, the sweeps' layout is kept (not a refusal, not the input's offsets)."""
-    monkeypatch.setattr(memory, "SIZE_ORDER_WORK_PER_GROUP", 0)
-    monkeypatch.setattr(memory, "LAYOUT_WORK_FLOOR", 0)
+    monkeypatch.setattr(layout_module, "SIZE_ORDER_WORK_PER_GROUP", 0)
+    monkeypatch.setattr(layout_module, "LAYOUT_WORK_FLOOR", 0)
     rng = random.Random(7)
     for _ in range(50):
         groups = _random_buffer(rng)
@@ -291,8 +291,8 @@ def test_the_size_ordered_fit_stopping_still_leaves_a_valid_layout(monkeypatch: 
 
 def _no_layout_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every layout runs out at once (a stand-in for a program shaped to run it away)."""
-    monkeypatch.setattr(memory, "LAYOUT_WORK_PER_GROUP", 0)
-    monkeypatch.setattr(memory, "LAYOUT_WORK_FLOOR", 1)
+    monkeypatch.setattr(layout_module, "LAYOUT_WORK_PER_GROUP", 0)
+    monkeypatch.setattr(layout_module, "LAYOUT_WORK_FLOOR", 1)
 
 
 @pytest.fixture()

@@ -2,7 +2,7 @@
 
 * The seed's shape (N weights feeding one ``cuda:0`` delegate), copy and legacy style, is accepted at any N and
   every weight moves; the analysis does the same work per value at 1,000 and at 10,000 constants.
-* A rewrite lays each device buffer out again by lifetimes (``program/memory.py``): on the real exports the
+* A rewrite lays each device buffer out again by lifetimes (``program/layout.py``): on the real exports the
   planned device memory after is at most max(before, 1.10 x bound), read back from the written file itself.
 * A delegate that writes a copy's destination keeps the copy; a forged rewrite where a delegate writes a moved
   constant, or where two live values share bytes, fails ``validate`` (opaque delegates too) and the checker.
@@ -20,7 +20,8 @@ from conftest import CASES, EXAMPLES, FIXTURES, pte_path, shipped
 from forge import edit_program
 from pte_devconst import api
 from pte_devconst.program.effects import MethodEffects
-from pte_devconst.program.memory import Lifetime, StorageGroup, layout_problems, planned_device_bytes, storage_groups
+from pte_devconst.program.layout import layout_problems, planned_device_bytes
+from pte_devconst.program.memory import Lifetime, StorageGroup, storage_groups
 from pte_devconst.program.regions import IntervalIndex, Region
 from pte_devconst.rewriter import analysis as analysis_module
 from pte_devconst.rewriter.analysis import analyze_program
@@ -244,27 +245,53 @@ def test_the_interval_index_finds_exactly_the_overlaps() -> None:
 
 # --- one implementation -----------------------------------------------------------------------------------------
 
-# The rules program/ states once; no other module may define its own version of them.
-ONE_HOME = {"kernel_writes", "written_args", "_written", "_Writes_rule", "planned_region", "_region", "_span",
-            "view_reads", "storage_groups", "delegate_call_sites", "outputs_depending_on", "moved_values",
-            "plan_layout", "layout_problems", "CopyMemory_scan"}
+# The rules program/ states once: name -> the one module that may define it (None: no module may; an old copy's name).
+KERNELS, READERS, REGIONS = "program/kernel_effects.py", "program/readers.py", "program/regions.py"
+ONE_HOME: dict[str, str | None] = {
+    # what a kernel (and any instruction) reads and writes
+    "kernel_writes": KERNELS, "kernel_reads": KERNELS, "kernel_results": KERNELS, "copy_slots": KERNELS,
+    "instruction_effects": KERNELS, "list_items": KERNELS, "_list_items": None, "written_args": None, "_written": None,
+    "_Writes_rule": None,
+    # who reads a value
+    "collect_readers": READERS, "readers_in_order": READERS, "_readers": None, "_uses": None,
+    # where a value's bytes are: how many, on which device, which region
+    "value_nbytes": REGIONS, "_nbytes": None, "memory_device": REGIONS, "planned_region": REGIONS, "_region": None,
+    "_span": None,
+    # copies per call
+    "copies_per_call": "program/transfers.py", "_copies_per_call": None,
+    # lifetimes, views, the layout and its check
+    "view_reads": "program/memory.py", "storage_groups": "program/memory.py", "plan_layout": "program/layout.py",
+    "layout_problems": "program/layout.py", "delegate_call_sites": "program/dataflow.py",
+    "outputs_depending_on": "program/effects.py", "moved_values": "program/moves.py", "CopyMemory_scan": None,
+}
+
+
+def one_home_violations(path: str, source: str) -> list[str]:
+    """``path:line defines name`` for each definition (a function, a method or a class) of a rule's name outside
+    its home."""
+    return [f"{path}:{node.lineno} defines {node.name}" for node in ast.walk(ast.parse(source))
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in ONE_HOME
+            and ONE_HOME[node.name] != path]
 
 
 def test_reads_writes_regions_and_lifetimes_have_one_home() -> None:
     found = []
-    for folder in ("schema", "rewriter", "runner", "cli", "pte_devconst"):
+    for folder in ("util", "schema", "program", "rewriter", "runner", "cli", "pte_devconst"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             if "generated" in path.parts:
                 continue
-            for node in ast.walk(ast.parse(path.read_text())):
-                if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in ONE_HOME:
-                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} defines {node.name}")
-                # the old rule of what a kernel writes: its last argument
+            relative = path.relative_to(ROOT).as_posix()
+            source = path.read_text()
+            found += one_home_violations(relative, source)
+            # the old rule of what a kernel writes: its last argument (tests/test_structure.py scans the rest)
+            for node in ast.walk(ast.parse(source)):
                 if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice) \
                         and isinstance(node.slice.lower, ast.UnaryOp) and node.slice.upper is None \
                         and isinstance(node.value, ast.Attribute) and node.value.attr == "args":
-                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} slices an instruction's arguments")
+                    found.append(f"{relative}:{node.lineno} slices an instruction's arguments")
     assert not found, "\n".join(found)
+    homes = {home for home in ONE_HOME.values() if home is not None}
+    assert all((ROOT / home).is_file() for home in homes), homes  # each home is a module that exists
 
 
 def test_the_home_rule_is_not_vacuous() -> None:
@@ -273,6 +300,18 @@ def test_the_home_rule_is_not_vacuous() -> None:
     names = [n.name for n in ast.walk(stray) if isinstance(n, ast.FunctionDef)]
     slices = [n for n in ast.walk(stray) if isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Slice)]
     assert names == ["_region"] and slices
+
+
+@pytest.mark.parametrize("path, source", [
+    ("rewriter/diff.py", "def _copies_per_call(plan, value):\n    return 0\n"),  # main's second count
+    ("rewriter/verify.py", "def _readers(plan, watched):\n    return []\n"),  # main's second readers
+    ("program/transfers.py", "def _nbytes(value):\n    return 0\n"),  # main's nbytes fallback, in program/
+    ("program/dataflow.py", "def _list_items(value):\n    return ()\n"),
+    ("rewriter/method_context.py", "class M:\n    def copies_per_call(self, value):\n        return 0\n"),
+    ("program/memory.py", "def kernel_writes(name, args):\n    return args[-1:]\n"),
+])
+def test_a_second_definition_is_caught_in_program_too(path: str, source: str) -> None:
+    assert one_home_violations(path, source)
 
 
 # --- at scale (slow) --------------------------------------------------------------------------------------------

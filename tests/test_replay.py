@@ -28,8 +28,9 @@ from attack_programs import NBYTES, jump_skipped_write
 from conftest import EXAMPLES, FIXTURES
 from forge import edit_plans, edit_program
 from pte_devconst import api
-from pte_devconst.program import dataflow, effects, memory
-from pte_devconst.program.memory import layout_problems, storage_groups, view_reads
+from pte_devconst.program import dataflow, effects, kernel_effects, memory
+from pte_devconst.program.layout import layout_problems
+from pte_devconst.program.memory import storage_groups, view_reads
 from pte_devconst.program.replay import (Budget, Origin, budget_for, prologue_length, match_instructions,
                                          prove_same_reads)
 from pte_devconst.rewriter import rewrite as rewrite_module
@@ -155,9 +156,9 @@ def test_list_outs_are_written_not_read() -> None:
     """native_layer_norm.out returns its three outs as one list value; split_with_sizes_copy.out passes its list
     of outs twice, as two list values with the same items."""
     items = {10: (5, 6, 7), 11: (5, 6, 7)}.get
-    assert effects.kernel_writes("aten::native_layer_norm.out", (1, 2, 3, 4, 9, 5, 6, 7, 10),
+    assert kernel_effects.kernel_writes("aten::native_layer_norm.out", (1, 2, 3, 4, 9, 5, 6, 7, 10),
                                  lambda v: items(v) or ()) == (5, 6, 7, 10)
-    assert effects.kernel_writes("aten::split_with_sizes_copy.out", (1, 2, 3, 10, 11),
+    assert kernel_effects.kernel_writes("aten::split_with_sizes_copy.out", (1, 2, 3, 10, 11),
                                  lambda v: items(v) or ()) == (10, 11)
 
 

@@ -12,6 +12,7 @@ Imports are read from the source with ``ast`` (those inside functions and under 
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 from typing import Iterable, Iterator, Mapping
 
 import pytest
@@ -196,3 +197,220 @@ def test_a_cycle_is_found_through_a_function_import_and_a_parent_package() -> No
     assert loop[0] == loop[-1] and {"pte_devconst.rewriter.a", "pte_devconst.rewriter.c"} <= set(loop), loop
     del graph["pte_devconst.rewriter.c"]
     assert cycle(graph) == []
+
+
+# --- one home per rule of program semantics (issue 26 item 4): what the code does, not only what it is called ------
+#
+# Each rule below has one home in program/; these scans find code elsewhere that decides the same thing again by
+# doing what the old duplicates did.  A module listed under a rule may do it, for the reason given (``path::name``:
+# only inside that function).
+
+ARG_INDEX_HOMES: Mapping[str, str] = {
+    "program/kernel_effects.py": "the one table of what a kernel reads and writes, by argument position",
+    "rewriter/fold/kernels.py": "a fold kernel's schema (self, params, out, return), to compute it; what it writes "
+                                "is still kernel_effects's rule",
+    "runner/kernels.py": "the runner's kernels execute by schema position",
+    "program/torch_save.py": "a pickle REDUCE's arguments, not an instruction's",
+    "program/dataflow.py::_split": "a DelegateCall's split: its last argument is an output for sure (no kernel's)",
+}
+COPY_KERNEL_HOMES: Mapping[str, str] = {
+    "program/kernel_effects.py": "the one table (is_h2d_copy, copy_slots, copies_to_device)",
+}
+BUFFER_DEVICE_TABLE_HOMES: Mapping[str, str] = {
+    "schema/model_methods.py": "ExecutionPlan.buffer_devices: the one reading of the table",
+    "schema/validate.py": "checks the table's entries as the format states them",
+    "rewriter/edit.py": "writes the table (appends the entries of buffers a rewrite adds)",
+    "rewriter/verify.py": "the self-check compares the written table with the input's, entry by entry",
+}
+NBYTES_FALLBACK_HOMES: Mapping[str, str] = {"program/regions.py": "value_nbytes: 0 for an unknown scalar type"}
+FREED_VALUE_HOMES: Mapping[str, str] = {
+    "schema/validate.py": "the format check: the index is in range",
+    "program/kernel_effects.py": "what an instruction reads (instruction_effects)",
+    "program/readers.py": "who reads a value (readers_in_order)",
+    "runner/method.py": "the runner executes a FreeCall",
+    "rewriter/diff.py": "prints the instruction (instruction_text)",
+}
+COPY_NAMES = {"H2D_COPY", "D2H_COPY", "COPY_KERNELS"}
+ARGS_SOURCES = {"kernel_args", "_copy_args"}  # functions that return an instruction's argument list
+
+
+def _constant_index(node: ast.expr) -> bool:
+    """``1``, ``-1``: an index fixed in the code."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        node = node.operand
+    return isinstance(node, ast.Constant) and isinstance(node.value, int)
+
+
+def _fixed_position(node: ast.expr) -> bool:
+    """``args[1]``, ``args[-1:]``, ``args[1:-2]``: positions fixed in the code (``args[:n]`` is a split, not one)."""
+    if isinstance(node, ast.Slice):
+        bounds = [b for b in (node.lower, node.upper) if b is not None]
+        return bool(bounds) and all(_constant_index(b) for b in bounds) and node.step is None
+    return _constant_index(node)
+
+
+def _mentions_args(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == "args"
+               or isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ARGS_SOURCES
+               for n in ast.walk(node))
+
+
+def indexed_instruction_args(source: str) -> list[int]:
+    """Lines that take an instruction's argument at a position fixed in the code (``ins.args[1]``, ``args[1:]``,
+    ``args[-1:]``, where ``args`` was bound from an instruction's ``.args`` or is a parameter of that name): how the
+    old copies decided what a kernel writes."""
+    tree = ast.parse(source)
+    names = {"args", "own_args"}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None \
+                and _mentions_args(node.value):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and _fixed_position(node.slice) and (
+                isinstance(node.value, ast.Name) and node.value.id in names or _mentions_args(node.value)):
+            found.append(node.lineno)
+    return found
+
+
+def compared_copy_kernels(source: str) -> list[int]:
+    """Lines that compare an operator name with the device-copy kernels' (``name == H2D_COPY``, ``name in
+    COPY_KERNELS``): how the old copies decided per-call copies and a copy's slots."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            for operand in (node.left, *node.comparators):
+                if isinstance(operand, ast.Name) and operand.id in COPY_NAMES \
+                        or isinstance(operand, ast.Attribute) and operand.attr in COPY_NAMES:
+                    found.append(node.lineno)
+                    break
+    return found
+
+
+def read_buffer_device_table(source: str) -> list[int]:
+    """Lines that read ``non_const_buffer_device`` itself (to build a buffer -> device map of their own)."""
+    return [node.lineno for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Attribute) and node.attr == "non_const_buffer_device"
+            and isinstance(node.ctx, ast.Load)]
+
+
+def nbytes_fallbacks(source: str) -> list[int]:
+    """Lines of a ``try`` that reads ``.nbytes`` and catches KeyError: a fallback for unknown scalar types."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Try) and any(isinstance(n, ast.Attribute) and n.attr == "nbytes"
+                                             for stmt in node.body for n in ast.walk(stmt)):
+            for handler in node.handlers:
+                if handler.type is not None and any(isinstance(n, ast.Name) and n.id == "KeyError"
+                                                    for n in ast.walk(handler.type)):
+                    found.append(node.lineno)
+    return found
+
+
+def tag_as_memory_device(source: str) -> list[int]:
+    """Lines that take a tensor's device tag for where its memory is (``value.device if isinstance(value,
+    m.Tensor) else CPU``): ``regions.memory_device`` answers that (a legacy export tags host constants cuda:0)."""
+    return [node.lineno for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.IfExp) and isinstance(node.body, ast.Attribute) and node.body.attr == "device"
+            and isinstance(node.test, ast.Call) and isinstance(node.test.func, ast.Name)
+            and node.test.func.id == "isinstance"]
+
+
+def read_freed_value(source: str) -> list[int]:
+    """Lines that read a FreeCall's ``value_index``: only a pass over who uses each value needs it (the old
+    second copy of the readers in the self-check did)."""
+    return [node.lineno for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Attribute) and node.attr == "value_index" and isinstance(node.ctx, ast.Load)]
+
+
+RULE_SCANS = {
+    "indexes an instruction's arguments at a fixed position (kernel_effects.py decides what a kernel writes)":
+        (indexed_instruction_args, ARG_INDEX_HOMES),
+    "compares an operator with the device-copy kernels (kernel_effects.py: is_h2d_copy, copy_slots)":
+        (compared_copy_kernels, COPY_KERNEL_HOMES),
+    "reads non_const_buffer_device itself (ExecutionPlan.buffer_devices; regions.memory_device)":
+        (read_buffer_device_table, BUFFER_DEVICE_TABLE_HOMES),
+    "falls back on an unknown scalar type's nbytes (regions.value_nbytes)": (nbytes_fallbacks, NBYTES_FALLBACK_HOMES),
+    "takes a tensor's device tag for its memory's device (regions.memory_device)": (tag_as_memory_device, {}),
+    "reads a FreeCall's value: who uses a value is program/readers.py's": (read_freed_value, FREED_VALUE_HOMES),
+}
+
+
+def _allowed(path: str, source: str, line: int, homes: Mapping[str, str]) -> bool:
+    """Whether ``line`` of ``path`` is in one of the homes: the module, or the function ``path::name``."""
+    if path in homes:
+        return True
+    functions = {key.split("::", 1)[1] for key in homes if key.startswith(path + "::")}
+    return any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in functions
+               and node.lineno <= line <= (node.end_lineno or node.lineno) for node in ast.walk(ast.parse(source)))
+
+
+def _package_files() -> list[tuple[str, str]]:
+    root = Path(__file__).resolve().parents[1]
+    found = []
+    for folder in ("util", "schema", "program", "rewriter", "runner", "cli", "pte_devconst"):
+        for path in sorted((root / folder).rglob("*.py")):
+            if "generated" not in path.parts:
+                found.append((path.relative_to(root).as_posix(), path.read_text()))
+    return found
+
+
+def test_each_rule_of_program_semantics_is_decided_in_its_home_only() -> None:
+    found = []
+    for path, source in _package_files():
+        for what, (scan, homes) in RULE_SCANS.items():
+            found += [f"{path}:{line} {what}" for line in scan(source) if not _allowed(path, source, line, homes)]
+    assert not found, "\n".join(found)
+
+
+def test_the_rule_homes_are_real_and_needed() -> None:
+    """Each listed home exists and still does what it is listed for: a stale entry would hide a new copy."""
+    files = dict(_package_files())
+    for what, (scan, homes) in RULE_SCANS.items():
+        for home, why in homes.items():
+            path = home.split("::")[0]
+            assert path in files and why, f"{what}: {home} is listed but does not exist"
+            assert any(_allowed(path, files[path], line, {home: why}) for line in scan(files[path])), \
+                f"{what}: {home} is listed but no longer does it"
+
+
+# The duplicates the scans were written against, as main had them before issue 26 item 4: each must be caught.
+OLD_DUPLICATES = {
+    "rewriter/derived.py: a copy writes args[1:]": "flow.write(args[1:], flow.read(args[0]))\n",
+    "program/dataflow.py: a kernel writes args[-1:]": "args = tuple(instruction.args or ())\nself.write(args[-1:])\n",
+    "rewriter/verify.py: the removed copy's slots":
+        "args = ins.args or ()\nfor slot in args[1:]:\n    if slot != args[0]:\n        pass\n",
+    "program/transfers.py: _Residence's buffer devices":
+        "buffers = {e.buffer_idx: m.Device(e.device_type, e.device_index)\n"
+        "           for e in reversed(plan.non_const_buffer_device or ())}\n",
+    "program/transfers.py: an _h2d_copy's return slot takes its out's device":
+        "if ops[instruction.op_index] == H2D_COPY and len(args) >= 2:\n    for ret in args[2:]:\n        pass\n",
+    "rewriter/diff.py: _copies_per_call":
+        "copies = sum(1 for chain in plan.chains or () for i in chain.instructions or ()\n"
+        "             if isinstance(i, m.KernelCall) and ops[i.op_index] == H2D_COPY\n"
+        "             and (i.args or (None,))[0] == v)\n",
+    "program/transfers.py: _nbytes": "def f(value):\n    try:\n        return value.nbytes\n    except KeyError:\n"
+                                     "        return 0\n",
+    "rewriter/method_context.py: the copy's destination's device":
+        "dst_device = value.device if isinstance(value, m.Tensor) else CPU\n",
+    "rewriter/verify.py: _readers": "if isinstance(ins, m.FreeCall) and ins.value_index in watched:\n    pass\n",
+    "rewriter/analysis.py: has_copy_kernel": "has_copy_kernel = H2D_COPY in _operator_names(plan)\n",
+    "an argument of an expression over .args": "first = (i.args or (None,))[0]\n",
+}
+
+
+@pytest.mark.parametrize("name", OLD_DUPLICATES)
+def test_each_old_duplicate_would_be_caught(name: str) -> None:
+    source = OLD_DUPLICATES[name]
+    assert any(scan(source) for scan, _ in RULE_SCANS.values()), name
+
+
+@pytest.mark.parametrize("source", [
+    "n_inputs = site.n_inputs\ninputs = site.args[:n_inputs]\n",  # a split by a computed count
+    "for a, b in zip(x.args, y.args):\n    pass\n",
+    "slots = copy_slots(name, args)\nsource = slots.source\n",
+    "device = memory_device(value, plan.buffer_devices())\n",
+])
+def test_asking_the_homes_is_not_flagged(source: str) -> None:
+    assert not any(scan(source) for scan, _ in RULE_SCANS.values())

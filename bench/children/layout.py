@@ -1,6 +1,6 @@
 """The device-memory layout's cost at growing size: ``python -m bench.children.layout ROUNDS N...``.
 
-Section 9: for each N, ``plan_layout`` (program/memory.py) on two buffers of N device values, timed in CPU
+Section 9: for each N, ``plan_layout`` (program/layout.py) on two buffers of N device values, timed in CPU
 seconds (``ROUNDS`` times after a dropped warm-up round):
 
 * ``live N``: the seed's shape with N weights the host also reads (bench/synth.py ``seed_program(N + 1,
@@ -54,7 +54,7 @@ def short_groups(n: int, seed: int = 0) -> list[Any]:
 
 def measure(sizes: Sequence[int], rounds: int) -> dict[str, Any]:
     """Seconds, steps and result of ``plan_layout`` on both shapes at every size (see the module's docstring)."""
-    from pte_devconst.program.memory import LayoutWork, plan_layout
+    from pte_devconst.program.layout import LayoutWork, plan_layout
 
     out: dict[str, Any] = {}
     for n in sizes:

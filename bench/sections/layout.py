@@ -34,7 +34,7 @@ def run(rounds: int, report: Report, inputs: Inputs) -> None:
     report.add([
         "## 9. The device-memory layout scales near-linearly",
         "",
-        f"`plan_layout` (program/memory.py) on one device buffer of {small:,}, {middle:,} and {large:,} values, in"
+        f"`plan_layout` (program/layout.py) on one device buffer of {small:,}, {middle:,} and {large:,} values, in"
         " CPU seconds in one child (`bench/children/layout.py`; first round discarded): the device copies of N"
         " weights the host also reads, all live at once at one delegate call (`bench/synth.py seed_program(N + 1,"
         " host_reads=N)`, the storage groups a rewrite lays out), and N values of random sizes with short"

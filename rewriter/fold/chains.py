@@ -30,13 +30,15 @@ from dataclasses import field
 from typing import Callable, Mapping, Optional, Protocol, Sequence
 
 from pte_devconst.util.units import listing
-from pte_devconst.program.executorch import H2D_COPY
+from pte_devconst.program.kernel_effects import is_h2d_copy
 from pte_devconst.schema import model as m
 from pte_devconst.schema.model import CPU, Device
 from pte_devconst.util.record import record
 
-from ..method_context import (DeviceCopy, MethodContext, Reader, ReaderKind, Reasons, RewiredDelegateArg,
-                              external_problem, follow_copy, host_reason, instruction_at, kernel_args, tensor_at)
+from pte_devconst.program.readers import Reader, ReaderKind
+
+from ..method_context import (DeviceCopy, MethodContext, Reasons, RewiredDelegateArg, external_problem, follow_copy,
+                              host_reason, instruction_at, kernel_args, tensor_at)
 from .kernels import FLOATING, FOLD_KERNELS, INTEGRAL, apply_step
 from .recipes import FoldRecipe, FoldStep, growth_problem, layout_of, literal_argument, recipe_of
 from .shapes import ShapeOps, Strided, Unfoldable, source_view
@@ -206,10 +208,11 @@ class _Finder:
         """The kernel ``reader`` as a step of a chain from ``value``; raises Unfoldable with the reason."""
         kernel = FOLD_KERNELS[reader.name]
         args = kernel_args(self.plan, reader.chain, reader.instruction)
-        if len(args) != len(kernel.params) + 3 or value in args[1:]:
+        parts = kernel.split(args)
+        if parts is None or value in (*parts.params, parts.out, parts.ret):
             raise Unfoldable(f"it has arguments {list(args)}, not (self, {', '.join(kernel.params + ('out',))}, "
                              "return)")
-        out, ret = args[-2], args[-1]
+        out, ret = parts.out, parts.ret
         output = self.values[out] if 0 <= out < len(self.values) else None
         if ret != out or not isinstance(output, m.Tensor) or output.allocation_info is None \
                 or output.has_initial_data:
@@ -219,7 +222,7 @@ class _Finder:
             raise Unfoldable("its shapes are dynamic")
         if not self.writes.only_by(out, reader.step):
             raise Unfoldable(f"its output (value {out}) is written elsewhere too")
-        literal = kernel.arguments([literal_argument(self.values, self.writes, index) for index in args[1:-2]])
+        literal = kernel.arguments([literal_argument(self.values, self.writes, index) for index in parts.params])
         return FoldStep(reader.chain, reader.instruction, kernel.key, value, out, literal, output)
 
     def _check_shape(self, step: FoldStep, shape: Strided) -> Strided:
@@ -301,7 +304,7 @@ class _Finder:
         if device is None or device.is_cpu:
             reads = 0
         else:
-            reads = len(copies) if copies else len(args)
+            reads = ctx.per_call_copies(index)  # program/transfers.py's count: its copies, or delegate host reads
         self.nodes[index] = FoldNode(index, step, parent, tuple(c.output for c, _ in children), host.result()[0],
                                      device, tuple(copies), tuple(args), reads,
                                      tuple(dict.fromkeys(d for d in delegates if d >= 0)))
@@ -381,7 +384,7 @@ def method_folds(ctx: MethodContext, constants: Sequence[PlainVerdict]) -> Metho
     """
     def device_bound(reader: Reader) -> bool:  # a chain could start here, or its device readers be duplicated
         return (table_kernel(reader) or reader.on_device
-                or reader.kind == ReaderKind.KERNEL_CALL and reader.name == H2D_COPY)
+                or reader.kind == ReaderKind.KERNEL_CALL and is_h2d_copy(reader.name))
 
     roots = [c.value for c in constants if (not c.eligible or ctx.host_placement and any(map(table_kernel, c.readers)))
              and any(map(device_bound, c.readers))]

@@ -81,6 +81,16 @@ def _ints(args: Args, name: str) -> tuple[int, ...]:
 
 
 @record
+class FoldArgs:
+    """A fold kernel's arguments by its schema: ``(self, params..., out, return)``."""
+
+    source: int  # self: the value it computes from
+    params: tuple[int, ...]  # the schema arguments between self and out (literals when it folds)
+    out: int
+    ret: int  # the return slot (an out variant's emitter repeats ``out`` there)
+
+
+@record
 class FoldKernel:
     """One foldable kernel: its key, the schema arguments between ``self`` and ``out``, and what it does.
 
@@ -103,6 +113,15 @@ class FoldKernel:
     def short(self) -> str:
         """``permute_copy`` for ``aten::permute_copy.out``."""
         return self.key.split("::")[-1].split(".")[0]
+
+    def split(self, args: Sequence[int]) -> Optional[FoldArgs]:
+        """The instruction's arguments by this kernel's schema (None: not its count, self + params + out + return).
+
+        Reading the schema's positions is this table's (what the kernel computes from); what any kernel writes is
+        ``program/kernel_effects.py``'s rule, which for these out variants is their ``out``."""
+        if len(args) != len(self.params) + 3:
+            return None
+        return FoldArgs(args[0], tuple(args[1:-2]), args[-2], args[-1])
 
     def arguments(self, literal: Sequence[LiteralValue]) -> tuple[tuple[str, LiteralValue], ...]:
         """The literal arguments by name, each of its kind; raises Unfoldable for one of another kind."""

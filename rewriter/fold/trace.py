@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Optional
 
 from pte_devconst.program.effects import MethodEffects
-from pte_devconst.program.executorch import H2D_COPY
+from pte_devconst.program.kernel_effects import copy_slots
 from pte_devconst.schema import model as m
 from pte_devconst.util.record import record
 
@@ -65,18 +65,21 @@ class Tracer:
                 return None
             args = tuple(ins.args or ())
             name = self.ops[ins.op_index]
-            if name == H2D_COPY and through_copy and current == value and len(args) == 3 and args[1] == value:
-                copied_from = current = args[0]
+            slots = copy_slots(name, args)
+            if slots is not None and slots.to_device and through_copy and current == value and len(args) == 3 \
+                    and slots.out == value:
+                copied_from = current = slots.source
                 continue
             kernel = FOLD_KERNELS.get(name)
-            if kernel is None or len(args) != len(kernel.params) + 3 or args[-2] != current or args[-1] != current:
+            parts = kernel.split(args) if kernel is not None else None
+            if kernel is None or parts is None or parts.out != current or parts.ret != current:
                 return None
             try:
-                literal = kernel.arguments([literal_argument(self.values, self.writes, i) for i in args[1:-2]])
+                literal = kernel.arguments([literal_argument(self.values, self.writes, i) for i in parts.params])
             except Unfoldable:
                 return None
-            steps.append(FoldStep(c, k, name, args[0], current, literal, tensor))
-            current = args[0]
+            steps.append(FoldStep(c, k, name, parts.source, current, literal, tensor))
+            current = parts.source
         return None
 
     def _checked(self, traced: Traced) -> Optional[Traced]:
