@@ -214,7 +214,7 @@ def _buffer_change(buffer: BufferGrowth) -> str:
     if buffer.relaid:
         return "relaid"
     if buffer.kept_offsets:
-        return "kept offsets (layout budget)"
+        return "kept offsets (layout budget)" if "work budget" in buffer.kept_offsets else "kept offsets (replay)"
     return "grown" if buffer.new_size > buffer.old_size else "same"
 
 

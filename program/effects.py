@@ -5,7 +5,8 @@ The one statement of the rule (every consumer asks here):
 * **KernelCall.**  What ``kernel_effects.py`` says (the one table of what a kernel writes, by name, with both
   return-slot conventions): its out arguments (or a prim op's result) are written, the rest read.
 * **DelegateCall.**  Its outputs (``dataflow.delegate_call_sites``) are written, its inputs read.
-* **MoveCall.**  Writes ``move_to``, reads ``move_from``.
+* **MoveCall.**  Writes ``move_to``, reads ``move_from``; the two name one tensor from then on (``aliases``, as
+  do a view kernel's self and out: ``kernel_effects.kernel_alias``).
 * **JumpFalseCall, FreeCall.**  Read their value.
 
 (``kernel_effects.instruction_effects`` states it for one instruction; this module runs it over a method.)
@@ -20,7 +21,7 @@ from typing import Collection, NamedTuple, Optional, Sequence
 
 from pte_devconst.schema import model as m
 from .dataflow import DelegateCallSite, delegate_call_sites
-from .kernel_effects import instruction_effects, list_items
+from .kernel_effects import instruction_effects, kernel_alias, list_items
 from .regions import Region, planned_region
 
 
@@ -60,7 +61,9 @@ class MethodEffects:
         self.chains_with_loops: set[int] = set()  # a jump backwards (to or before itself): code may run again
         self.jumps: list[tuple[int, int, int]] = []  # (chain, source instruction, destination instruction)
         self.kernel_names: dict[int, str] = {}  # position -> operator name
-        self.moves: list[tuple[int, int]] = []  # (move_from, move_to) of every MoveCall, in program order
+        # (source, alias) of every MoveCall (move_from, move_to) and view kernel (``kernel_alias``), in program
+        # order: one storage under two names from then on
+        self.aliases: list[tuple[int, int]] = []
         n_values = len(values)
 
         def items(index: int) -> tuple[int, ...]:
@@ -84,11 +87,14 @@ class MethodEffects:
                 if isinstance(ins, m.KernelCall):
                     name = ops[ins.op_index] if 0 <= ins.op_index < len(ops) else ""
                     self.kernel_names[position] = name
+                    alias = kernel_alias(name, tuple(ins.args or ()))
+                    if alias is not None:
+                        self.aliases.append(alias)
                 elif isinstance(ins, m.DelegateCall):
                     site = outputs_of.get((c, k))
                     n_inputs = site.n_inputs if site is not None else None
                 elif isinstance(ins, m.MoveCall):
-                    self.moves.append((ins.move_from, ins.move_to))
+                    self.aliases.append((ins.move_from, ins.move_to))
                 elif isinstance(ins, m.JumpFalseCall):
                     self.chains_with_jumps.add(c)
                     self.jumps.append((c, k, ins.destination_instruction))

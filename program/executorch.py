@@ -31,6 +31,8 @@ CLONE_DIM_ORDER = "dim_order_ops::_clone_dim_order.out"
 EMPTY_DIM_ORDER = "dim_order_ops::_empty_dim_order.out"
 PRIM_PREFIX = "executorch_prim::"
 ET_COPY_INDEX = PRIM_PREFIX + "et_copy_index.tensor"
+# The view kernel the exporter writes for a view it cannot elide (a dynamic shape): its out points at self's bytes.
+ET_VIEW = (PRIM_PREFIX + "et_view", PRIM_PREFIX + "et_view.default")
 
 
 # --- methods ----------------------------------------------------------------------------------------------------

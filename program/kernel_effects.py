@@ -12,18 +12,23 @@ two conventions (``ReturnSlots``):
   ``executorch_prim::*``, ``aten::sym_size``) the last argument is the result and is written.
   ``aten::copy_`` writes ``self`` (argument 0) and its return slot; ``executorch_prim::et_copy_index.tensor``
   writes into its first argument (a stack built in a loop).
+* **the result is a view** (``kernel_alias``): ``executorch_prim::et_view`` writes no byte; it points its out
+  tensor at ``self``'s data (the runtime's ``set_tensor_data``), so from then on, across calls too, the two
+  values name one storage, as ExecuTorch's planner plans them (a view's spec shares its base's storage and
+  lifetime).  The data flow still counts the out as the kernel's result (``kernel_writes``).
 * **the return slot is never written** (``ReturnSlots.NEVER_WRITTEN``): ``et_copy::_h2d_copy.out`` and
   ``_d2h_copy.out`` copy ``self`` (argument 0) into ``out`` (argument 1), and their codegen'd wrapper never
   writes the return slot (executorch/codegen/gen.py), whatever value it names.  ``copy_slots`` names those
   arguments by role.
 
-Three questions are asked here, and nowhere else:
+Four questions are asked here, and nowhere else:
 
 * ``kernel_writes``: the arguments the runtime writes (the others are read: ``kernel_reads``);
 * ``kernel_results``: the values the instruction *names* as its result: what it writes, and a device copy's
   return slots too.  A consumer that must not let anything read a removed copy's result (the self-check), or
   that follows what a value was computed from (constant-derived copies), asks this one;
-* ``copy_slots``: a device copy's source, destination and return slots, and its direction.
+* ``copy_slots``: a device copy's source, destination and return slots, and its direction;
+* ``kernel_alias``: the (source, view) a view kernel binds to one storage.
 
 Everything here is linear in the arguments (and a tensor list's items).
 """
@@ -36,7 +41,7 @@ from pte_devconst.schema import model as m
 from pte_devconst.util.named_enum import NamedEnum
 from pte_devconst.util.record import record
 
-from .executorch import COPY_KERNELS, D2H_COPY, ET_COPY_INDEX, H2D_COPY
+from .executorch import COPY_KERNELS, D2H_COPY, ET_COPY_INDEX, ET_VIEW, H2D_COPY
 
 INPLACE_COPY = ("aten::copy_", "aten::copy_.default")
 # A device copy's codegen'd kernel takes exactly its schema arguments plus one return slot (executorch/codegen/gen.py:
@@ -147,6 +152,14 @@ def kernel_writes(name: str, args: Sequence[int], items: Optional[Items] = None)
         if n >= 2 and items is not None and items(args[-2]) == returned:
             return (args[-2], args[-1])
     return (args[-1],)
+
+
+def kernel_alias(name: str, args: Sequence[int]) -> Optional[tuple[int, int]]:
+    """(source, view) when kernel ``name`` makes its result a view of its first argument's bytes (module
+    docstring: ``et_view``), else None."""
+    if name in ET_VIEW and len(args) >= 2:
+        return args[0], args[-1]
+    return None
 
 
 def kernel_reads(name: str, args: Sequence[int], items: Optional[Items] = None,

@@ -552,7 +552,7 @@ class BufferGrowth:
     resident_bytes: int = 0  # what must live for the whole method (moved constants, state), when relaid
     peak_bytes: int = 0  # the most that everything else needs at once, when relaid
     appended_size: int = 0  # what keeping the input's offsets and appending the constants would need
-    kept_offsets: str = ""  # why the layout was given up and the input's offsets kept (its work budget ran out)
+    kept_offsets: str = ""  # why the layout was given up for the input's offsets (work budget; failed byte replay)
 
     @property
     def bound(self) -> int:
@@ -658,8 +658,8 @@ def relayout(edited: m.ExecutionPlan, buffers: Sequence[BufferGrowth], targets: 
         layout = layouts.get(g.memory_id)
         if layout is None and g.memory_id in budgets:
             growth.append(replace(g, appended_size=g.new_size, kept_offsets=(
-                f"laying out its {len(groups.get(g.memory_id, [])):,} tensor group(s) needed more than "
-                f"{budgets[g.memory_id].limit:,} steps")))
+                f"it ran out of its work budget: laying out its {len(groups.get(g.memory_id, [])):,} tensor "
+                f"group(s) needed more than {budgets[g.memory_id].limit:,} steps")))
             continue
         if layout is None or layout.size >= g.new_size:
             growth.append(replace(g, appended_size=g.new_size))
@@ -700,8 +700,8 @@ class DeviceMemory:
         """That a layout was given up for the input's offsets (the constants appended), when one was."""
         if not self.kept_offsets:
             return None
-        return ("device memory kept the input's offsets, the constants appended, where laying it out again ran out "
-                "of its work budget: " + "; ".join(self.kept_offsets))
+        return ("device memory kept the input's offsets, the constants appended, where laying it out again was "
+                "given up: " + "; ".join(self.kept_offsets))
 
     @property
     def grown(self) -> int:

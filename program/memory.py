@@ -12,8 +12,9 @@ written, loaded as initial data or set as an input) reads its holder's bytes, so
 another value last wrote, whatever the data flow's split says of it: it may be such a view, read again (only
 the delegate's blob knows; only its last argument, when no earlier instruction mentions it, is an output for
 sure).  A ``MoveCall`` makes its destination the same tensor as its source (the runtime
-copies the EValue, and the binding outlives the call): the two are one group too, and the destination's uses
-are the group's.  A group lives for the hull of its members' lifetimes.  A group is **resident** (alive for the whole
+copies the EValue, and the binding outlives the call), and ``et_view`` points its out at its input's bytes
+(``kernel_effects.kernel_alias``): the two are one group too, and the alias's uses are the
+group's.  A group lives for the hull of its members' lifetimes.  A group is **resident** (alive for the whole
 method, across calls) when it holds initial data (a moved or folded constant, a mutable buffer), when a
 first-call prologue copies a constant into it (``prologue.py``), or when its first use in a call is a read: it
 carries state from the last call.  A group nothing uses is **dead**: it needs
@@ -94,9 +95,11 @@ def outputs_that_may_be_views(effects: MethodEffects) -> dict[int, tuple[int, ..
             for s in effects.sites}
 
 
-def move_aliases(effects: MethodEffects) -> list[tuple[int, int]]:
-    """(source, destination) of every MoveCall: one tensor under two names from then on, across calls too."""
-    return [(a, b) for a, b in effects.moves if 0 <= a < len(effects.values) and 0 <= b < len(effects.values)]
+def storage_aliases(effects: MethodEffects) -> list[tuple[int, int]]:
+    """(source, alias) of every MoveCall and view kernel (``et_view``): one storage under two names from then on,
+    across calls too."""
+    n = len(effects.values)
+    return [(a, b) for a, b in effects.aliases if 0 <= a < n and 0 <= b < n]
 
 
 def view_reads(effects: MethodEffects) -> dict[int, list[tuple[int, tuple[int, int]]]]:
@@ -170,7 +173,7 @@ def storage_groups(effects: MethodEffects, memory_ids: Iterable[int],
             for view, _ in reads:
                 if view in regions:
                     union.union(view, holder)
-    for source, destination in move_aliases(effects):  # one tensor under two names: one group
+    for source, destination in storage_aliases(effects):  # one storage under two names: one group
         union.union(source, destination)
     aliases: dict[int, list[int]] = defaultdict(list)
     for index in list(union.parent):

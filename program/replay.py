@@ -15,6 +15,8 @@ over bytes, and records where the bytes each instruction reads were *defined*:
   device copy of a constant holds the constant.
 * **Kernels** write their out arguments (``kernel_effects.kernel_writes``, the one statement of that rule); an
   in-place kernel (``aten::index_put_``) also reads what it updates, and adds to it rather than replacing it.
+  A view kernel (``et_view``, ``kernel_effects.kernel_alias``) writes nothing: like a ``MoveCall``, it binds
+  its out to its input's storage.
 * **Delegates.**  A delegate reads every argument.  It writes its output positions (``dataflow``'s split,
   which gives every call of one delegate the same outputs), and may write any other argument that does not
   hold constant data (a constant, a moved one, bytes kernels computed from constants alone, a copy of those):
@@ -53,7 +55,8 @@ from pte_devconst.schema import model as m
 from pte_devconst.util.errors import UnsupportedProgramError
 
 from .dataflow import delegate_call_sites
-from .kernel_effects import copy_slots, is_device_copy, kernel_writes, list_items, updated_in_place, updates_in_place
+from .kernel_effects import (copy_slots, is_device_copy, kernel_alias, kernel_writes, list_items, updated_in_place,
+                             updates_in_place)
 from .prologue import first_call_prologue
 from .regions import IntervalMap, value_nbytes
 
@@ -671,6 +674,10 @@ class _Replay:
             constant = constant and arg_constant
             if site is not None:
                 self._record(site + pos, content)
+        alias = kernel_alias(self.p.ops[op], args) if op >= 0 else None
+        if alias is not None:  # the out now points at the source's bytes: nothing is written
+            self._set_slot(alias[1], self._slot(alias[0]))
+            return
         for arg in written:
             self._write(arg, kind, ident, weak=in_place and arg == updated, constant=constant)
 

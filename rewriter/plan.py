@@ -884,6 +884,17 @@ def _untouched(edit: MethodEdit) -> bool:
     return not (edit.placements or edit.folds or edit.reencoded or edit.removed or edit.relocations)
 
 
+def input_offsets_kept(program: m.Program, plan: RewritePlan, relaid: RewritePlan, why: str) -> RewritePlan:
+    """``plan`` (made with ``relayout=False``), each buffer that ``relaid`` laid out again noting ``why`` it keeps
+    the input's offsets: the fallback when the self-check's byte replay cannot prove a re-layout (``rewrite.py``)."""
+    given_up = {(edit.plan_index, g.memory_id) for edit in relaid.methods for g in edit.buffers if g.relaid}
+    methods = tuple(replace(edit, buffers=tuple(replace(g, kept_offsets=why) if (edit.plan_index, g.memory_id)
+                                                in given_up else g for g in edit.buffers))
+                    for edit in plan.methods)
+    memory = device_memory(program, {edit.plan_index: (edit.name, edit.buffers) for edit in methods})
+    return replace(plan, methods=methods, memory=memory)
+
+
 def _relaid(plan: m.ExecutionPlan, edit: MethodEdit) -> MethodEdit:
     """The edit with each buffer that receives constants laid out again where that needs less (``program/layout.py``
     decides: ``relayout``), the values it placed moved to their new offsets and the others' relocations recorded."""

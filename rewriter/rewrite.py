@@ -12,6 +12,7 @@ inputs however it is spelled, is refused.
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 import os
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -33,9 +34,10 @@ from .load import analyze_opened, opened
 from .fold import fold_refusals, need_torch
 from .flows import MethodFlows, plan_residents, program_flows
 from .names import ProgramNames, named_program
-from .plan import FoldGain, RewriteOptions, RewritePlan, devices_used, make_plan, safe_fold_gain, selection_unused
+from .plan import (FoldGain, RewriteOptions, RewritePlan, devices_used, input_offsets_kept, make_plan, safe_fold_gain,
+                   selection_unused)
 from .request import Namer, RewriteRequest, VerifyMode
-from .verify import check_copy, check_rewrite, read_back
+from .verify import RelayoutUnproven, check_copy, check_rewrite, read_back
 from .verify_bytes import WriteRecipe
 from .rewrite_json import left_in_place, rewrite_json
 
@@ -145,20 +147,31 @@ def rewrite(request: RewriteRequest, progress: Optional[Progress] = None,
         if request.dry_run:
             return RewriteResult(where, None, plan, source.size, None, removed, fold_gain=gain, names=found,
                                  flows=flows, devices=used)
-        if source_path is None:
-            output = (bytes(request.source) if plan.is_empty
-                      else _rewrite_into_memory(source, data, plan, progress, full, phase))
-            return RewriteResult(where, None, plan, source.size, len(output), removed, request.verify, gain, output,
-                                 found, flows, used)
         destination = request.destination
-        assert destination is not None
-        try:
+
+        def write(plan: RewritePlan) -> tuple[int, Optional[bytes]]:
+            if source_path is None:
+                output = (bytes(request.source) if plan.is_empty
+                          else _rewrite_into_memory(source, data, plan, progress, full, phase))
+                return len(output), output
+            assert destination is not None
             if plan.is_empty:
-                size = _copy_unchanged(source, destination, progress, request.durable, full, phase)
-            else:
-                size = _write_rewrite(source, data, plan, destination, progress, request.durable, full, phase)
+                return _copy_unchanged(source, destination, progress, request.durable, full, phase), None
+            return _write_rewrite(source, data, plan, destination, progress, request.durable, full, phase), None
+
+        try:
+            try:
+                size, output = write(plan)
+            except RelayoutUnproven as unproven:  # the layout's model missed what the replay sees: keep the offsets
+                retry, _ = _plan(source, data, replace(request.options, relayout=False), found)
+                why = f"the byte replay found a read it changes ({unproven.reason})"
+                plan = input_offsets_kept(program, retry, plan, why)
+                size, output = write(plan)
         except ReportedError as error:
             raise error.with_file(where) from None  # e.g. the input shrank while it was copied
+        if source_path is None:
+            return RewriteResult(where, None, plan, source.size, size, removed, request.verify, gain, output,
+                                 found, flows, used)
     return RewriteResult(where, str(destination), plan, source.size, size, removed, request.verify, gain,
                          names=found, flows=flows, devices=used)
 

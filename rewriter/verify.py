@@ -73,6 +73,16 @@ class RewriteCheckError(InternalError):
     """The written file is not the input with exactly the plan's changes (a bug; the destination is untouched)."""
 
 
+class RelayoutUnproven(RewriteCheckError):
+    """The byte replay (``program/replay.py``) found a read that differs from the input's in a method whose device
+    memory was laid out again: the lifetime model that made the layout missed something the replay sees.  The
+    rewrite then keeps the input's offsets (``rewrite.py``), which the replay checks again."""
+
+    def __init__(self, what: str, reason: str) -> None:
+        super().__init__(what)
+        self.reason = reason  # the method and the first read that differs, for the report's note
+
+
 def _fail(what: str) -> RewriteCheckError:
     return RewriteCheckError(f"internal error: the rewritten file failed the self-check: {what}")
 
@@ -580,6 +590,8 @@ class _MethodCheck:
         stands_for.update({r.source: Origin(value=r.value, constant=False) for r in self.edit.reencoded})
         mismatch = prove_same_reads(self.old, self.new, matching=matching, stands_for=stands_for)
         if mismatch is not None:
+            if self.edit is not None and any(g.relaid for g in self.edit.buffers):
+                raise RelayoutUnproven(self.fail(f"the byte replay: {mismatch}").what, f"{self.label}: {mismatch}")
             raise self.fail(f"the byte replay: {mismatch}")
 
     def _check_layout(self) -> None:

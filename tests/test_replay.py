@@ -25,6 +25,9 @@ import pytest
 import torch
 
 from attack_programs import NBYTES, jump_skipped_write
+from cli_runner import invoke
+from et_oracle import run_calls_with_executorch
+from real_runtime import compare_runs
 from conftest import EXAMPLES, FIXTURES
 from forge import edit_plans, edit_program
 from pte_devconst import api
@@ -34,7 +37,7 @@ from pte_devconst.program.memory import storage_groups, view_reads
 from pte_devconst.program.replay import (Budget, Origin, budget_for, prologue_length, match_instructions,
                                          prove_same_reads)
 from pte_devconst.rewriter import rewrite as rewrite_module
-from pte_devconst.rewriter.plan import BufferGrowth, MethodEdit, RewritePlan
+from pte_devconst.rewriter.plan import BufferGrowth, MethodEdit, RewriteOptions, RewritePlan
 from pte_devconst.runner.validate import PROOF_CHECK
 from pte_devconst.schema import model as m
 from pte_devconst.schema.pte_file import open_pte
@@ -104,7 +107,7 @@ def test_the_fixed_model_rewrites_each_correctly(name: str, tmp_path: Path) -> N
 
 # The model as it was at 0f78ed3, one class at a time (the functions the fixes added, made to say nothing).
 OLD_MODEL: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
-    "move_call": lambda mp: mp.setattr(memory, "move_aliases", lambda effects: []),
+    "move_call": lambda mp: mp.setattr(memory, "storage_aliases", lambda effects: []),
     "view_read_again": lambda mp: mp.setattr(memory, "outputs_that_may_be_views", lambda effects: {}),
     "view_of_resident": lambda mp: mp.setattr(memory, "held_before_any_instruction",
                                               lambda e: [i for i in e.inputs if e.values[i].allocation_info]),
@@ -113,14 +116,50 @@ OLD_MODEL: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
 }
 
 
+# The classes whose wrong read comes from the re-layout: the rewrite falls back to the input's offsets.
+FROM_THE_LAYOUT = ("move_call", "view_read_again", "view_of_resident")
+
+
 @pytest.mark.parametrize("name", NAMES)
-def test_with_the_old_model_the_self_check_refuses_each_naming_the_instruction(name: str, tmp_path: Path,
-                                                                               monkeypatch: pytest.MonkeyPatch
-                                                                               ) -> None:
-    """The layout check asks the model that made the layout, so it passes; the replay asks nothing of it."""
+def test_with_the_old_model_the_replay_catches_each_naming_the_instruction(name: str, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The layout check asks the model that made the layout, so it passes; the replay asks nothing of it.  Where
+    the wrong read comes from the re-layout, the rewrite keeps the input's offsets, says why, and then computes
+    what the input does (executed over three calls); otherwise the self-check refuses and nothing is written."""
     OLD_MODEL[name](monkeypatch)
-    line = refused(tmp_path, ATTACKS / f"{name}.pte", "the byte replay: ", FIRST_WRONG_READ[name][0])
-    assert f"call {FIRST_WRONG_READ[name][1]}:" in line
+    fragment, call = FIRST_WRONG_READ[name]
+    if name not in FROM_THE_LAYOUT:
+        line = refused(tmp_path, ATTACKS / f"{name}.pte", "the byte replay: ", fragment)
+        assert f"call {call}:" in line
+        return
+    out = tmp_path / "out.pte"
+    result = invoke("rewrite", ATTACKS / f"{name}.pte", "-o", out)
+    assert result.exit_code == 0, result.stderr
+    shown = " ".join(result.stdout.split())
+    assert "kept offsets (replay)" in shown and "the byte replay found a read it changes" in shown
+    assert fragment in shown and f"call {call}:" in shown, shown
+    rewritten = api.rewrite(ATTACKS / f"{name}.pte", tmp_path / "api.pte", fsync=False)
+    assert not any(g.relaid for edit in rewritten.plan.methods for g in edit.buffers)
+    assert len(rewritten.plan.memory.kept_offsets) == 1 and "byte replay" in rewritten.plan.memory.kept_offsets[0]
+    validation = api.validate(ATTACKS / f"{name}.pte", out, simulate_devices=True, calls=3)
+    assert validation.passed, validation.to_json()
+
+
+def test_a_wrong_read_that_is_not_the_layout_s_is_refused_even_with_the_offsets_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fallback is for the layout only: a plan whose placement is wrong fails the replay again with the input's
+    offsets, and the rewrite refuses (``output_on_copy`` with the old model moves a copy a delegate writes)."""
+    OLD_MODEL["output_on_copy"](monkeypatch)
+    plans: list[RewritePlan] = []
+    real = rewrite_module.plan_file
+
+    def counted(*args: object, **kwargs: object) -> RewritePlan:
+        plans.append(real(*args, **kwargs))  # type: ignore[arg-type]
+        return plans[-1]
+
+    monkeypatch.setattr(rewrite_module, "plan_file", counted)
+    refused(tmp_path, ATTACKS / "output_on_copy.pte", "the byte replay: ", FIRST_WRONG_READ["output_on_copy"][0])
+    assert [p.options.relayout for p in plans] in ([True], [True, False])
 
 
 # --- the model's fixes, asked directly ---------------------------------------------------------------------------
@@ -366,3 +405,55 @@ def test_a_matching_that_pairs_other_instructions_is_a_mismatch() -> None:
     assert twice is not None and "matched twice" in twice.detail
     shifted = prove_same_reads(plan, plan, matching=[[*range(1, n), None]])  # a copy paired with the delegate
     assert shifted is not None and "another instruction" in shifted.detail
+
+
+# --- et_view: a view kernel's out points at its input's bytes -----------------------------------------------------
+
+LLAMA = FIXTURES / "real_models" / "et_llama_cpu.pte"  # a real 1.5.1 export with dynamic shapes: et_view kernels
+
+
+def _et_views(plan: m.ExecutionPlan) -> list[tuple[int, int]]:
+    ops = [f"{op.name}.{op.overload}" if op.overload else op.name for op in plan.operators or ()]
+    return [(ins.args[0], ins.args[-1]) for chain in plan.chains or () for ins in chain.instructions or ()
+            if isinstance(ins, m.KernelCall) and ops[ins.op_index] in kernel_effects.ET_VIEW]
+
+
+def test_an_et_view_s_out_shares_its_input_s_storage_group() -> None:
+    """The runtime's et_view points the out at self's data (set_tensor_data), writing nothing: one storage."""
+    plan = _plan(LLAMA)
+    views = _et_views(plan)
+    assert len(views) >= 10
+    groups = storage_groups(effects.MethodEffects(plan), [1])[1]
+    group_of = {member: k for k, g in enumerate(groups) for member in g.members}
+    assert all(group_of[source] == group_of[out] for source, out in views if source in group_of)
+
+
+def _host_rewrite(tmp_path: Path) -> tuple[Path, RewritePlan]:
+    out = tmp_path / "host.pte"
+    result = rewrite_module.rewrite_file(LLAMA, out, options=RewriteOptions(host_placement=True), durable=False)
+    return out, result.plan
+
+
+def test_a_re_layout_around_et_views_is_proven_and_runs_bit_identically_in_the_real_runtime(tmp_path: Path) -> None:
+    """Host placement lays the CPU buffer out again (the layout's model, on a real export); the byte replay
+    proves it, and the real 1.5.1 runtime computes the same bits over four calls (the KV cache carries over)."""
+    out, plan = _host_rewrite(tmp_path)
+    buffers = [g for edit in plan.methods for g in edit.buffers]
+    assert any(g.relaid for g in buffers) and not any(g.kept_offsets for g in buffers)
+    calls = torch.load(LLAMA.with_suffix(".inputs.pt"))["forward"]
+    before = run_calls_with_executorch(LLAMA, "forward", calls)
+    after = run_calls_with_executorch(out, "forward", calls)
+    assert compare_runs("forward", before, after) == []
+
+
+def test_a_model_that_reads_et_view_as_a_write_fails_the_replay_and_keeps_the_offsets(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model before the fix (an et_view's out its own storage, the input's lifetime ending at its last direct
+    read) separates them; the replay, which binds the out to the input's bytes, catches it, and the rewrite keeps
+    the input's offsets."""
+    monkeypatch.setattr(effects, "kernel_alias", lambda name, args: None)
+    _, plan = _host_rewrite(tmp_path)
+    buffers = [g for edit in plan.methods for g in edit.buffers]
+    assert not any(g.relaid for g in buffers)
+    assert any(g.kept_offsets.startswith("the byte replay found a read it changes (method 0 ('forward'): chain 0 ")
+               for g in buffers)

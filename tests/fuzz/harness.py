@@ -265,7 +265,7 @@ TEMPLATES = (
     Template("run", ("run", "{pte}")),
     Template("run", ("run", "--simulate-devices", "{pte}")),
     Template("run", ("run", "--simulate-devices", "--ptd", "{ptd}", "{pte}"), kind="ptd"),
-    Template("validate", ("validate", "{orig}", "{pte}"), exits=(0, 1, 2)),
+    Template("validate", ("validate", "{orig}", "{pte}"), exits=(0, 1, 2, 3)),
     # check: 3 when an external constant's .ptd is missing (unknown, never clean)
     Template("check", ("check", "{pte}"), exits=(0, 1, 2, 3)),
     Template("check", ("check", "--json", "{pte}", "{orig}"), exits=(0, 1, 2, 3), multi_file=True),
