@@ -25,7 +25,7 @@ from .devices import DeviceMap, parse_target_device
 from pte_devconst.program.dtypes import dim_order_strides, dtype_name, torch_dtype
 from .kernels import Kernel, resolve_kernel
 from .memory import CallerMemory, CallerRole, MethodMemory, ProgramData, check_fits, typed_view, zeros
-from .transcript import DelegateCallRecord, TranscriptRecorder
+from .transcript import DelegateCallRecord, TranscriptRecorder, inputs_as_called
 from .values import FREED, NOT_BOUND, ListKind, ListRef, RunnerError, RuntimeValues
 
 MAX_INSTRUCTIONS = 10_000_000
@@ -357,13 +357,16 @@ class LoadedMethod:
         site = self.call_sites.get((chain, pc))
         context = DelegateContext(delegate.backend_id, delegate.target_device, self.devices, self.ledger, where,
                                   site.n_inputs if site is not None else None, call.delegate_index, values=self.rv)
+        # an opaque stand-in digests its inputs itself (context.input_digests), before writing anything
+        recorded = self.transcript is not None and not delegate.opaque
+        as_called = inputs_as_called(args, context.n_inputs) if recorded else {}
         with _executor_errors(delegate.backend_id, "execute", where):
             delegate.executor.execute(delegate.handle, args, context)
         if site is not None:
             self.derivation.delegate(self.rv, site.inputs, site.outputs)
         if self.transcript is not None:
             self.transcript.record(chain, pc, call.delegate_index, delegate.backend_id, delegate.opaque, args,
-                                   self.h2d_source, context.input_digests, self.rv.constant_derived)
+                                   self.h2d_source, {**as_called, **context.input_digests}, self.rv.constant_derived)
 
 
 @contextlib.contextmanager

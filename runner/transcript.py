@@ -6,10 +6,11 @@ DelegateCall, in order of execution: the chain and instruction, the delegate
 index and backend, and for each argument its value index, kind, dtype, shape,
 residence (where its memory is), the digest of its bytes (``digest.py``), and,
 when an ``_h2d_copy`` filled it earlier in the same call, the value it was
-copied from.  Digests are taken after the delegate returns: inputs are unchanged
-by then and outputs hold the results.  (Before the call an output holds whatever
-its planned region held last; a rewrite legitimately changes that, because the
-removed copies no longer write there.)  They are fetched from the device once the
+copied from.  An input's digest is taken as the call starts (``inputs_as_called``:
+an output planned over an input's bytes, an in-place delegate, overwrites them), an
+output's after the delegate returns, when it holds the results.  (Before the call an
+output holds whatever its planned region held last; a rewrite legitimately changes
+that, because the removed copies no longer write there.)  They are fetched from the device once the
 method call is over.  Each tensor argument also carries its constant-derived flag
 (``derivation.py``): whether its bytes came from the program's constants alone.
 
@@ -76,6 +77,22 @@ class DelegateCallRecord:
     backend_id: str
     opaque: bool
     args: tuple[ArgRecord, ...]
+
+
+def inputs_as_called(args: Sequence[DelegateArg], n_inputs: Optional[int]) -> dict[int, torch.Tensor]:
+    """Digests of a delegate call's inputs (its first ``n_inputs`` arguments; none when the split is unknown) as
+    the call starts, leaving out a value the call also passes as an output (module docstring)."""
+    if n_inputs is None:
+        return {}
+    written = {arg.index for arg in args[n_inputs:]}
+    found: dict[int, torch.Tensor] = {}
+    for arg in args[:n_inputs]:
+        if arg.index in written:
+            continue
+        digest = tensor_digest(arg.value) if isinstance(arg.value, torch.Tensor) else list_digest(arg.value)
+        if digest is not None:
+            found[arg.index] = digest
+    return found
 
 
 class TranscriptRecorder:

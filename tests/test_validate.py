@@ -397,3 +397,26 @@ def test_expected_outputs_that_only_stand_ins_would_meet_are_an_error(tmp_path: 
     done = invoke("validate", pte_path(name), out, "--simulate-devices", "--opaque-delegates", "--inputs",
                   CORPUS / f"{name}.inputs.pt", "--expected", CORPUS / f"{name}.expected.pt", "--format", "json")
     assert done.exit_code == 2 and not done.stdout and f"{name}.expected.pt: no output was compared" in done.stderr
+
+
+def test_a_delegate_writing_its_output_over_an_input_is_compared_on_what_it_was_given(tmp_path: Path) -> None:
+    """An in-place delegate call: the forged program plans delegate 1's output (value 127) on the bytes of its
+    weight's device copy (value 122), which the call then overwrites.  The rewrite's re-layout gives the two bytes
+    of their own; the boundary check compares what each call was given (its inputs as it starts), not what the
+    original's call left in its input (a false failure the fuzzer found)."""
+    from forge import edit_plans, edit_program, with_value
+    from pte_devconst.schema import model as m
+
+    def output_over_weight(plan: m.ExecutionPlan) -> m.ExecutionPlan:
+        weight, output = plan.values[122], plan.values[127]
+        assert isinstance(weight, m.Tensor) and isinstance(output, m.Tensor) and weight.allocation_info
+        return with_value(plan, 127, m.replace(output, allocation_info=weight.allocation_info))
+
+    source = Path(__file__).parent / "fixtures" / "real_models" / "vit_mm_copy.pte"
+    forged = edit_program(source, tmp_path / "in_place.pte", lambda program: edit_plans(program, output_over_weight))
+    rewrite_file(forged, tmp_path / "out.pte", durable=False)
+    with open_pte(tmp_path / "out.pte") as out:  # laid out again, the two live values no longer share bytes
+        values = out.program.execution_plan[0].values
+        assert values[127].allocation_info != values[122].allocation_info  # type: ignore[union-attr]
+    outcome = validate(forged, tmp_path / "out.pte", simulate_devices=True, calls=2)
+    assert outcome.passed, outcome.to_json()
