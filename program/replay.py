@@ -40,7 +40,9 @@ it.  A folded value stands for the input's definition it replaces (``stands_for`
 
 Cost: each storage is an interval map (sorted segment starts), so a read or write is O(log n + pieces); merges
 at jumps cost the writes since the jump.  Every step is charged to a budget proportional to the two programs'
-size times the calls; a program that exceeds it is refused (``UnsupportedProgramError``).
+size times the calls, and so is every definition in a set of them (``SET_WORK``: a delegate called again and
+again on one input grows its set by one per call, and the recorded reads keep the sets alive); a program that
+exceeds it is refused (``UnsupportedProgramError``).
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ CALLS = 3  # calls replayed when a method has jumps: the first (a prologue runs)
 STEADY_CALLS = 2  # without jumps every call runs the same instructions: from the second on, each reads the same
 LOOP_LIMIT = 32  # iterations of one loop in one call before the proof gives up
 WORK_PER_ITEM = 512  # budget: steps per value, instruction and argument, per call and program
+# budget: steps per definition in a set of them (the recorded reads keep sets alive: this bounds their memory too)
+SET_WORK = 16
 
 # A definition is one int: kind | constant << 3 | origin call << 4 | write call << 10 | ident << 16
 # | length << 56 | start << 120.  ``ident`` is a value index (load, input) or a program position (write);
@@ -436,7 +440,7 @@ class _Replay:
         grew = False
         for key, start, end, old in pieces:
             now = self._read(key, start, end)
-            merged = [(s, e, old if replace else _union(value, old)) for s, e, value in now]
+            merged = [(s, e, old if replace else self._union(value, old)) for s, e, value in now]
             grew = grew or any(value != old for _, _, value in merged)
             if merged != now:
                 self._set(key, merged)
@@ -447,7 +451,7 @@ class _Replay:
             else:
                 base = self._default_slot(index)
                 mine, other = current or base, before or base
-                new = (mine[0], _union(mine[1], other[1]))
+                new = (mine[0], self._union(mine[1], other[1]))
                 grew = grew or new != (before or base)
             if new != current:
                 if new is None:
@@ -552,6 +556,14 @@ class _Replay:
 
     # --- writing -----------------------------------------------------------------------------------------------
 
+    def _union(self, a: Bytes, b: Bytes) -> Bytes:
+        """Either definition; a set is charged to the budget by its size (weak writes repeated many times grow
+        it: a delegate called again and again on one input)."""
+        both = _union(a, b)
+        if isinstance(both, frozenset):
+            self.budget.spend(SET_WORK * len(both))
+        return both
+
     def _write(self, index: int, kind: int, ident: int, weak: bool = False, constant: bool = False) -> None:
         """Value ``index`` (a list: its items) is written by ``(kind, ident)`` in this call."""
         items = self.p.items[index] if 0 <= index < len(self.p.items) else ()
@@ -562,7 +574,7 @@ class _Replay:
         is_tensor, held = self._slot(index)
         if not is_tensor:
             d = _define(kind, ident, self.now, self.now, 0, 0, constant)
-            self._set_slot(index, (False, _union(held, d) if weak else d))
+            self._set_slot(index, (False, self._union(held, d) if weak else d))
             return
         identities = list(_defs(held))
         weak = weak or len(identities) > 1
@@ -573,7 +585,7 @@ class _Replay:
             key, start, end = where
             d = _define(kind, ident, self.now, self.now, start, end - start, constant)
             if weak:
-                self._set(key, [(s, e, _union(value, d)) for s, e, value in self._read(key, start, end)])
+                self._set(key, [(s, e, self._union(value, d)) for s, e, value in self._read(key, start, end)])
             else:
                 self._set(key, [(start, end, d)])
 

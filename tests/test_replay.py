@@ -16,6 +16,8 @@
 from __future__ import annotations
 
 import functools
+import subprocess
+import sys
 import time
 import tracemalloc
 from pathlib import Path
@@ -457,3 +459,43 @@ def test_a_model_that_reads_et_view_as_a_write_fails_the_replay_and_keeps_the_of
     assert not any(g.relaid for g in buffers)
     assert any(g.kept_offsets.startswith("the byte replay found a read it changes (method 0 ('forward'): chain 0 ")
                for g in buffers)
+
+
+def test_a_delegate_called_thousands_of_times_on_one_input_is_refused_within_bounds(tmp_path: Path) -> None:
+    """Each call of a delegate may write its variable inputs, so their bytes may hold any of the calls' writes:
+    a set that grows by one per call.  5,000 copies of one call made that quadratic (3.4 GB and 33 s on a 294 KB
+    file, the fuzzer's case); each definition in a set is charged to the budget, so the proof refuses it fast."""
+    source = FIXTURES / "real_models" / "et_llama_static_mm_legacy.pte"
+
+    def repeated(plan: m.ExecutionPlan) -> m.ExecutionPlan:
+        chain = plan.chains[0]
+        body = list(chain.instructions)
+        assert isinstance(body[164], m.DelegateCall)
+        body[164:164] = [body[164]] * 5000
+        return m.replace(plan, chains=(m.replace(chain, instructions=tuple(body)), *plan.chains[1:]))
+
+    forged = edit_program(source, tmp_path / "repeated.pte", lambda program: edit_plans(program, repeated))
+    child = subprocess.run([sys.executable, "-c", _REFUSED_IN_A_CHILD, str(forged), str(tmp_path / "out.pte")],
+                           capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, child.stderr
+    seconds, peak_mib, error = child.stdout.split(" ", 2)
+    assert "the memory proof needed more than" in error
+    assert float(seconds) < 15 and int(peak_mib) < 1024, (seconds, peak_mib)
+    assert not (tmp_path / "out.pte").exists()
+
+
+_REFUSED_IN_A_CHILD = """
+import resource, sys, time
+from pathlib import Path
+from pte_devconst.rewriter.plan import RewriteOptions
+from pte_devconst.rewriter.rewrite import rewrite_file
+from pte_devconst.util.errors import UnsupportedProgramError
+start = time.process_time()
+try:
+    rewrite_file(Path(sys.argv[1]), Path(sys.argv[2]), options=RewriteOptions(host_placement=True), durable=False)
+    error = "not refused"
+except UnsupportedProgramError as refused:
+    error = str(refused)
+seconds = time.process_time() - start
+print(f"{seconds:.2f} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10} {error}")
+"""
