@@ -36,17 +36,17 @@ arities) in the examples and the corpus.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 from pte_devconst.schema import model as m
+from pte_devconst.util.record import record
 
 from .kernel_effects import instruction_effects, list_items
 from .regions import Region, planned_region
 
 
 
-@dataclass(frozen=True)
+@record
 class DelegateCallSite:
     """One DelegateCall of a method, with its arguments split into inputs and outputs."""
 

@@ -46,11 +46,11 @@ from __future__ import annotations
 import bisect
 from array import array
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import Iterator, Mapping, NamedTuple, Optional, Sequence, Union, overload
 
 from pte_devconst.schema import model as m
 from pte_devconst.util.errors import UnsupportedProgramError
+from pte_devconst.util.record import record
 
 from .dataflow import delegate_call_sites
 from .kernel_effects import copy_slots, is_device_copy, kernel_writes, list_items, updated_in_place, updates_in_place
@@ -198,7 +198,7 @@ class _Log:
         self.on = False
 
 
-@dataclass(frozen=True)
+@record
 class Mismatch:
     """Where the rewrite reads something other than the input: the first such read."""
 

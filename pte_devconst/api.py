@@ -27,7 +27,7 @@ imports torch except ``run`` and ``validate`` (and ``rewrite`` with ``fold=True`
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, Mapping, Optional, Sequence, Union
 
@@ -52,6 +52,7 @@ from pte_devconst.schema.model import Device
 from pte_devconst.schema.pte_file import ProgramBytes, PteFile, open_pte
 from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.util.jsonable import to_jsonable
+from pte_devconst.util.record import record
 
 if TYPE_CHECKING:  # only for annotations: the writer and the runner (torch) load when called
     from pte_devconst.rewriter.rewrite import RewriteResult
@@ -167,7 +168,7 @@ def analyze(pte: ProgramLike, ptd: Optional[PathLike] = None, *, etrecord: Optio
         return summarize(source, analyze_opened(source, data), names)
 
 
-@dataclass(frozen=True)
+@record
 class InspectReport:
     """What ``inspect`` shows of one program: its summary, the data used, and what the runtime would make of it."""
 

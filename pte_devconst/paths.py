@@ -16,11 +16,11 @@ original's ``NAME.ptd``.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 from pte_devconst.util.globs import match_parts, matches_glob
+from pte_devconst.util.record import record
 
 PathLike = Union[str, "os.PathLike[str]"]
 GLOB_CHARS = frozenset("*?[")
@@ -199,7 +199,7 @@ def distinct_pairs(items: Sequence[Union[Path, str]], pairs: dict[Path, Path]
     return kept, left_out
 
 
-@dataclass(frozen=True)
+@record
 class DataArgument:
     """One ``--ptd`` argument: ``DATA.ptd``, or ``PROGRAM.pte=DATA.ptd`` to pair it with a program explicitly."""
 
@@ -248,7 +248,7 @@ def pair_data(programs: Sequence[Path], given: Sequence[DataArgument]) -> tuple[
     return pairs, problems
 
 
-@dataclass(frozen=True)
+@record
 class Programs:
     """The programs a command line names, in argument order, each with its .ptd: the one way every command
     expands its arguments and pairs data (``programs``)."""
