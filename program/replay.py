@@ -46,7 +46,7 @@ from __future__ import annotations
 import bisect
 from array import array
 from collections import defaultdict
-from typing import Iterator, Mapping, NamedTuple, Optional, Sequence, Union, overload
+from typing import Iterator, Mapping, Optional, Sequence, Union, overload
 
 from pte_devconst.schema import model as m
 from pte_devconst.util.errors import UnsupportedProgramError
@@ -210,7 +210,8 @@ class Mismatch:
         return f"{self.where}, call {self.call}: {self.detail}"
 
 
-class Origin(NamedTuple):
+@record
+class Origin:
     """What a value of the rewrite stands for: the input's load-time data of ``value``, or the write of the input's
     instruction ``step`` (chain, instruction) in the same call.  ``constant``: its bytes are constant data (no
     delegate writes them); False for a 1.6 constant re-encoded for 1.5, whose bytes the input held as initial

@@ -20,8 +20,15 @@ A record may inherit methods from a plain class that declares ``__slots__ = ()``
 (the generated model records pick up their helpers that way, see
 ``model_methods.py``); a base without ``__slots__`` is refused, since it would
 give every record a ``__dict__``.
-Only ``__init__``
-is generated from source, because it runs once per object and must be as fast
+
+The package's rule (docs/design.md, "Records and working state"; tests/test_structure.py holds it): a value
+built once and then only read is a ``@record``; an object built up and then read (an accumulator, a cursor, a
+checker reusing buffers) is working state, a plain class with ``__slots__`` and an explicit ``__init__``;
+no ``@dataclass`` and no ``NamedTuple``.  A hash or an equality here is a Python call, not a tuple's C one, so
+a loop over every instruction keys its sets and dicts on the plain tuple of a record's fields instead
+(``program/regions.py: region_key``).
+
+Only ``__init__`` is generated from source, because it runs once per object and must be as fast
 as the dataclass one; the other methods are shared closures over one
 ``operator.attrgetter`` that reads all fields at C speed.
 """
