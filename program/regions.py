@@ -33,9 +33,6 @@ class Region:
     def overlaps(self, other: "Region") -> bool:
         return self.memory_id == other.memory_id and self.start < other.end and other.start < self.end
 
-    def covers(self, other: "Region") -> bool:
-        return self.memory_id == other.memory_id and self.start <= other.start and other.end <= self.end
-
 
 def value_nbytes(value: m.EValue) -> int:
     """The bytes of a tensor's data (its upper bound for a dynamic shape); 0 for anything else, and for a scalar

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 from pte_devconst.util.globs import match_parts, matches_glob
 from pte_devconst.util.record import record
+
+if TYPE_CHECKING:
+    from pte_devconst.schema.pte_file import ProgramBytes
 
 PathLike = Union[str, "os.PathLike[str]"]
 GLOB_CHARS = frozenset("*?[")
@@ -55,12 +58,15 @@ def sibling_ptd(pte: PathLike) -> Optional[Path]:
     return None
 
 
-def data_for(pte: PathLike, ptd: Optional[PathLike] = None) -> Optional[Path]:
-    """The .ptd a program goes with: ``ptd`` when given, else its sibling (None when there is none)."""
-    return Path(ptd) if ptd is not None else sibling_ptd(pte)
+def data_for(pte: Union[PathLike, ProgramBytes], ptd: Optional[PathLike] = None) -> Optional[Path]:
+    """The .ptd a program goes with: ``ptd`` when given, else its sibling (None when there is none, and for a
+    program in memory, which has no sibling)."""
+    if ptd is not None:
+        return Path(ptd)
+    return sibling_ptd(pte) if isinstance(pte, (str, os.PathLike)) else None
 
 
-def rewrite_data_for(rewritten: PathLike, original_data: Optional[Path],
+def rewrite_data_for(rewritten: Union[PathLike, ProgramBytes], original_data: Optional[Path],
                      ptd: Optional[PathLike] = None) -> Optional[Path]:
     """A rewrite's .ptd: ``ptd`` when given, else its own sibling, else the original's data (a rewrite keeps
     external bytes in the original's .ptd, so ``validate a.pte out/b.pte`` needs no second ``--ptd``)."""

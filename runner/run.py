@@ -27,8 +27,6 @@ from .method import LoadedProgram
 from .profiling import ProfiledCopies, profile_call
 from .transcript import DelegateCallRecord
 
-CallInputs = Sequence[Any]
-
 
 @record
 class OutputSummary:
@@ -95,11 +93,6 @@ class RunResult:
     names: Optional[dict[str, Any]] = None
     delegates: tuple[DelegateRun, ...] = ()  # how each delegate ran: the ExecuTorch runtime, an executor, a stand-in
     caller_memory: tuple[CallerMemory, ...] = ()  # unplanned tensors bound to memory the caller provides
-
-    @property
-    def per_call_h2d_bytes(self) -> int:
-        """Host-to-device bytes of one steady-state call (the last one)."""
-        return self.calls[-1].copies.h2d.nbytes if self.calls else 0
 
     @property
     def opaque_backends(self) -> list[str]:
