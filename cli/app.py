@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional, Sequence, TypeVar, Union
 
@@ -23,6 +22,7 @@ from pte_devconst import __version__
 from pte_devconst.util.env import env_flag
 from pte_devconst.util.errors import PteDevconstError, ReportedError
 from pte_devconst.util.exit_code import ExitCode
+from pte_devconst.util.record import record
 
 DEBUG_ENV = "PTE_DEVCONST_DEBUG"  # set (not 0, false, no, off): as --debug
 
@@ -66,7 +66,7 @@ def _click_exception(name: str) -> type[Exception]:
 UsageError, ClickException = _click_exception("UsageError"), _click_exception("ClickException")
 
 
-@dataclass(frozen=True)
+@record
 class GlobalOptions:
     """``--debug``, ``--quiet`` and ``--verbose``: set once by the root callback, carried in typer's context."""
 

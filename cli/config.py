@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
@@ -23,6 +23,7 @@ import typer
 
 from pte_devconst.cli.formats import Format
 from pte_devconst.util.errors import PteDevconstError
+from pte_devconst.util.record import record
 
 if TYPE_CHECKING:
     from pte_devconst.rewriter.gate import Acceptance
@@ -55,7 +56,7 @@ RuntimeOption = Annotated[Optional[str], typer.Option(
 ACCEPT_KEYS = {"program": str, "method": str, "constant": str, "value": int, "reason": str}
 
 
-@dataclass(frozen=True)
+@record
 class Config:
     """The settings a configuration file gives (None: not set there; the command's default applies)."""
 

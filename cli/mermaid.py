@@ -12,7 +12,7 @@ with quotes, brackets or backticks can neither break the diagram nor end the cod
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from pte_devconst.util.units import human_bytes, listing, plural
@@ -41,16 +41,20 @@ def mermaid_text(text: object) -> str:
     return _LINKS.sub(lambda match: "#58;//" if match.group() == "://" else match.group()[:3] + "#46;", escaped)
 
 
-@dataclass
 class _Group:
-    route: str
-    device: str
-    resident: Optional[bool]
-    names: list[str] = field(default_factory=list)
-    delegates: list[str] = field(default_factory=list)
-    copies: int = 0
-    nbytes: int = 0
-    bytes_per_call: int = 0
+    """The flows of one route, device and residence, summed as they are added (working state, util/record.py)."""
+
+    __slots__ = ("route", "device", "resident", "names", "delegates", "copies", "nbytes", "bytes_per_call")
+
+    def __init__(self, route: str, device: str, resident: Optional[bool]) -> None:
+        self.route = route
+        self.device = device
+        self.resident = resident
+        self.names: list[str] = []
+        self.delegates: list[str] = []
+        self.copies = 0
+        self.nbytes = 0
+        self.bytes_per_call = 0
 
     def add(self, flow: "Flow") -> None:
         for name in flow.sources:

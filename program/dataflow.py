@@ -36,17 +36,17 @@ arities) in the examples and the corpus.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 from pte_devconst.schema import model as m
+from pte_devconst.util.record import record
 
 from .kernel_effects import instruction_effects, list_items
-from .regions import Region, planned_region
+from .regions import RegionKey, region_key
 
 
 
-@dataclass(frozen=True)
+@record
 class DelegateCallSite:
     """One DelegateCall of a method, with its arguments split into inputs and outputs."""
 
@@ -74,13 +74,13 @@ class _PendingFlow:
         self.ops = [op.qualified_name for op in plan.operators or ()]
         self.method_inputs = frozenset(plan.inputs or ())
         self.mentioned: set[int] = set()
-        self.pending: dict[Region, int] = {}  # region -> the value whose unread data it holds
-        self.state: set[Region] = set()  # initial-data tensors: their regions live for the whole method
+        self.pending: dict[RegionKey, int] = {}  # region -> the value whose unread data it holds
+        self.state: set[RegionKey] = set()  # initial-data tensors: their regions live for the whole method
         for index in self.method_inputs:
-            if 0 <= index < len(self.values) and (region := planned_region(self.values[index])) is not None:
+            if 0 <= index < len(self.values) and (region := region_key(self.values[index])) is not None:
                 self.pending[region] = index
         for value in self.values:
-            if isinstance(value, m.Tensor) and value.has_initial_data and (region := planned_region(value)) is not None:
+            if isinstance(value, m.Tensor) and value.has_initial_data and (region := region_key(value)) is not None:
                 self.state.add(region)
 
     def _value(self, index: int) -> m.EValue:
@@ -96,14 +96,14 @@ class _PendingFlow:
     def read(self, indices: tuple[int, ...]) -> None:
         for index in self._expand(indices):
             self.mentioned.add(index)
-            region = planned_region(self._value(index))
+            region = region_key(self._value(index))
             if region is not None:  # its data has been read, through this value or a view of it
                 self.pending.pop(region, None)
 
     def write(self, indices: tuple[int, ...]) -> None:
         for index in self._expand(indices):
             self.mentioned.add(index)
-            region = planned_region(self._value(index))
+            region = region_key(self._value(index))
             if region is not None:
                 self.pending[region] = index
 
@@ -116,7 +116,7 @@ class _PendingFlow:
             return True
         if not isinstance(value, m.Tensor) or value.is_constant or value.has_initial_data:
             return False
-        region = planned_region(value)
+        region = region_key(value)
         if views_count and region is not None and (region in self.state or region in self.pending):
             return False  # a static view of data that is still to be read
         return True

@@ -17,22 +17,25 @@ instructions and arguments of the method.
 
 from __future__ import annotations
 
-from typing import Collection, NamedTuple, Optional, Sequence
+from typing import Collection, Optional, Sequence
 
 from pte_devconst.schema import model as m
+from pte_devconst.util.record import record
 from .dataflow import DelegateCallSite, delegate_call_sites
 from .kernel_effects import instruction_effects, kernel_alias, list_items
-from .regions import Region, planned_region
+from .regions import RegionKey, region_key
 
 
-class Step(NamedTuple):
+@record
+class Step:
     """An instruction's place: chain, then index in the chain (program order is tuple order)."""
 
     chain: int
     instruction: int
 
 
-class Use(NamedTuple):
+@record
+class Use:
     """One use of a value: at ``position`` (program order over all chains), a read or a write."""
 
     position: int
@@ -149,18 +152,18 @@ def outputs_depending_on(plan: m.ExecutionPlan, delegates: Collection[int],
     effects = effects if effects is not None else MethodEffects(plan)
     values = effects.values
     tainted_values: set[int] = set()
-    tainted_regions: set[Region] = set()
+    tainted_regions: set[RegionKey] = set()
     delegate_at = {effects.position((s.chain, s.instruction)): s.delegate_index for s in effects.sites}
 
     def tainted(index: int) -> bool:
-        region = planned_region(values[index]) if 0 <= index < len(values) else None
+        region = region_key(values[index]) if 0 <= index < len(values) else None
         return index in tainted_values or (region is not None and region in tainted_regions)
 
     for position, (read, written) in enumerate(zip(effects.reads, effects.writes)):
         monotone = effects.steps[position].chain in effects.chains_with_jumps
         taint = delegate_at.get(position) in delegates or any(tainted(a) for a in read)
         for target in written:
-            region = planned_region(values[target])
+            region = region_key(values[target])
             if taint:
                 tainted_values.add(target)
                 if region is not None:

@@ -33,13 +33,14 @@ import hashlib
 import json
 import os
 import stat
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import IO, Any, Callable, Optional
 
 from pte_devconst.program.torch_save import TorchSave, TorchSaveError
 from pte_devconst.util.bounded_json import BoundedJSON, JSONBoundError
 from pte_devconst.util.bounded_zip import Seekable, ZipReadError, check_entry, open_zip, read_entry, stored_span
 from pte_devconst.util.errors import PteDevconstError
+from pte_devconst.util.record import record
 
 IDENTIFIER = "ETRECORD_V0"
 EDGE_PREFIX = "edge_dialect_exported_program"
@@ -79,7 +80,7 @@ class ETRecordError(PteDevconstError):
         return ": ".join([self.PREFIX] + [p for p in (self.file, self.where) if p] + [self.what])
 
 
-@dataclass(frozen=True)
+@record
 class RecordedConstant:
     """One constant placeholder of a recorded method, in graph order."""
 
@@ -93,7 +94,7 @@ class RecordedConstant:
         return self.dtype, self.sizes
 
 
-@dataclass(frozen=True)
+@record
 class RecordedValue:
     """One user input or output of a recorded method, in order: its name where a user knows one, dtype and sizes.
 
@@ -105,7 +106,7 @@ class RecordedValue:
     sizes: Optional[tuple[Optional[int], ...]] = None
 
 
-@dataclass(frozen=True)
+@record
 class RecordedMethod:
     name: str
     constants: tuple[RecordedConstant, ...]

@@ -40,7 +40,7 @@ import bisect
 import heapq
 from collections import defaultdict
 from dataclasses import replace
-from typing import Iterable, Mapping, NamedTuple, Optional, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.header import TENSOR_ALIGNMENT, align_up
@@ -54,7 +54,8 @@ from .effects import MethodEffects
 from .memory import Lifetime, StorageGroup, storage_groups
 
 
-class BufferLayout(NamedTuple):
+@record
+class BufferLayout:
     """A new layout of one planned buffer: where each member value starts, and the buffer's size."""
 
     memory_id: int

@@ -24,16 +24,18 @@ no bytes.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable, NamedTuple, Optional
+from typing import Iterable, Optional
 
 from pte_devconst.schema import model as m
+from pte_devconst.util.record import record
 
 from .effects import MethodEffects
 from .prologue import first_call_copies
 from .regions import IntervalMap, Region, planned_region
 
 
-class Lifetime(NamedTuple):
+@record
+class Lifetime:
     """Program positions [first, last] (inclusive); -1 is before the first instruction, ``end`` after the last."""
 
     first: int
@@ -43,7 +45,8 @@ class Lifetime(NamedTuple):
         return self.first <= other.last and other.first <= self.last
 
 
-class StorageGroup(NamedTuple):
+@record
+class StorageGroup:
     """Values that must keep their relative layout (a holder and its static views), and when they live."""
 
     members: tuple[int, ...]

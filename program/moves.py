@@ -10,14 +10,15 @@ constant itself), with ``holder``, the value that holds them in the second.
 
 from __future__ import annotations
 
-from typing import NamedTuple
 
 from pte_devconst.schema import model as m
+from pte_devconst.util.record import record
 
 from .prologue import first_call_copies
 
 
-class MovedValue(NamedTuple):
+@record
+class MovedValue:
     """A value the rewritten method keeps in device memory: a moved constant, or a folded value."""
 
     value: int  # the constant (moved) or the value (folded) in the first version

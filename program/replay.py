@@ -50,11 +50,11 @@ from __future__ import annotations
 import bisect
 from array import array
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import Iterator, Mapping, NamedTuple, Optional, Sequence, Union, overload
+from typing import Iterator, Mapping, Optional, Sequence, Union, overload
 
 from pte_devconst.schema import model as m
 from pte_devconst.util.errors import UnsupportedProgramError
+from pte_devconst.util.record import record
 
 from .dataflow import delegate_call_sites
 from .kernel_effects import (copy_slots, is_device_copy, kernel_alias, kernel_writes, list_items, updated_in_place,
@@ -205,7 +205,7 @@ class _Log:
         self.on = False
 
 
-@dataclass(frozen=True)
+@record
 class Mismatch:
     """Where the rewrite reads something other than the input: the first such read."""
 
@@ -217,7 +217,8 @@ class Mismatch:
         return f"{self.where}, call {self.call}: {self.detail}"
 
 
-class Origin(NamedTuple):
+@record
+class Origin:
     """What a value of the rewrite stands for: the input's load-time data of ``value``, or the write of the input's
     instruction ``step`` (chain, instruction) in the same call.  ``constant``: its bytes are constant data (no
     delegate writes them); False for a 1.6 constant re-encoded for 1.5, whose bytes the input held as initial

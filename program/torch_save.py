@@ -18,10 +18,10 @@ C stack); and counts every object it makes and every item it adds against ``max_
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from typing import Any, Optional
 
 from pte_devconst.util.bounded_zip import Seekable, Window, ZipReadError, open_zip, read_entry, stored_span
+from pte_devconst.util.record import record
 
 MAX_RANK = 64  # a tensor's rank in a record this reader accepts (torch's own limit is 64 too)
 MAX_EXTENT = 1 << 62  # sizes, strides and offsets past this are not a real tensor's
@@ -35,7 +35,7 @@ class TorchSaveError(ValueError):
         self.why, self.entry = why, entry
 
 
-@dataclass(frozen=True)
+@record
 class TensorRecord:
     """One tensor of the pickle: ``_rebuild_tensor_v2``'s storage (its key), offset, sizes and strides."""
 
@@ -54,7 +54,7 @@ class _Opaque:
         self.name = name
 
 
-@dataclass(frozen=True)
+@record
 class _Storage:
     """A persistent id ``("storage", type, key, location, numel)``: the archive's ``data/<key>``."""
 

@@ -33,13 +33,14 @@ holds the total equal to the runner's measured copies on every fixture.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Iterable, Optional, Sequence
 
 from pte_devconst.schema import model as m
 from .dataflow import DelegateCallSite, delegate_call_sites
 from pte_devconst.schema.devices import delegate_target_device
 from pte_devconst.util.named_enum import NamedEnum
+from pte_devconst.util.record import record
 
 from .kernel_effects import copy_slots
 from .prologue import FirstCallPrologue, first_call_prologue
@@ -55,7 +56,7 @@ class TransferKind(NamedEnum):
     HOST_DELEGATE_OUTPUT = "host delegate output"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Transfer:
     """One host-to-device copy that every call makes (on the path it lies on)."""
 

@@ -27,7 +27,7 @@ imports torch except ``run`` and ``validate`` (and ``rewrite`` with ``fold=True`
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, Mapping, Optional, Sequence, Union
 
@@ -52,6 +52,7 @@ from pte_devconst.schema.model import Device
 from pte_devconst.schema.pte_file import ProgramBytes, PteFile, open_pte
 from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.util.jsonable import to_jsonable
+from pte_devconst.util.record import record
 
 if TYPE_CHECKING:  # only for annotations: the writer and the runner (torch) load when called
     from pte_devconst.rewriter.rewrite import RewriteResult
@@ -96,13 +97,6 @@ def _program(program: ProgramLike, role: str = "program") -> "Union[Path, Progra
         return ProgramBytes(bytes(buffer), f"<{type(program).__name__}>")
     raise PteDevconstError(f"{role}: expected a path, the program's bytes, a binary file object or an ExecuTorch "
                            f"program manager (with .buffer), got {type(program).__name__}")
-
-
-def _data_for(pte: Union[Path, ProgramBytes], ptd: Optional[PathLike]) -> Optional[Path]:
-    """The .ptd rule for a file; a program in memory has no sibling: its data is ``ptd`` or none."""
-    if isinstance(pte, Path):
-        return paths.data_for(pte, ptd)
-    return Path(ptd) if ptd is not None else None
 
 
 def _names_source(program: ProgramLike, etrecord: Optional[NamesLike]) -> Optional[NamesLike]:
@@ -162,12 +156,12 @@ def analyze(pte: ProgramLike, ptd: Optional[PathLike] = None, *, etrecord: Optio
     """
     namer = _namer(_names_source(pte, etrecord))
     source_program = _program(pte)
-    with opened(source_program, _data_for(source_program, ptd)) as (source, data):
+    with opened(source_program, paths.data_for(source_program, ptd)) as (source, data):
         names = name_opened(source, namer)
         return summarize(source, analyze_opened(source, data), names)
 
 
-@dataclass(frozen=True)
+@record
 class InspectReport:
     """What ``inspect`` shows of one program: its summary, the data used, and what the runtime would make of it."""
 
@@ -206,7 +200,7 @@ def inspect(pte: ProgramLike, ptd: Optional[PathLike] = None, *, etrecord: Optio
     """
     namer = names if names is not None else _namer(_names_source(pte, etrecord))
     source_program = _program(pte)
-    data_path = (Path(ptd) if ptd is not None else None) if paired else _data_for(source_program, ptd)
+    data_path = (Path(ptd) if ptd is not None else None) if paired else paths.data_for(source_program, ptd)
     with opened(source_program, data_path) as (source, data):
         found = name_opened(source, namer)
         analysis = analyze_opened(source, data)
@@ -310,7 +304,7 @@ def rewrite_request(pte: ProgramLike, output: Optional[PathLike] = None, *, ptd:
         destination = Path(output)
     else:
         destination = paths.default_output(source)
-    data = (Path(ptd) if ptd is not None else None) if paired else _data_for(source, ptd)
+    data = (Path(ptd) if ptd is not None else None) if paired else paths.data_for(source, ptd)
     return RewriteRequest(source, destination, data, options, dry_run, in_place, fsync,
                           VerifyMode.parse(verify), names)
 
@@ -391,7 +385,7 @@ def run(pte: ProgramLike, *, ptd: Optional[PathLike] = None, method: Optional[st
 
         check_destination(outputs, inputs=[("the program", source, "")] if isinstance(source, Path) else [])
     namer = _namer(_names_source(pte, etrecord))  # a bad ETRecord fails before the program runs
-    result = run_program(source, ptd_path=_data_for(source, ptd), method=method, inputs=inputs, calls=calls,
+    result = run_program(source, ptd_path=paths.data_for(source, ptd), method=method, inputs=inputs, calls=calls,
                          simulate_devices=simulate_devices, profile=profile,
                          opaque=OpaquePolicy.ALWAYS if opaque_delegates else OpaquePolicy.NEVER,
                          on_call=(lambda index: progress(index, calls, f"call {index + 1}/{calls}"))
@@ -455,8 +449,8 @@ def validate(original: ProgramLike, rewritten: ProgramLike, *, ptd: Optional[Pat
     if found is not None:
         output_names = {label: found[0].outputs.get(index, ()) for label, index in found[1].items()}
         value_names = {label: found[0].by_plan.get(index, {}) for label, index in found[1].items()}
-    data = _data_for(first, ptd)
-    result = run_validation(first, second, ptd=data, rewritten_ptd=_data_for(second, rewritten_ptd) or data,
+    data = paths.data_for(first, ptd)
+    result = run_validation(first, second, ptd=data, rewritten_ptd=paths.rewrite_data_for(second, data, rewritten_ptd),
                           inputs=inputs, expected=expected, calls=calls, rtol=rtol, atol=atol,
                           simulate_devices=simulate_devices, methods=methods, profile=profile,
                           opaque_delegates=opaque_delegates, progress=progress, output_names=output_names,

@@ -16,11 +16,14 @@ original's ``NAME.ptd``.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 from pte_devconst.util.globs import match_parts, matches_glob
+from pte_devconst.util.record import record
+
+if TYPE_CHECKING:
+    from pte_devconst.schema.pte_file import ProgramBytes
 
 PathLike = Union[str, "os.PathLike[str]"]
 GLOB_CHARS = frozenset("*?[")
@@ -55,12 +58,15 @@ def sibling_ptd(pte: PathLike) -> Optional[Path]:
     return None
 
 
-def data_for(pte: PathLike, ptd: Optional[PathLike] = None) -> Optional[Path]:
-    """The .ptd a program goes with: ``ptd`` when given, else its sibling (None when there is none)."""
-    return Path(ptd) if ptd is not None else sibling_ptd(pte)
+def data_for(pte: Union[PathLike, ProgramBytes], ptd: Optional[PathLike] = None) -> Optional[Path]:
+    """The .ptd a program goes with: ``ptd`` when given, else its sibling (None when there is none, and for a
+    program in memory, which has no sibling)."""
+    if ptd is not None:
+        return Path(ptd)
+    return sibling_ptd(pte) if isinstance(pte, (str, os.PathLike)) else None
 
 
-def rewrite_data_for(rewritten: PathLike, original_data: Optional[Path],
+def rewrite_data_for(rewritten: Union[PathLike, ProgramBytes], original_data: Optional[Path],
                      ptd: Optional[PathLike] = None) -> Optional[Path]:
     """A rewrite's .ptd: ``ptd`` when given, else its own sibling, else the original's data (a rewrite keeps
     external bytes in the original's .ptd, so ``validate a.pte out/b.pte`` needs no second ``--ptd``)."""
@@ -199,7 +205,7 @@ def distinct_pairs(items: Sequence[Union[Path, str]], pairs: dict[Path, Path]
     return kept, left_out
 
 
-@dataclass(frozen=True)
+@record
 class DataArgument:
     """One ``--ptd`` argument: ``DATA.ptd``, or ``PROGRAM.pte=DATA.ptd`` to pair it with a program explicitly."""
 
@@ -248,7 +254,7 @@ def pair_data(programs: Sequence[Path], given: Sequence[DataArgument]) -> tuple[
     return pairs, problems
 
 
-@dataclass(frozen=True)
+@record
 class Programs:
     """The programs a command line names, in argument order, each with its .ptd: the one way every command
     expands its arguments and pairs data (``programs``)."""

@@ -115,15 +115,19 @@ class CopyMemory:
         self.regions = list(regions) if regions is not None else value_regions(values)
         uses = self.effects.uses()
         spend(len(values) + self.effects.work)
-        by_region: dict[Region, list[Key]] = defaultdict(list)
+        # keyed by plain (memory_id, start, end): a tuple hashes in C, a Region (a record) in a Python call
+        by_region: dict[tuple[int, int, int], list[Key]] = defaultdict(list)
         for index, region in enumerate(self.regions):
             if region is not None:
-                by_region[region].extend((u.position, u.writes, region.start, region.end, index) for u in uses[index])
-        self.groups: dict[Region, _RegionUses] = {}
+                start, end = region.start, region.end
+                by_region[(region.memory_id, start, end)].extend((u.position, u.writes, start, end, index)
+                                                                 for u in uses[index])
+        self.groups: dict[tuple[int, int, int], _RegionUses] = {}
         per_buffer: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
-        for number, (region, keys) in enumerate(by_region.items()):
-            self.groups[region] = _RegionUses(keys, lambda v: _static(values[v]))
-            per_buffer[region.memory_id].append((region.start, region.end, number))
+        for number, (bounds, keys) in enumerate(by_region.items()):
+            self.groups[bounds] = _RegionUses(keys, lambda v: _static(values[v]))
+            memory_id, start, end = bounds
+            per_buffer[memory_id].append((start, end, number))
         self._group_list = list(self.groups.items())
         self.index = {memory_id: IntervalIndex(items) for memory_id, items in per_buffer.items()}
         outputs: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
@@ -184,7 +188,7 @@ class CopyMemory:
         region = self.regions[dst]
         if region is None:
             return None
-        memory_id, start, end = region
+        memory_id, start, end = region.memory_id, region.start, region.end
         overlapping = [self._group_list[number] for number in self.index[memory_id].overlapping(start, end)]
         self.spend(1 + len(overlapping))
         for _, group in overlapping:
@@ -219,7 +223,7 @@ class CopyMemory:
         region = self.regions[dst]
         if region is None:
             return None
-        memory_id, start, end = region
+        memory_id, start, end = region.memory_id, region.start, region.end
         where = f"shares memory with its device copy (value {dst}, buffer {memory_id} [{start}, {end}))"
         overlapping = [self._group_list[number] for number in self.index[memory_id].overlapping(start, end)]
         self.spend(1 + len(overlapping))
@@ -238,8 +242,8 @@ class CopyMemory:
                     f"value {found[1]} {where} and is used at instruction {step.instruction}, while it holds the copy")
         # After the last reader: the first static write that covers D ends what can see the copy's bytes.
         covering = _NEVER
-        for group_region, group in overlapping:
-            if group_region.start <= start and end <= group_region.end:
+        for (_, group_start, group_end), group in overlapping:
+            if group_start <= start and end <= group_end:
                 key = group.first_static_write_after(last_at)
                 if key is not None and key < covering:
                     covering = key

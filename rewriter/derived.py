@@ -33,7 +33,7 @@ from typing import Iterable, Optional, Sequence
 from pte_devconst.schema import model as m
 from pte_devconst.program.dataflow import DelegateCallSite, delegate_call_sites
 from pte_devconst.program.effects import MethodEffects
-from pte_devconst.program.regions import Region, planned_region
+from pte_devconst.program.regions import RegionKey, region_key
 from pte_devconst.util.record import record
 from pte_devconst.program.kernel_effects import copy_slots, kernel_reads, kernel_results, kernel_writes, list_items
 from pte_devconst.schema.devices import delegate_target_device
@@ -136,17 +136,17 @@ class _OriginFlow:
         self.inputs = frozenset(plan.inputs or ())
         self.written = written
         self.origin: dict[int, Optional[_Origin]] = {}
-        self.regions: dict[Region, Optional[_Origin]] = {}
+        self.regions: dict[RegionKey, Optional[_Origin]] = {}
         self.monotone = False  # in a chain with jumps a value, once not constant-derived, stays so
-        self._region_of: dict[int, Optional[Region]] = {}  # memo: one size computation per value
+        self._region_of: dict[int, Optional[RegionKey]] = {}  # memo: one size computation per value
         self._items_of: dict[int, tuple[int, ...]] = {}
 
     def value(self, index: int) -> m.EValue:
         return self.values[index] if 0 <= index < len(self.values) else None
 
-    def region_of(self, index: int) -> Optional[Region]:
+    def region_of(self, index: int) -> Optional[RegionKey]:
         if index not in self._region_of:
-            self._region_of[index] = planned_region(self.value(index))
+            self._region_of[index] = region_key(self.value(index))
         return self._region_of[index]
 
     def items_of(self, index: int) -> tuple[int, ...]:

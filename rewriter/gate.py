@@ -16,7 +16,7 @@ with ``error`` set.  Where to add a check to the gate: ``check_program`` (what a
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -25,6 +25,7 @@ from pte_devconst.program.labels import value_name
 from pte_devconst.schema.pte_file import ProgramBytes
 from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.util.exit_code import ExitCode, worst_exit
+from pte_devconst.util.record import record
 from pte_devconst.util.units import plural
 from pte_devconst.util.globs import matches_glob
 from pte_devconst.util.named_enum import NamedEnum
@@ -45,7 +46,7 @@ __all__ = ["Acceptance", "CheckReport", "CheckRequest", "CheckStatus", "CheckTar
            "check_programs", "device_memory_json", "findings_json"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Finding:
     """A constant-derived value copied host-to-device on every call.
 
@@ -70,7 +71,7 @@ class Finding:
         return self.nbytes * self.copies_per_call
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Acceptance:
     """A finding a project accepts, with its reason (``[[tool.pte-devconst.accept]]``): ``check`` reports it as
     accepted instead of failing on it.
@@ -115,7 +116,7 @@ class CheckStatus(NamedEnum):
                 ExitCode.UNKNOWN: cls.UNKNOWN}.get(code, cls.OK)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class FileCheck:
     """One file's result: its findings, the constants it could not judge, or the error that kept it from being read."""
 
@@ -191,7 +192,7 @@ class FileCheck:
         return sum(f.bytes_per_call for f in self.stays)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CheckReport:
     files: tuple[FileCheck, ...]
     min_bytes: int
@@ -373,7 +374,7 @@ def findings_json(findings: tuple[Finding, ...], covers: Optional[str] = None, r
 # --------------------------------------------------------------------------------------------- the rules
 
 
-@dataclass(frozen=True)
+@record
 class CheckTarget:
     """One program to judge, with its data (decided by the API's .ptd rule) and how to give it data it lacks."""
 
@@ -382,7 +383,7 @@ class CheckTarget:
     ptd_hint: str = "pass ptd=FILE.ptd"  # for a file: "put NAME.ptd next to it or pass --ptd FILE.ptd"
 
 
-@dataclass(frozen=True)
+@record
 class CheckProblem:
     """An argument that names no program to judge (a pattern that matched nothing, a --ptd that pairs with
     nothing): a ``FileCheck`` with an error, in its place among the results."""
@@ -392,7 +393,7 @@ class CheckProblem:
     ptd: Optional[str] = None
 
 
-@dataclass(frozen=True)
+@record
 class CheckRequest:
     """What one ``check`` judges, resolved once: the programs (and problems) in order, and how to judge them."""
 
@@ -505,7 +506,7 @@ def _selected(options: RewriteOptions) -> Optional[tuple[str, ...]]:
     return None if options.devices is None else tuple(sorted(str(d) for d in options.devices))
 
 
-@dataclass
+@record
 class _Judged:
     findings: list[Finding]
     unknown: list[Finding]

@@ -190,7 +190,8 @@ class Writes:
 
     def only_by(self, value: int, step: tuple[int, int]) -> bool:
         """Only the instruction at ``step`` writes ``value`` (and it is no method input)."""
-        return value not in self.inputs and self.steps.get(value, []) == [step]
+        found = self.steps.get(value, [])
+        return value not in self.inputs and len(found) == 1 and (found[0].chain, found[0].instruction) == step
 
     def literal(self, value: int) -> bool:
         """Nothing writes ``value`` at run time: no instruction, and it is no method input."""

@@ -30,9 +30,10 @@ none of the program's constants while it has constants to name, is not this prog
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from pte_devconst.util.record import record
 from pte_devconst.util.units import plural
 from pte_devconst.schema import model as m
 from pte_devconst.program.etrecord import RecordedConstant, RecordedMethod, RecordedValue, output_keys
@@ -41,7 +42,7 @@ from pte_devconst.schema.scalar_types import scalar_type_name
 from pte_devconst.schema.pte_file import PteFile
 
 
-@dataclass(frozen=True)
+@record
 class ProgramNames:
     """Names for a program's unnamed constants: plan index -> value index -> fully qualified name."""
 

@@ -7,12 +7,12 @@ nothing below re-derives them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Union
 
 from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.util.named_enum import NamedEnum
+from pte_devconst.util.record import record
 
 if TYPE_CHECKING:
     from pte_devconst.schema.pte_file import ProgramBytes, PteFile
@@ -45,7 +45,7 @@ class VerifyMode(NamedEnum):
             raise PteDevconstError(f"verify must be one of {', '.join(m.value for m in cls)}, got {mode!r}") from None
 
 
-@dataclass(frozen=True)
+@record
 class RewriteRequest:
     """One program's rewrite, every choice made: what to read, where to write, how to plan and how to check.
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import operator
-from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from pte_devconst.schema import model as m
@@ -94,17 +93,21 @@ def full_by_default() -> bool:
     return env_flag(FULL_CHECK_ENV)
 
 
-@dataclass
 class _VerifyContext:
-    """What the per-method checks share: both files, the .ptd, the constant remap and the byte requirements."""
+    """What the per-method checks share: both files, the .ptd, the constant remap, and the byte requirements they
+    add up (working state, util/record.py)."""
 
-    original: PteFile
-    written: PteFile
-    ptd: Optional[PtdFile]
-    plan: RewritePlan
-    remap: Optional[dict[int, int]]  # constant entry: old index -> new (None: the segment keeps its layout)
-    same: list[SameBytes] = field(default_factory=list)
-    computed: list[ComputedBytes] = field(default_factory=list)
+    __slots__ = ("original", "written", "ptd", "plan", "remap", "same", "computed")
+
+    def __init__(self, original: PteFile, written: PteFile, ptd: Optional[PtdFile], plan: RewritePlan,
+                 remap: Optional[dict[int, int]]) -> None:
+        self.original = original
+        self.written = written
+        self.ptd = ptd
+        self.plan = plan
+        self.remap = remap  # constant entry: old index -> new (None: the segment keeps its layout)
+        self.same: list[SameBytes] = []
+        self.computed: list[ComputedBytes] = []
 
     def require_same(self, what: str, source: Optional[Span], written: Optional[Span]) -> None:
         if source is not None and written is not None:

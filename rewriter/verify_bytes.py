@@ -21,7 +21,6 @@ including every byte the tool wrote itself, is compared whole; ``full=True``
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Sequence, Union
 
 from pte_devconst.util.errors import PteDevconstError
@@ -163,16 +162,17 @@ class _Reader:
         return bytes(self._window[start: start + span.size])
 
 
-@dataclass
 class ByteChecker:
-    """Compares requirements between an input and the written file; see the module docstring."""
+    """Compares requirements between an input and the written file; see the module docstring.  Working state
+    (util/record.py): its readers and buffers are reused from one comparison to the next."""
 
-    original: MappedFile
-    written: MappedFile
-    recipe: Optional[WriteRecipe]
-    full: bool
+    __slots__ = ("original", "written", "recipe", "full", "_source", "_output", "_a", "_b")
 
-    def __post_init__(self) -> None:
+    def __init__(self, original: MappedFile, written: MappedFile, recipe: Optional[WriteRecipe], full: bool) -> None:
+        self.original = original
+        self.written = written
+        self.recipe = recipe
+        self.full = full
         self._source = _Reader(self.original)
         self._output = _Reader(self.written)
         self._a = bytearray(FULL_COMPARE_BYTES)

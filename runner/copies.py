@@ -9,9 +9,11 @@ per-call copies to individual constants.  Nothing here imports torch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import Enum
 from typing import Any, Iterable, Optional
+
+from pte_devconst.util.record import record
 
 
 class Direction(str, Enum):
@@ -36,7 +38,7 @@ class Cause(str, Enum):
 LOAD = "load"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CopyEvent:
     phase: str  # LOAD or "call N"
     method: str
@@ -50,7 +52,7 @@ class CopyEvent:
     destination_value: Optional[int] = None  # value index the bytes went to (a copy kernel's out)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CopyTotals:
     """Count and bytes of one (direction, cause) cell."""
 
@@ -61,7 +63,7 @@ class CopyTotals:
         return CopyTotals(self.count + other.count, self.nbytes + other.nbytes)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PhaseCopies:
     """All copies of one phase (the load, or one call), summed by direction and cause."""
 

@@ -18,7 +18,6 @@ A backend without one runs through the installed ExecuTorch runtime when that ru
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 from enum import Enum
 from importlib import metadata
 from typing import Any, Callable, Optional, Sequence
@@ -28,6 +27,7 @@ import torch
 from pte_devconst.program.dataflow import DelegateCallSite
 from pte_devconst.schema import model as m
 from pte_devconst.util.named_enum import NamedEnum
+from pte_devconst.util.record import record
 
 from .copies import Cause, CopyLedger, Direction
 from .devices import DeviceMap
@@ -36,7 +36,7 @@ from .values import RunnerError, RuntimeValues
 ENTRY_POINT_GROUP = "pte_devconst.delegate_executors"
 
 
-@dataclass(frozen=True)
+@record
 class DelegateArg:
     """One argument of a DelegateCall: its value index, value, and the device its memory is on."""
 
@@ -45,7 +45,7 @@ class DelegateArg:
     residence: Optional[m.Device]
 
 
-@dataclass
+@record
 class DelegateInitContext:
     """What ``init`` may use: the target device, device memory, named data, and the ledger (load phase)."""
 
@@ -69,21 +69,28 @@ class DelegateInitContext:
         return host.to(self.devices.physical(self.target_device), copy=True)
 
 
-@dataclass
 class DelegateContext:
-    """What ``execute`` may use: the target device and counted copies across the delegate boundary."""
+    """What ``execute`` may use: the target device and counted copies across the delegate boundary.  Working state
+    (util/record.py): one per call, and the executor adds to ``input_digests``."""
 
-    backend_id: str
-    target_device: m.Device
-    devices: DeviceMap
-    ledger: CopyLedger
-    where: str
-    n_inputs: Optional[int] = None  # the static split of the arguments (program/dataflow.py)
-    delegate_index: int = -1
-    # Digests (runner/digest.py) an executor computed of inputs it does not write, by value index:
-    # the delegate-boundary transcript reuses them instead of reading those bytes again.
-    input_digests: dict[int, torch.Tensor] = field(default_factory=dict)
-    values: Optional[RuntimeValues] = None  # the method's values, to resize dynamic outputs
+    __slots__ = ("backend_id", "target_device", "devices", "ledger", "where", "n_inputs", "delegate_index",
+                 "input_digests", "values")
+
+    def __init__(self, backend_id: str, target_device: m.Device, devices: DeviceMap, ledger: CopyLedger, where: str,
+                 n_inputs: Optional[int] = None, delegate_index: int = -1,
+                 input_digests: Optional[dict[int, torch.Tensor]] = None,
+                 values: Optional[RuntimeValues] = None) -> None:
+        self.backend_id = backend_id
+        self.target_device = target_device
+        self.devices = devices
+        self.ledger = ledger
+        self.where = where
+        self.n_inputs = n_inputs  # the static split of the arguments (program/dataflow.py)
+        self.delegate_index = delegate_index
+        # Digests (runner/digest.py) an executor computed of inputs it does not write, by value index:
+        # the delegate-boundary transcript reuses them instead of reading those bytes again.
+        self.input_digests: dict[int, torch.Tensor] = {} if input_digests is None else input_digests
+        self.values = values  # the method's values, to resize dynamic outputs
 
     @property
     def torch_device(self) -> torch.device:
@@ -155,7 +162,7 @@ class Execution(NamedEnum):
     STAND_IN = "stand-in"  # opaque: seeded outputs from the inputs' bytes (opaque.py), not the model's
 
 
-@dataclass(frozen=True)
+@record
 class DelegateRun:
     """How one delegate of a loaded method is executed, for the reports (``why``: a stand-in's reason)."""
 

@@ -24,11 +24,11 @@ wrong guess fails loudly instead of computing something else.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
 
+from pte_devconst.util.record import record
 from .delegates import DelegateArg, DelegateContext, DelegateExecutor, DelegateInitContext
 from .values import RunnerError
 
@@ -43,7 +43,7 @@ _OPS: dict[str, tuple[int, Any]] = {
 }
 
 
-@dataclass(frozen=True)
+@record
 class DemoOp:
     name: str
     numel: int
@@ -51,7 +51,7 @@ class DemoOp:
     debug_handle: int
 
 
-@dataclass(frozen=True)
+@record
 class DemoProgram:
     ops: tuple[DemoOp, ...]
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from pte_devconst.program.kernel_effects import kernel_reads, kernel_writes
-from pte_devconst.program.regions import Region, planned_region
+from pte_devconst.program.regions import RegionKey, region_key
 from pte_devconst.schema import model as m
 
 from .values import ListRef, RuntimeValues
@@ -38,11 +38,11 @@ class Derivation:
     def __init__(self, plan: m.ExecutionPlan) -> None:
         values = plan.values or ()
         self.flags: list[bool] = []
-        self._views: dict[Region, list[int]] = {}
+        self._views: dict[RegionKey, list[int]] = {}
         for index, value in enumerate(values):
             if isinstance(value, m.Tensor):
                 self.flags.append(value.is_constant or value.has_initial_data)
-                region = planned_region(value)
+                region = region_key(value)
                 if region is not None:
                     self._views.setdefault(region, []).append(index)
             else:
@@ -75,7 +75,7 @@ class Derivation:
                 targets += [i for i in value.items if 0 <= i < len(self.flags)]
             for target in targets:
                 self.flags[target] = flag
-                region = planned_region(self._specs[target])
+                region = region_key(self._specs[target])
                 for alias in self._views.get(region, ()) if region is not None else ():
                     self.flags[alias] = flag
 

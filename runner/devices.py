@@ -8,7 +8,6 @@ using the logical device for every check and every count.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 from typing import Iterator
 
 import torch
@@ -16,9 +15,10 @@ import torch
 from pte_devconst.schema import model as m
 from pte_devconst.util.errors import UnsupportedProgramError
 from pte_devconst.schema.devices import UnreadableTargetDevice, parse_target_device as parse_spec
+from pte_devconst.util.record import record
 
 
-@dataclass(frozen=True)
+@record
 class DeviceMap:
     simulate: bool
 

@@ -19,7 +19,6 @@ import contextlib
 import math
 import operator
 import warnings
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
 import torch
@@ -28,6 +27,7 @@ from pte_devconst.schema import model as m
 from pte_devconst.program.executorch import (CLONE_DIM_ORDER, D2H_COPY, EMPTY_DIM_ORDER, ET_COPY_INDEX, H2D_COPY,
                                             PRIM_PREFIX, TO_DIM_ORDER_COPY)
 from pte_devconst.program.kernel_effects import DEVICE_COPY_ARGS
+from pte_devconst.util.record import record
 
 from .copies import Cause, Direction
 from .portable import PORTABLE_KERNELS
@@ -199,7 +199,7 @@ def return_slots(schema: Any) -> int:
     return 1 if any(argument.is_out for argument in schema.arguments) else len(schema.returns)
 
 
-@dataclass(frozen=True)
+@record
 class Parameter:
     """One schema argument, read once at load (torch builds these objects anew on every access)."""
 
@@ -209,7 +209,7 @@ class Parameter:
     type_name: str  # the declared type (``real_type``: ScalarType, MemoryFormat), where ``type`` says int
 
 
-@dataclass(frozen=True)
+@record
 class TorchKernel:
     """A torch operator bound to ExecuTorch's argument convention for it (see ``return_slots``)."""
 

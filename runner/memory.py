@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -27,6 +26,7 @@ from pte_devconst.schema.pte_file import PteFile
 
 from .devices import DeviceMap
 from pte_devconst.program.dtypes import dim_order_strides, torch_dtype
+from pte_devconst.util.record import record
 
 
 def host_bytes(data: memoryview | bytes) -> torch.Tensor:
@@ -175,7 +175,7 @@ class CallerRole(NamedEnum):
     DELEGATE_OUTPUT = "delegate output"  # copy style with alloc_graph_output=False: a device delegate's outputs
 
 
-@dataclass(frozen=True)
+@record
 class CallerMemory:
     """One tensor bound at load to memory the caller provides (``LoadedMethod._bind_caller_memory``)."""
 

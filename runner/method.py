@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 from typing import Any, Iterator, Optional, Sequence
 
 import torch
@@ -26,6 +25,7 @@ from pte_devconst.program.dtypes import dim_order_strides, dtype_name, torch_dty
 from .kernels import Kernel, resolve_kernel
 from .memory import CallerMemory, CallerRole, MethodMemory, ProgramData, check_fits, typed_view, zeros
 from .transcript import DelegateCallRecord, TranscriptRecorder, inputs_as_called
+from pte_devconst.util.record import record
 from .values import FREED, NOT_BOUND, ListKind, ListRef, RunnerError, RuntimeValues
 
 MAX_INSTRUCTIONS = 10_000_000
@@ -34,7 +34,7 @@ MAX_INSTRUCTIONS = 10_000_000
 OUTPUT_KINDS = (m.Tensor, m.Int, m.Double, m.Bool, m.String, m.Null)
 
 
-@dataclass
+@record
 class _Delegate:
     executor: DelegateExecutor
     handle: Any

@@ -18,20 +18,20 @@ its init there, with the runtime's message.
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from pte_devconst.program.dataflow import DelegateCallSite
 from pte_devconst.schema import model as m
 from pte_devconst.schema.pte_writer import ComputedPiece, SegmentContent, layout_pte, write_pte_to_fd
 from pte_devconst.util.errors import UnsupportedProgramError
+from pte_devconst.util.record import record
 
 ALIGNMENT = 64  # each tensor's offset in the method's buffer
 SLACK = 64  # bytes after each tensor: XNNPACK may read up to 16 bytes past the end of an input (XNN_EXTRA_BYTES)
 SEGMENT_ALIGNMENT = 16
 
 
-@dataclass(frozen=True)
+@record
 class CallMethod:
     """One method of the new program: one DelegateCall, by the original program's value indices."""
 
@@ -41,7 +41,7 @@ class CallMethod:
     literals: tuple[tuple[int, Any], ...]  # non-tensor inputs written into the program: (value index, value)
 
 
-@dataclass(frozen=True)
+@record
 class DelegateProgram:
     """The new program, its segments, and its method for each call (by the call's argument tuple)."""
 

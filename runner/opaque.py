@@ -27,7 +27,6 @@ and nothing is fetched to the host during the call (see ``digest.py``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -35,11 +34,12 @@ import torch
 from .delegates import DelegateArg, DelegateContext, DelegateExecutor, DelegateInitContext
 from .digest import fill_standin, host_seed, mix, tensor_digest
 from pte_devconst.program.dtypes import dtype_name
+from pte_devconst.util.record import record
 from .transcript import list_digest, literal
 from .values import RunnerError
 
 
-@dataclass(frozen=True)
+@record
 class OpaqueHandle:
     seed: int  # from backend id, blob and delegate index
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import dataclass
 from typing import Any, Callable
 
+from pte_devconst.util.record import record
 
-@dataclass(frozen=True)
+
+@record
 class ProfiledCopies:
     h2d_count: int
     h2d_bytes: int

@@ -12,7 +12,6 @@ its own constants to the device once, at init.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -25,6 +24,7 @@ from .memory import host_bytes
 from .quantized import FUNCTIONAL as QUANTIZED_FUNCTIONS
 from .values import RunnerError
 from pte_devconst.util.bounded_json import BoundedJSON, JSONBoundError
+from pte_devconst.util.record import record
 
 BACKEND_ID = "PteDevconstReference"
 BLOB_FORMAT = "pte-devconst-reference"
@@ -42,7 +42,7 @@ _FLOATS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 _SCALARS = {"int": int, "float": float, "bool": bool}
 
 
-@dataclass(frozen=True)
+@record
 class InputSpec:
     """A delegate input as the blob declares it: a tensor (a ``None`` dim is dynamic) or a scalar."""
 
@@ -73,7 +73,7 @@ class InputSpec:
         return None
 
 
-@dataclass(frozen=True)
+@record
 class ReferenceProgram:
     inputs: tuple[InputSpec, ...]
     constants: tuple[torch.Tensor, ...]

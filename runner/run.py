@@ -6,7 +6,7 @@ import ctypes
 import hashlib
 import io
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
@@ -21,15 +21,14 @@ from .copies import LOAD, CopyEvent, PhaseCopies
 from .delegates import DelegateRun, Execution, OpaquePolicy
 from .devices import exact_float_math
 from pte_devconst.program.dtypes import dtype_name, torch_dtype
+from pte_devconst.util.record import record
 from .memory import CallerMemory
 from .method import LoadedProgram
 from .profiling import ProfiledCopies, profile_call
 from .transcript import DelegateCallRecord
 
-CallInputs = Sequence[Any]
 
-
-@dataclass(frozen=True)
+@record
 class OutputSummary:
     """What ``run`` prints for one output: shape, dtype and a checksum of the raw bytes."""
 
@@ -58,7 +57,7 @@ class OutputSummary:
                 "sum": self.sum}
 
 
-@dataclass(frozen=True)
+@record
 class CallResult:
     index: int
     outputs: list[Any]
@@ -75,7 +74,7 @@ class CallResult:
                 "profiler": self.profiled.to_json() if self.profiled else None}
 
 
-@dataclass(frozen=True)
+@record
 class RunResult:
     """Everything one ``run_program`` measured: the load's copies and each call's outputs, copies and time."""
 
@@ -94,11 +93,6 @@ class RunResult:
     names: Optional[dict[str, Any]] = None
     delegates: tuple[DelegateRun, ...] = ()  # how each delegate ran: the ExecuTorch runtime, an executor, a stand-in
     caller_memory: tuple[CallerMemory, ...] = ()  # unplanned tensors bound to memory the caller provides
-
-    @property
-    def per_call_h2d_bytes(self) -> int:
-        """Host-to-device bytes of one steady-state call (the last one)."""
-        return self.calls[-1].copies.h2d.nbytes if self.calls else 0
 
     @property
     def opaque_backends(self) -> list[str]:

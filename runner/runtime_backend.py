@@ -25,10 +25,11 @@ import io
 import os
 import sys
 import tempfile
-from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 import torch
+
+from pte_devconst.util.record import record
 
 from .delegates import DelegateArg, DelegateContext, DelegateExecutor, DelegateInitContext
 from .one_delegate import CallMethod, delegate_program
@@ -94,7 +95,7 @@ class RuntimeLog:
         return " | ".join(lines[-LOG_LINES:])[:400]
 
 
-@dataclass
+@record
 class RuntimeHandle:
     """What ``init`` made: the loaded program (kept alive), its methods, and the log sink."""
 

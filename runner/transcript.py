@@ -31,7 +31,6 @@ with the same dtype, shape and bytes,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import torch
@@ -39,9 +38,10 @@ import torch
 from .delegates import DelegateArg
 from .digest import fetch_digests, tensor_digest
 from pte_devconst.program.dtypes import dtype_name
+from pte_devconst.util.record import record
 
 
-@dataclass(frozen=True)
+@record
 class ArgRecord:
     """One argument of one delegate call, after the call."""
 
@@ -66,7 +66,7 @@ class ArgRecord:
         return f"value {self.value}{copied}"
 
 
-@dataclass(frozen=True)
+@record
 class DelegateCallRecord:
     """One executed DelegateCall: where it is in the program, which delegate, and its arguments."""
 
@@ -186,7 +186,7 @@ def _with_digest(arg: ArgRecord, digest: tuple[int, int]) -> ArgRecord:
 # --- comparing two transcripts ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class BoundaryDifference:
     """One way in which the rewrite's delegate boundary differs from the original's."""
 
@@ -225,7 +225,7 @@ def _digest_text(digest: Optional[tuple[int, int]]) -> str:
     return "-" if digest is None else f"{digest[0]:016x}{digest[1]:016x}"
 
 
-@dataclass(frozen=True)
+@record
 class Resident:
     """A value the rewrite keeps in device memory: a moved constant or a folded value (``source``: the original's
     value whose bytes it holds, the constant itself for a moved one, when not the resident value itself)."""

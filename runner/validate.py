@@ -35,7 +35,7 @@ Delegates that neither an executor nor the installed ExecuTorch runtime executes
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping, Optional, Sequence
@@ -54,6 +54,7 @@ from pte_devconst.program.regions import IntervalIndex, planned_region
 from pte_devconst.util.errors import PteDevconstError, UnsupportedProgramError
 from pte_devconst.util.exit_code import ExitCode
 from pte_devconst.util.named_enum import NamedEnum
+from pte_devconst.util.record import record
 from pte_devconst.util.units import exact_bytes, listing, plural
 from pte_devconst.program.replay import calls_needed, prove_same_reads
 from pte_devconst.schema.pte_file import ProgramBytes, PteFile, open_pte
@@ -72,7 +73,7 @@ EXPECTED_CHECK = "outputs match expected"
 MISSING_ENTRY = "the expected outputs have no entry for method"
 
 
-@dataclass(frozen=True)
+@record
 class MovedConstant:
     method: str
     value: int
@@ -121,7 +122,7 @@ NOTHING_MOVED = ("no constant of the first program lives in device memory in the
                  "to validate (is the second file the first one's rewrite?)")
 
 
-@dataclass(frozen=True)
+@record
 class Check:
     name: str
     status: Status
@@ -140,7 +141,7 @@ class Check:
         return {"name": self.name, "status": self.status.value, "passed": self.passed, "detail": self.detail}
 
 
-@dataclass(frozen=True)
+@record
 class CallComparison:
     """One call of one method, before and after."""
 
@@ -159,7 +160,7 @@ class CallComparison:
     derived_after: int = 0
 
 
-@dataclass(frozen=True)
+@record
 class Boundary:
     """The delegate-boundary comparison of one method: how much was compared and every difference."""
 
@@ -174,7 +175,7 @@ class Boundary:
                 "differences_total": len(self.differences)}
 
 
-@dataclass(frozen=True)
+@record
 class MethodValidation:
     method: str
     moved: list[MovedConstant]
@@ -198,7 +199,7 @@ class MethodValidation:
         return [d.line(self.method) for d in self.boundary.differences]
 
 
-@dataclass(frozen=True)
+@record
 class ValidationResult:
     original: str
     rewritten: str
@@ -435,7 +436,7 @@ DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.complex128: (1e-7, 1e-7)}
 
 
-@dataclass(frozen=True)
+@record
 class Tolerance:
     """How one output is compared when it need not be bit-identical: exactly, or within ``rtol``/``atol``."""
 

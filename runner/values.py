@@ -11,7 +11,6 @@ uses; with simulated devices the torch tensor itself is always on the CPU.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 import torch
@@ -23,6 +22,7 @@ from pte_devconst.util.named_enum import NamedEnum
 from .copies import CopyLedger
 from .devices import DeviceMap
 from pte_devconst.program.dtypes import dim_order_strides
+from pte_devconst.util.record import record
 
 
 class RunnerError(PteDevconstError):
@@ -37,7 +37,7 @@ class ListKind(NamedEnum):
     OPTIONAL_TENSOR = "optional_tensor"  # OptionalTensorList: -1 for None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ListRef:
     """An IntList / TensorList / OptionalTensorList: value indices resolved when an instruction runs."""
 

@@ -204,9 +204,6 @@ class Table:
             raise FlatbufferError(f"field at +{offset} overruns its table ({self.obj_len} bytes)")
         return self.pos + offset
 
-    def has(self, slot: int) -> bool:
-        return self._field(slot, 1) != 0
-
     def scalar(self, slot: int, kind: struct.Struct, default: T) -> T:
         at = self._field(slot, kind.size)
         if not at:
@@ -284,15 +281,6 @@ class Table:
         if found is None:
             found = r._vectors[key] = bytes(r.buf[start:start + count])
         return cast(bytes, found)
-
-    def byte_vector_span(self, slot: int) -> Optional[tuple[int, int]]:
-        """(offset, length) of a ubyte vector inside the buffer, without copying it (its bytes count as handed on:
-        whoever takes the span reads them)."""
-        start, count = self._vector_header(slot, 1)
-        if count < 0:
-            return None
-        self.r.hand(count)
-        return start, count
 
     def string(self, slot: int) -> Optional[str]:
         start, count = self._vector_header(slot, 1)

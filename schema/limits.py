@@ -21,13 +21,11 @@ from .generated.table_counts import count_program
 from .validate import MAX_TENSOR_BYTES
 
 MAX_TABLES = 1_000_000  # flatbuffers::Verifier::Options::max_tables
-MAX_DEPTH = 64  # flatbuffers::Verifier::Options::max_depth
 # The reader's own bound, in the verifier's count: twice what the runtime's verifying loader accepts. A program
 # between the two still opens (the C++ Module loads with Verification::Minimal; ``check`` reports it, ``inspect``
 # warns); past it the reader refuses before decoding more, so a file whose offsets name the same tables millions
 # of times (4 bytes a reference) cannot make every later step hold millions of values.
 READ_MAX_TABLES = 2 * MAX_TABLES
-SCHEMA_DEPTH = 5  # the deepest nesting program.fbs allows (see above)
 
 
 def count_tables(program: m.Program) -> int:

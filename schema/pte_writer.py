@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from . import model as m
@@ -35,13 +35,17 @@ __all__ = ["FileRange", "ComputedPiece", "ComputedSizeError", "Piece", "SegmentC
 Progress = Callable[[int, int], None]
 
 
-@dataclass(slots=True)
 class SegmentContent:
-    """What goes into one segment: pieces at offsets (ascending, non-overlapping), zero-filled between."""
+    """What goes into one segment: pieces at offsets (ascending, non-overlapping), zero-filled between.
 
-    size: int
-    pieces: list[tuple[int, Piece]] = field(default_factory=list)
-    alignment: int = 1
+    Working state (util/record.py): a caller appends pieces and sets the size as it lays the segment out."""
+
+    __slots__ = ("size", "pieces", "alignment")
+
+    def __init__(self, size: int, pieces: Optional[list[tuple[int, Piece]]] = None, alignment: int = 1) -> None:
+        self.size = size
+        self.pieces: list[tuple[int, Piece]] = [] if pieces is None else pieces
+        self.alignment = alignment
 
     @classmethod
     def of(cls, piece: Piece, alignment: int = 1) -> "SegmentContent":

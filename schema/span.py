@@ -10,10 +10,10 @@ reading a file never loads the writer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Union
 
 from pte_devconst.util.record import record
+
 
 __all__ = ["Span", "FileRange", "ComputedPiece", "Piece", "piece_size"]
 
@@ -39,7 +39,7 @@ class FileRange:
     size: int
 
 
-@dataclass(frozen=True)
+@record
 class ComputedPiece:
     """``size`` bytes the tool computes while it writes (a folded tensor): ``produce()`` makes them when the
     writer reaches them, so only one such piece is in memory at a time."""

@@ -256,6 +256,7 @@ ONE_HOME: dict[str, str | None] = {
     "collect_readers": READERS, "readers_in_order": READERS, "_readers": None, "_uses": None,
     # where a value's bytes are: how many, on which device, which region
     "value_nbytes": REGIONS, "_nbytes": None, "memory_device": REGIONS, "planned_region": REGIONS, "_region": None,
+    "region_key": REGIONS,
     "_span": None,
     # copies per call
     "copies_per_call": "program/transfers.py", "_copies_per_call": None,

@@ -172,3 +172,24 @@ def test_a_class_own_hash_and_eq_are_kept_as_dataclasses_keep_them() -> None:
         hash(Unhashable(1))
     assert OwnEquality(1, 2) == OwnEquality(1, 3)
     assert hash(OwnEquality(1, 2)) == hash((1, 2))  # the field hash, as a frozen dataclass with eq gets
+
+
+def test_fields_left_out_of_comparison_or_repr_as_a_dataclass_leaves_them() -> None:
+    """``field(compare=False)`` and ``field(repr=False)`` mean what they mean to a dataclass (program/etrecord.py's
+    lazy digest, runner/validate.py's runs), not silently nothing."""
+
+    @record(order=True)
+    class Keyed:
+        key: int
+        cache: object = field(default=None, compare=False, repr=False)
+
+    @dataclasses.dataclass(frozen=True, order=True)
+    class Reference:
+        key: int
+        cache: object = field(default=None, compare=False, repr=False)
+
+    for cls in (Keyed, Reference):
+        assert cls(1, "a") == cls(1, "b") and hash(cls(1, "a")) == hash(cls(1, "b")) and cls(1) != cls(2)
+        assert cls(1, "z") < cls(2, "a") and not cls(1, "z") < cls(1, "a")
+        assert repr(cls(1, "a")).endswith(f"{cls.__name__}(key=1)")
+    assert hash(Keyed(1, [])) == hash(Reference(1, []))  # an unhashable field left out of the hash is no matter

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Mapping
 
 import pytest
-from test_layers import imported, modules
+from test_layers import ROOT, imported, modules
 
 # (importing module, imported module, name) -> why it may.  None today; an entry needs its reason.
 PRIVATE_EXEMPT: Mapping[tuple[str, str, str], str] = {}
@@ -414,3 +414,74 @@ def test_each_old_duplicate_would_be_caught(name: str) -> None:
 ])
 def test_asking_the_homes_is_not_flagged(source: str) -> None:
     assert not any(scan(source) for scan, _ in RULE_SCANS.values())
+
+
+# --- one record style --------------------------------------------------------------------------------------------
+
+# util/record.py's rule: a value built once is a @record, working state a plain class with __slots__; nothing else.
+DATACLASS_DECORATORS = {"dataclass", "dataclasses.dataclass"}
+TUPLE_CLASSES = {"NamedTuple", "typing.NamedTuple", "namedtuple", "collections.namedtuple"}
+CLASS_FACTORIES = TUPLE_CLASSES | {"make_dataclass", "dataclasses.make_dataclass"}
+
+
+def _dotted(node: ast.expr) -> str:
+    """``a.b.c`` for a name or an attribute chain (a call's function for a call), else ""."""
+    if isinstance(node, ast.Call):
+        return _dotted(node.func)
+    if isinstance(node, ast.Attribute):
+        inner = _dotted(node.value)
+        return f"{inner}.{node.attr}" if inner else ""
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def record_style_violations(path: str, source: str) -> list[str]:
+    """``path:line ...`` for each class declared another way than ``@record`` or a plain class: a ``@dataclass``,
+    a ``NamedTuple``/``namedtuple`` base, or a class made by ``namedtuple(...)``/``make_dataclass(...)``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef):
+            found += [f"{path}:{node.lineno} {node.name} is a @dataclass" for decorator in node.decorator_list
+                      if _dotted(decorator) in DATACLASS_DECORATORS]
+            found += [f"{path}:{node.lineno} {node.name} is a {_dotted(base)}" for base in node.bases
+                      if _dotted(base) in TUPLE_CLASSES]
+        elif isinstance(node, ast.Call) and _dotted(node.func) in CLASS_FACTORIES:
+            found.append(f"{path}:{node.lineno} makes a class with {_dotted(node.func)}")
+    return found
+
+
+def package_files() -> Iterator[tuple[str, Path]]:
+    """Every module of the package, the generated schema records included (``modules()`` leaves them out)."""
+    for folder in ("util", "schema", "program", "rewriter", "runner", "cli", "pte_devconst"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            yield path.relative_to(ROOT).as_posix(), path
+
+
+def test_every_record_is_a_record_and_working_state_a_plain_class() -> None:
+    found = [line for relative, path in package_files() for line in record_style_violations(relative, path.read_text())]
+    assert not found, "declare a value @record and working state a plain class with __slots__ (util/record.py):\n" \
+        + "\n".join(found)
+    assert sum(1 for _ in package_files()) > 100  # the scan saw the package
+
+
+@pytest.mark.parametrize("source", [
+    "from dataclasses import dataclass\n@dataclass\nclass A:\n    x: int\n",
+    "import dataclasses\n@dataclasses.dataclass(frozen=True, slots=True)\nclass A:\n    x: int\n",
+    "from dataclasses import dataclass\n@dataclass(frozen=True)\nclass A:\n    x: int\n",
+    "from typing import NamedTuple\nclass A(NamedTuple):\n    x: int\n",
+    "import typing\nclass A(typing.NamedTuple):\n    x: int\n",
+    "from collections import namedtuple\nA = namedtuple('A', 'x y')\n",
+    "import collections\nclass A(collections.namedtuple('A', 'x')):\n    pass\n",
+    "from dataclasses import make_dataclass\nA = make_dataclass('A', ['x'])\n",
+])
+def test_another_record_style_is_caught(source: str) -> None:
+    assert record_style_violations("x.py", source)
+
+
+@pytest.mark.parametrize("source", [
+    "from pte_devconst.util.record import record\n@record\nclass A:\n    x: int\n",
+    "from pte_devconst.util.record import record\n@record(order=True)\nclass A:\n    x: int\n",
+    "class A:\n    __slots__ = ('x',)\n\n    def __init__(self, x: int) -> None:\n        self.x = x\n",
+    "import dataclasses\nB = dataclasses.replace(a, x=1)\nfields = dataclasses.fields(a)\n",
+])
+def test_records_and_working_state_pass(source: str) -> None:
+    assert not record_style_violations("x.py", source)

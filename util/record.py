@@ -10,7 +10,9 @@ and ``is_dataclass`` work; type checkers see it through ``dataclass_transform``)
 with the behaviour of a frozen, slotted one for what the project uses: keyword or
 positional construction with defaults and default factories, assignment raising
 ``FrozenInstanceError``, equality and hash over the fields (same class only),
-a field-by-field repr, ordering when asked, copy and pickle. What it does not
+a field-by-field repr, ordering when asked, copy and pickle; a field declared
+``field(compare=False)`` or ``field(repr=False)`` is left out of equality, hash and
+order, or of the repr, as a dataclass leaves it. What it does not
 implement is refused when the class is defined: ``__post_init__``, ``InitVar``,
 ``init=False`` and keyword-only fields, and inheriting from a dataclass or record
 (``__dataclass_params__`` says ``frozen=False, eq=False``: the methods are ours).
@@ -18,8 +20,15 @@ A record may inherit methods from a plain class that declares ``__slots__ = ()``
 (the generated model records pick up their helpers that way, see
 ``model_methods.py``); a base without ``__slots__`` is refused, since it would
 give every record a ``__dict__``.
-Only ``__init__``
-is generated from source, because it runs once per object and must be as fast
+
+The package's rule (docs/design.md, "Records and working state"; tests/test_structure.py holds it): a value
+built once and then only read is a ``@record``; an object built up and then read (an accumulator, a cursor, a
+checker reusing buffers) is working state, a plain class with ``__slots__`` and an explicit ``__init__``;
+no ``@dataclass`` and no ``NamedTuple``.  A hash or an equality here is a Python call, not a tuple's C one, so
+a loop over every instruction keys its sets and dicts on the plain tuple of a record's fields instead
+(``program/regions.py: region_key``).
+
+Only ``__init__`` is generated from source, because it runs once per object and must be as fast
 as the dataclass one; the other methods are shared closures over one
 ``operator.attrgetter`` that reads all fields at C speed.
 """
@@ -75,19 +84,23 @@ def _build(cls: type[T], order: bool) -> type[T]:
     if not documented:
         cls.__doc__ = f"{cls.__name__}({', '.join(names)})"
     values = _values_getter(names)
+    # field(compare=False, repr=False, hash=...) as dataclasses read them: one getter each, shared when all agree
+    compared = _subset_getter(names, values, tuple(f.name for f in fields if f.compare))
+    hashed = _subset_getter(names, values, tuple(f.name for f in fields if (f.compare if f.hash is None else f.hash)))
+    shown = tuple(f.name for f in fields if f.repr)
     methods: dict[str, Callable[..., Any]] = {
         "__init__": _init(cls, fields),
-        "__repr__": _repr(cls.__qualname__, names, values),
-        "__eq__": _compare(operator.eq, values),
-        "__hash__": lambda self: hash(values(self)),
+        "__repr__": _repr(cls.__qualname__, shown, _subset_getter(names, values, shown)),
+        "__eq__": _compare(operator.eq, compared),
+        "__hash__": lambda self: hash(hashed(self)),
         "__setattr__": _frozen_setattr,
         "__delattr__": _frozen_delattr,
         "__getstate__": lambda self: values(self),
         "__setstate__": _setstate(names),
     }
     if order:
-        methods.update(__lt__=_compare(operator.lt, values), __le__=_compare(operator.le, values),
-                       __gt__=_compare(operator.gt, values), __ge__=_compare(operator.ge, values))
+        methods.update(__lt__=_compare(operator.lt, compared), __le__=_compare(operator.le, compared),
+                       __gt__=_compare(operator.gt, compared), __ge__=_compare(operator.ge, compared))
     # as dataclasses do: a class's own method wins, except the __hash__ = None that Python implies
     # when a class defines __eq__ alone
     own = set(cls.__dict__) - ({"__hash__"} if cls.__dict__.get("__hash__", 0) is None and "__eq__" in cls.__dict__
@@ -125,6 +138,12 @@ def _values_getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
         one = operator.attrgetter(names[0])
         return lambda self: (one(self),)
     return operator.attrgetter(*names)
+
+
+def _subset_getter(names: tuple[str, ...], values: Callable[[Any], tuple[Any, ...]],
+                   subset: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+    """The getter of ``subset`` of the fields: ``values`` itself when that is all of them."""
+    return values if subset == names else _values_getter(subset)
 
 
 def _init(cls: type, fields: tuple[dataclasses.Field[Any], ...]) -> Callable[..., None]:

@@ -59,7 +59,7 @@ class Tracer:
             writers = self.writes.steps.get(current, [])
             if len(writers) != 1 or current in self.writes.inputs:
                 return None
-            c, k = writers[0]
+            c, k = writers[0].chain, writers[0].instruction
             ins = instruction_at(self.plan, c, k)
             if not isinstance(ins, m.KernelCall):
                 return None
