@@ -86,11 +86,12 @@ class Inputs:
             seed[key] = folder / f"seed_{style}_{size}.pte"
             write_seed_program(str(seed[key]), 20 if size == "10k" else 200, style)
         fold = FIXTURES / "fold"
+        models = ROOT / "examples" / "models"  # small programs that move constants without --fold (section 6)
         return cls(
             big_1g=big, big_4g=folder / "big_4g.pte", big_4m=folder / "big_4m.pte",
             big_t=fold / "steps_copy.pte", fold_tiny=fold / "steps_copy.pte", analysis=analysis, seed=seed,
-            runner={style: RunnerExample(fold / f"steps_{style}.pte", fold / f"steps_{style}.inputs.pt",
-                                         fold / f"steps_{style}.expected.pt") for style in ("copy", "legacy")},
+            runner={style: RunnerExample(models / f"mlp_{style}.pte", models / f"mlp_{style}.inputs.pt",
+                                         models / f"mlp_{style}.expected.pt") for style in ("copy", "legacy")},
             corpus_small=FIXTURES / "corpus" / "v_a_dtypes_copy.pte",
             corpus_other=FIXTURES / "corpus" / "v_b_dtypes_legacy.pte",
             out=folder / "out", startup_warmups=0, layout_sizes=(20, 200, 2_000))
