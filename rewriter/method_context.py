@@ -323,6 +323,13 @@ def follow_copy(ctx: MethodContext, index: int, copy: Reader, reasons: Reasons, 
                     "runtime refuses any other count")
         return
     dst, (ret,) = slots.out, slots.returns
+    values = ctx.plan.values or ()
+    source, out = values[index], values[dst] if 0 <= dst < len(values) else None
+    if not isinstance(out, m.Tensor) or not isinstance(source, m.Tensor) or _layout(source) != _layout(out):
+        reasons.add("its device copy has another dtype, shape or dim order",
+                    f"{where} copies it into value {dst}, of another dtype, shape or dim order: the delegates read "
+                    "the copy's, which the constant in its place would change")
+        return
     clean = _only_read_by_this_copy(ctx, dst, copy, own_args, reasons, delegates_allowed=True,
                                     short="its device copy is also {kind}",
                                     detail=f"its device copy (value {dst}) is also {{detail}}")
@@ -353,6 +360,11 @@ def follow_copy(ctx: MethodContext, index: int, copy: Reader, reasons: Reasons, 
     dst_device = memory_device((ctx.plan.values or ())[dst], ctx.buffer_devices())
     copies.append(DeviceCopy(copy.chain, copy.instruction, index, dst,
                              uses.on_device[0].delegate_device if dst_device.is_cpu else dst_device, once))
+
+
+def _layout(tensor: m.Tensor) -> tuple[object, ...]:
+    """What a reader of a tensor sees besides its bytes: dtype, sizes and dim order."""
+    return tensor.scalar_type, tuple(tensor.sizes or ()), tuple(tensor.dim_order or ())
 
 
 def _only_read_by_this_copy(ctx: MethodContext, value: int, copy: Reader, own_args: tuple[int, ...],

@@ -146,3 +146,30 @@ def test_h2d_estimate_counts_copies_and_host_inputs_of_device_delegates() -> Non
     assert constants == 208
     assert copy_style.h2d_bytes_per_call == legacy.h2d_bytes_per_call == 432
     assert analyze_file(pte_path("v_h_cpu_only")).methods[0].h2d_bytes_per_call == 0
+
+
+@pytest.mark.parametrize("change", ["dtype", "sizes", "dim_order"])
+def test_a_copy_into_a_tensor_of_another_dtype_or_shape_keeps_its_constant(change: str, tmp_path) -> None:
+    """``_h2d_copy`` copies bytes; the delegates read the destination's dtype, sizes and dim order.  A constant
+    put in its place would change them (the fuzzer's case: value 7, an int32 copy of a float32 constant, moved,
+    and the delegate then read floats), so it stays, with its reason."""
+    from forge import edit_plans, edit_program, with_value
+
+    source = pte_path("v_k_cuda1_copy")
+    moved = next(c for c in analyze_file(source).methods[0].constants if c.eligible and c.copies)
+    constant, dst = moved.value, moved.copies[0].dst
+    with open_pte(source) as pte:
+        plan = pte.program.execution_plan[0]
+    tensor = plan.values[dst]
+    assert isinstance(tensor, m.Tensor)
+    changed = {"dtype": m.replace(tensor, scalar_type=3),
+               "sizes": m.replace(tensor, sizes=tuple(reversed(tensor.sizes)) + (1,),
+                                  dim_order=tuple(range(len(tensor.sizes) + 1))),
+               "dim_order": m.replace(tensor, dim_order=tuple(reversed(tensor.dim_order)))}[change]
+    if change == "dim_order" and changed.dim_order == tensor.dim_order:
+        pytest.skip("a one-dimensional tensor has one dim order")
+    forged = edit_program(source, tmp_path / "forged.pte",
+                          lambda program: edit_plans(program, lambda p: with_value(p, dst, changed)))
+    verdict = next(c for c in analyze_file(forged).methods[0].constants if c.value == constant)
+    assert not verdict.eligible
+    assert "its device copy has another dtype, shape or dim order" in verdict.reasons
