@@ -10,6 +10,7 @@ by the API layer above, which passes it down explicitly; this layer never guesse
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 import os
 from typing import Iterator, Optional
 
@@ -21,7 +22,8 @@ from .analysis import Analysis, ExternalData, analyze_program
 
 
 def external_data(ptd: PtdFile) -> ExternalData:
-    """The keys and tensor layouts of a .ptd, as analysis needs them: the first entry of a repeated key.
+    """The keys and tensor layouts of a .ptd, as analysis needs them: the first entry of a repeated key, and
+    which keys repeat.
 
     ``FlatTensorDataMap::get_named_data`` finds a key by a linear search and stops at the first match
     (extension/flat_tensor/flat_tensor_data_map.cpp), so a later entry of the same key is never used.
@@ -31,7 +33,8 @@ def external_data(ptd: PtdFile) -> ExternalData:
         layout = ptd.entry(key).tensor_layout  # type: ignore[union-attr]
         layouts[key] = None if layout is None else (
             layout.scalar_type, tuple(layout.sizes or ()), tuple(layout.dim_order or ()))
-    return ExternalData(layouts)
+    counts = Counter(e.key for e in ptd.flat_tensor.named_data or ())
+    return ExternalData(layouts, frozenset(key for key, n in counts.items() if n > 1))
 
 
 def analyze_opened(source: PteFile, data: Optional[PtdFile], *, host_placement: bool = False) -> Analysis:

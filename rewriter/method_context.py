@@ -93,6 +93,7 @@ class ExternalData:
     """What analysis needs of a .ptd: the layout of each key (None when the entry has none)."""
 
     layouts: Mapping[str, Optional[tuple[int, tuple[int, ...], tuple[int, ...]]]] = field(default_factory=dict)
+    repeated: frozenset[str] = frozenset()  # keys with more than one entry (the self-check refuses moving those)
 
 
 def instruction_at(plan: m.ExecutionPlan, chain: int, instruction: int) -> m.Instruction:
@@ -404,6 +405,8 @@ def external_problem(tensor: m.Tensor, external: Optional[ExternalData]) -> Opti
     key = tensor_key(tensor.fqn or "")  # what the runtime looks up (schema/ptd_file.py, the one resolution)
     if key not in external.layouts:
         return f"external key {key!r} is not in the .ptd"
+    if key in external.repeated:  # the runtime loads the first entry: which one the exporter meant is unknown
+        return f"external key {key!r} appears more than once in the .ptd"
     layout = external.layouts[key]
     if layout is None:  # Method::parse_external_constants calls get_tensor_layout, which needs one
         return f"the .ptd entry of {key!r} has no tensor layout (the runtime needs one to load it)"

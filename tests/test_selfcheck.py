@@ -169,8 +169,8 @@ def test_two_methods_with_the_same_name(monkeypatch: pytest.MonkeyPatch, tmp_pat
              "et_copy::_h2d_copy.out of a constant moved in this method")
 
 
-def test_ptd_with_duplicate_keys(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """The runtime loads the first entry with a key; the tool must not move a constant whose key is ambiguous."""
+def _duplicate_key_ptd(tmp_path: Path) -> tuple[Path, Path, str]:
+    """v_g_external_copy with a .ptd whose moved key has a second entry first (another segment, another layout)."""
     ptd_source = ptd_path("v_g_external_copy")
     data = ptd_source.read_bytes()
     with PtdFile.from_bytes(data) as ptd:
@@ -183,14 +183,33 @@ def test_ptd_with_duplicate_keys(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     duplicated = replace(flat, named_data=(PtdNamedData(key, other.segment_index, wrong_layout),) + flat.named_data)
     pte = tmp_path / "model.pte"
     shutil.copyfile(pte_path("v_g_external_copy"), pte)
-    ptd = tmp_path / "model.ptd"
+    ptd_out = tmp_path / "model.ptd"
     try:
-        ptd.write_bytes(assemble_ptd(duplicated, data))
-        PtdFile.open(ptd).close()
+        ptd_out.write_bytes(assemble_ptd(duplicated, data))
+        PtdFile.open(ptd_out).close()
     except Exception as error:  # a reader that refuses duplicate keys outright is fine too
         pytest.fail(f"could not build the duplicate-key .ptd: {error}")
-    _use_plan(monkeypatch, plan)
+    return pte, ptd_out, key
+
+
+def test_ptd_with_duplicate_keys(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The runtime loads the first entry with a key; the tool must not move a constant whose key is ambiguous."""
+    pte, ptd, key = _duplicate_key_ptd(tmp_path)
+    _use_plan(monkeypatch, _plan_of("v_g_external_copy"))
     _refused(tmp_path, pte, f"its key {key!r} appears 2 times", ptd=ptd)
+
+
+def test_the_analysis_keeps_a_constant_whose_ptd_key_repeats(tmp_path: Path) -> None:
+    """The rule the self-check holds, asked first: the constant stays, with its reason, and the rewrite of the
+    rest exits 0 (before, the plan moved it and the self-check refused the output: "internal error", a fuzz case)."""
+    pte, ptd, key = _duplicate_key_ptd(tmp_path)
+    out = tmp_path / "out.pte"
+    result = invoke("rewrite", pte, "--ptd", ptd, "-o", out)
+    assert result.exit_code in (0, 3), result.stderr
+    from pte_devconst.rewriter.load import analyze_file
+    verdicts = [c for c in analyze_file(pte, ptd).methods[0].constants if c.tensor.fqn == key]
+    assert verdicts and not any(v.eligible for v in verdicts)
+    assert any(f"external key {key!r} appears more than once in the .ptd" in v.reasons for v in verdicts)
 
 
 def test_a_rewrite_over_the_runtime_verifier_table_limit(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
