@@ -34,7 +34,7 @@ def external_data(ptd: PtdFile) -> ExternalData:
         layouts[key] = None if layout is None else (
             layout.scalar_type, tuple(layout.sizes or ()), tuple(layout.dim_order or ()))
     counts = Counter(e.key for e in ptd.flat_tensor.named_data or ())
-    return ExternalData(layouts, frozenset(key for key, n in counts.items() if n > 1))
+    return ExternalData(layouts, frozenset(key for key, n in counts.items() if n > 1 and key is not None))
 
 
 def analyze_opened(source: PteFile, data: Optional[PtdFile], *, host_placement: bool = False) -> Analysis:
