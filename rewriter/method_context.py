@@ -405,11 +405,11 @@ def external_problem(tensor: m.Tensor, external: Optional[ExternalData]) -> Opti
     key = tensor_key(tensor.fqn or "")  # what the runtime looks up (schema/ptd_file.py, the one resolution)
     if key not in external.layouts:
         return f"external key {key!r} is not in the .ptd"
-    if key in external.repeated:  # the runtime loads the first entry: which one the exporter meant is unknown
-        return f"external key {key!r} appears more than once in the .ptd"
     layout = external.layouts[key]
     if layout is None:  # Method::parse_external_constants calls get_tensor_layout, which needs one
         return f"the .ptd entry of {key!r} has no tensor layout (the runtime needs one to load it)"
     if layout != (tensor.scalar_type, tuple(tensor.sizes or ()), tuple(tensor.dim_order or ())):
         return f"the .ptd layout of {key!r} does not match the tensor"
+    if key in external.repeated:  # the runtime loads the first entry: which one the exporter meant is unknown
+        return f"external key {key!r} appears more than once in the .ptd"
     return None
