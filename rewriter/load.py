@@ -31,8 +31,7 @@ def external_data(ptd: PtdFile) -> ExternalData:
     layouts = {}
     for key in ptd.keys():
         layout = ptd.entry(key).tensor_layout  # type: ignore[union-attr]
-        layouts[key] = None if layout is None else (
-            layout.scalar_type, tuple(layout.sizes or ()), tuple(layout.dim_order or ()))
+        layouts[key] = None if layout is None else layout.layout_key
     counts = Counter(e.key for e in ptd.flat_tensor.named_data or ())
     return ExternalData(layouts, frozenset(key for key, n in counts.items() if n > 1 and key is not None))
 

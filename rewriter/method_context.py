@@ -29,7 +29,7 @@ from pte_devconst.program.regions import memory_device
 from pte_devconst.program.transfers import Transfer, copies_per_call, per_call_transfers
 from pte_devconst.program.transfers import work as transfer_work
 from pte_devconst.schema import model as m
-from pte_devconst.schema.model import Device
+from pte_devconst.schema.model import Device, LayoutKey
 from pte_devconst.schema.ptd_file import tensor_key
 from pte_devconst.util.errors import UnsupportedProgramError
 from pte_devconst.util.record import record
@@ -92,7 +92,7 @@ class RewiredDelegateArg:
 class ExternalData:
     """What analysis needs of a .ptd: the layout of each key (None when the entry has none)."""
 
-    layouts: Mapping[str, Optional[tuple[int, tuple[int, ...], tuple[int, ...]]]] = field(default_factory=dict)
+    layouts: Mapping[str, Optional[LayoutKey]] = field(default_factory=dict)
     repeated: frozenset[str] = frozenset()  # keys with more than one entry (the self-check refuses moving those)
 
 
@@ -326,7 +326,7 @@ def follow_copy(ctx: MethodContext, index: int, copy: Reader, reasons: Reasons, 
     dst, (ret,) = slots.out, slots.returns
     values = ctx.plan.values or ()
     source, out = values[index], values[dst] if 0 <= dst < len(values) else None
-    if not isinstance(out, m.Tensor) or not isinstance(source, m.Tensor) or _layout(source) != _layout(out):
+    if not isinstance(out, m.Tensor) or not isinstance(source, m.Tensor) or source.layout_key != out.layout_key:
         reasons.add("its device copy has another dtype, shape or dim order",
                     f"{where} copies it into value {dst}, of another dtype, shape or dim order: the delegates read "
                     "the copy's, which the constant in its place would change")
@@ -361,11 +361,6 @@ def follow_copy(ctx: MethodContext, index: int, copy: Reader, reasons: Reasons, 
     dst_device = memory_device((ctx.plan.values or ())[dst], ctx.buffer_devices())
     copies.append(DeviceCopy(copy.chain, copy.instruction, index, dst,
                              uses.on_device[0].delegate_device if dst_device.is_cpu else dst_device, once))
-
-
-def _layout(tensor: m.Tensor) -> tuple[object, ...]:
-    """What a reader of a tensor sees besides its bytes: dtype, sizes and dim order."""
-    return tensor.scalar_type, tuple(tensor.sizes or ()), tuple(tensor.dim_order or ())
 
 
 def _only_read_by_this_copy(ctx: MethodContext, value: int, copy: Reader, own_args: tuple[int, ...],
@@ -408,7 +403,7 @@ def external_problem(tensor: m.Tensor, external: Optional[ExternalData]) -> Opti
     layout = external.layouts[key]
     if layout is None:  # Method::parse_external_constants calls get_tensor_layout, which needs one
         return f"the .ptd entry of {key!r} has no tensor layout (the runtime needs one to load it)"
-    if layout != (tensor.scalar_type, tuple(tensor.sizes or ()), tuple(tensor.dim_order or ())):
+    if layout != tensor.layout_key:
         return f"the .ptd layout of {key!r} does not match the tensor"
     if key in external.repeated:  # the runtime loads the first entry: which one the exporter meant is unknown
         return f"external key {key!r} appears more than once in the .ptd"

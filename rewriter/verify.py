@@ -785,8 +785,7 @@ def external_entry_problem(ptd: PtdFile, tensor: m.Tensor) -> Optional[str]:
         return (f"its key {key!r} appears {twins} times in {ptd.path} (the runtime uses the first, so the .ptd is "
                 "ambiguous)")
     layout = entry.tensor_layout
-    if layout is not None and (layout.scalar_type, tuple(layout.sizes or ()), tuple(layout.dim_order or ())) != \
-            (tensor.scalar_type, tuple(tensor.sizes or ()), tuple(tensor.dim_order or ())):
+    if layout is not None and layout.layout_key != tensor.layout_key:
         return f"the layout of {key!r} in {ptd.path} does not match the tensor"
     if (ptd.span(key) or Span(0, 0)).size < tensor.nbytes:
         return f"the data of {key!r} in {ptd.path} is shorter than the tensor"

@@ -23,7 +23,7 @@ from .generated.enums import *  # noqa: F403
 from .generated.enums import __all__ as _enums
 from .generated.program_model import *  # noqa: F403
 from .generated.program_model import __all__ as _records
-from .model_methods import CPU, KNOWN_SCALAR_TYPES, Device, dim_order_strides, element_size
+from .model_methods import CPU, KNOWN_SCALAR_TYPES, Device, LayoutKey, dim_order_strides, element_size
 
 __all__ = [*_enums, *_records, "Device", "CPU", "element_size", "dim_order_strides", "KNOWN_SCALAR_TYPES",
-           "replace"]
+           "LayoutKey", "replace"]

@@ -22,7 +22,17 @@ if TYPE_CHECKING:
     from .generated.flat_tensor_model import TensorLayout
     from .generated.program_model import BackendDelegate, ExecutionPlan, Operator, Program, Tensor
 
-__all__ = ["Device", "CPU", "element_size", "dim_order_strides", "KNOWN_SCALAR_TYPES"]
+__all__ = ["Device", "CPU", "element_size", "dim_order_strides", "KNOWN_SCALAR_TYPES", "LayoutKey", "layout_key"]
+
+
+LayoutKey = tuple[int, tuple[int, ...], tuple[int, ...]]
+
+
+def layout_key(scalar_type: int, sizes: "Optional[tuple[int, ...] | list[int]]",
+               dim_order: "Optional[tuple[int, ...] | list[int]]") -> LayoutKey:
+    """What a reader sees of a tensor besides its bytes: dtype, sizes and dim order.  A Tensor and a .ptd
+    entry's TensorLayout agree when their keys are equal."""
+    return scalar_type, tuple(sizes or ()), tuple(dim_order or ())
 
 
 def dim_order_strides(sizes: "tuple[int, ...] | list[int]",
@@ -44,6 +54,11 @@ class TensorMethods:
     @property
     def numel(self: Tensor) -> int:
         return math.prod(self.sizes or ())
+
+    @property
+    def layout_key(self: Tensor) -> LayoutKey:
+        """Dtype, sizes and dim order (``layout_key``)."""
+        return layout_key(self.scalar_type, self.sizes, self.dim_order)
 
     @property
     def nbytes(self: Tensor) -> int:
@@ -146,3 +161,8 @@ class TensorLayoutMethods:
     @property
     def nbytes(self: TensorLayout) -> int:
         return math.prod(self.sizes or ()) * element_size(self.scalar_type)
+
+    @property
+    def layout_key(self: TensorLayout) -> LayoutKey:
+        """Dtype, sizes and dim order (``layout_key``): compare with the tensor's."""
+        return layout_key(self.scalar_type, self.sizes, self.dim_order)
