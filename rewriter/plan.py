@@ -13,7 +13,7 @@ device memory (which buffer, which offset, laid out again or appended) is
 from __future__ import annotations
 
 from dataclasses import field, replace
-from typing import AbstractSet, Mapping, Optional
+from typing import AbstractSet, Callable, Mapping, Optional
 
 from pte_devconst.schema import model as m
 from pte_devconst.util.errors import PteDevconstError, UnsupportedProgramError
@@ -860,12 +860,7 @@ def _dropped_initial_data(program: m.Program, methods: tuple[MethodEdit, ...]) -
 
 def initial_data_lengths(program: m.Program) -> dict[int, int]:
     """The bytes each initial-data entry must keep: the largest tensor that reads it (any method)."""
-    lengths: dict[int, int] = {}
-    for plan in program.execution_plan or ():
-        for value in plan.values or ():
-            if isinstance(value, m.Tensor) and value.has_initial_data and not value.is_external:
-                lengths[value.data_buffer_idx] = max(lengths.get(value.data_buffer_idx, 0), value.nbytes)
-    return lengths
+    return _largest_readers(program, lambda tensor: tensor.has_initial_data)
 
 
 def _output_need(program: m.Program, methods: tuple[MethodEdit, ...]) -> RuntimeNeed:
@@ -915,10 +910,15 @@ def _relaid(plan: m.ExecutionPlan, edit: MethodEdit) -> MethodEdit:
 
 def entry_lengths(program: m.Program) -> dict[int, int]:
     """The bytes each constant entry must keep: the largest tensor that reads it (any method)."""
+    return _largest_readers(program, lambda tensor: tensor.is_constant)
+
+
+def _largest_readers(program: m.Program, reads: Callable[[m.Tensor], bool]) -> dict[int, int]:
+    """Per ``data_buffer_idx``, the bytes of the largest tensor (not external, any method) that ``reads`` it."""
     lengths: dict[int, int] = {}
     for plan in program.execution_plan or ():
         for value in plan.values or ():
-            if isinstance(value, m.Tensor) and value.is_constant and not value.is_external:
+            if isinstance(value, m.Tensor) and reads(value) and not value.is_external:
                 lengths[value.data_buffer_idx] = max(lengths.get(value.data_buffer_idx, 0), value.nbytes)
     return lengths
 
