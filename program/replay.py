@@ -146,6 +146,11 @@ def describe_label(label: int, positions: Sequence[tuple[int, int]] = ()) -> str
     return "uninitialised bytes"
 
 
+# A kernel call as the replay runs it: (operator, arguments, what it writes, the positions it reads, in place,
+# the (source, view) a view kernel binds), worked out once per instruction.
+_KernelPlan = tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...], bool, Optional[tuple[int, int]]]
+
+
 class Budget:
     """Steps of the proof, against a limit proportional to the programs' size."""
 
@@ -348,7 +353,7 @@ class _Replay:
         self.n_sites, self.output_base = sites
         self.storages: dict[int, IntervalMap[Bytes]] = {}
         self._initials: dict[int, int] = {}
-        self._kernels: dict[int, tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...], bool]] = {}
+        self._kernels: dict[int, _KernelPlan] = {}
         self.slots: dict[int, Slot] = {}
         self.log = _Log()
         self.now = 0
@@ -657,9 +662,9 @@ class _Replay:
                 return True
         return False
 
-    def _kernel_plan(self, position: int, ins: m.KernelCall
-                     ) -> tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...], bool]:
-        """(operator, arguments, what it writes, the positions it reads, in place), once per instruction."""
+    def _kernel_plan(self, position: int, ins: m.KernelCall) -> _KernelPlan:
+        """(operator, arguments, what it writes, the positions it reads, in place, the (source, view) it binds),
+        once per instruction."""
         found = self._kernels.get(position)
         if found is None:
             args = tuple(ins.args or ())
@@ -669,13 +674,14 @@ class _Replay:
                                     lambda i: items[i] if 0 <= i < len(items) else ())
             in_place = op >= 0 and self.p.in_place[op] and bool(written)
             reads = tuple(pos for pos, arg in enumerate(args) if arg not in written or in_place and pos == 0)
-            found = (op, args, tuple(dict.fromkeys(written)), reads, in_place)
+            alias = kernel_alias(self.p.ops[op], args) if op >= 0 else None
+            found = (op, args, tuple(dict.fromkeys(written)), reads, in_place, alias)
             if self.calls > 1:
                 self._kernels[position] = found
         return found
 
     def _kernel(self, position: int, ins: m.KernelCall, site: Optional[int], kind: int, ident: int) -> None:
-        op, args, written, reads, in_place = self._kernel_plan(position, ins)
+        op, args, written, reads, in_place, alias = self._kernel_plan(position, ins)
         updated = updated_in_place(self.p.ops[op], args) if in_place else None
         self.budget.spend(len(args) + 1)
         if op >= 0 and self.p.copies[op] and len(args) >= 2:
@@ -687,7 +693,6 @@ class _Replay:
             constant = constant and arg_constant
             if site is not None:
                 self._record(site + pos, content)
-        alias = kernel_alias(self.p.ops[op], args) if op >= 0 else None
         if alias is not None:  # the out now points at the source's bytes: nothing is written
             self._set_slot(alias[1], self._slot(alias[0]))
             return
