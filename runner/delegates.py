@@ -71,7 +71,7 @@ class DelegateInitContext:
 
 class DelegateContext:
     """What ``execute`` may use: the target device and counted copies across the delegate boundary.  Working state
-    (util/record.py): one per call, and the executor adds to ``input_digests``."""
+    (util/record.py): one per call."""
 
     __slots__ = ("backend_id", "target_device", "devices", "ledger", "where", "n_inputs", "delegate_index",
                  "input_digests", "values")
@@ -87,8 +87,9 @@ class DelegateContext:
         self.where = where
         self.n_inputs = n_inputs  # the static split of the arguments (program/dataflow.py)
         self.delegate_index = delegate_index
-        # Digests (runner/digest.py) an executor computed of inputs it does not write, by value index:
-        # the delegate-boundary transcript reuses them instead of reading those bytes again.
+        # Digests (runner/digest.py) of the inputs the call does not also write, by value index, taken as the call
+        # starts (``transcript.inputs_as_called``) when the method records the delegate-boundary transcript: an
+        # executor that digests its inputs (the opaque stand-in) reuses them instead of reading those bytes again.
         self.input_digests: dict[int, torch.Tensor] = {} if input_digests is None else input_digests
         self.values = values  # the method's values, to resize dynamic outputs
 

@@ -355,18 +355,17 @@ class LoadedMethod:
         where = f"{where} (delegate {call.delegate_index}, {delegate.backend_id})"
         args = [DelegateArg(i, self.rv.get(i, where), self.rv.residence[i]) for i in call.args or ()]
         site = self.call_sites.get((chain, pc))
+        n_inputs = site.n_inputs if site is not None else None
+        as_called = inputs_as_called(args, n_inputs) if self.transcript is not None else None
         context = DelegateContext(delegate.backend_id, delegate.target_device, self.devices, self.ledger, where,
-                                  site.n_inputs if site is not None else None, call.delegate_index, values=self.rv)
-        # an opaque stand-in digests its inputs itself (context.input_digests), before writing anything
-        recorded = self.transcript is not None and not delegate.opaque
-        as_called = inputs_as_called(args, context.n_inputs) if recorded else {}
+                                  n_inputs, call.delegate_index, as_called, values=self.rv)
         with _executor_errors(delegate.backend_id, "execute", where):
             delegate.executor.execute(delegate.handle, args, context)
         if site is not None:
             self.derivation.delegate(self.rv, site.inputs, site.outputs)
         if self.transcript is not None:
             self.transcript.record(chain, pc, call.delegate_index, delegate.backend_id, delegate.opaque, args,
-                                   self.h2d_source, {**as_called, **context.input_digests}, self.rv.constant_derived)
+                                   self.h2d_source, context.input_digests, self.rv.constant_derived)
 
 
 @contextlib.contextmanager

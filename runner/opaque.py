@@ -65,20 +65,16 @@ class OpaqueExecutor(DelegateExecutor):
         if context.n_inputs is None:
             raise RunnerError("an opaque delegate needs the program's input/output split", where=context.where)
         inputs, outputs = args[: context.n_inputs], args[context.n_inputs:]
-        written = {arg.index for arg in outputs}
         device = context.torch_device
         descriptions = [_describe(arg.value) for arg in inputs]
         digests = []
         for arg in inputs:
             value = context.input(arg)  # counted, like a device delegate reading host memory
+            known = context.input_digests.get(arg.index)  # taken as the call started, when the method records
             if isinstance(value, torch.Tensor):
-                digest = tensor_digest(value)
-                digests.append(digest)
-                if arg.index not in written:
-                    context.input_digests[arg.index] = digest
-            elif (listed := list_digest(value)) is not None:
+                digests.append(known if known is not None else tensor_digest(value))
+            elif (listed := known if known is not None else list_digest(value)) is not None:
                 digests.append(listed.to(device))
-                context.input_digests[arg.index] = listed
         state = mix(host_seed(str(handle.seed).encode(), *descriptions), digests, device)
         for position, arg in enumerate(outputs):
             if isinstance(arg.value, torch.Tensor):
