@@ -63,6 +63,7 @@ class MethodEffects:
         self.chains_with_jumps: set[int] = set()
         self.chains_with_loops: set[int] = set()  # a jump backwards (to or before itself): code may run again
         self.jumps: list[tuple[int, int, int]] = []  # (chain, source instruction, destination instruction)
+        self.conditions: dict[tuple[int, int], int] = {}  # (chain, instruction) of a jump -> its condition's value
         self.kernel_names: dict[int, str] = {}  # position -> operator name
         # (source, alias) of every MoveCall (move_from, move_to) and view kernel (``kernel_alias``), in program
         # order: one storage under two names from then on
@@ -101,6 +102,7 @@ class MethodEffects:
                 elif isinstance(ins, m.JumpFalseCall):
                     self.chains_with_jumps.add(c)
                     self.jumps.append((c, k, ins.destination_instruction))
+                    self.conditions[(c, k)] = ins.cond_value_index
                     if ins.destination_instruction <= k:
                         self.chains_with_loops.add(c)
                 read, written = instruction_effects(ins, name, n_inputs, items)  # kernel_effects.py's rule
@@ -110,6 +112,7 @@ class MethodEffects:
         self.inputs = frozenset(i for i in plan.inputs or () if 0 <= i < n_values)
         self.outputs = tuple(plan.outputs or ())
         self._uses: Optional[list[list[Use]]] = None
+        self._settled: Optional[dict[int, bool]] = None
 
     @property
     def work(self) -> int:
@@ -128,6 +131,13 @@ class MethodEffects:
             self._uses = uses
         return self._uses
 
+    def never_taken(self, chain: int, instruction: int) -> bool:
+        """Whether the jump at (chain, instruction) never jumps: its condition is ``true`` on every call
+        (``settled_conditions``)."""
+        if self._settled is None:
+            self._settled = settled_conditions(self)
+        return self._settled.get(self.conditions.get((chain, instruction), -1)) is True
+
     def written_anywhere(self) -> frozenset[int]:
         """Every value some instruction writes."""
         return frozenset(v for written in self.writes for v in written)
@@ -135,6 +145,30 @@ class MethodEffects:
     def position(self, step: tuple[int, int]) -> int:
         """The program position of (chain, instruction)."""
         return self.chain_span[step[0]][0] + step[1]
+
+
+def settled_conditions(effects: MethodEffects) -> dict[int, bool]:
+    """The ``Bool`` values that hold the same value at every point of every call: a literal that nothing writes, or
+    that only MoveCalls from settled Bools of the same value write (a first-call guard that a ``true`` is moved
+    into never clears, so its jump never skips anything).  Linear in the writes, times the length of a chain of
+    such moves."""
+    values = effects.values
+    settled = {index: bool(value.bool_val) for index, value in enumerate(values) if isinstance(value, m.Bool)}
+    sources: dict[int, list[Optional[int]]] = {}  # a Bool -> what writes it (a MoveCall's source, else None)
+    for position, written in enumerate(effects.writes):
+        step = effects.steps[position]
+        ins = ((effects.plan.chains or ())[step.chain].instructions or ())[step.instruction]
+        for index in written:
+            if index in settled:
+                sources.setdefault(index, []).append(ins.move_from if isinstance(ins, m.MoveCall) else None)
+    changed = True
+    while changed:
+        changed = False
+        for index, writers in sources.items():
+            if index in settled and any(src is None or settled.get(src) is not settled[index] for src in writers):
+                del settled[index]
+                changed = True
+    return settled
 
 
 def outputs_depending_on(plan: m.ExecutionPlan, delegates: Collection[int],

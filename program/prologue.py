@@ -14,10 +14,19 @@ the constant's bytes as long as nothing else uses its memory (``program/memory.p
 Only instruction types and operators that copy-style programs already have are used, so a runtime built with
 selective registration runs it.
 
-``first_call_prologue`` recognises the shape strictly, so that "runs once" is certain whenever it answers:
-the guard and the false value are used by nothing else in the method (no other instruction, input, output
-or list names them), no jump lands inside the prologue, and the prologue holds only copies.  Anything else
-is an ordinary jump (what ``transfers.py`` and the lifetimes already handle, conservatively).
+``first_call_prologue`` recognises the shape strictly, so that "runs once, and what it copied stays" is certain
+whenever it answers:
+
+* **the guard really clears**: it starts ``true``, the MoveCall copies a ``false`` into it, and nothing else in
+  the method (no other instruction, input, output or list) names the guard or its ``false`` value;
+* **nothing enters it**: no jump lands inside the prologue;
+* **it holds copies of host constants only**: each an ``_h2d_copy.out`` whose source is a constant (the file's
+  bytes, no method input or output) that no instruction writes;
+* **each destination keeps what it got**: one copy per destination, no other instruction writes it (effects.py,
+  the one statement of writes), it is no method input or output, and no other planned value shares its bytes.
+
+Anything else is an ordinary jump over per-call copies (what ``transfers.py``, the copy rule and the lifetimes
+handle, conservatively): ``check`` calls its copies per-call copying, and ``rewrite`` treats them as such.
 """
 
 from __future__ import annotations
@@ -27,9 +36,11 @@ from typing import Optional
 from pte_devconst.schema import model as m
 from pte_devconst.util.record import record
 
+from .effects import MethodEffects
 from .executorch import H2D_COPY
 from .kernel_effects import copy_slots, is_h2d_copy
 from .readers import readers_in_order
+from .regions import planned_region
 
 # The instructions of a prologue around its copies: the guard's jump before them, the move that clears it after.
 GUARD_INSTRUCTIONS = 2
@@ -75,16 +86,25 @@ def first_call_prologue(plan: m.ExecutionPlan) -> Optional[FirstCallPrologue]:
     if cleared_from == guard:
         return None
     copies = tuple(range(1, end - 1))
+    ends = set(plan.inputs or ()) | set(plan.outputs or ())
+    sources: set[int] = set()
+    destinations: set[int] = set()
     for k in copies:
         ins = instructions[k]
         if not isinstance(ins, m.KernelCall) or not 0 <= ins.op_index < len(ops) \
-                or copy_slots(ops[ins.op_index].qualified_name, ins.args or ()) is None \
                 or not is_h2d_copy(ops[ins.op_index].qualified_name):
             return None
-        if guard in (ins.args or ()) or cleared_from in (ins.args or ()):
+        slots = copy_slots(ops[ins.op_index].qualified_name, ins.args or ())
+        if slots is None or guard in (ins.args or ()) or cleared_from in (ins.args or ()):
             return None
+        source = values[slots.source] if 0 <= slots.source < len(values) else None
+        if not isinstance(source, m.Tensor) or not source.is_constant or slots.out in destinations \
+                or {slots.source, slots.out} & ends or slots.source == slots.out:
+            return None  # not a host constant, two copies into one destination, a method input or output
+        sources.add(slots.source)
+        destinations.add(slots.out)
     reserved = {guard, cleared_from}
-    if reserved & set(plan.inputs or ()) or reserved & set(plan.outputs or ()):
+    if reserved & ends:
         return None
     own = {(0, 0), (0, end - 1)}  # the guard's jump and the move that clears it
     if any(reader.step not in own for _, reader in readers_in_order(plan, reserved)):
@@ -93,7 +113,29 @@ def first_call_prologue(plan: m.ExecutionPlan) -> Optional[FirstCallPrologue]:
         for ins in chain.instructions or ():
             if isinstance(ins, m.JumpFalseCall) and c == 0 and 1 <= ins.destination_instruction < end:
                 return None  # a jump into the prologue would run its copies again
+    if not _copies_stay(plan, end, sources, destinations):
+        return None
     return FirstCallPrologue(guard, cleared_from, end, copies)
+
+
+def _copies_stay(plan: m.ExecutionPlan, end: int, sources: set[int], destinations: set[int]) -> bool:
+    """Whether what the prologue copies stays: no instruction outside it writes a source or a destination, and no
+    other planned value shares a destination's bytes.  Linear in the method, plus a sort per buffer."""
+    effects = MethodEffects(plan)
+    watched = sources | destinations
+    for step, written in zip(effects.steps, effects.writes):
+        if not (step.chain == 0 and step.instruction < end) and watched.intersection(written):
+            return False
+    regions = sorted((r.memory_id, r.start, r.end, index in destinations) for index, value in
+                     enumerate(plan.values or ()) if (r := planned_region(value)) is not None)
+    # one sweep by start per buffer: a region overlaps an earlier one iff it starts before the furthest end so far
+    furthest: dict[int, tuple[int, int]] = {}  # buffer -> (furthest end of any region, of a destination's)
+    for memory_id, start, stop, is_destination in regions:
+        any_end, destination_end = furthest.get(memory_id, (0, 0))
+        if start < destination_end or is_destination and start < any_end:
+            return False
+        furthest[memory_id] = (max(any_end, stop), max(destination_end, stop) if is_destination else destination_end)
+    return True
 
 
 def first_call_copies(plan: m.ExecutionPlan, prologue: Optional[FirstCallPrologue] = None

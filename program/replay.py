@@ -59,7 +59,7 @@ from pte_devconst.util.record import record
 from .dataflow import delegate_call_sites
 from .kernel_effects import (copy_slots, is_device_copy, kernel_alias, kernel_writes, list_items, updated_in_place,
                              updates_in_place)
-from .prologue import first_call_prologue
+from .prologue import first_call_copies, first_call_prologue
 from .regions import IntervalMap, value_nbytes
 
 CALLS = 3  # calls replayed when a method has jumps: the first (a prologue runs), and two that see state carried over
@@ -852,8 +852,9 @@ def match_instructions(original: m.ExecutionPlan, rewrite: m.ExecutionPlan, budg
                        ) -> list[list[Optional[int]]]:
     """Per chain of ``rewrite``: for each instruction, the index of the input's instruction it is (None: new).
 
-    The rewrite removes kernels and may start chain 0 with a first-call prologue: the prologue is new, and the
-    rest is matched in order, skipping the input's kernels the rewrite removed.
+    The rewrite removes kernels and may start chain 0 with a first-call prologue: the prologue is new, the input's
+    own prologue (if any) counts as removed (a conversion rewrites or drops it), and the rest is matched in order,
+    skipping the input's kernels the rewrite removed.
     """
     ops_a = [op.qualified_name for op in original.operators or ()]
     ops_b = [op.qualified_name for op in rewrite.operators or ()]
@@ -864,7 +865,7 @@ def match_instructions(original: m.ExecutionPlan, rewrite: m.ExecutionPlan, budg
         instructions_a = (chains_a[c].instructions or ()) if c < len(chains_a) else ()
         skip = prologue_length(rewrite) if c == 0 else 0
         mapping: list[Optional[int]] = [None] * skip
-        i = 0
+        i = prologue_length(original) if c == 0 else 0  # the input's prologue: removed, whatever replaces it
         for b in instructions_b[skip:]:
             j = i
             while j < len(instructions_a) and not _same_instruction(instructions_a[j], b, ops_a, ops_b) \
@@ -910,6 +911,25 @@ def _new_data(original: m.ExecutionPlan, rewrite: m.ExecutionPlan) -> frozenset[
     return frozenset(found)
 
 
+def reencoded_sources(original: m.ExecutionPlan, rewrite: m.ExecutionPlan) -> dict[int, Origin]:
+    """What each host constant the rewrite's first-call prologue copies into a value that held initial data in the
+    input stands for: that value's load-time data (a conversion from device initial data to first-call copies).
+
+    Read from the two programs alone, so the self-check and ``validate`` prove a conversion the same way.  Not
+    ``constant``: the input's initial data lay in device memory a delegate may write, and so does its copy."""
+    before = original.values or ()
+    after = rewrite.values or ()
+    found: dict[int, Origin] = {}
+    for dst, (src, _) in first_call_copies(rewrite).items():
+        old_dst = before[dst] if 0 <= dst < len(before) else None
+        old_src = before[src] if 0 <= src < len(before) else None
+        held = isinstance(old_dst, m.Tensor) and old_dst.has_initial_data
+        new_source = old_src is None or not (isinstance(old_src, m.Tensor) and old_src.is_constant)
+        if held and new_source and isinstance(after[src] if 0 <= src < len(after) else None, m.Tensor):
+            found[src] = Origin(value=dst, constant=False)
+    return found
+
+
 def calls_needed(*plans: m.ExecutionPlan) -> int:
     """How many calls show everything: ``STEADY_CALLS`` when no method has a jump (each call runs the same
     instructions, so the reads of every call after the first are those of the second), else ``CALLS``."""
@@ -926,7 +946,8 @@ def prove_same_reads(original: m.ExecutionPlan, rewrite: m.ExecutionPlan, *,
 
     ``calls`` defaults to ``calls_needed``; ``matching`` (per chain of the rewrite: the input's instruction each
     one is, None for new ones) defaults to ``match_instructions``; ``stands_for`` names what each folded value
-    stands for (else inferred from the first read of it).  Raises ``UnsupportedProgramError`` past the work budget.
+    stands for (else inferred from the first read of it); a re-encoded constant's host source stands for the input's
+    initial data without being named (``reencoded_sources``).  Raises ``UnsupportedProgramError`` past the work budget.
     """
     if calls is None:
         calls = calls_needed(original, rewrite)
@@ -979,13 +1000,14 @@ def prove_same_reads(original: m.ExecutionPlan, rewrite: m.ExecutionPlan, *,
             roles_b[position] = roles_a.get(at, (0, 0))
             counterpart[at] = position
     infer = _new_data(original, rewrite)
+    origins = {**reencoded_sources(original, rewrite), **(stands_for or {})}
     subst: dict[int, int] = {}
-    for value, origin in (stands_for or {}).items():
+    for value, origin in origins.items():
         if origin.value is not None:
             subst[value] = _label(LOAD, origin.value, 0)
         elif origin.step is not None and 0 <= origin.step[0] < len(a.chains):
             subst[value] = _label(WRITE, a.first[origin.step[0]] + origin.step[1], 0)
-    held = frozenset(value for value, origin in (stands_for or {}).items() if not origin.constant)
+    held = frozenset(value for value, origin in origins.items() if not origin.constant)
     replay_b = _Replay(b, budget, idents=idents, site_of=site_of,
                        constants=(_moved_constants(original, rewrite) | infer | frozenset(subst)) - held, subst=subst,
                        roles=roles_b, judge=False, calls=calls, sites=(a.n_sites, a.output_base))

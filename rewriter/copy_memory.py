@@ -210,7 +210,8 @@ class CopyMemory:
         chain, k = copy
         later_chain = any(r[0] > chain for r in readers)
         last_here = max((r[1] for r in readers if r[0] == chain), default=-1)
-        jumps = [(source, destination) for c, source, destination in self.effects.jumps if c == chain] \
+        jumps = [(source, destination) for c, source, destination in self.effects.jumps
+                 if c == chain and not self.effects.never_taken(c, source)] \
             if chain in self.effects.chains_with_jumps else ()
         self.spend(len(jumps))
         for source, destination in jumps:

@@ -589,8 +589,6 @@ class _MethodCheck:
         stands_for = {value: Origin(value=traced.source) if not traced.steps else
                       Origin(step=(traced.steps[-1].chain, traced.steps[-1].instruction))
                       for value, traced in self.traced.items()}
-        # a 1.6 constant re-encoded for 1.5: its new host constant holds the bytes the input loaded into it
-        stands_for.update({r.source: Origin(value=r.value, constant=False) for r in self.edit.reencoded})
         mismatch = prove_same_reads(self.old, self.new, matching=matching, stands_for=stands_for)
         if mismatch is not None:
             if self.edit is not None and any(g.relaid for g in self.edit.buffers):
