@@ -15,7 +15,6 @@ The decisions are the gate's (``rewriter/gate.py``, through ``pte_devconst.api.c
 from __future__ import annotations
 
 import hashlib
-import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional, Sequence
 
@@ -31,116 +30,114 @@ from pte_devconst.cli.output import (DataOption, DeviceOption, EtrecordOption, J
                                      stdout_console, table, write_report)
 from pte_devconst.cli.progress import files_progress
 from pte_devconst.program.labels import constant_label
+from pte_devconst.util.exit_code import ExitCode
 from pte_devconst.util.units import exact_bytes, human_bytes, listing, plural
 
 if TYPE_CHECKING:  # the analysis is imported when the command runs, not at start-up
-    from pte_devconst.rewriter.gate import CheckReport, FileCheck, Finding
+    from pte_devconst.rewriter.gate import CheckReport, Diagnostic, FileCheck, Finding
     from pte_devconst.rewriter.gate_rules import GateRule
 
 
-def _kind(report: CheckReport, count: int = 1) -> str:
-    return plural(count, "tensor" if report.fold else "constant")
-
-
-def _values(count: int) -> str:
-    return plural(count, "constant-derived value")
-
-
-def _finding_rows(findings: Sequence[Finding]) -> list[list[Any]]:
-    return [[f.method, constant_label(f.name, f.value), f.device, human_bytes(f.bytes_per_call)] for f in findings]
-
-
-def _stays_rows(stays: Sequence[Finding]) -> list[list[Any]]:
-    return [[f.method, constant_label(f.name, f.value), f.device, human_bytes(f.bytes_per_call), f.reason]
-            for f in stays]
-
-
-def stays_line(stays: Sequence[Finding], strict: bool, hint: bool = True) -> str:
-    """What stays copied on every call and why, in one sentence (never "nothing is copied")."""
-    from pte_devconst.rewriter.derived import reasons_in_brief
-
-    total = sum(f.bytes_per_call for f in stays)
-    return (f"{_values(len(stays))} still copied to a device on every call that the rewrite cannot move "
-            f"({human_bytes(total)} per call): {reasons_in_brief(f.reason for f in stays)}"
-            + ("" if strict or not hint else " (--strict fails on them)"))
-
-
-def selection_text(report: CheckReport) -> str:
-    """The options that select what is judged: ``--device cuda:0 and --min-bytes 4096``."""
-    options = ([f"--device {','.join(report.devices)}"] if report.devices is not None else []) + \
-        ([f"--min-bytes {report.min_bytes}"] if report.min_bytes else [])
-    return " and ".join(options)
-
-
-def filtered_line(filtered: Sequence[Finding], report: CheckReport) -> str:
-    """What --device/--min-bytes left out: copied per call all the same, so never passed over in silence."""
-    total = sum(f.bytes_per_call for f in filtered)
-    return (f"{_values(len(filtered))} copied to a device on every call ({human_bytes(total)} per call) left out by "
-            f"{selection_text(report)}, not judged")
+# Every format renders the check's diagnostics (``CheckReport.diagnostics``: one per file and rule, in the rule's
+# own words), the same way for every rule: no renderer here branches on a rule.
 
 
 def _files(count: int) -> str:
     return plural(count, "file")
 
 
+def _measure(d: Diagnostic) -> str:
+    return "bytes/call" if d.per_call else "bytes"
+
+
+def _weight(x: Finding) -> int:
+    return x.bytes_per_call if x.copies_per_call else x.nbytes
+
+
+def _item_cells(d: Diagnostic, code: Any = lambda text: text, text: Any = lambda text: text) -> tuple[
+        list[str], list[list[Any]]]:
+    """A diagnostic's items as table columns and rows (a "why" column when the items' reasons differ; one reason
+    shared by all is ``_shared_reason``'s)."""
+    why = any(x.reason for x in d.items) and not _shared_reason(d)
+    columns = ["method", "value", "device", _measure(d)] + (["why"] if why else [])
+    rows = [[code(x.method), code(constant_label(x.name, x.value)), code(x.device), human_bytes(_weight(x))]
+            + ([text(x.reason)] if why else []) for x in d.items]
+    return columns, rows
+
+
+def _shared_reason(d: Diagnostic) -> str:
+    """The one reason every item of ``d`` has, when there are several ("" when they differ or have none)."""
+    reasons = {x.reason for x in d.items}
+    return reasons.pop() if len(reasons) == 1 and len(d.items) > 1 else ""
+
+
 def _summary(report: CheckReport) -> str:
+    """The check in one sentence: what each rule found over all files (in its own words), with its fix."""
     checked = sum(1 for f in report.files if not f.error)
-    if report.passed and not report.stays and not report.filtered and not report.accepted:
+    diagnostics = _diagnostics(report)[0]
+    if not diagnostics and not report.accepted:
         return f"{_files(checked)} checked: no constant is copied to a device on every call."
-    selected = f" selected by {selection_text(report)}" if selection_text(report) else ""
-    parts: list[str] = []
-    if checked and not report.findings:
-        parts.append(f"{_files(checked)} checked without findings{selected}" if report.unknown
-                     else f"{_files(checked)} checked: nothing{selected} left that the rewrite can move")
-    if report.findings:
-        parts.append(f"{_kind(report, len(report.findings))} in {_files(sum(1 for f in report.files if f.findings))} "
-                     f"still copied to a device on every call ({human_bytes(report.bytes_per_call)} per call); fix "
-                     f"them with {fix_command(report)}")
-    if report.runtime_findings:
-        needing = sum(1 for f in report.files if f.runtime_findings)
-        parts.append(f"{_files(needing)} {'needs' if needing == 1 else 'need'} a newer ExecuTorch than "
-                     f"{report.runtime.value} ({plural(len(report.runtime_findings), 'tensor')} of device initial "
-                     f"data); fix them with {fix_command(report)}")
-    if report.stays:
-        parts.append(stays_line(report.stays, report.strict))
-    if report.unknown:
-        parts.append(f"{plural(len(report.unknown), 'constant')} in {_files(sum(1 for f in report.files if f.unknown))}"
-                     " not judged: their .ptd is missing (NAME.ptd next to NAME.pte, or --ptd)")
-    if report.filtered:
-        parts.append(filtered_line(report.filtered, report))
-    if report.errors:
-        parts.append(f"{_files(len(report.errors))} could not be checked")
-    if report.unused_devices:
-        parts.append(f"no program checked uses {', '.join(report.unused_devices)} (--device): nothing was judged "
-                     "for it")
+    parts = [f"{_files(checked)} checked" + ("" if report.findings else ": nothing left that the rewrite can move")]
+    by_rule: dict[str, list[Diagnostic]] = {}
+    for d in diagnostics:
+        by_rule.setdefault(d.rule.id, []).append(d)
+    for group in by_rule.values():
+        rule, items = group[0].rule, [x for d in group for x in d.items]
+        if items:
+            files = len({d.file for d in group if d.file})
+            part = (f"{rule.id} {group[0].titled(len(items))}" + (f" in {_files(files)}" if files else "")
+                    + f" ({human_bytes(sum(d.bytes for d in group))}{' per call' if rule.per_call else ''})")
+            reasons = [x.reason for x in items if x.reason]
+            if reasons and not group[0].fix:  # why they stay (a rule with a fix says what to do instead)
+                part += f": {reasons_in_brief(reasons)}"
+            if group[0].fix:
+                part += f"; fix them with {group[0].fix_for('FILE')}"
+            if rule.strict_only and not report.strict:
+                part += " (--strict fails on them)"
+            parts.append(part)
+        elif not group[0].accepted:
+            parts.append(f"{rule.id} {rule.name}: " + "; ".join(d.message for d in group))  # a message each
     if report.accepted:
         parts.append(f"{len(report.accepted):,} accepted by the project's config "
                      f"({human_bytes(sum(f.bytes_per_call for f in report.accepted))} per call)")
     return "; ".join(parts) + "."
 
 
-RUNTIME_FIX_ONCE = "copies it once, on the first call, instead"
+def reasons_in_brief(reasons: Sequence[str]) -> str:
+    """``2 read by host kernel aten::mul.out, 1 transposed on the host``: reasons counted (``rewriter/derived.py``)."""
+    from pte_devconst.rewriter.derived import reasons_in_brief as brief
+
+    return brief(reasons)
 
 
 def fix_command(report: CheckReport, file: str = "FILE") -> str:
-    """The rewrite that fixes a finding, for the runtime the project deploys."""
-    runtime = "--runtime 1.5 " if report.runtime.value == "1.5" else ""
-    return f"pte-devconst rewrite {runtime}{'--fold ' if report.fold else ''}--in-place {file}"
+    """The rewrite that fixes a finding, for the runtime the project deploys (``encodings/words.py``)."""
+    from pte_devconst.rewriter.encodings.words import fix_command as command
+
+    return command(report.runtime, report.fold, file)
 
 
 def runtime_line(report: CheckReport) -> Optional[str]:
-    """Which runtime the checked files need: ``Loads in ExecuTorch >= 1.5: 3 files; >= 1.6: 1 file (a.pte)``."""
-    needs: dict[str, list[str]] = {}
+    """Which runtime the checked files need: ``Loads in ExecuTorch >= 1.5: 3 files; >= 1.6: 1 file (a.pte)``, and how
+    to make them load in an older one (``encodings/words.py``)."""
+    from pte_devconst.rewriter.encodings import encodings
+    from pte_devconst.rewriter.encodings.words import older_advice
+
+    needs: dict[Any, list[str]] = {}
+    newest = None
     for f in report.files:
         if f.runtime_need is not None:
-            needs.setdefault(f.runtime_need.runtime.value, []).append(f.file)
-    if not needs:
+            needs.setdefault(f.runtime_need.runtime, []).append(f.file)
+            if newest is None or f.runtime_need.runtime > newest.runtime:
+                newest = f.runtime_need
+    if newest is None:
         return None
-    parts = [f">= {version}: {_files(len(files))}" + (f" ({listing(files)})" if version == "1.6" else "")
-             for version, files in sorted(needs.items())]
-    advice = (" (rewrite --runtime 1.5 makes them load in 1.5)" if "1.6" in needs and report.runtime.value == "1.6"
-              else "")
-    return "Loads in ExecuTorch " + "; ".join(parts) + advice + "."
+    oldest = encodings()[0].runtime
+    parts = [f">= {runtime.value}: {_files(len(files))}" + (f" ({listing(files)})" if runtime > oldest else "")
+             for runtime, files in sorted(needs.items())]
+    advice = older_advice(newest) if newest.runtime > oldest and newest.runtime <= report.runtime else ""
+    return "Loads in ExecuTorch " + "; ".join(parts) + (f" ({advice.replace(': --', ': rewrite --')})" if advice
+                                                        else "") + "."
 
 
 def _memory_line(report: CheckReport) -> Optional[str]:
@@ -158,62 +155,68 @@ def _memory_line(report: CheckReport) -> Optional[str]:
                f"offsets with the constants appended: {listing(kept)}" if kept else "") + ".")
 
 
-def _quiet_line(f: Finding, what: str) -> str:
-    return printable(f"{f.file}: {f.method}: {constant_label(f.name, f.value)} -> {what}")
+_RENDERED: list[tuple[CheckReport, tuple[Diagnostic, ...], dict[str, list[Diagnostic]]]] = []
+
+
+def _diagnostics(report: CheckReport) -> tuple[tuple[Diagnostic, ...], dict[str, list[Diagnostic]]]:
+    """The report's diagnostics, and those of each file: made once per report rendered (a check of thousands of
+    files renders each file's line from them)."""
+    if not _RENDERED or _RENDERED[0][0] is not report:
+        diagnostics = report.diagnostics()
+        by_file: dict[str, list[Diagnostic]] = {}
+        for d in diagnostics:
+            if d.file and not d.rule.once:
+                by_file.setdefault(d.file, []).append(d)
+        _RENDERED[:] = [(report, diagnostics, by_file)]
+    return _RENDERED[0][1], _RENDERED[0][2]
+
+
+def _of_file(report: CheckReport, f: FileCheck) -> list[Diagnostic]:
+    return _diagnostics(report)[1].get(f.file, [])
+
+
+def _headline(d: Diagnostic) -> str:
+    """``<id> copied-every-call: 4 constants copied to a device on every call (3.2 KiB per call); fix: ...``."""
+    totals = f" ({human_bytes(d.bytes)}{' per call' if d.per_call else ''})" if d.items else ""
+    return f"{d.rule.id} {d.rule.name}: {d.title}{totals}" + (f"; fix: {d.fix}" if d.fix else "")
+
+
+# ---------------------------------------------------------------------------------------------------- text
 
 
 def render_text(report: CheckReport, view: View) -> None:
     console = stdout_console()
-    if view.quiet:  # one unwrapped line per failing or unjudged constant, for grep and editors
-        for x in report.findings:
-            typer.echo(_quiet_line(x, f"{x.device}: {exact_bytes(x.bytes_per_call)} per call"))
-        for x in report.runtime_findings:
-            typer.echo(_quiet_line(x, f"{x.device}: device initial data, needs ExecuTorch >= 1.6"))
-        for x in report.stays if report.strict else ():
-            typer.echo(_quiet_line(x, f"{x.device}: {exact_bytes(x.bytes_per_call)} per call, stays: {x.reason}"))
-        for x in report.unknown:
-            typer.echo(_quiet_line(x, f"unknown (no .ptd; would move to {x.device})"))
-        for x in report.filtered:  # copied per call and not judged: never silence
-            typer.echo(_quiet_line(x, f"{x.device}: {exact_bytes(x.bytes_per_call)} per call, not judged: "
-                                      f"{x.reason}"))
+    diagnostics = _diagnostics(report)[0]
+    if view.quiet:  # one unwrapped line per item a rule reports (not the notes --strict would fail), for grep
+        for d in diagnostics:
+            if d.rule.strict_only and not report.strict and d.rule.exit_for(False) is ExitCode.OK:
+                continue
+            for x in d.items:
+                reason = f": {x.reason}" if x.reason else ""
+                typer.echo(printable(f"{x.file}: {x.method}: {constant_label(x.name, x.value)} -> {d.rule.id} "
+                                     f"{x.device}: {exact_bytes(_weight(x))}{' per call' if d.per_call else ''}"
+                                     f"{reason}"))
         return
 
     def say(line: str) -> None:
         console.print(printable(line), markup=False, soft_wrap=True)
 
-    for f in report.files:
-        if f.findings:
-            say(f"{f.file}: {_kind(report, len(f.findings))} copied host-to-device on every call")
-            console.print(table(None, ["method", "constant", "device", "bytes/call"], _finding_rows(f.findings),
-                                right=["bytes/call"]))
-        if f.runtime_findings:
-            say(f"{f.file}: needs ExecuTorch >= 1.6 (device initial data), the project deploys "
-                f"{report.runtime.value}; fix: {fix_command(report, shlex.quote(f.file))}")
-            stuck = any(RUNTIME_FIX_ONCE not in x.reason for x in f.runtime_findings)  # some cannot be re-encoded
-            console.print(table(None, ["method", "value", "device", "bytes"] + (["why"] if stuck else []),
-                                [[x.method, x.value, x.device, human_bytes(x.nbytes)] + ([x.reason] if stuck else [])
-                                 for x in f.runtime_findings], right=["bytes"]))
-        if f.unknown:
-            say(f"{f.file}: {plural(len(f.unknown), 'constant')} not judged (no .ptd); they would move if their "
-                "data matched")
-            console.print(table(None, ["method", "constant", "device", "bytes/call"], _finding_rows(f.unknown),
-                                right=["bytes/call"]))
-        if f.stays and (report.strict or view.verbose):
-            say(f"{f.file}: {_values(len(f.stays))} copied on every call that the rewrite cannot move")
-            console.print(table(None, ["method", "value", "device", "bytes/call", "why"], _stays_rows(f.stays),
-                                right=["bytes/call"]))
-        elif f.stays:
-            say(f"{f.file}: {stays_line(f.stays, False, hint=False)}")
-        if f.filtered:
-            say(f"{f.file}: {filtered_line(f.filtered, report)}")
-            if view.verbose:
-                console.print(table(None, ["method", "value", "device", "bytes/call", "left out by"],
-                                    _stays_rows(f.filtered), right=["bytes/call"]))
+    for d in diagnostics:
+        where = f"{d.file}: " if d.file else ""
+        if d.items and (d.rule.fails(report.strict) or view.verbose):  # what fails: the headline and every item
+            say(f"{where}{_headline(d)}")
+            columns, rows = _item_cells(d)
+            console.print(table(None, columns, rows, right=[_measure(d)]))
+            if _shared_reason(d):
+                say(f"  why: {_shared_reason(d)}")
+        elif d.items or not d.accepted:  # the rest: the rule's message, in one line
+            say(f"{where}{d.rule.id} {d.rule.name}: {d.message}")
     for f in report.files:
         if f.accepted:
             say(f"{f.file}: {len(f.accepted):,} accepted (the project's config accepts them)")
-            console.print(table(None, ["method", "constant", "device", "bytes/call", "accepted because"],
-                                [row + [x.accepted] for row, x in zip(_finding_rows(f.accepted), f.accepted)],
+            console.print(table(None, ["rule", "method", "constant", "device", "bytes/call", "accepted because"],
+                                [[x.rule, x.method, constant_label(x.name, x.value), x.device,
+                                  human_bytes(x.bytes_per_call), x.accepted] for x in f.accepted],
                                 right=["bytes/call"]))
     if view.verbose:
         for f in report.files:
@@ -236,24 +239,23 @@ def render_text(report: CheckReport, view: View) -> None:
 
 
 def file_status(report: CheckReport, f: FileCheck) -> str:
-    """A file's status and totals in a few words (after its name in ``file_line`` and the markdown details)."""
+    """A file's status and what each rule found there, in one line (after its name in ``file_line`` and the
+    markdown details)."""
     accepted = f"; {len(f.accepted):,} accepted" if f.accepted else ""
     if f.error:
         return f.error[len(f.file) + 2:] if f.file and f.error.startswith(f"{f.file}: ") else f.error
-    if f.findings:
-        fix = fix_command(report, shlex.quote(f.file))
-        return (f"{_kind(report, len(f.findings))} copied to a device on every call "
-                f"({human_bytes(f.bytes_per_call)} per call){accepted}; fix: {fix}")
-    if f.runtime_findings:
-        return (f"needs ExecuTorch >= 1.6 (device initial data, {plural(len(f.runtime_findings), 'tensor')}); the "
-                f"project deploys {report.runtime.value}{accepted}; fix: {fix_command(report, shlex.quote(f.file))}")
-    if f.failing:  # --strict: what stays or is not judged
-        return (f"{_values(len(f.failing))} copied on every call that the rewrite cannot move or could not judge "
-                f"(--strict){accepted}")
-    if f.unknown:
-        return f"{plural(len(f.unknown), 'constant')} not judged (no .ptd){accepted}"
-    stays = f"; {plural(len(f.stays), 'copy', 'copies')} stay for a stated reason" if f.stays else ""
-    return f"ok ({plural(f.constants, 'constant')}{stays}{accepted})"
+    found = [d for d in _of_file(report, f) if d.items]
+    failing = [_brief(d) for d in found if d.rule.exit_for(report.strict) is not ExitCode.OK]
+    notes = [_brief(d) for d in found if d.rule.exit_for(report.strict) is ExitCode.OK]
+    if not failing:
+        return f"ok ({'; '.join([plural(f.constants, 'constant')] + notes)}{accepted})"
+    return "; ".join(failing + notes) + accepted
+
+
+def _brief(d: Diagnostic) -> str:
+    """``<id> 4 constants copied to a device on every call (3.2 KiB per call); fix: ...``: a result in a line."""
+    totals = f" ({human_bytes(d.bytes)}{' per call' if d.per_call else ''})" if d.items else ""
+    return f"{d.rule.id} {d.title}{totals}" + (f"; fix: {d.fix}" if d.fix else "")
 
 
 def file_line(report: CheckReport, f: FileCheck) -> str:
@@ -262,17 +264,15 @@ def file_line(report: CheckReport, f: FileCheck) -> str:
 
 
 def render_concise(report: CheckReport, view: View) -> str:
-    return "\n".join([file_line(report, f) for f in report.files] + [printable(_summary(report))])
+    once = [_headline(d) + (f": {d.message}" if not d.items else "") for d in _diagnostics(report)[0]
+            if d.rule.once or not d.file]
+    return "\n".join([file_line(report, f) for f in report.files] + [printable(x) for x in once]
+                     + [printable(_summary(report))])
 
 
 # ------------------------------------------------------------------------------------------- markdown
 
-STATUS_MARKS = {"ok": "✅ ok", "findings": "❌ copied", "unknown": "❔ not judged", "error": "⛔ error"}
-
-
-def _markdown_finding_rows(findings: Sequence[Finding]) -> list[list[Any]]:
-    return [[md_code(f.method), md_code(constant_label(f.name, f.value)), md_code(f.device),
-             exact_bytes(f.bytes_per_call)] for f in findings]
+STATUS_MARKS = {"ok": "✅ ok", "findings": "❌", "unknown": "❔", "error": "⛔"}
 
 
 def device_memory_columns(files: Sequence[FileCheck]) -> list[tuple[str, Any]]:
@@ -286,14 +286,23 @@ def device_memory_columns(files: Sequence[FileCheck]) -> list[tuple[str, Any]]:
     return [("device memory now", side("before")), ("after a rewrite", side("after"))]
 
 
+def _status_cell(report: CheckReport, f: FileCheck) -> str:
+    """The file's status and the rules that fail it: ``❌ <id> needs-newer-runtime``."""
+    failing = [d.rule for d in _of_file(report, f)
+               if d.rule.exit_for(report.strict) is not ExitCode.OK and (d.items or not d.accepted)]
+    mark = STATUS_MARKS.get(str(f.status), str(f.status))
+    return mark if not failing else f"{mark} " + ", ".join(f"{r.id} {r.name}" for r in failing)
+
+
 def summary_table(report: CheckReport) -> str:
-    """One row per file: status, constants still copied and their bytes per call, accepted, fold gain."""
+    """One row per file: status and failing rules, constants still copied and their bytes per call, accepted, fold
+    gain."""
     extra = device_memory_columns(report.files)
     columns = (["file", "status", "still copied", "bytes/call", "cannot move", "accepted", "fold gain"]
                + [name for name, _ in extra])
     rows = []
     for f in report.files:
-        rows.append([md_code(f.file) if f.file else "", STATUS_MARKS.get(str(f.status), str(f.status)),
+        rows.append([md_code(f.file) if f.file else "", _status_cell(report, f),
                      f"{len(f.findings):,}", human_bytes(f.bytes_per_call), f"{len(f.stays):,}",
                      f"{len(f.accepted):,}",
                      f"{human_bytes(f.foldable_bytes_per_call)} ({f.foldable:,})" if f.foldable else "-"]
@@ -314,44 +323,33 @@ def _rule_heading(rule: GateRule, report: CheckReport, what: str) -> str:
     return f"**{rule.id} {rule.name}** ({rule.level_for(report.strict)}): {what}"
 
 
+def _section(report: CheckReport, d: Diagnostic) -> list[str]:
+    """One diagnostic as a markdown section: its heading (the rule, its title, its fix) and its items."""
+    fix = ""
+    if d.fix:
+        fix = f"; fix: {md_code(d.fix)}" if d.fix.startswith("pte-devconst ") else f"; {md_text(d.fix)}"
+    if not d.items:
+        return [_rule_heading(d.rule, report, md_text(d.message)), ""]
+    lines = [_rule_heading(d.rule, report, md_text(d.title) + fix + ":"), ""]
+    columns, rows = _item_cells(d, md_code, md_text)
+    shared = [f"Why: {md_text(_shared_reason(d))}", ""] if _shared_reason(d) else []
+    return lines + markdown_table(columns, rows, right=[_measure(d)]).split("\n") + [""] + shared
+
+
 def file_details(report: CheckReport, f: FileCheck) -> Block:
     """A file's details as a collapsed block: its sections, one per rule that found something (the body is cut
     first when too long)."""
-    from pte_devconst.rewriter.gate_rules import rule_covering
-
     head = f"<details><summary><code>{_summary_html(f.file)}</code>: {_summary_html(file_status(report, f))}</summary>"
     body: list[str] = [""]
-    if f.error:
-        body += [_rule_heading(rule_covering("error"), report, md_text(f.error)), ""]
-    if f.findings:
-        body += [_rule_heading(rule_covering("findings"), report, "copied to a device on every call; "
-                               f"`pte-devconst rewrite{' --fold' if report.fold else ''} --in-place` moves them:"), ""]
-        body += markdown_table(["method", "constant", "device", "bytes/call"], _markdown_finding_rows(f.findings),
-                               right=["bytes/call"]).split("\n") + [""]
-    if f.unknown:
-        body += [_rule_heading(rule_covering("unknown"), report, "not judged (no .ptd; pass `--ptd` or put NAME.ptd "
-                               "next to NAME.pte):"), ""]
-        body += markdown_table(["method", "constant", "would move to", "bytes/call"],
-                               _markdown_finding_rows(f.unknown), right=["bytes/call"]).split("\n") + [""]
-    if f.stays:
-        body += [_rule_heading(rule_covering("stays"), report, "copied on every call; the rewrite cannot move them:"),
-                 ""]
-        body += markdown_table(["method", "value", "device", "bytes/call", "why"],
-                               [row + [md_text(x.reason)] for row, x in zip(_markdown_finding_rows(f.stays), f.stays)],
-                               right=["bytes/call"]).split("\n") + [""]
+    for d in _of_file(report, f):
+        if d.items or not d.accepted:
+            body += _section(report, d)
     if f.accepted:
         body += ["**Accepted (the project's config):**", ""]
         body += markdown_table(["rule", "method", "constant", "device", "bytes/call", "accepted because"],
-                               [[x.rule, *row, md_text(x.accepted)] for row, x in
-                                zip(_markdown_finding_rows(f.accepted), f.accepted)],
-                               right=["bytes/call"]).split("\n") + [""]
-    if f.filtered:
-        body += [_rule_heading(rule_covering("filtered"), report, f"left out by {md_text(selection_text(report))} "
-                               "(copied on every call, not judged):"), ""]
-        body += markdown_table(["method", "value", "device", "bytes/call", "left out by"],
-                               [row + [md_text(x.reason)] for row, x in
-                                zip(_markdown_finding_rows(f.filtered), f.filtered)],
-                               right=["bytes/call"]).split("\n") + [""]
+                               [[x.rule, md_code(x.method), md_code(constant_label(x.name, x.value)),
+                                 md_code(x.device), exact_bytes(x.bytes_per_call), md_text(x.accepted)]
+                                for x in f.accepted], right=["bytes/call"]).split("\n") + [""]
     if f.device_memory is not None and f.device_memory.warning():
         body += [f"Device memory: {md_text(f.device_memory.warning())}", ""]
     if f.device_memory is not None and f.device_memory.note():
@@ -374,16 +372,12 @@ def render_markdown(report: CheckReport, view: Optional[View] = None, limit: int
         head += [md_text(memory), ""]
     table_lines = summary_table(report).split("\n")
     tail: list[str] = []
-    if report.device_problems:
-        tail += ["", "**Could not check:**", ""] + [f"- {md_text(problem)}" for problem in report.device_problems]
-    if report.warnings:
-        tail += ["", "**Warnings:**", ""] + [f"- {md_text(w)}" for w in report.warnings]
+    whole = [d for d in _diagnostics(report)[0] if d.rule.once or not d.file]
+    for d in whole:
+        tail += [""] + _section(report, d)
     hint = fold_hint(report.fold_gain)
     if hint:
         tail += ["", hint]
-    if report.unused_accepts:
-        tail += ["", "**Accepted findings that matched nothing** (remove them from the config):", ""]
-        tail += [f"- {md_text(a.origin)}: {md_text(a.describe())}" for a in report.unused_accepts]
     reserve = sum(len(line) + 1 for line in head + tail) + 400
     # The summary table keeps as many rows as fit in half of what is left (a row per file, thousands at most).
     room = (limit - reserve) // 2
@@ -397,7 +391,7 @@ def render_markdown(report: CheckReport, view: Optional[View] = None, limit: int
     lines = head + shown + (["", f"*… and {_files(left)} more not listed; `--format json` lists them all.*"]
                             if left else []) + [""]
     details = [file_details(report, f) for f in report.files
-               if f.error or f.findings or f.unknown or f.stays or f.accepted or f.filtered or f.note]
+               if _of_file(report, f) or f.accepted or f.note]
     budget = limit - sum(len(line) + 1 for line in lines + tail) - 200
     return lines + fit_blocks(details, max(0, budget), limit, "file") + tail
 
@@ -405,78 +399,19 @@ def render_markdown(report: CheckReport, view: Optional[View] = None, limit: int
 # --------------------------------------------------------------------------------------------- github
 
 
-def _largest(findings: Sequence[Finding]) -> Finding:
-    return max(findings, key=lambda x: x.bytes_per_call)
-
-
-def _rule_title(rule: GateRule, what: str) -> str:
-    return f"pte-devconst {rule.id} {rule.name}: {what}"
-
-
-def _file_annotation(report: CheckReport, f: FileCheck, rule: GateRule) -> Optional[Annotation]:
-    """One file's annotation of one rule: its totals, its largest item and what to do; None for a rule
-    annotated once for the whole check."""
-    if rule.once:
-        return None
-    level = rule.level_for(report.strict).github
-    weight = (0 if f.error else 1, -sum(x.bytes_per_call for x in f.found(rule)), f.file, rule.id)
-    if rule.covers == "error":
-        return Annotation(level, github_annotation(level, f.error, file=f.file or None,
-                                                   title=_rule_title(rule, "cannot check")), weight)
-    found = f.found(rule)
-    worst = _largest(found)
-    total = sum(x.bytes_per_call for x in found)
-    where = f"{worst.method}: {constant_label(worst.name, worst.value)}"
-    accepted = f" {len(f.accepted):,} more accepted by the project's config." if f.accepted else ""
-    if rule.covers == "findings":
-        what = f"{_kind(report, len(found))} copied on every call"
-        message = (f"{_kind(report, len(found))} copied to a device on every call ({exact_bytes(total)} per call); "
-                   f"the largest: {where}, {exact_bytes(worst.bytes_per_call)} per call to {worst.device}. Fix: "
-                   f"pte-devconst rewrite {'--fold ' if report.fold else ''}--in-place {shlex.quote(f.file)}."
-                   f"{accepted}")
-    elif rule.covers == "stays":
-        what = (f"{plural(len(found), 'copy')} that {'stays' if len(found) == 1 else 'stay'}"
-                + (" (--strict)" if report.strict else ""))
-        message = (f"{_values(len(found))} copied on every call that the rewrite cannot move ({exact_bytes(total)} "
-                   f"per call); the largest: {where}{': ' + worst.reason if worst.reason else ''}.{accepted}")
-    else:  # not judged
-        what = f"{plural(len(found), 'constant')} not judged"
-        message = (f"{_values(len(found))} not judged ({exact_bytes(total)} per call); the largest: {where}"
-                   f"{': ' + worst.reason if worst.reason else ''}. {f.note or 'Pass --ptd FILE.ptd.'}{accepted}")
-    return Annotation(level, github_annotation(level, message, file=f.file, title=_rule_title(rule, what)), weight)
+def _annotation(report: CheckReport, d: Diagnostic) -> Annotation:
+    """One diagnostic as a GitHub annotation at its level: the rule and its title as the annotation's title, the
+    message as its text; the worst first (errors, then by bytes)."""
+    level = d.level.github
+    weight = (d.rule.exit_for(report.strict) is not ExitCode.ERROR, -d.bytes, d.file, d.rule.id)
+    title = f"pte-devconst {d.rule.id} {d.rule.name}: {d.title}"
+    return Annotation(level, github_annotation(level, d.message, file=d.file or None, title=title), weight)
 
 
 def render_github(report: CheckReport, view: View) -> GithubReport:
-    """GitHub Actions annotations: one per file and rule that found something (errors first, then by bytes per
-    call), at the rule's level; what the options left out as one notice for the whole check; the devices no
-    program uses and the accepted findings that matched nothing; then the summary line.  ``Output`` caps them
-    per level (``--max-annotations``)."""
-    from pte_devconst.rewriter.gate_rules import rule_covering
-
-    annotations = [a for f in report.files for rule in f.fired()
-                   if (a := _file_annotation(report, f, rule)) is not None]
-    left_out = rule_covering("filtered")
-    unused = [f.file for f in report.files if f.unused_selection]
-    if report.filtered or unused:
-        message = "; ".join(([f"{filtered_line(report.filtered, report)} (in "
-                              f"{_files(sum(1 for f in report.files if f.filtered))})"] if report.filtered else [])
-                            + ([f"{_files(len(unused))} use none of the devices selected (--device "
-                                f"{', '.join(report.devices or ())}), nothing in them judged: {listing(unused)}"]
-                               if unused else []))
-        level = left_out.level_for(report.strict).github
-        annotations.append(Annotation(level, github_annotation(level, message,
-                                                               title=_rule_title(left_out, "left out by the options"))))
-    device = rule_covering("device_problems")
-    for problem in report.device_problems:
-        level = device.level_for(report.strict).github
-        annotations.append(Annotation(level, github_annotation(level, problem,
-                                                               title=_rule_title(device, "device not used"))))
-    accepts = rule_covering("unused_accepts")
-    for entry in report.unused_accepts:
-        level = accepts.level_for(report.strict).github
-        annotations.append(Annotation(level, github_annotation(level, f"{entry.origin}: accepted finding matched "
-                                                               f"nothing: {entry.describe()}",
-                                                               title=_rule_title(accepts, "unused accept"))))
+    """GitHub Actions annotations: one per diagnostic (a file and a rule, or the whole check), at the rule's level;
+    ``Output`` caps them per level (``--max-annotations``); then the summary line."""
+    annotations = [_annotation(report, d) for d in _diagnostics(report)[0] if d.items or not d.accepted]
     lines = [printable(_summary(report))]
     hint = fold_hint(report.fold_gain)
     if hint:
@@ -512,60 +447,41 @@ def _constant_json(x: Finding) -> dict[str, Any]:
     return item
 
 
-def _sarif_result(report: CheckReport, rules: Sequence[GateRule], rule: GateRule, f: FileCheck
-                  ) -> Optional[dict[str, Any]]:
-    """One result per (file, rule): the file's constants the rule found (and those the project accepts) in its
-    message and properties; None when the rule found nothing here."""
-    live = f.found(rule)
-    accepted = tuple(x for x in f.accepted if x.rule == rule.id)
-    if rule.covers == "error":
-        if not f.error:
-            return None
-        text, properties = f.error, {}
-    else:
-        if not live and not accepted:
-            return None
-        shown = live or accepted
-        largest = sorted(shown, key=lambda x: -x.bytes_per_call)
-        named = listing((f"{constant_label(x.name, x.value)} in {x.method} ({exact_bytes(x.bytes_per_call)} per "
-                         f"call to {x.device}{': ' + x.reason if x.reason else ''})" for x in largest),
-                        SARIF_CONSTANTS_SHOWN)
-        total = sum(x.bytes_per_call for x in live)
-        text = (f"{rule.title}: {plural(len(live), 'value')} ({exact_bytes(total)} per call): {named}." if live
-                else f"{rule.title}: all {plural(len(accepted), 'value')} accepted by the project's config: {named}.")
-        if live and accepted:
-            text += f" {len(accepted):,} more accepted by the project's config."
-        properties = {"count": len(live), "bytesPerCall": total, "constants": [_constant_json(x) for x in live],
-                      "accepted": [_constant_json(x) for x in accepted]}
+def _sarif_result(report: CheckReport, rules: Sequence[GateRule], d: Diagnostic) -> dict[str, Any]:
+    """One diagnostic on a file as a SARIF result: the rule's title and the diagnostic's message, the items it
+    names in its properties; one whose every item is accepted is suppressed."""
+    largest = sorted(d.items or d.accepted, key=lambda x: -_weight(x))
+    named = listing((f"{constant_label(x.name, x.value)} in {x.method} ({exact_bytes(_weight(x))}"
+                     f"{' per call' if d.per_call else ''} {'to' if d.per_call else 'on'} {x.device}"
+                     f"{': ' + x.reason if x.reason else ''})" for x in largest), SARIF_CONSTANTS_SHOWN)
+    text = f"{d.rule.title}: {d.message}" + (f" Items: {named}." if largest else "")
+    properties: dict[str, Any] = {"count": len(d.items), "bytes": d.bytes, "perCall": d.per_call, "fix": d.fix,
+                                  "constants": [_constant_json(x) for x in d.items],
+                                  "accepted": [_constant_json(x) for x in d.accepted]}
+    if d.per_call:
+        properties["bytesPerCall"] = d.bytes
     result: dict[str, Any] = {
-        "ruleId": rule.id, "ruleIndex": list(rules).index(rule), "level": rule.level_for(report.strict).value,
+        "ruleId": d.rule.id, "ruleIndex": list(rules).index(d.rule), "level": d.level.value,
         "message": {"text": printable(text)},
-        "locations": [{"physicalLocation": {"artifactLocation": {"uri": _uri(f.file)}}}],
-        "partialFingerprints": {"pteDevconst/v1": fingerprint(rule, f.file)},
+        "locations": [{"physicalLocation": {"artifactLocation": {"uri": _uri(d.file)}}}],
+        "partialFingerprints": {"pteDevconst/v1": fingerprint(d.rule, d.file)},
         "properties": properties,
     }
-    if rule.covers != "error" and not live:
+    if d.accepted and not d.items:
         result["suppressions"] = [{"kind": "external", "justification": printable("; ".join(
-            sorted({x.accepted for x in accepted})))}]
+            sorted({x.accepted for x in d.accepted})))}]
     return result
 
 
 def sarif_document(report: CheckReport, view: Optional[View] = None) -> dict[str, Any]:
-    """SARIF 2.1.0 for code scanning: one result per file and rule (the constants in its message and properties,
-    a stable fingerprint; one whose every constant is accepted is suppressed); what is reported once for the whole
-    check (the options' leftovers, devices no program uses, accepts that matched nothing) as notifications."""
+    """SARIF 2.1.0 for code scanning: one result per diagnostic on a file (a stable fingerprint per file and rule);
+    what is reported once for the whole check as notifications."""
     from pte_devconst import __version__
-    from pte_devconst.rewriter.gate_rules import RULES, rule_covering
+    from pte_devconst.rewriter.gate_rules import RULES
 
-    results = [result for f in report.files for rule in RULES if rule.scope == "file" and not rule.once
-               if (result := _sarif_result(report, RULES, rule, f)) is not None]
-    notifications = []
-    left_out = rule_covering("filtered")
-    if report.filtered:
-        notifications.append((left_out, filtered_line(report.filtered, report)))
-    notifications += [(rule_covering("device_problems"), problem) for problem in report.device_problems]
-    notifications += [(rule_covering("unused_accepts"), f"{a.origin}: accepted finding matched nothing: "
-                                                        f"{a.describe()}") for a in report.unused_accepts]
+    diagnostics = _diagnostics(report)[0]
+    results = [_sarif_result(report, RULES, d) for d in diagnostics if d.file and not d.rule.once]
+    notifications = [(d.rule, d.message) for d in diagnostics if d.rule.once or not d.file]
     rules = [{"id": rule.id, "name": rule.name, "shortDescription": {"text": rule.title},
               "fullDescription": {"text": rule.title}, "help": {"text": rule.help},
               "defaultConfiguration": {"level": rule.level_for(report.strict).value},

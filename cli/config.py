@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from pte_devconst.cli.formats import Format
+from pte_devconst.rewriter.encodings import DEFAULT_RUNTIME
 from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.util.record import record
 
@@ -39,7 +40,7 @@ KEYS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "fold": (bool, "true or false"),
     "device": ((str, list), "a device (cuda:0) or a list of them"),
     "output-format": (str, "one of " + ", ".join(f.value for f in Format)),
-    "runtime": (str, 'the ExecuTorch release the programs must load in: "1.5" or "1.6"'),
+    "runtime": (str, 'the ExecuTorch release the programs must load in, as "1.5"'),
     "accept": (list, "an array of tables ([[tool.pte-devconst.accept]])"),
 }
 ConfigOption = Annotated[Optional[str], typer.Option(
@@ -48,11 +49,10 @@ ConfigOption = Annotated[Optional[str], typer.Option(
 IsolatedOption = Annotated[bool, typer.Option("--isolated", help="Ignore every configuration file.")]
 RuntimeOption = Annotated[Optional[str], typer.Option(
     "--runtime", metavar="VERSION", show_default=False,
-    help="The ExecuTorch release the programs must load in (1.5 or 1.6). 1.6: a moved constant is device memory "
-    "with initial data, copied at load (what 1.6's skip_h2d_for_constants writes). 1.5: it stays on the host and a "
-    "guarded "
-    "prologue copies it once, on the first call (1.5 runtimes cannot copy initial data into device memory). "
-    "[default: 1.6, or runtime in the config]")]
+    help="The ExecuTorch release the programs must load in; it chooses how a moved constant is kept on the device. "
+    "1.6: device memory with initial data, copied at load (what 1.6's skip_h2d_for_constants writes). 1.5: it "
+    "stays on the host and a guarded prologue copies it once, on the first call (1.5 runtimes cannot copy initial "
+    f"data into device memory). See docs/cli.md. [default: {DEFAULT_RUNTIME}, or runtime in the config]")]
 ACCEPT_KEYS = {"program": str, "method": str, "constant": str, "value": int, "reason": str}
 
 
@@ -68,7 +68,7 @@ class Config:
     fold: Optional[bool] = None
     device: Optional[tuple[str, ...]] = None
     output_format: Optional[str] = None
-    runtime: Optional[str] = None  # "1.5" or "1.6": the release the project deploys (rewrite's encoding, check's rule)
+    runtime: Optional[str] = None  # the release the project deploys, as "1.5" (rewrite's encoding, check's rule)
     accept: tuple["Acceptance", ...] = field(default=())
 
     @property

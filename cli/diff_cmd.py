@@ -45,12 +45,13 @@ def _summary_rows(d: ProgramDiff) -> list[list[str]]:
         rows.append(["device memory planned", human_bytes(d.device_bytes_before), human_bytes(d.device_bytes_after),
                      _ratio(d.device_bytes_before, d.device_bytes_after)])
     before, after = d.runtime_before, d.runtime_after
-    if before.runtime is after.runtime:
+    assert before is not None and after is not None, "program_diff says what loads each file"
+    if before.runtime == after.runtime:
         change = "="
     elif after.loads_in(before.runtime):
         change = f"now loads in {after.runtime.value}"
     else:
-        change = f"needs {after.runtime.value} ({after.runtime.encoding})"
+        change = f"needs {after.runtime.value} ({after.why})"
     rows.append(["loads in ExecuTorch", f">= {before.runtime.value}", f">= {after.runtime.value}", change])
     for method in d.methods:
         rows.append([f"{method.name}: instructions", str(method.instructions_before), str(method.instructions_after),

@@ -9,7 +9,7 @@ import typer
 
 from pte_devconst.cli.app import command, for_each_program, global_options, warn_empty
 from pte_devconst.cli.formats import Output, Renderers, View, format_option, resolve
-from pte_devconst.program.runtime import Runtime, RuntimeNeed
+from pte_devconst.rewriter.encodings import RuntimeNeed
 from pte_devconst.cli.mermaid import diagrams
 from pte_devconst.cli.output import (DataOption, EtrecordOption, JsonFlag, ProgramsArgument, fold_hint, markdown_table,
                                      markup_safe, md_code, md_name, md_text, memory_change, no_programs_given,
@@ -146,19 +146,18 @@ def closing_lines(report: InspectReport) -> list[str]:
     once = [m for m in summary.methods if m.first_call_h2d_bytes]
     if once:
         lines.append(f"{human_bytes(sum(m.first_call_h2d_bytes for m in once))} of constants copied to a device once, "
-                     "on the first call (the 1.5 encoding's first-call prologue).")
+                     "on the first call (a first-call prologue).")
     lines.append(runtime_line(summary.runtime_need))
     return lines
 
 
-def runtime_line(need: RuntimeNeed) -> str:
+def runtime_line(need: Optional[RuntimeNeed]) -> str:
     """``Loads in ExecuTorch >= 1.6 (device initial data: 4 tensors); ...``: the runtime a file needs, and how to
-    get the other encoding."""
-    if need.runtime is Runtime.V1_6:
-        count = len(need.device_initial_data)
-        return (f"Loads in {need.minimum} ({need.runtime.encoding}: {count} tensor{'' if count == 1 else 's'}); "
-                "for a 1.5 runtime: pte-devconst rewrite --runtime 1.5.")
-    return f"Loads in ExecuTorch {need.runtime.value} runtimes and newer."
+    get the other encoding (``rewriter/encodings/words.py``)."""
+    from pte_devconst.rewriter.encodings.words import loads_line
+
+    assert need is not None, "summarize says what loads the file"
+    return loads_line(need)
 
 
 def render_text(report: InspectReport, view: View) -> None:

@@ -84,8 +84,12 @@ def _not_moved_rows(result: RewriteResult) -> list[list[Any]]:
             for c in result.left_in_place()]
     rows += [[s.verdict.method, s.verdict.value, name_cell(s.verdict.name, s.verdict.value), s.verdict.nbytes, s.reason]
              for s in plan.skipped + plan.kept_for_runtime]
-    rows += [[u.method, u.value, name_cell(u.name, u.value), u.nbytes, f"stays device initial data (needs 1.6): "
-              f"{u.reason}"] for u in plan.unconverted]
+    if plan.unconverted:
+        from pte_devconst.rewriter.encodings.words import needs_phrase
+
+        need = needs_phrase(plan.output_need)
+        rows += [[u.method, u.value, name_cell(u.name, u.value), u.nbytes, f"stays as it is (needs {need}): "
+                  f"{u.reason}"] for u in plan.unconverted]
     return rows + [[s.chain.method, s.chain.result, f"{s.chain.kernels or 'copy'} of "
                     f"{constant_label(value_name(s.chain.source_tensor.fqn, s.chain.source), s.chain.source)}",
                     s.chain.nbytes, s.reason]
@@ -169,32 +173,29 @@ def render_text(result: RewriteResult, view: View) -> None:
 def changes_line(result: RewriteResult) -> str:
     """What the rewrite changed in the file, in one line: instructions, constant and initial-data entries, and the
     bytes per call it saves (a 1.5 rewrite's per-call copies move into the first-call prologue)."""
+    from pte_devconst.rewriter.encodings.words import conversion_phrase
+
     plan = result.plan
     saved = f"{human_bytes(plan.bytes_per_call_saved)} fewer host-to-device bytes per call."
     once = sum(len(edit.prologue) for edit in plan.methods)
-    if plan.options.runtime.value == "1.5":
+    converted = conversion_phrase(plan)
+    if once:
         parts = [f"{plural(once, 'copy', 'copies')} in the first-call prologue (each run once, on the first call)"]
         if plan.constant_entries:
             parts.append(f"{plural(len(plan.constant_entries), 'constant entry', 'constant entries')} added")
-        if plan.reencoded:
-            parts.append(f"{plural(len(plan.reencoded), 'constant')} re-encoded from device initial data")
-        return "; ".join(parts) + "; " + saved
-    return (f"{plural(result.instructions_removed, _removed_kind(plan))} removed; "
-            f"{plural(len(plan.dropped_constants), 'constant entry')} dropped, "
-            f"{plural(len(plan.initial_data), 'initial-data entry')} added; " + saved)
+    else:
+        parts = [f"{plural(result.instructions_removed, _removed_kind(plan))} removed",
+                 f"{plural(len(plan.dropped_constants), 'constant entry')} dropped, "
+                 f"{plural(len(plan.initial_data), 'initial-data entry')} added"]
+    return "; ".join(parts + ([converted] if converted else [])) + "; " + saved
 
 
 def runtime_clause(plan: Any) -> str:
     """``needs ExecuTorch >= 1.6 (device initial data; for a 1.5 runtime: --runtime 1.5)``: what loads the output,
-    and how to get the other encoding."""
-    need = plan.output_need
-    if need.runtime.value == "1.6":
-        return (f"needs {need.minimum} ({need.runtime.encoding}; for a 1.5 runtime: --runtime 1.5)"
-                if plan.options.runtime.value == "1.6" else
-                f"needs {need.minimum} ({need.runtime.encoding}: {len(plan.unconverted)} tensor(s) the 1.5 "
-                "encoding cannot take)")
-    return (f"needs {need.minimum} (first-call copies; --runtime 1.6 copies at load instead, for 1.6 runtimes)"
-            if plan.options.runtime.value == "1.5" else f"needs {need.minimum}")
+    and how to get the other encoding (``rewriter/encodings/words.py``)."""
+    from pte_devconst.rewriter.encodings.words import output_clause
+
+    return output_clause(plan)
 
 
 def needs_line(result: RewriteResult) -> str:
@@ -223,16 +224,19 @@ def concise_line(result: RewriteResult, view: Optional[View] = None) -> str:
     plan = result.plan
     if plan.is_empty:
         return printable(f"{result.input}: nothing to move")
-    moved = len(plan.placements) + len(plan.folds)
+    from pte_devconst.rewriter.encodings.words import conversion_phrase
+
     if result.output is None:
         where = "dry run, nothing written"
     elif result.in_place:
         where = "rewritten in place"
     else:
         where = f"wrote {result.output}"
-    return printable(f"{result.input}: {plural(moved, 'tensor')} moved to device memory "
-                     f"({human_bytes(plan.bytes_per_call_saved)} fewer host-to-device bytes per call); {where}; "
-                     f"{runtime_clause(plan)}")
+    moved = plan.newly_moved
+    parts = [f"{plural(moved, 'tensor')} moved to device memory ({human_bytes(plan.bytes_per_call_saved)} fewer "
+             "host-to-device bytes per call)"] if moved or not plan.converted else []
+    parts += [conversion_phrase(plan)] if plan.converted else []
+    return printable(f"{result.input}: {'; '.join(parts)}; {where}; {runtime_clause(plan)}")
 
 
 def render_markdown(result: RewriteResult, view: View) -> list[str]:

@@ -1,4 +1,6 @@
-"""Which ExecuTorch runtime loads a program: the oldest release whose loader does what the file asks.
+"""ExecuTorch releases (``Runtime``, the default a rewrite targets), what a file needs of them (``RuntimeNeed``), and
+the program facts that decide it.  Which release loads what is the encodings' to say (``rewriter/encodings``:
+``required_runtime`` answers for a file).
 
 One fact separates the releases this tool writes for (``docs/file-format.md``, "Runtime encodings"):
 
@@ -17,37 +19,13 @@ build's business (selective registration), and the first-call encoding adds no o
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 from pte_devconst.schema import model as m
-from pte_devconst.util.named_enum import NamedEnum
 from pte_devconst.util.record import record
 
-from .executorch import method_labels
 from .regions import memory_device, value_nbytes
-
-
-class Runtime(NamedEnum):
-    """The ExecuTorch releases a rewrite can target, by the encoding of a constant kept on a device."""
-
-    V1_5 = "1.5"  # first-call copies: the constant stays on the host, copied once, on the first call
-    V1_6 = "1.6"  # device initial data: the constant's bytes fill its device memory at load
-
-    @property
-    def encoding(self) -> str:
-        """What the encoding of a constant kept on a device is called in reports."""
-        return "first-call copies" if self is Runtime.V1_5 else "device initial data"
-
-    @classmethod
-    def parse(cls, text: str) -> "Runtime":
-        """``1.5`` / ``1.6`` (also ``v1.5``, ``1.5.1``: a patch release loads what its minor does)."""
-        cleaned = text.strip().lower().removeprefix("v")
-        parts = cleaned.split(".")
-        if len(parts) >= 2 and parts[0] == "1" and parts[1] in ("5", "6") \
-                and all(p.isdigit() for p in parts[2:]):
-            return cls(f"1.{parts[1]}")
-        choices = ", ".join(r.value for r in cls)
-        raise ValueError(f"unknown ExecuTorch runtime {text!r} (choose one of: {choices})")
 
 
 @record
@@ -59,39 +37,6 @@ class DeviceInitialData:
     device: m.Device
     nbytes: int
     external: bool  # filled from a .ptd entry, not from the mutable data segment
-
-
-@record
-class RuntimeNeed:
-    """The oldest runtime that loads a program, and what makes it so."""
-
-    runtime: Runtime
-    device_initial_data: tuple[DeviceInitialData, ...] = ()
-
-    @property
-    def minimum(self) -> str:
-        """``ExecuTorch >= 1.6``."""
-        return f"ExecuTorch >= {self.runtime.value}"
-
-    def describe(self) -> str:
-        """One line: the minimum and why (``ExecuTorch >= 1.6: device initial data (4 tensors)``)."""
-        if self.runtime is Runtime.V1_6:
-            count = len(self.device_initial_data)
-            return f"{self.minimum}: device initial data ({count} tensor{'' if count == 1 else 's'})"
-        return self.minimum
-
-    def loads_in(self, runtime: Runtime) -> bool:
-        """Whether a runtime of release ``runtime`` (or newer) loads the program."""
-        return _ORDER[runtime] >= _ORDER[self.runtime]
-
-    def to_json(self) -> dict[str, object]:
-        return {"minimum": self.runtime.value, "reason": self.describe(),
-                "device_initial_data": [{"method": d.method, "value": d.value, "device": str(d.device),
-                                         "bytes": d.nbytes, "external": d.external}
-                                        for d in self.device_initial_data]}
-
-
-_ORDER = {runtime: position for position, runtime in enumerate(Runtime)}
 
 
 def device_initial_data(plan: m.ExecutionPlan, label: str) -> list[DeviceInitialData]:
@@ -108,11 +53,62 @@ def device_initial_data(plan: m.ExecutionPlan, label: str) -> list[DeviceInitial
     return found
 
 
-def required_runtime(program: m.Program, labels: Optional[list[str]] = None) -> RuntimeNeed:
-    """The oldest runtime that loads ``program`` (module docstring).  Linear in its values."""
-    if labels is None:
-        labels = method_labels(program)[0]
-    found: list[DeviceInitialData] = []
-    for plan, label in zip(program.execution_plan or (), labels):
-        found.extend(device_initial_data(plan, label))
-    return RuntimeNeed(Runtime.V1_6 if found else Runtime.V1_5, tuple(found))
+@record(order=True)
+class Runtime:
+    """An ExecuTorch release, by its minor version (a patch release loads what its minor does)."""
+
+    major: int
+    minor: int
+
+    @property
+    def value(self) -> str:
+        """``1.6``: how options, config files and reports spell it."""
+        return f"{self.major}.{self.minor}"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def minimum(self) -> str:
+        """``ExecuTorch >= 1.6``."""
+        return f"ExecuTorch >= {self.value}"
+
+    @classmethod
+    def read(cls, text: str) -> Optional["Runtime"]:
+        """``1.5``, ``v1.5``, ``1.5.1`` (any patch) as a release; None when ``text`` is not one."""
+        found = re.fullmatch(r"v?(\d{1,4})\.(\d{1,4})(?:\.\d{1,4})*", text.strip().lower())
+        return cls(int(found.group(1)), int(found.group(2))) if found else None
+
+
+@record
+class RuntimeNeed:
+    """The oldest runtime that loads a program, and what makes it so (what every older one cannot load)."""
+
+    runtime: Runtime
+    device_initial_data: tuple[DeviceInitialData, ...] = ()
+    why: str = ""  # what the older runtimes cannot load, in a few words ("device initial data")
+
+    @property
+    def minimum(self) -> str:
+        return self.runtime.minimum
+
+    def describe(self) -> str:
+        """One line: the minimum and why (``ExecuTorch >= 1.6: device initial data (4 tensors)``)."""
+        if self.device_initial_data:
+            count = len(self.device_initial_data)
+            return f"{self.minimum}: {self.why} ({count} tensor{'' if count == 1 else 's'})"
+        return self.minimum
+
+    def loads_in(self, runtime: Runtime) -> bool:
+        """Whether a runtime of release ``runtime`` (or newer) loads the program."""
+        return runtime >= self.runtime
+
+    def to_json(self) -> dict[str, object]:
+        return {"minimum": self.runtime.value, "reason": self.describe(),
+                "device_initial_data": [{"method": d.method, "value": d.value, "device": str(d.device),
+                                         "bytes": d.nbytes, "external": d.external}
+                                        for d in self.device_initial_data]}
+
+
+# The release a rewrite targets when nobody says: written here and nowhere else.
+DEFAULT_RUNTIME = Runtime(1, 6)

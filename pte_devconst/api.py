@@ -35,7 +35,7 @@ from pte_devconst import paths
 from pte_devconst.paths import Programs
 from pte_devconst.program.etrecord import read_etrecord
 from pte_devconst.program.executorch import method_labels
-from pte_devconst.program.runtime import Runtime
+from pte_devconst.rewriter.encodings import Runtime, encoding_for
 from pte_devconst.rewriter.diff import ProgramDiff, diff_files
 from pte_devconst.rewriter.flows import MethodFlows, program_flows
 from pte_devconst.rewriter.gate import (Acceptance, CheckProblem, CheckReport, CheckRequest, CheckStatus,
@@ -313,7 +313,7 @@ def rewrite_options(*, devices: Optional[Iterable[DeviceLike]] = None, min_bytes
                     duplicate_shared: bool = False, device_option: str = "devices",
                     runtime: Union[None, str, Runtime] = None) -> RewriteOptions:
     """The plan's options, checked: devices parsed (``parse_devices``; ``device_option`` names the option in an
-    error), ``min_bytes`` not negative, ``runtime`` one the tool writes for (``Runtime.parse``; None: 1.6)."""
+    error), ``min_bytes`` not negative, ``runtime`` one the tool writes for (``parse_runtime``)."""
     if min_bytes < 0:
         raise PteDevconstError(f"min_bytes must be >= 0, got {min_bytes}")
     return RewriteOptions(devices=parse_devices(devices, device_option), min_bytes=min_bytes, fold=fold,
@@ -321,11 +321,10 @@ def rewrite_options(*, devices: Optional[Iterable[DeviceLike]] = None, min_bytes
 
 
 def parse_runtime(runtime: Union[None, str, Runtime]) -> Runtime:
-    """``"1.5"`` / ``"1.6"`` (or a ``Runtime``) as the release the output must load in; None is 1.6."""
-    if runtime is None or isinstance(runtime, Runtime):
-        return runtime or Runtime.V1_6
+    """``"1.5"`` / ``"1.6"`` (or a ``Runtime``) as the release the output must load in, one some registered encoding
+    writes for (``rewriter/encodings``); None is the default."""
     try:
-        return Runtime.parse(str(runtime))
+        return encoding_for(runtime).runtime
     except ValueError as error:
         raise PteDevconstError(str(error)) from None
 

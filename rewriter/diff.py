@@ -22,7 +22,6 @@ from __future__ import annotations
 import bisect
 import hashlib
 from collections import Counter, deque
-from dataclasses import field
 from typing import Any, Callable, Hashable, Mapping, Optional, Sequence
 
 from pte_devconst.program.effects import MethodEffects
@@ -30,7 +29,6 @@ from pte_devconst.program.layout import planned_device_bytes
 from pte_devconst.program.moves import moved_values
 from pte_devconst.program.regions import memory_device, value_nbytes
 from pte_devconst.program.transfers import copies_per_call, per_call_transfers
-from pte_devconst.program.runtime import Runtime, RuntimeNeed, required_runtime
 from pte_devconst.schema import model as m
 from pte_devconst.program.executorch import method_labels
 from pte_devconst.schema.scalar_types import scalar_type_name
@@ -42,6 +40,7 @@ from pte_devconst.schema.span import Span
 from pte_devconst.util.record import record
 
 from .analysis import analyze_program
+from .encodings import RuntimeNeed, required_runtime
 from .flows import MethodFlows, diff_residents, program_flows
 from .fold import Tracer
 from .inventory import segment_roles
@@ -207,8 +206,8 @@ class ProgramDiff:
     constants_moved: int = 0  # constants of the first the second plans with initial data (program/moves.py)
     flows: tuple[MethodFlows, ...] = ()  # the first program's per-call copies, and which the second removed
     notes: tuple[str, ...] = ()  # what the names say of themselves (--etrecord of another program)
-    runtime_before: RuntimeNeed = field(default_factory=lambda: RuntimeNeed(Runtime.V1_5))  # what loads each file
-    runtime_after: RuntimeNeed = field(default_factory=lambda: RuntimeNeed(Runtime.V1_5))
+    runtime_before: Optional[RuntimeNeed] = None  # what loads each file (program_diff always says)
+    runtime_after: Optional[RuntimeNeed] = None
 
     @property
     def identical(self) -> bool:

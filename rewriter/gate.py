@@ -16,24 +16,26 @@ with ``error`` set.  Where to add a check to the gate: ``check_program`` (what a
 from __future__ import annotations
 
 import fnmatch
+import shlex
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
-from pte_devconst.program.runtime import Runtime, RuntimeNeed, required_runtime
 from pte_devconst.program.labels import value_name
 from pte_devconst.schema.pte_file import ProgramBytes
 from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.util.exit_code import ExitCode, worst_exit
 from pte_devconst.util.record import record
-from pte_devconst.util.units import plural
+from pte_devconst.program.labels import constant_label
+from pte_devconst.util.units import exact_bytes, plural
 from pte_devconst.util.globs import matches_glob
 from pte_devconst.util.named_enum import NamedEnum
 
 from .analysis import Analysis
-from .derived import DerivedCopy, DerivedStatus, derived_copies
+from .derived import DerivedCopy, DerivedStatus, derived_copies, reasons_in_brief
+from .encodings import DEFAULT_RUNTIME, Runtime, RuntimeNeed, required_runtime
 from .fold import NOT_JUDGED, FoldChain, fold_refusals, torch_found
-from .gate_rules import FILE_RULES, REPORT_RULES, RULES, GateRule, Scope, rule_covering
+from .gate_rules import FILE_RULES, REPORT_RULES, RULES, GateRule, Level, Scope, rule_covering
 from .load import analyze_opened, opened
 from .names import name_opened
 from pte_devconst.program.layout import DeviceMemory
@@ -42,7 +44,8 @@ from .plan import (FoldGain, RewriteOptions, RewritePlan, devices_used, make_pla
                    skip_reason)
 from .request import Namer
 
-__all__ = ["Acceptance", "CheckReport", "CheckRequest", "CheckStatus", "CheckTarget", "FileCheck", "Finding",
+__all__ = ["Acceptance", "CheckReport", "CheckRequest", "CheckStatus", "CheckTarget", "Diagnostic", "FileCheck",
+           "Finding",
            "check_programs", "device_memory_json", "findings_json"]
 
 
@@ -139,7 +142,7 @@ class FileCheck:
     device_memory: Optional[DeviceMemory] = None  # planned device memory now and after the rewrite
     accepted: tuple[Finding, ...] = ()  # findings (or stays, or unknown) the project accepts, each with its reason
     runtime_need: Optional[RuntimeNeed] = None  # the oldest runtime that loads the file as it is
-    # --runtime 1.5: each tensor a 1.5 runtime cannot load (device initial data); fixed by rewrite --runtime 1.5
+    # each tensor the project's runtime (--runtime) cannot load (device initial data for 1.5), with its fix
     runtime_findings: tuple[Finding, ...] = ()
 
     @property
@@ -200,7 +203,7 @@ class CheckReport:
     strict: bool = False
     devices: Optional[tuple[str, ...]] = None  # --device, when given
     unused_accepts: tuple[Acceptance, ...] = ()  # accepted findings that matched nothing (a warning, as ruff's RUF100)
-    runtime: Runtime = Runtime.V1_6  # the release the project deploys: its fix commands and its runtime rule
+    runtime: Runtime = DEFAULT_RUNTIME  # the release the project deploys: its fix commands and its runtime rule
 
     @property
     def runtime_findings(self) -> tuple[Finding, ...]:
@@ -310,6 +313,26 @@ class CheckReport:
         """Without ``fold=True``: what ``rewrite --fold`` would move beyond a plain rewrite (None: nothing more)."""
         return FoldGain(self.foldable, self.foldable_bytes_per_call) if self.foldable else None
 
+    def diagnostics(self) -> tuple["Diagnostic", ...]:
+        """Every result of the check as data: one per file and rule that found something (the table's order), then
+        what is reported once for the whole check.  Every output format renders these, the same way for every rule
+        (``cli/check_cmd.py``)."""
+        found: list[Diagnostic] = []
+        for f in self.files:
+            found += [d for rule in FILE_RULES if not rule.once
+                      if (d := _file_diagnostic(self, f, rule)) is not None]
+        for rule in FILE_RULES:
+            if rule.once:
+                items = tuple(x for f in self.files for x in f.found(rule))
+                if items:
+                    found.append(_items_diagnostic(self, rule, "", items, ()))
+        for rule in REPORT_RULES:
+            for entry in getattr(self, rule.covers):
+                text = entry if isinstance(entry, str) else \
+                    f"{entry.origin}: accepted finding matched nothing: {entry.describe()}"
+                found.append(Diagnostic(rule, rule.level_for(self.strict), "", rule.name.replace("-", " "), text))
+        return tuple(found)
+
     def to_json(self) -> dict[str, Any]:
         """``check``'s JSON document (cli/report.schema.json)."""
         return {
@@ -335,6 +358,7 @@ class CheckReport:
             "warnings": list(self.warnings),
             "accepted": len(self.accepted),
             "rules": [{**rule.to_json(self.strict), "results": self.count(rule)} for rule in RULES],
+            "diagnostics": [d.to_json() for d in self.diagnostics()],
             "unused_accepts": [{"program": a.program, "method": a.method, "constant": a.constant, "value": a.value,
                                 "reason": a.reason, "origin": a.origin} for a in self.unused_accepts],
             "files": [{
@@ -351,6 +375,108 @@ class CheckReport:
                 "runtime_findings": findings_json(f.runtime_findings, reasons=True),
             } for f in self.files],
         }
+
+
+@record
+class Diagnostic:
+    """One rule's result on one file (``file``; "" for one on the whole check), as data: its rule and level, a
+    title and a message in the rule's own words (``gate_rules.RULES``: noun, what, fix), the findings it covers
+    (and those of the same rule the project accepts), their bytes and the fix.  Every format renders any
+    diagnostic the same way, whatever its rule."""
+
+    rule: GateRule
+    level: Level
+    file: str
+    title: str  # "4 constants copied to a device on every call"
+    message: str  # the whole sentence: totals, the largest item (and its reason), the fix
+    items: tuple[Finding, ...] = ()
+    accepted: tuple[Finding, ...] = ()
+    bytes: int = 0  # per call when the rule's items are copied per call, else the bytes the file holds
+    fix: str = ""  # a command or what to do; "" when the rule has none
+
+    noun: str = ""  # what each item is, in the check's words ("constant", "tensor")
+    what: str = ""  # what the rule says of the items ("copied to a device on every call")
+
+    @property
+    def per_call(self) -> bool:
+        return self.rule.per_call
+
+    def titled(self, count: int) -> str:
+        """The title for ``count`` items of this rule (a summary over several files)."""
+        return f"{plural(count, self.noun)} {self.what}" if self.noun else self.title
+
+    def fix_for(self, file: str) -> str:
+        """The fix with ``file`` in place of this diagnostic's file."""
+        return self.fix.replace(shlex.quote(self.file), file) if self.file else self.fix
+
+    @property
+    def largest(self) -> Optional[Finding]:
+        shown = self.items or self.accepted
+        return max(shown, key=_weight) if shown else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rule": self.rule.id, "name": self.rule.name, "level": self.level.value, "file": self.file,
+                "title": self.title, "message": self.message, "count": len(self.items),
+                "accepted": len(self.accepted), "bytes": self.bytes, "per_call": self.per_call, "fix": self.fix}
+
+
+def _weight(x: Finding) -> int:
+    return x.bytes_per_call if x.copies_per_call else x.nbytes
+
+
+def _words(template: str, report: CheckReport) -> str:
+    """A rule's words with the check's own values: the project's runtime, the options that left things out, and
+    what a moved item is called (a tensor when folds count)."""
+    selection = " and ".join(([f"--device {','.join(report.devices)}"] if report.devices is not None else [])
+                             + ([f"--min-bytes {report.min_bytes}"] if report.min_bytes else []))
+    return template.format(runtime=report.runtime.value, selection=selection or "the options",
+                           constant="tensor" if report.fold else "constant")
+
+
+def _file_diagnostic(report: CheckReport, f: FileCheck, rule: GateRule) -> Optional[Diagnostic]:
+    """What ``rule`` found in ``f``, or None."""
+    if rule.covers == "error":  # the rule whose result is the file's error message
+        if not f.error:
+            return None
+        text = f.error[len(f.file) + 2:] if f.file and f.error.startswith(f"{f.file}: ") else f.error
+        return Diagnostic(rule, rule.level_for(report.strict), f.file, rule.name.replace("-", " "), text)
+    items = f.found(rule)
+    accepted = tuple(x for x in f.accepted if x.rule == rule.id)
+    if not items and not accepted:
+        return None
+    return _items_diagnostic(report, rule, f.file, items, accepted)
+
+
+def _items_diagnostic(report: CheckReport, rule: GateRule, file: str, items: tuple[Finding, ...],
+                      accepted: tuple[Finding, ...]) -> Diagnostic:
+    from .encodings.words import fix_command
+
+    noun, what = _words(rule.noun or "{constant}", report), _words(rule.what, report)
+    if not file:  # a result on the whole check: how many files it spans
+        what += f" (in {plural(len({x.file for x in items}), 'file')})"
+    total = sum(_weight(x) for x in items)
+    title = f"{plural(len(items), noun)} {what}" if items else f"all {plural(len(accepted), noun)} accepted"
+    stem = Path(file).stem if file else "NAME"
+    fix = rule.fix.format(rewrite=fix_command(report.runtime, report.fold, file or "FILE"), stem=stem) \
+        if rule.fix else ""
+    shown = items or accepted
+    worst = max(shown, key=_weight)
+    reason = f": {worst.reason}" if worst.reason else ""
+    measure = " per call" if rule.per_call else ""
+    message = (f"{title} ({exact_bytes(total)}{measure}); the largest: {worst.method}: "
+               f"{constant_label(worst.name, worst.value)}, {exact_bytes(_weight(worst))}{measure} "
+               f"{'to' if rule.per_call else 'on'} {worst.device}{reason}.")
+    reasons = [x.reason for x in items if x.reason]
+    if len(set(reasons)) > 1:  # what the largest's reason leaves out
+        message += f" Why: {reasons_in_brief(reasons)}."
+    if fix:
+        message += f" Fix: {fix}."
+    if rule.strict_only and not report.strict and items:
+        message += " --strict fails on them."
+    if accepted:
+        message += f" {len(accepted):,} {'more ' if items else ''}accepted by the project's config."
+    return Diagnostic(rule, rule.level_for(report.strict), file, title, message, items, accepted, total, fix, noun,
+                      what)
 
 
 def device_memory_json(memory: Optional[DeviceMemory]) -> Optional[dict[str, Any]]:
@@ -482,20 +608,18 @@ def check_program(target: CheckTarget, request: CheckRequest) -> FileCheck:
                      runtime_need=need, runtime_findings=_runtime_findings(file, need, plan, options))
 
 
-RUNTIME_FIX = "only ExecuTorch >= 1.6 loads device initial data"
-
-
 def _runtime_findings(file: str, need: RuntimeNeed, plan: RewritePlan, options: RewriteOptions
                       ) -> tuple[Finding, ...]:
-    """With ``--runtime 1.5``: every tensor of a file only a 1.6 runtime loads, each with what to do about it."""
+    """Every tensor of a file that the project's runtime (``options.runtime``) cannot load, each with what to do
+    about it (the words: ``encodings/words.py``)."""
+    from .encodings.words import runtime_reason
+
     if need.loads_in(options.runtime):
         return ()
     unconverted = {(u.method, u.value): u.reason for u in plan.unconverted}
     found = []
     for tensor in need.device_initial_data:
-        why = unconverted.get((tensor.method, tensor.value))
-        reason = (f"{RUNTIME_FIX}; rewrite --runtime 1.5 copies it once, on the first call, instead" if why is None
-                  else f"{RUNTIME_FIX}; rewrite --runtime 1.5 cannot re-encode it: {why}")
+        reason = runtime_reason(options.runtime, unconverted.get((tensor.method, tensor.value)))
         found.append(Finding(file, tensor.method, tensor.value, f"value {tensor.value}", str(tensor.device),
                              tensor.nbytes, 0, reason))
     return tuple(found)

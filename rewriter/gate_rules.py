@@ -1,9 +1,11 @@
-"""The gate's rules as data: one table (id, name, level, strict-only, what it covers) that every reader of a
-``check`` asks: a file's status and the exit code (``rewriter/gate.py``), the JSON, SARIF's rules and levels,
-GitHub's annotation levels and markdown's sections (``cli/check_cmd.py``).
+"""The gate's rules as data: one table (id, name, level, strict-only, what it covers, and the words of a result)
+that every reader of a ``check`` asks: a file's status and the exit code, each finding's diagnostic
+(``rewriter/gate.py``: ``Diagnostic``, its title, message and fix made from the row), and through those the JSON,
+SARIF, GitHub annotations, markdown and text (``cli/check_cmd.py``: one emitter per format, no branch per rule).
 
-A new kind of finding is one row here and the ``FileCheck`` (or ``CheckReport``) field it covers; no rule id
-or level is written anywhere else.  ``tests/test_gate_rules.py`` holds every reader to the table.
+A new kind of finding is one row here and the ``FileCheck`` (or ``CheckReport``) field it covers; no rule id,
+level or wording of a rule is written anywhere else.  ``tests/test_gate_rules.py`` holds every reader to the table,
+``tests/test_check_formats.py`` every format to every rule's own words.
 """
 
 from __future__ import annotations
@@ -58,6 +60,14 @@ class GateRule:
     title: str  # what one result says, in a few words (SARIF's short description, markdown's section heading)
     help: str  # what to do about it
     once: bool = False  # annotated once for the whole check, not per file (it restates the user's own options)
+    # The words of one file's result (``gate.Diagnostic``): "{count} {noun}s {what}"; {runtime} is the project's
+    # release, {selection} the options that left things out.  Empty for a rule whose result is a message of its own
+    # (an error, a device no program uses, an accept that matched nothing).
+    noun: str = ""
+    what: str = ""
+    per_call: bool = True  # its items' bytes are copied on every call (else: bytes the file holds)
+    # What fixes it, for a file: {rewrite} is the rewrite that fixes it for the project's runtime; "" none.
+    fix: str = ""
 
     def level_for(self, strict: bool) -> Level:
         return self.level if strict or not self.strict_only else self.advisory
@@ -77,26 +87,30 @@ class GateRule:
 
 def _rule(id: str, name: str, covers: str, level: Level, exit_code: ExitCode, title: str, help: str, *,
           scope: Scope = Scope.FILE, advisory: Optional[Level] = None, advisory_exit: Optional[ExitCode] = None,
-          once: bool = False) -> GateRule:
+          once: bool = False, noun: str = "", what: str = "", per_call: bool = True, fix: str = "") -> GateRule:
     strict_only = advisory is not None
     return GateRule(id, name, covers, scope, level, exit_code, strict_only, advisory or level,
-                    advisory_exit if advisory_exit is not None else exit_code, title, help, once)
+                    advisory_exit if advisory_exit is not None else exit_code, title, help, once, noun, what,
+                    per_call, fix)
 
 
 RULES: tuple[GateRule, ...] = (
     _rule("PDC001", "copied-every-call", "findings", Level.ERROR, ExitCode.FINDINGS,
           "A constant read only by a device delegate is copied host-to-device on every call",
           "pte-devconst rewrite --in-place FILE keeps it in device memory, copied once (--runtime 1.5 for a "
-          "project that ships ExecuTorch 1.5)."),
+          "project that ships ExecuTorch 1.5).",
+          noun="{constant}", what="copied to a device on every call", fix="{rewrite}"),
     _rule("PDC002", "copy-stays", "stays", Level.ERROR, ExitCode.FINDINGS,
           "A constant-derived value is copied to a device on every call and the rewrite cannot move it",
           "The reason says why (read on the host too, transposed on the host, ...); --strict fails on it.",
-          advisory=Level.NOTE, advisory_exit=ExitCode.OK),
+          advisory=Level.NOTE, advisory_exit=ExitCode.OK,
+          noun="constant-derived value", what="copied on every call that the rewrite cannot move"),
     _rule("PDC003", "not-judged", "unknown", Level.ERROR, ExitCode.FINDINGS,
           "A constant-derived value could not be judged: an external constant whose .ptd is missing (or a fold "
           "that needs torch to judge)",
           "Put NAME.ptd next to NAME.pte or pass --ptd FILE.ptd (install torch for the folds); --strict fails on it.",
-          advisory=Level.WARNING, advisory_exit=ExitCode.UNKNOWN),
+          advisory=Level.WARNING, advisory_exit=ExitCode.UNKNOWN,
+          noun="constant", what="not judged", fix="put {stem}.ptd next to it or pass --ptd FILE.ptd"),
     _rule("PDC004", "cannot-check", "error", Level.ERROR, ExitCode.ERROR,
           "The file could not be checked", "The message says what is wrong with it."),
     _rule("PDC005", "device-not-used", "device_problems", Level.ERROR, ExitCode.ERROR,
@@ -104,14 +118,16 @@ RULES: tuple[GateRule, ...] = (
           "Correct the --device option (or the config's device), or drop it.", scope=Scope.REPORT),
     _rule("PDC006", "left-out", "filtered", Level.NOTE, ExitCode.OK,
           "Copied to a device on every call but left out by --device or --min-bytes, not judged",
-          "Widen --device or lower --min-bytes to judge it.", once=True),
+          "Widen --device or lower --min-bytes to judge it.", once=True,
+          noun="constant-derived value", what="copied to a device on every call left out by {selection}, not judged"),
     _rule("PDC007", "unused-accept", "unused_accepts", Level.WARNING, ExitCode.OK,
           "An accepted finding of the project's config matched nothing",
           "Remove the entry from [[tool.pte-devconst.accept]].", scope=Scope.REPORT),
     _rule("PDC008", "needs-newer-runtime", "runtime_findings", Level.ERROR, ExitCode.FINDINGS,
           "A tensor only a newer ExecuTorch runtime than the project's loads (device initial data needs 1.6)",
           "pte-devconst rewrite --runtime 1.5 --in-place FILE copies it once, on the first call, instead: a 1.5 "
-          "runtime loads that."),
+          "runtime loads that.",
+          noun="tensor", what="only a newer ExecuTorch than {runtime} loads", per_call=False, fix="{rewrite}"),
 )
 
 FILE_RULES = tuple(rule for rule in RULES if rule.scope is Scope.FILE)

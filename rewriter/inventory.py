@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from dataclasses import field
 
-from pte_devconst.program.runtime import Runtime, RuntimeNeed, required_runtime
 from pte_devconst.schema import model as m
 from pte_devconst.schema.scalar_types import scalar_type_name
 from pte_devconst.util.named_enum import NamedEnum
@@ -21,6 +19,7 @@ from pte_devconst.util.record import record
 from pte_devconst.program.regions import memory_device
 
 from .analysis import Analysis, MethodStyle, Reader, ReaderKind
+from .encodings import RuntimeNeed, required_runtime
 from .derived import DerivedCopy, DerivedStatus, derived_copies
 from pte_devconst.program.labels import value_name
 
@@ -177,7 +176,7 @@ class ProgramSummary:
     named_data: tuple[str, ...]
     eligible_constants: int  # constants copied per call that a rewrite moves
     eligible_bytes_per_call: int
-    runtime_need: RuntimeNeed = field(default_factory=lambda: RuntimeNeed(Runtime.V1_5))  # the oldest that loads it
+    runtime_need: Optional[RuntimeNeed] = None  # the oldest runtime that loads it (summarize always says)
 
     @property
     def stays(self) -> tuple[PerCallCopySummary, ...]:

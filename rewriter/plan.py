@@ -2,246 +2,39 @@
 
 A pure function of the analysis, the program and the user's options; it returns
 a ``RewritePlan`` that ``apply.py`` carries out without further decisions and
-that ``--dry-run`` prints as it is.  Placement follows ExecuTorch 1.6's
-``skip_h2d_for_constants`` encoding (see docs/design.md): each moved constant
-becomes resident device memory, and its bytes become initial data in the
-mutable data segment, stored once however many methods move it.  Where in
-device memory (which buffer, which offset, laid out again or appended) is
+that ``--dry-run`` prints as it is.  Which constants move, to which device, is the
+analysis's verdicts filtered by the options; how a moved constant is kept on its
+device (its encoding: device initial data for 1.6, a first-call copy for 1.5) is
+the chosen encoding's (``rewriter/encodings``), which fills in the records here.
+Where in device memory (which buffer, which offset, laid out again or appended) is
 ``program/layout.py``'s decision; this module records it.
 """
 
 from __future__ import annotations
 
 from dataclasses import field, replace
-from typing import AbstractSet, Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 from pte_devconst.schema import model as m
-from pte_devconst.util.errors import PteDevconstError, UnsupportedProgramError
+from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.schema.model import Device
 from pte_devconst.util.record import record
 
-from pte_devconst.program.executorch import H2D_COPY
-from pte_devconst.program.kernel_effects import copy_slots
-from pte_devconst.program.regions import memory_device
-from pte_devconst.program.layout import AppendedRegions, BufferGrowth, DeviceMemory, device_memory, relayout
+from pte_devconst.program.layout import DeviceMemory, device_memory, relayout
 from pte_devconst.program.prologue import GUARD_INSTRUCTIONS
-from pte_devconst.program.executorch import method_labels
-from pte_devconst.program.runtime import Runtime, RuntimeNeed, device_initial_data
 
-from .analysis import Analysis, ConstantVerdict, DeviceCopy, MethodAnalysis, RewiredDelegateArg
+from .analysis import Analysis, ConstantVerdict, MethodAnalysis
 from .edit import edit_method
-from .fold import FoldChain, FoldRecipe, MethodFolds, removed_steps
+from .encodings import Runtime, RuntimeNeed, encoding_for, required_runtime
+from .fold import FoldChain, MethodFolds, removed_steps
+from .plan_model import (ConstantEntry, FoldPlacement, FoldSkipped, InitialData, MethodEdit, MethodJob, Placement,
+                         Reencoded, RewriteOptions, SegmentPolicy, Skipped, Unconverted, constant_entry_of, skip_reason)
 
-
-@record
-class RewriteOptions:
-    devices: Optional[frozenset[Device]] = None  # only move constants to these devices (None: every device)
-    min_bytes: int = 0  # leave constants smaller than this where they are
-    host_placement: bool = False  # library-only: place host-read constants in planned CPU memory (tests)
-    fold: bool = False  # also fold chains of host kernels from constants to device readers (fold/)
-    duplicate_shared: bool = False  # give device readers of constants also read on the host their own copy
-    relayout: bool = True  # lay the buffers that receive constants out again by lifetimes (program/memory.py)
-    runtime: Runtime = Runtime.V1_6  # the encoding: device initial data (1.6) or first-call copies (1.5)
-
-
-@record
-class Placement:
-    """One constant moved into planned memory on ``device`` with initial data."""
-
-    method: str  # the method's label (its name, with the plan index when names repeat)
-    value: int
-    name: str
-    device: Device
-    nbytes: int
-    memory_id: int
-    offset: int
-    initial_data_index: int  # index into mutable_data_segments[0].offsets; 0 for external constants
-    source_index: int  # the constant's data_buffer_idx before the rewrite (external: its .ptd index)
-    external_key: Optional[str]
-    copies: tuple[DeviceCopy, ...]
-    delegate_args: tuple[RewiredDelegateArg, ...]
-    copies_per_call: int
-    plan_index: int = 0
-    device_copy: Optional[int] = None  # 1.5: the device value the constant is copied into once, on the first call
-
-    @property
-    def bytes_per_call(self) -> int:
-        return self.nbytes * self.copies_per_call
-
-    @property
-    def first_call(self) -> bool:
-        """The 1.5 encoding: the constant stays on the host and a first-call prologue copies it to ``holder``."""
-        return self.device_copy is not None
-
-    @property
-    def holder(self) -> int:
-        """The value that holds the constant in device memory: itself (1.6), or its device copy (1.5)."""
-        return self.value if self.device_copy is None else self.device_copy
-
-
-@record
-class FirstCallCopy:
-    """One copy of the first-call prologue a rewrite writes (``program/prologue.py``): ``_h2d_copy.out`` of host
-    constant ``src`` into ``dst``, device memory that holds it for the whole method."""
-
-    src: int
-    dst: int
-    args: tuple[int, ...]  # the kernel's arguments, its return slot included
-    device: Device
-
-
-@record
-class ConstantEntry:
-    """A new entry of the constant segment (1.5 rewrites): the bytes of initial-data entry ``initial_data`` of
-    the input (a 1.6 constant re-encoded), or the bytes ``recipe`` computes (a folded value)."""
-
-    index: int
-    nbytes: int
-    initial_data: int = 0
-    recipe: Optional[FoldRecipe] = None
-
-
-@record
-class Reencoded:
-    """A constant in the 1.6 encoding (device initial data) re-encoded for the 1.5 runtime: value ``value`` keeps
-    its device memory but no initial data, and the first-call prologue fills it from host constant ``source``
-    (a new value, reading constant entry ``entry``, or the .ptd by ``external_key``)."""
-
-    method: str
-    plan_index: int
-    value: int
-    name: str
-    device: Device
-    nbytes: int
-    source: int
-    entry: int  # into the new constant table; 0 for an external constant
-    external_key: Optional[str]
-    memory_id: int
-    offset: int
-    initial_data_index: int  # the initial-data entry it read in the input (0: external)
-
-
-@record
-class FoldPlacement:
-    """A value made device-resident with initial data: computed by folding ``chain``, or (a chain without
-    kernels) a device copy of a constant the host also reads."""
-
-    method: str
-    plan_index: int
-    value: int  # the device-resident value: the device copy's destination, the chain's result, or a new value
-    appended: bool  # a new value, past the input's (the result is also read on the host)
-    chain: FoldChain
-    memory_id: int
-    offset: int
-    initial_data_index: int  # into mutable_data_segments[0].offsets; 0 for a copy of an external constant
-    external_key: Optional[str]  # a copy of an external constant is loaded from the .ptd by this key
-    removed: tuple[tuple[int, int], ...]  # (chain, instruction) of the kernels and copies that go with it
-    first_call_source: Optional[int] = None  # 1.5: the host constant copied into ``value`` on the first call
-
-    @property
-    def device(self) -> Device:
-        return self.chain.device
-
-    @property
-    def holder(self) -> int:
-        """The value that holds the folded bytes in device memory (``Placement.holder``'s counterpart)."""
-        return self.value
-
-    @property
-    def delegate_args(self) -> tuple[RewiredDelegateArg, ...]:
-        return self.chain.delegate_args
-
-    @property
-    def nbytes(self) -> int:
-        return self.chain.nbytes
-
-    @property
-    def bytes_per_call(self) -> int:
-        return self.chain.bytes_per_call
-
-    @property
-    def duplicate(self) -> bool:
-        return self.chain.duplicate
-
-    @property
-    def tensor(self) -> m.Tensor:
-        """The value's type, sizes and dim order (those of the chain's result)."""
-        return self.chain.result_tensor
-
-
-@record
-class MethodEdit:
-    name: str
-    plan_index: int
-    placements: tuple[Placement, ...]
-    buffers: tuple[BufferGrowth, ...]
-    removed: tuple[tuple[int, int], ...]  # (chain, instruction) of deleted copy kernels (and folded kernels)
-    instruction_maps: tuple[tuple[Optional[int], ...], ...]  # per chain: old index -> new index (None: removed)
-    folds: tuple[FoldPlacement, ...] = ()
-    released: tuple[int, ...] = ()  # constants nothing reads any more whose bytes leave the file (their data
-    # index becomes 0: an unbound tensor the runtime never dereferences)
-    relocations: tuple[tuple[int, int, Optional[int]], ...] = ()  # (value, memory_id, new offset or None:
-    # unplanned) for every other planned value of a relaid buffer whose place changes
-    prologue: tuple[FirstCallCopy, ...] = ()  # the first-call prologue written at the start of chain 0 (1.5)
-    guard: Optional[tuple[int, int]] = None  # (guard, cleared_from): the prologue's Bool values
-    new_values: tuple[tuple[int, m.EValue], ...] = ()  # values appended after the folds' (host constants, Bools)
-    reencoded: tuple[Reencoded, ...] = ()  # constants in the 1.6 encoding made first-call copies (1.5)
-
-    @property
-    def prologue_length(self) -> int:
-        """Instructions the written prologue takes at the start of chain 0 (0: none)."""
-        return len(self.prologue) + GUARD_INSTRUCTIONS if self.prologue else 0
-
-    @property
-    def bytes_per_call_saved(self) -> int:
-        return sum(p.bytes_per_call for p in self.placements) + sum(f.bytes_per_call for f in self.folds)
-
-    @property
-    def appended(self) -> tuple[FoldPlacement, ...]:
-        return tuple(f for f in self.folds if f.appended)
-
-
-@record
-class InitialData:
-    """One new entry of the mutable data segment: the bytes of constant entry ``source_index``, or the bytes
-    ``recipe`` computes (a folded value; ``source_index`` is then 0)."""
-
-    index: int
-    source_index: int
-    nbytes: int
-    recipe: Optional[FoldRecipe] = None
-
-
-@record
-class Skipped:
-    verdict: ConstantVerdict
-    reason: str
-
-
-@record
-class FoldSkipped:
-    """A chain that could fold but does not: filtered out (--device, --min-bytes), or refused for its data."""
-
-    chain: FoldChain
-    reason: str
-
-
-@record
-class SegmentPolicy:
-    """How the rewrite treats segments that several tables share (never re-laid out under the others).
-
-    ``constant_shared_with`` names what else reads the constant segment: then no entry is dropped
-    from it and it is copied unchanged.  ``fresh_mutable`` (with ``mutable_shared_with``): the
-    initial data goes into a new segment that starts with a copy of the old one, and the old
-    segment stays, unchanged, for the tables that share it.
-    """
-
-    constant_shared_with: tuple[str, ...] = ()
-    mutable_shared_with: tuple[str, ...] = ()
-
-    @property
-    def fresh_mutable(self) -> bool:
-        return bool(self.mutable_shared_with)
+# The records a plan is made of live in plan_model.py; these are also named here, where callers look for a plan.
+__all__ = ["ConstantEntry", "FoldGain", "FoldPlacement", "InitialData", "MethodEdit", "Placement", "RewriteOptions",
+           "RewritePlan", "devices_used", "entry_lengths", "fold_gain", "initial_data_lengths", "input_offsets_kept",
+           "make_plan", "safe_device_memory", "safe_fold_gain", "segment_policy", "segment_users", "selection_unused",
+           "skip_reason"]
 
 
 @record
@@ -258,9 +51,9 @@ class RewritePlan:
     memory: DeviceMemory = field(default_factory=DeviceMemory)  # planned device memory before and after
     constant_entries: tuple[ConstantEntry, ...] = ()  # new entries of the constant segment (1.5)
     kept_for_runtime: tuple[Skipped, ...] = ()  # eligible constants the chosen runtime's encoding cannot move
-    output_need: RuntimeNeed = field(default_factory=lambda: RuntimeNeed(Runtime.V1_5))  # what loads the output
-    unconverted: tuple["Unconverted", ...] = ()  # 1.5: what keeps the output needing 1.6 (device initial data)
-    dropped_initial_data: tuple[int, ...] = ()  # initial-data entries only re-encoded constants read (1.5)
+    output_need: Optional[RuntimeNeed] = None  # what loads the output (make_plan always says)
+    unconverted: tuple["Unconverted", ...] = ()  # what the encoding could not take over (keeps a newer runtime)
+    dropped_initial_data: tuple[int, ...] = ()  # initial-data entries only re-encoded constants read
 
     @property
     def is_empty(self) -> bool:
@@ -270,7 +63,19 @@ class RewritePlan:
     @property
     def output_runtime(self) -> Runtime:
         """The oldest runtime that loads the rewritten program."""
+        assert self.output_need is not None, "make_plan says what loads the output"
         return self.output_need.runtime
+
+    @property
+    def newly_moved(self) -> int:
+        """Tensors copied per call before that the output keeps on a device (not those only converted from another
+        encoding: a first-call prologue's constants made device initial data)."""
+        return sum(1 for p in self.placements if p.copies_per_call or not p.copies) + len(self.folds)
+
+    @property
+    def converted(self) -> int:
+        """How many constants the plan takes over from another encoding (a conversion)."""
+        return encoding_for(self.options.runtime).converted(self.placements, self.reencoded)
 
     @property
     def reencoded(self) -> tuple[Reencoded, ...]:
@@ -358,19 +163,6 @@ def safe_device_memory(program: m.Program, analysis: Analysis, options: RewriteO
     return memory if memory.before or memory.after else None
 
 
-def skip_reason(device: Optional[Device], nbytes: int, options: RewriteOptions) -> Optional[str]:
-    """Why the options leave a value of ``nbytes`` bound for ``device`` where it is (None: they select it).
-
-    The one selection rule (``--device``, ``--min-bytes``): the plan applies it to constants and chains,
-    and ``check`` to what it reports, so the two cannot disagree.
-    """
-    if options.devices is not None and device not in options.devices:
-        return f"device {device} not selected (--device)"
-    if nbytes < options.min_bytes:
-        return f"{nbytes} bytes is below --min-bytes {options.min_bytes}"
-    return None
-
-
 def devices_used(program: m.Program, analysis: Analysis) -> tuple[str, ...]:
     """The non-CPU devices a program uses: its delegates' target devices, its planned buffers' devices and the
     devices its host-to-device copies go to (what ``--device`` can select)."""
@@ -413,11 +205,6 @@ def _instruction_maps(plan: m.ExecutionPlan, removed: set[tuple[int, int]], shif
                 new_index += 1
         maps.append(tuple(mapping))
     return tuple(maps)
-
-
-def _existing_mutable_entries(program: m.Program) -> int:
-    lists = program.mutable_data_segments or ()
-    return len(lists[0].offsets or ()) if lists else 1  # entry 0 is reserved and empty
 
 
 def segment_users(program: m.Program) -> dict[int, list[str]]:
@@ -527,59 +314,17 @@ def _choose_folds(method: MethodAnalysis, options: RewriteOptions, refusals: Map
     return _FoldChoice(tuple(chosen), frozenset(removed), tuple(moves), tuple(unread))
 
 
-LEGACY_UNDER_1_5 = ("legacy style: its delegate copies it itself, which a 1.5 runtime cannot skip "
-                    "(--runtime 1.6 can)")
-NO_COPY_KERNEL = (f"legacy style: no {H2D_COPY} kernel in the method to copy it once with (a new operator could "
-                  "be missing from a runtime built with selective registration; --runtime 1.6 can)")
-
-
-@record
-class Unconverted:
-    """A tensor of the input that only a 1.6 runtime loads (device initial data) and a 1.5 rewrite leaves so."""
-
-    method: str
-    plan_index: int
-    value: int
-    name: str
-    device: Device
-    nbytes: int
-    reason: str
-
-
-def _first_copy(verdict: ConstantVerdict) -> DeviceCopy:
-    """The copy whose destination keeps the constant in a 1.5 rewrite: a first-call copy's, else the first."""
-    once = [c for c in verdict.copies if c.once]
-    return min(once or verdict.copies, key=lambda c: (c.chain, c.instruction))
-
-
-def _copy_args(plan: m.ExecutionPlan, copy: DeviceCopy) -> tuple[int, ...]:
-    ins = ((plan.chains or ())[copy.chain].instructions or ())[copy.instruction]
-    assert isinstance(ins, m.KernelCall), "a DeviceCopy is an _h2d_copy KernelCall"
-    return tuple(ins.args or ())
-
-
-def _constant_base(program: m.Program, dropped: int) -> int:
-    """The index the first new constant entry gets: past the entries the rewrite keeps (entry 0 is reserved)."""
-    cs = program.constant_segment
-    offsets = (cs.offsets or ()) if cs is not None else ()
-    if len(offsets) <= 1 and program.constant_buffer:
-        raise UnsupportedProgramError("the program keeps its constants in the deprecated inline constant_buffer; "
-                                      "a 1.5 rewrite cannot add the host constants it needs there")
-    return max(1, len(offsets) - dropped)
-
-
 def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = RewriteOptions(),
               refusals: Mapping[tuple[int, int], str] = {}) -> RewritePlan:
     """Turn verdicts into placements, buffer growth, copy removals and segment edits.
 
     Methods are keyed by plan index throughout: two plans may share a name.  With ``options.fold`` (or
     ``duplicate_shared``) chains of host kernels fold too; ``refusals`` (plan index, result value) -> why
-    names chains that the data refuses (``fold.compute.cast_problem``).  ``options.runtime`` picks the encoding:
-    1.6 makes each moved value device memory with initial data; 1.5 keeps it on the host and copies it once, in
-    a first-call prologue (``program/prologue.py``), into resident device memory, and re-encodes the input's
-    1.6 constants the same way.
+    names chains that the data refuses (``fold.compute.cast_problem``).  ``options.runtime`` picks the encoding
+    (``rewriter/encodings``): which constants it takes, where their bytes live, what it writes; this function
+    selects and lays out, the encoding fills in the records.
     """
-    first_call = options.runtime is Runtime.V1_5
+    encoding = encoding_for(options.runtime)
     chosen: list[ConstantVerdict] = []
     skipped: list[Skipped] = []
     kept_for_runtime: list[Skipped] = []
@@ -588,12 +333,13 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
         reason = _skip_reason(verdict, options)
         if reason:
             skipped.append(Skipped(verdict, reason))
-        elif first_call and verdict.copied_once:
-            return  # the 1.5 encoding already: nothing to do
-        elif first_call and not verdict.copies:
-            kept_for_runtime.append(Skipped(verdict, LEGACY_UNDER_1_5))
-        else:
+            return
+        refused = encoding.admit(verdict)
+        if refused is None:
             chosen.append(verdict)
+        elif refused:
+            kept_for_runtime.append(Skipped(verdict, refused))
+        # "": in this encoding already, nothing to do
 
     for method in analysis.methods:
         for verdict in method.eligible:
@@ -607,41 +353,16 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
     if options.fold or options.duplicate_shared:
         for method in analysis.methods:
             plan = (program.execution_plan or ())[method.plan_index]
-            no_copy = first_call and plan.operator_index(H2D_COPY) is None
-            choice = _choose_folds(method, options, refusals, fold_skipped, NO_COPY_KERNEL if no_copy else None)
+            choice = _choose_folds(method, options, refusals, fold_skipped, encoding.fold_refusal(plan))
             choices[method.plan_index] = choice
             for verdict in choice.moves:
                 choose(verdict)
 
-    # Initial data (1.6): one entry per distinct constant entry, however many values or methods move it, then
-    # one per distinct fold recipe (equal recipes give equal bytes).
-    next_index = _existing_mutable_entries(program)
-    entry_of_source: dict[int, int] = {}
-    entry_size: dict[int, int] = {}
-    sources = [] if first_call else [v.tensor for v in chosen] + [
-        chain.source_tensor for choice in choices.values() for chain, _ in choice.chains if chain.duplicate]
-    for tensor in sources:
-        if tensor.is_external:
-            continue
-        source = tensor.data_buffer_idx
-        if source not in entry_of_source:
-            entry_of_source[source] = next_index
-            next_index += 1
-        entry_size[source] = max(entry_size.get(source, 0), tensor.nbytes)
-    entry_of_recipe: dict[FoldRecipe, int] = {}
-    if not first_call:
-        for choice in choices.values():
-            for chain, _ in choice.chains:
-                if not chain.duplicate and chain.recipe not in entry_of_recipe:
-                    entry_of_recipe[chain.recipe] = next_index
-                    next_index += 1
-    initial_data = tuple(InitialData(index, source, entry_size[source]) for source, index in entry_of_source.items()) \
-        + tuple(InitialData(index, 0, recipe.nbytes, recipe) for recipe, index in entry_of_recipe.items())
-
     unread = {(plan_index, value) for plan_index, choice in choices.items() for value in choice.unread}
     policy = segment_policy(program)
-    dropped = () if policy.constant_shared_with else _dropped_constants(program, [] if first_call else chosen, unread)
-    new_entries = _NewConstantEntries(program, dropped) if first_call else None
+    storage = encoding.storage(program, chosen, [chain for choice in choices.values() for chain, _ in choice.chains],
+                               unread, bool(policy.constant_shared_with))
+    dropped = storage.dropped
 
     methods = []
     unconverted: list[Unconverted] = []
@@ -649,198 +370,45 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
     for verdict in chosen:
         by_plan.setdefault(verdict.plan_index, []).append(verdict)
     for method in analysis.methods:
-        plan = (program.execution_plan or ())[method.plan_index]
-        regions = AppendedRegions(plan, method.label)  # program/layout.py: which buffer, at which offset
-        new_values = _NewValues(len(plan.values or ()))
-
+        job = MethodJob(program, method, options, storage, unconverted)
+        plan = job.plan
         placements = []
-        copies_once: list[FirstCallCopy] = []
         for verdict in by_plan.get(method.plan_index, []):
-            device = verdict.device
-            assert device is not None, "a moved constant is eligible: it names its device"
-            memory_id, offset = regions.region(device, verdict.nbytes)
-            tensor = verdict.tensor
-            if first_call:
-                copy = _first_copy(verdict)
-                copies_once.append(FirstCallCopy(verdict.value, copy.dst, _copy_args(plan, copy), device))
-            placements.append(Placement(
-                method=verdict.method, value=verdict.value, name=verdict.name, device=device,
-                nbytes=verdict.nbytes, memory_id=memory_id, offset=offset,
-                initial_data_index=0 if tensor.is_external or first_call else entry_of_source[tensor.data_buffer_idx],
-                source_index=tensor.data_buffer_idx,
-                external_key=tensor.fqn if tensor.is_external and not first_call else None,
-                copies=verdict.copies, delegate_args=verdict.delegate_args, copies_per_call=verdict.copies_per_call,
-                plan_index=method.plan_index, device_copy=_first_copy(verdict).dst if first_call else None,
-            ))
+            assert verdict.device is not None, "a moved constant is eligible: it names its device"
+            memory_id, offset = job.regions.region(verdict.device, verdict.nbytes)
+            placements.append(encoding.place(job, verdict, memory_id, offset))
         choice = choices.get(method.plan_index, _FoldChoice((), frozenset(), (), ()))
         folds = []
         for chain, target in choice.chains:
-            memory_id, offset = regions.region(chain.device, chain.nbytes)
+            memory_id, offset = job.regions.region(chain.device, chain.nbytes)
             if target is None:
-                target = new_values.take()
-            source_tensor = chain.source_tensor
-            external = chain.duplicate and source_tensor.is_external and not first_call
-            host: Optional[int] = None
-            if first_call:
-                index = 0
-                if chain.duplicate:
-                    host = chain.source
-                else:
-                    assert new_entries is not None
-                    host = new_values.add(_host_constant(chain.result_tensor, new_entries.computed(chain.recipe)))
-                copies_once.append(FirstCallCopy(host, target, (host, target, target), chain.device))
-            elif external:
-                index = 0
-            elif chain.duplicate:
-                index = entry_of_source[source_tensor.data_buffer_idx]
-            else:
-                index = entry_of_recipe[chain.recipe]
+                target = job.new_values.take()
             kernels = tuple((s.chain, s.instruction) for s in chain.steps if (s.chain, s.instruction) in choice.removed)
-            folds.append(FoldPlacement(
-                method=chain.method, plan_index=method.plan_index, value=target,
-                appended=target >= len(plan.values or ()), chain=chain, memory_id=memory_id, offset=offset,
-                initial_data_index=index, external_key=source_tensor.fqn if external else None,
-                removed=tuple(sorted(kernels + tuple((c.chain, c.instruction) for c in chain.copies))),
-                first_call_source=host))
-        reencoded = []
-        if first_call:
-            for resident in method.residents:
-                reason = resident.problem or skip_reason(resident.device, resident.nbytes, options)
-                if reason:
-                    unconverted.append(Unconverted(resident.method, resident.plan_index, resident.value,
-                                                   resident.name, resident.device, resident.nbytes, reason))
-                    continue
-                assert new_entries is not None
-                tensor = resident.tensor
-                entry = 0 if tensor.is_external else new_entries.copied(tensor.data_buffer_idx, tensor.nbytes)
-                host = new_values.add(_host_constant(tensor, entry))
-                memory_id, offset = regions.region(resident.device, resident.nbytes)
-                reencoded.append(Reencoded(resident.method, resident.plan_index, resident.value, resident.name,
-                                           resident.device, resident.nbytes, host, entry,
-                                           tensor.fqn if tensor.is_external else None, memory_id, offset,
-                                           0 if tensor.is_external else tensor.data_buffer_idx))
-                copies_once.append(FirstCallCopy(host, resident.value, (host, resident.value, resident.value),
-                                                 resident.device))
-        growth = regions.growth()
+            folds.append(encoding.place_fold(job, chain, target, memory_id, offset,
+                                             tuple(sorted(kernels + tuple((c.chain, c.instruction)
+                                                                          for c in chain.copies)))))
+        reencoded = encoding.convert(job)
+        growth = job.regions.growth()
         removed = {(copy.chain, copy.instruction) for p in placements for copy in p.copies}
         removed |= set(choice.removed) | {step for f in folds for step in f.removed}
-        prologue, guard, old_steps = _prologue(plan, method, removed, copies_once, new_values)
+        prologue, guard, old_steps = encoding.prologue(job, removed)
         removed |= old_steps
-        released = tuple(v for v in choice.unread if _entry(plan, v) in dropped)
+        released = tuple(v for v in choice.unread if constant_entry_of(plan, v) in dropped)
         edit = MethodEdit(method.label, method.plan_index, tuple(placements), tuple(growth),
                           tuple(sorted(removed)),
                           _instruction_maps(plan, removed, len(prologue) + GUARD_INSTRUCTIONS if prologue else 0),
-                          tuple(folds), released, prologue=prologue, guard=guard, new_values=new_values.added(),
-                          reencoded=tuple(reencoded))
+                          tuple(folds), released, prologue=prologue, guard=guard, new_values=job.new_values.added(),
+                          reencoded=tuple(reencoded), encoding=encoding.key)
         methods.append(_relaid(plan, edit) if options.relayout else edit)
 
     lengths = entry_lengths(program) if dropped else {}
-    return RewritePlan(analysis, options, tuple(methods), initial_data, dropped, tuple(skipped), policy,
+    new_entries = storage.new_entries
+    return RewritePlan(analysis, options, tuple(methods), storage.initial_data, dropped, tuple(skipped), policy,
                        tuple(fold_skipped), sum(lengths.get(index, 0) for index in dropped),
                        device_memory(program, {edit.plan_index: (edit.name, edit.buffers) for edit in methods}),
                        new_entries.entries() if new_entries is not None else (), tuple(kept_for_runtime),
                        _output_need(program, tuple(methods)), tuple(unconverted),
                        () if policy.fresh_mutable else _dropped_initial_data(program, tuple(methods)))
-
-
-class _NewValues:
-    """The values a method's edit appends, numbered in the order they are taken (folded values, host constants,
-    the prologue's Bools)."""
-
-    def __init__(self, first: int) -> None:
-        self.next = first
-        self._added: list[tuple[int, m.EValue]] = []
-
-    def take(self) -> int:
-        """A new index whose value the fold's own record describes (a folded value)."""
-        self.next += 1
-        return self.next - 1
-
-    def add(self, value: m.EValue) -> int:
-        index = self.take()
-        self._added.append((index, value))
-        return index
-
-    def added(self) -> tuple[tuple[int, m.EValue], ...]:
-        return tuple(self._added)
-
-
-class _NewConstantEntries:
-    """New entries of the constant segment, numbered past the entries the rewrite keeps; equal sources share one."""
-
-    def __init__(self, program: m.Program, dropped: tuple[int, ...]) -> None:
-        self.program = program
-        self.dropped = dropped
-        self._entries: list[ConstantEntry] = []
-        self._of_initial: dict[int, int] = {}
-        self._of_recipe: dict[FoldRecipe, int] = {}
-
-    def _next(self) -> int:
-        return _constant_base(self.program, len(self.dropped)) + len(self._entries)
-
-    def copied(self, initial_data: int, nbytes: int) -> int:
-        """The entry holding the bytes of the input's initial-data entry ``initial_data``."""
-        found = self._of_initial.get(initial_data)
-        if found is None:
-            found = self._of_initial[initial_data] = self._next()
-            self._entries.append(ConstantEntry(found, nbytes, initial_data=initial_data))
-        return found
-
-    def computed(self, recipe: FoldRecipe) -> int:
-        """The entry holding what ``recipe`` computes."""
-        found = self._of_recipe.get(recipe)
-        if found is None:
-            found = self._of_recipe[recipe] = self._next()
-            self._entries.append(ConstantEntry(found, recipe.nbytes, recipe=recipe))
-        return found
-
-    def entries(self) -> tuple[ConstantEntry, ...]:
-        return tuple(self._entries)
-
-
-def _host_constant(tensor: m.Tensor, entry: int) -> m.Tensor:
-    """A host constant of ``tensor``'s type and shape reading constant entry ``entry`` (0 and external: the .ptd
-    entry of ``tensor``'s name)."""
-    info = None
-    if tensor.is_external:
-        info = m.ExtraTensorInfo(fully_qualified_name=tensor.fqn, location=m.TensorDataLocation.EXTERNAL)
-    return m.Tensor(scalar_type=tensor.scalar_type, sizes=tensor.sizes, dim_order=tensor.dim_order,
-                    data_buffer_idx=tensor.data_buffer_idx if tensor.is_external else entry, extra_tensor_info=info)
-
-
-def _prologue(plan: m.ExecutionPlan, method: MethodAnalysis, removed: AbstractSet[tuple[int, int]],
-              added: list[FirstCallCopy], new_values: _NewValues
-              ) -> tuple[tuple[FirstCallCopy, ...], Optional[tuple[int, int]], set[tuple[int, int]]]:
-    """The first-call prologue the rewrite writes: (its copies, its guard, the input's prologue instructions to
-    remove).  The input's prologue stays as it is when nothing of it changes; otherwise it is written again with
-    the copies it keeps first, then the ``added`` ones (program/prologue.py)."""
-    old = method.prologue
-    instructions = ((plan.chains or ())[0].instructions or ()) if plan.chains else ()
-    kept = []
-    if old is not None:
-        devices = plan.buffer_devices()
-        for k in old.copies:
-            if (0, k) not in removed:
-                ins = instructions[k]
-                assert isinstance(ins, m.KernelCall), "a recognised prologue holds copies only"
-                args = tuple(ins.args or ())
-                slots = copy_slots(H2D_COPY, args)
-                assert slots is not None, "a recognised prologue's copies have a source and an out"
-                device = memory_device((plan.values or ())[slots.out], devices)
-                kept.append(FirstCallCopy(slots.source, slots.out, args, device))
-        if not added and len(kept) == len(old.copies):
-            return (), None, set()
-    if not added and old is None:
-        return (), None, set()
-    old_steps = {(0, 0), (0, old.end - 1), *((0, k) for k in old.copies)} if old is not None else set()
-    copies = tuple(kept + added)
-    if not copies:
-        return (), None, old_steps
-    if old is not None:
-        guard = (old.guard, old.cleared_from)
-    else:
-        guard = (new_values.add(m.Bool(True)), new_values.add(m.Bool(False)))
-    return copies, guard, old_steps
 
 
 def _dropped_initial_data(program: m.Program, methods: tuple[MethodEdit, ...]) -> tuple[int, ...]:
@@ -864,15 +432,12 @@ def initial_data_lengths(program: m.Program) -> dict[int, int]:
 
 
 def _output_need(program: m.Program, methods: tuple[MethodEdit, ...]) -> RuntimeNeed:
-    """What loads the rewritten program (``program/runtime.py``), read from each method as the rewrite writes it."""
+    """What loads the rewritten program (``encodings.required_runtime``), read from each method as the rewrite
+    writes it."""
     edits = {edit.plan_index: edit for edit in methods}
-    labels = method_labels(program)[0]
-    found = []
-    for index, plan in enumerate(program.execution_plan or ()):
-        edit = edits.get(index)
-        written = edit_method(plan, edit) if edit is not None and not _untouched(edit) else plan
-        found.extend(device_initial_data(written, labels[index]))
-    return RuntimeNeed(Runtime.V1_6 if found else Runtime.V1_5, tuple(found))
+    written = tuple(edit_method(plan, edits[index]) if index in edits and not _untouched(edits[index]) else plan
+                    for index, plan in enumerate(program.execution_plan or ()))
+    return required_runtime(m.replace(program, execution_plan=written))
 
 
 def _untouched(edit: MethodEdit) -> bool:
@@ -921,31 +486,3 @@ def _largest_readers(program: m.Program, reads: Callable[[m.Tensor], bool]) -> d
             if isinstance(value, m.Tensor) and reads(value) and not value.is_external:
                 lengths[value.data_buffer_idx] = max(lengths.get(value.data_buffer_idx, 0), value.nbytes)
     return lengths
-
-
-def _entry(plan: m.ExecutionPlan, value: int) -> Optional[int]:
-    """The constant entry a value reads (None: not a constant of the segment)."""
-    tensor = (plan.values or ())[value]
-    return tensor.data_buffer_idx if isinstance(tensor, m.Tensor) and tensor.is_constant and not tensor.is_external \
-        else None
-
-
-def _dropped_constants(program: m.Program, moved: list[ConstantVerdict],
-                       unread: AbstractSet[tuple[int, int]] = frozenset()) -> tuple[int, ...]:
-    """Constant entries that only moved values, or values nothing reads any more, referenced (any method):
-    their bytes can leave the segment."""
-    cs = program.constant_segment
-    if cs is None or len(cs.offsets or ()) <= 1:
-        return ()  # no constant segment, or the deprecated inline constant_buffer: leave it alone
-    gone = {(v.plan_index, v.value) for v in moved} | set(unread)
-    candidates = {v.tensor.data_buffer_idx for v in moved if not v.tensor.is_external}
-    for plan_index, unread_value in unread:
-        entry = _entry((program.execution_plan or ())[plan_index], unread_value)
-        if entry is not None:
-            candidates.add(entry)
-    for plan_index, plan in enumerate(program.execution_plan or ()):
-        for index, value in enumerate(plan.values or ()):
-            if (isinstance(value, m.Tensor) and value.is_constant and not value.is_external
-                    and (plan_index, index) not in gone):
-                candidates.discard(value.data_buffer_idx)
-    return tuple(sorted(candidates))

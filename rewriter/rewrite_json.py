@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any, Optional
 from pte_devconst.util.jsonable import to_jsonable
 from pte_devconst.program.labels import value_name
 
+from .encodings import encoding_for
+
 if TYPE_CHECKING:
     from .analysis import ConstantVerdict, MethodAnalysis
     from .plan import FoldPlacement, RewritePlan
@@ -105,7 +107,9 @@ def rewrite_json(result: "RewriteResult") -> dict[str, Any]:
                          for s in plan.fold_skipped],
         "fold_hint": hint,
         "methods": _methods_json(plan),
-        "runtime": {"target": plan.options.runtime.value, "output_needs": plan.output_need.to_json(),
+        "runtime": {"target": plan.options.runtime.value, "encoding": encoding_for(plan.options.runtime).key,
+                    "converted": plan.converted,
+                    "output_needs": plan.output_need.to_json() if plan.output_need is not None else None,
                     "first_call_copies": sum(len(edit.prologue) for edit in plan.methods),
                     "constant_entries_added": len(plan.constant_entries),
                     "reencoded": [{"method": r.method, "value": r.value, "name": r.name, "device": str(r.device),

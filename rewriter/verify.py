@@ -55,10 +55,10 @@ from pte_devconst.program.memory import storage_groups, view_reads
 from pte_devconst.program.regions import planned_region
 from pte_devconst.program.replay import Origin, prove_same_reads
 
-from .fold import FOLD_KERNELS, FoldRecipe, Traced, Tracer, layout_of, recipe_of
+from .fold import FOLD_KERNELS, FoldRecipe, Traced, Tracer, layout_of
 from .edit import relocated_tensor
 from .plan import FoldPlacement, MethodEdit, Placement, RewritePlan
-from .verify_prologue import PrologueCheck
+from .encodings import Verifier, encoding_named
 from .verify_bytes import ByteChecker, ComputedBytes, SameBytes, WriteRecipe, ZeroBytes
 
 FULL_CHECK_ENV = "PTE_DEVCONST_FULL_CHECK"
@@ -275,8 +275,9 @@ def _edits_by_index(plan: RewritePlan, methods: int) -> dict[int, MethodEdit]:
 
 # --- one method ---------------------------------------------------------------------------------
 
-class _MethodCheck:
-    """Compares method ``index`` of the input and the output, given the plan's edit of it (if any)."""
+class _MethodCheck(Verifier):
+    """Compares method ``index`` of the input and the output, given the plan's edit of it (if any); the encoding's
+    part (how a moved constant is held, what chain 0 starts with) is its ``EncodingCheck``'s."""
 
     def __init__(self, context: _VerifyContext, index: int, old: m.ExecutionPlan, new: m.ExecutionPlan,
                  edit: Optional[MethodEdit]) -> None:
@@ -308,11 +309,14 @@ class _MethodCheck:
         self.stands_for: dict[int, set[int]] = {}  # folded value -> the input's values it replaces
         self.dead: set[int] = set()  # values only removed kernels wrote
         self._maps: list[tuple[Optional[int], ...]] = []  # per chain: old instruction -> new (None: removed)
-        # 1.5: a first-call copy's destination -> the placement of the constant it holds
-        self.holders: dict[int, Placement] = {p.holder: p for p in self.moved.values() if p.first_call}
-        self.prologue = PrologueCheck(old, new, edit, self.fail)
+        # the value that holds each moved constant on its device (itself, or a first-call copy's destination)
+        self.held: dict[int, Placement] = {p.holder: p for p in self.moved.values()}
+        self.encoded = encoding_named(edit.encoding if edit else "").checker(self)
     def fail(self, what: str) -> RewriteCheckError:
         return _fail(f"{self.label}: {what}")
+
+    def recompute(self, recipe: FoldRecipe) -> Callable[[], bytearray]:
+        return _recompute(recipe, self.context.original, self.context.ptd)
 
     def run(self) -> None:
         old, new = self.old, self.new
@@ -338,7 +342,7 @@ class _MethodCheck:
         maps = list(self.edit.instruction_maps)
         if len(maps) != len(chains):
             raise self.fail(f"the plan maps {len(maps)} chains, the method has {len(chains)}")
-        shift = self.edit.prologue_length
+        shift = self.encoded.leading
         for c, (chain, mapping) in enumerate(zip(chains, maps)):
             kept = [new for new in mapping if new is not None]
             first = shift if c == 0 else 0
@@ -358,8 +362,8 @@ class _MethodCheck:
             for k, new_index in enumerate(mapping):
                 if new_index is not None:
                     continue
-                if self.prologue.rewritten(c, k):
-                    continue  # the input's first-call prologue, written again (verify_prologue.py)
+                if self.encoded.removed_in_input(c, k):
+                    continue  # the encoding's own instructions in the input (a first-call prologue), rewritten
                 ins = instructions[k]
                 args = ins.args or () if isinstance(ins, m.KernelCall) else ()
                 name = ops[ins.op_index] if isinstance(ins, m.KernelCall) else ""
@@ -422,42 +426,10 @@ class _MethodCheck:
             raise self.fail(f"{where} is not planned memory of the type, shape and dim order its chain computes")
         if new.storage_offset != 0 or new.shape_dynamism != m.TensorShapeDynamism.STATIC:
             raise self.fail(f"{where} has a storage offset or a dynamic shape")
-        self._check_region(where, new, fold.memory_id, fold.offset, fold.device, result.nbytes)
-        if fold.first_call_source is not None:  # 1.5: no initial data; its host source holds the bytes
-            if new.has_initial_data:
-                raise self.fail(f"{where} has initial data although a first-call copy fills it")
-            self.prologue.check_fold_source(
-                fold, traced, constant, lambda recipe: _recompute(recipe, self.context.original, self.context.ptd),
-                self.context)
-            return
-        info = new.extra_tensor_info
-        if info is None or info.mutable_data_segments_idx != 0:
-            raise self.fail(f"{where} lacks its initial-data fields")
-        if fold.external_key is not None:  # a device copy of an external constant: loaded by the constant's key
-            if traced.steps or not constant.is_external or new.fqn != constant.fqn or fold.external_key != constant.fqn:
-                raise self.fail(f"{where} is external but is not a copy of the external constant it stands for")
-            self._check_external(where, new)
-            return
-        if new.is_external or new.data_buffer_idx != fold.initial_data_index or not new.data_buffer_idx and new.nbytes:
-            raise self.fail(f"{where} does not point at its initial data")
-        original, written = self.context.original, self.context.written
-        if not traced.steps:  # a device copy of a shared constant: its bytes
-            source = original.tensor_span(constant)
-            if source is None:
-                if bytes(original.tensor_bytes(constant) or b"") != bytes(written.tensor_bytes(new) or b""):
-                    raise self.fail(f"{where}: its initial data differs from constant {traced.source}")
-                return
-            self.context.require_same(f"{self.label}: {where} (a device copy of constant {traced.source})",
-                                      source, written.tensor_span(new))
-            return
-        span = written.tensor_span(new)
-        if span is not None and span.size:
-            recipe = recipe_of(constant, traced.steps, new)
-            self.context.computed.append(ComputedBytes(
-                f"{self.label}: {where} ({', '.join(s.describe() for s in traced.steps)} of constant "
-                f"{traced.source})", span, _recompute(recipe, original, self.context.ptd)))
+        self.check_region(where, new, fold.memory_id, fold.offset, fold.device, result.nbytes)
+        self.encoded.check_fold(index, new, fold, traced, constant)
 
-    def _check_region(self, where: str, tensor: m.Tensor, memory_id: int, offset: int, device: m.Device,
+    def check_region(self, where: str, tensor: m.Tensor, memory_id: int, offset: int, device: m.Device,
                       nbytes: int) -> None:
         """A value moved or folded into planned memory: where the plan put it, on its device, in its buffer."""
         info = tensor.allocation_info
@@ -481,12 +453,12 @@ class _MethodCheck:
             if old.inputs != new.inputs or old.outputs != new.outputs:
                 raise self.fail(f"chain {c}'s inputs or outputs changed")
             survivors = [k for k, new_index in enumerate(mapping) if new_index is not None]
-            shift = self.edit.prologue_length if self.edit is not None and c == 0 else 0
+            shift = self.encoded.leading if c == 0 else 0
             instructions = new.instructions or ()
             if len(instructions) != shift + len(survivors) or (old.instructions is None) != (new.instructions is None):
                 raise self.fail(f"chain {c} has {len(instructions)} instructions, expected {shift + len(survivors)}")
-            if shift:
-                self.prologue.check_instructions(instructions[:shift])
+            if c == 0:
+                self.encoded.check_leading(instructions[:shift])
             for k, ins in zip(survivors, instructions[shift:]):
                 self._check_instruction(c, k, (old.instructions or ())[k], ins, mapping, shift + len(survivors))
             expected_trace = None if old.stacktrace is None else (m.FrameList(()),) * shift + tuple(
@@ -508,8 +480,7 @@ class _MethodCheck:
             if old.delegate_index != new.delegate_index or len(old_args) != len(new_args):
                 raise self.fail(f"{where}: the delegate call changed")
             for pos, (before, after) in enumerate(zip(old_args, new_args)):
-                moved = after in self.moved and self.copied_from.get(before) == {after} or \
-                    after in self.holders and self.copied_from.get(before) == {self.holders[after].value}
+                moved = after in self.held and self.copied_from.get(before) == {self.held[after].value}
                 folded = after in self.folds and before in self.stands_for.get(after, ())
                 if before != after and not (moved or folded):
                     raise self.fail(f"{where}: argument {pos} changed from value {before} to {after}, but value "
@@ -531,14 +502,14 @@ class _MethodCheck:
                             f"{len(added)} new value(s) the plan adds")
         for index in appended:
             self._check_folded(index, None, new_values[index], self.folds[index])
-        self.prologue.check_new_values(self.context)
+        self.encoded.check_new_values()
         original, written, remap = self.context.original, self.context.written, self.context.remap
         for index, (old, new) in enumerate(zip(old_values, new_values)):
-            if index in self.holders or index in self.prologue.reencoded:
-                self.prologue.check_holder(index, old, new)
+            if index in self.held:
+                self.encoded.check_placement(index, old, new, self.held[index])
                 continue
-            if index in self.moved and not self.moved[index].first_call:
-                self._check_moved(index, old, new, self.moved[index])
+            if self.encoded.owns(index):
+                self.encoded.check_value(index, old, new)
                 continue
             if index in self.folds:
                 self._check_folded(index, old, new, self.folds[index])
@@ -616,47 +587,7 @@ class _MethodCheck:
             raise self.fail(f"value {index} was released but is not a constant whose entry was dropped, unbound")
         self.dead.add(index)  # nothing may read it any more
 
-    def _check_moved(self, index: int, old: m.EValue, new: m.EValue, p: Placement) -> None:
-        where = f"moved value {index} ({p.name})"
-        if not isinstance(old, m.Tensor) or not old.is_constant:
-            raise self.fail(f"{where} was not a constant of this method in the input")
-        if not isinstance(new, m.Tensor) or new.allocation_info is None:
-            raise self.fail(f"{where} is not planned memory")
-        if _KEPT_WHEN_MOVED(old) != _KEPT_WHEN_MOVED(new) or new.storage_offset != 0 \
-                or new.shape_dynamism != m.TensorShapeDynamism.STATIC:
-            raise self.fail(f"{where} changed its type, shape or layout")
-        memory_id, offset = new.allocation_info.memory_id, new.allocation_info.memory_offset
-        if (memory_id, offset) != (p.memory_id, p.offset) or p.nbytes != old.nbytes:
-            raise self.fail(f"{where} is not at buffer {p.memory_id} offset {p.offset}")
-        device = self.new_devices.get(memory_id, m.CPU)
-        if new.device != p.device or device != p.device \
-                or device.is_cpu and not self.context.plan.options.host_placement:
-            raise self.fail(f"{where}, its buffer and the plan disagree on its device "
-                            f"({new.device}, {device}, {p.device})")
-        sizes = self.new.non_const_buffer_sizes or ()
-        if not is_aligned(offset) or memory_id >= len(sizes) or offset + old.nbytes > sizes[memory_id]:
-            raise self.fail(f"{where}: its region is misaligned or outside buffer {memory_id}")
-        info, before = new.extra_tensor_info, old.extra_tensor_info or m.ExtraTensorInfo()
-        if info is None or info.mutable_data_segments_idx != 0 or \
-                (info.location, info.fully_qualified_name) != (before.location, before.fully_qualified_name):
-            raise self.fail(f"{where} lacks its initial-data, location or name fields")
-        if old.is_external:
-            if new.data_buffer_idx != old.data_buffer_idx or new.fqn != p.external_key:
-                raise self.fail(f"{where} lost its external key")
-            self._check_external(where, new)
-            return
-        if new.data_buffer_idx != p.initial_data_index or new.data_buffer_idx == 0 and old.nbytes:
-            raise self.fail(f"{where} does not point at its initial data")
-        original, written = self.context.original, self.context.written
-        source = original.tensor_span(old)
-        if source is None:  # the deprecated inline constant_buffer: small by nature
-            if bytes(original.tensor_bytes(old) or b"") != bytes(written.tensor_bytes(new) or b""):
-                raise self.fail(f"{where}: its initial data differs from the input's constant")
-            return
-        self.context.require_same(f"{self.label}: {where} (initial data from constant entry {old.data_buffer_idx})",
-                                  source, written.tensor_span(new))
-
-    def _check_external(self, where: str, tensor: m.Tensor) -> None:
+    def check_external(self, where: str, tensor: m.Tensor) -> None:
         """The runtime loads an external constant's initial data from the first .ptd entry with its key."""
         ptd = self.context.ptd
         if ptd is None:
@@ -686,7 +617,7 @@ class _MethodCheck:
 
     def _check_disjoint(self) -> None:
         regions = [(p.memory_id, p.offset, p.nbytes, p.holder) for p in self.moved.values()]
-        regions += [(r.memory_id, r.offset, r.nbytes, value) for value, r in self.prologue.reencoded.items()]
+        regions += [(r.memory_id, r.offset, r.nbytes, value) for value, r in self.encoded.resident.items()]
         regions += [(f.memory_id, f.offset, f.nbytes, value) for value, f in self.folds.items()]
         problem = overlap(self.new, regions)
         if problem:
@@ -710,22 +641,20 @@ class _MethodCheck:
     def _check_readers(self) -> None:
         """Moved and folded device values are read only by delegates on their device; nothing reads what only
         removed instructions wrote, directly or through a static view."""
-        first_call = {p.value for p in self.moved.values() if p.first_call}
-        resident = (set(self.moved) - first_call) | set(self.folds) | set(self.holders) | set(self.prologue.reencoded)
+        resident = set(self.held) | set(self.folds) | set(self.encoded.resident)
         gone = (set(self.copied_from) | self.dead) - resident
         self._check_views(set(self.copied_from) | self.dead)
         watched = resident | gone
         if not watched:
             return
-        skip = self.prologue.copy_steps  # a first-call prologue's copies, checked on their own
+        skip = self.encoded.own_steps  # the encoding's own instructions (a prologue's copies), checked by it
         for value, reader in readers_in_order(self.new, watched):  # program/readers.py: every use, in order
             if reader.step in skip:
                 continue
             if value in gone:
                 raise self.fail(f"value {value} is still read by {reader.describe()}, but only removed instructions "
                                 "wrote it")
-            placement = self.moved.get(value) or self.folds.get(value) or self.holders.get(value) \
-                or self.prologue.reencoded.get(value)
+            placement = self.held.get(value) or self.folds.get(value) or self.encoded.resident.get(value)
             if placement is not None and not placement.device.is_cpu and \
                     (reader.kind is not ReaderKind.DELEGATE_CALL or reader.device != placement.device):
                 raise self.fail(f"moved value {value} now lives on {placement.device} but is read by "

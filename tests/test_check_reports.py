@@ -167,7 +167,8 @@ def test_sarif_is_one_result_per_file_and_rule_with_rule_ids_and_file_locations(
     (copied,) = [r for r in results if r["ruleId"] == "PDC001"]  # one result for the file's four constants
     assert copied["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "models/my%20detector.pte"
     assert [c["bytesPerCall"] for c in copied["properties"]["constants"]] == [2048, 128, 1024, 32]
-    assert copied["properties"]["bytesPerCall"] == 3232 and "4 values (3,232 B per call)" in copied["message"]["text"]
+    assert copied["properties"]["bytesPerCall"] == 3232
+    assert "4 constants copied to a device on every call (3,232 B per call)" in copied["message"]["text"]
     assert "value 0 in forward (2,048 B per call to cuda:0)" in copied["message"]["text"]
     (broken,) = [r for r in results if r["ruleId"] == "PDC004"]
     assert broken["level"] == "error" and broken["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] \

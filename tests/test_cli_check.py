@@ -33,7 +33,8 @@ def test_findings_exit_1_and_list_file_method_constant_bytes() -> None:
     # v2 `b` (96 bytes) is the one eligible constant; w and gain are also read on the host.
     assert "v_c_shared_host_copy.pte" in result.stdout
     assert "forward" in result.stdout and "value 2" in result.stdout and "96 B" in result.stdout
-    assert "value 0" not in result.stdout
+    copied = result.stdout.split("PDC002")[0]  # the findings' table; value 0 stays (its own rule's line)
+    assert "PDC001 copied-every-call" in copied and "value 0" not in copied
 
 
 def test_every_corpus_finding_matches_the_eligible_verdicts() -> None:
@@ -187,10 +188,10 @@ def test_markdown_is_a_pull_request_summary() -> None:
                          "| device memory now | after a rewrite |")
     assert lines[header + 1] == "|---|---|---:|---:|---:|---:|---:|---:|---:|"
     html = rendered(result.stdout)
-    assert f"<td><code>{pte_path('v_c_shared_host_copy')}</code></td>\n<td>❌ copied</td>" in html
+    assert f"<td><code>{pte_path('v_c_shared_host_copy')}</code></td>\n<td>❌ PDC001 copied-every-call</td>" in html
     assert f"<td><code>{pte_path('v_h_cpu_only')}</code></td>\n<td>✅ ok</td>" in html
     assert lines[header + 2].endswith("| 288 B | 384 B |") and lines[header + 3].endswith("| - | - |")
-    details = lines.index("| method | constant | device | bytes/call |")
+    details = lines.index("| method | value | device | bytes/call |")
     assert details > header
     assert lines[details + 2] == "| <code>forward</code> | <code>value 2</code> | <code>cuda:0</code> | 96 B |"
     assert result.stdout.index("<details><summary>") > result.stdout.index("| file | status |")
@@ -202,8 +203,8 @@ def test_quiet_prints_one_line_per_finding_and_nothing_when_clean() -> None:
     result = invoke("--quiet", "check", pte_path("v_e_two_devices_legacy"))
     assert result.exit_code == 1
     assert result.stdout.splitlines() == [
-        f"{pte_path('v_e_two_devices_legacy')}: forward: value 1 -> cuda:0: 64 B per call",
-        f"{pte_path('v_e_two_devices_legacy')}: forward: value 2 -> cuda:1: 64 B per call",
+        f"{pte_path('v_e_two_devices_legacy')}: forward: value 1 -> PDC001 cuda:0: 64 B per call",
+        f"{pte_path('v_e_two_devices_legacy')}: forward: value 2 -> PDC001 cuda:1: 64 B per call",
     ]
     clean = invoke("-q", "check", pte_path("v_h_cpu_only"))
     assert clean.exit_code == 0 and clean.stdout == ""
@@ -222,7 +223,8 @@ def test_report_lines_do_not_wrap_in_a_narrow_terminal() -> None:
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
     assert f"ok  {files[0]} (3 constants examined)" in lines
-    assert any(line.startswith(f"{files[1]}: 2 constants copied") for line in lines), result.stdout
+    assert any(line.startswith(f"{files[1]}: PDC001 copied-every-call: 2 constants copied") for line in lines), \
+        result.stdout
 
 
 @pytest.mark.parametrize("args", [(), ("--format", "yaml")])
@@ -252,7 +254,8 @@ def test_min_bytes_that_filters_every_finding_says_what_it_left_out(fmt: str) ->
     else:
         assert "left out by --min-bytes 100000" in result.stdout and "192 B per call" in result.stdout, result.stdout
     quiet = invoke("-q", "check", pte, "--min-bytes", "100000")
-    assert quiet.exit_code == 0 and quiet.stdout.count("not judged: 96 bytes is below --min-bytes 100000") == 2
+    assert quiet.exit_code == 0 and quiet.stdout.count("PDC006 cuda:0: 96 B per call: 96 bytes is below --min-bytes "
+                                                       "100000") == 2
 
 
 def test_a_device_filter_reports_what_it_left_out() -> None:

@@ -249,7 +249,7 @@ def test_a_list_that_leaves_items_out_says_how_many() -> None:
     """Was: "a rewrite would grow it in 13 file(s): a.pte, b.pte, c.pte" (three named, no word of ten more)."""
     from pte_devconst.api import CheckReport, FileCheck
     from pte_devconst.cli.check_cmd import render_markdown
-    from pte_devconst.rewriter.plan import DeviceMemory
+    from pte_devconst.program.layout import DeviceMemory
 
     files = tuple(FileCheck(f"models/m{i:02d}.pte", None, 1, (), device_memory=DeviceMemory(288, 384))
                   for i in range(13))

@@ -34,7 +34,7 @@ def test_check_passes_but_says_what_stays_copied_and_why(rewritten: Path) -> Non
     assert result.exit_code == 0, result.output
     assert "no constant is copied" not in result.stdout
     assert "nothing left that the rewrite can move" in result.stdout
-    assert ("1 constant-derived value still copied to a device on every call that the rewrite cannot move "
+    assert ("1 constant-derived value copied on every call that the rewrite cannot move in 1 file "
             "(96 B per call): 1 read by host kernel aten::mul.out (--strict fails on them)") in " ".join(
         result.stdout.split())
 
@@ -46,7 +46,7 @@ def test_strict_fails_on_what_stays_and_lists_each_with_its_reason(rewritten: Pa
                      result.stdout), result.stdout
     quiet = invoke("-q", "check", rewritten, "--strict")
     assert quiet.exit_code == 1
-    assert quiet.stdout == (f"{rewritten}: forward: value 0 -> cuda:0: 96 B per call, stays: read by host kernel "
+    assert quiet.stdout == (f"{rewritten}: forward: value 0 -> PDC002 cuda:0: 96 B per call: read by host kernel "
                             "aten::mul.out\n")
     assert invoke("-q", "check", rewritten).stdout == ""  # not strict: nothing fails, nothing printed
     code, doc = invoke_json("check", rewritten, "--strict")
@@ -97,7 +97,8 @@ def test_inspect_separates_what_can_move_from_what_stays(rewritten: Path) -> Non
 def test_check_markdown_lists_what_stays(rewritten: Path) -> None:
     result = invoke("check", rewritten, pte_path("v_c_shared_host_copy"), "--format", "markdown")
     assert result.exit_code == 1
-    assert "**PDC002 copy-stays** (note): copied on every call; the rewrite cannot move them:" in result.stdout
+    assert "**PDC002 copy-stays** (note): 1 constant-derived value copied on every call that the rewrite cannot " \
+        "move:" in result.stdout
     assert result.stdout.count("| read by host kernel aten::mul.out |") == 2
 
 
@@ -109,8 +110,9 @@ def test_github_format_is_one_annotation_per_file_and_rule(rewritten: Path) -> N
     assert result.exit_code == 1  # exit codes do not change with the format
     lines = result.stdout.splitlines()
     assert lines[0] == (f"::error file={copying},title=pte-devconst PDC001 copied-every-call%3A 1 constant copied "
-                        "on every call::1 constant copied to a device on every call (96 B per call); the largest: "
-                        f"forward: value 2, 96 B per call to cuda:0. Fix: pte-devconst rewrite --in-place {copying}.")
+                        "to a device on every call::1 constant copied to a device on every call (96 B per call); the "
+                        f"largest: forward: value 2, 96 B per call to cuda:0. Fix: pte-devconst rewrite --in-place "
+                        f"{copying}.")
     # What stays without --strict fails nothing: a notice per file (rule PDC002 at its advisory level), after the
     # findings.
     annotations = [line for line in lines if line.startswith("::")]
@@ -132,7 +134,7 @@ def test_github_format_warns_on_unknown_and_errors_on_unreadable(tmp_path: Path)
     assert result.exit_code == 2
     warnings = [line for line in result.stdout.splitlines() if line.startswith("::warning ")]
     (warning,) = warnings  # one per file: its two constants not judged, with the totals
-    assert "2 constant-derived values not judged" in warning
+    assert "2 constants not judged" in warning
     assert "put model.ptd next to it or pass --ptd FILE.ptd" in warning
     (error,) = [line for line in result.stdout.splitlines() if line.startswith("::error ")]
     # ',' and ':' end a property, so a file name holding them is escaped there (%2C, %3A), not in the message

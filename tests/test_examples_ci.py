@@ -628,7 +628,7 @@ def test_the_fixing_hook_rewrites_in_place_fails_once_then_passes(tmp_path: Path
     assert check.returncode == 1
     # One line per file, then the summary (the tables with -v).
     assert check.stdout.splitlines()[:3] == [
-        f"{copying}: 4 constants copied to a device on every call (3.2 KiB per call); fix: pte-devconst "
+        f"{copying}: PDC001 4 constants copied to a device on every call (3.2 KiB per call); fix: pte-devconst "
         f"rewrite --in-place '{copying}'", f"{clean}: ok (4 constants)", f"{other}: ok (4 constants)"]
     assert len(check.stdout.splitlines()) == 4
     before = (repo / clean).read_bytes()

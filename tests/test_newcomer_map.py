@@ -24,6 +24,7 @@ TASKS = {
     "a field in the format": "schema/fbs/program.fbs",
     "a delegate executor": "runner/delegates.py",
     "the device-memory layout": "program/layout.py",
+    "a runtime encoding": "rewriter/encodings/base.py",
 }
 DESIGN_LABELS = {"a field in the format": "a field in the `.fbs`"}  # where design.md words a task otherwise
 # Dotted names in the tables that are no import name: name -> the source line that says what it is.

@@ -39,7 +39,8 @@ from pte_devconst.program.memory import storage_groups, view_reads
 from pte_devconst.program.replay import (Budget, Origin, budget_for, prologue_length, match_instructions,
                                          prove_same_reads)
 from pte_devconst.rewriter import rewrite as rewrite_module
-from pte_devconst.rewriter.plan import BufferGrowth, MethodEdit, RewriteOptions, RewritePlan
+from pte_devconst.program.layout import BufferGrowth
+from pte_devconst.rewriter.plan import MethodEdit, RewriteOptions, RewritePlan
 from pte_devconst.runner.validate import PROOF_CHECK
 from pte_devconst.schema import model as m
 from pte_devconst.schema.pte_file import open_pte

@@ -21,7 +21,7 @@ from selfcheck_helpers import corrupt_apply, refused, use_plan
 from pte_devconst import api
 from pte_devconst.program.executorch import H2D_COPY
 from pte_devconst.program.prologue import first_call_copies, first_call_prologue
-from pte_devconst.program.runtime import Runtime, required_runtime
+from pte_devconst.rewriter.encodings import Runtime, required_runtime
 from pte_devconst.program.transfers import TransferKind, first_call_transfers, per_call_transfers
 from pte_devconst.schema import model as m
 from pte_devconst.schema.pte_file import PteFile, open_pte
@@ -47,24 +47,12 @@ def _program(path: Path) -> m.Program:
 # --- the runtime a file needs ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text,expected", [("1.5", Runtime.V1_5), ("1.6", Runtime.V1_6), ("v1.5", Runtime.V1_5),
-                                           ("1.5.1", Runtime.V1_5), (" 1.6 ", Runtime.V1_6)])
-def test_runtime_names_parse(text: str, expected: Runtime) -> None:
-    assert Runtime.parse(text) is expected
-
-
-@pytest.mark.parametrize("text", ["1.4", "2.0", "1", "cuda", "1.5.x", ""])
-def test_unknown_runtimes_are_refused(text: str) -> None:
-    with pytest.raises(ValueError, match="choose one of: 1.5, 1.6"):
-        Runtime.parse(text)
-
-
 def test_inputs_load_in_1_5_and_a_default_rewrite_needs_1_6(tmp_path: Path) -> None:
     source = EXAMPLES / "mlp_copy.pte"
-    assert required_runtime(_program(source)).runtime is Runtime.V1_5
+    assert required_runtime(_program(source)).runtime == Runtime(1, 5)
     result = _rewrite(source, tmp_path / "out.pte", "1.6")
     need = required_runtime(_program(tmp_path / "out.pte"))
-    assert need.runtime is Runtime.V1_6 and len(need.device_initial_data) == 4
+    assert need.runtime == Runtime(1, 6) and len(need.device_initial_data) == 4
     assert result.plan.output_need == need
     assert need.describe() == "ExecuTorch >= 1.6: device initial data (4 tensors)"
 
@@ -83,7 +71,7 @@ def test_first_call_encoding_loads_in_1_5_and_copies_once(name: str, tmp_path: P
         {(p.plan_index, p.value, p.device) for p in plain.placements}
     assert plan.bytes_per_call_saved == plain.bytes_per_call_saved > 0
     written = _program(out)
-    assert required_runtime(written).runtime is Runtime.V1_5 and plan.output_runtime is Runtime.V1_5
+    assert required_runtime(written).runtime == Runtime(1, 5) and plan.output_runtime == Runtime(1, 5)
     original = _program(source)
     for index, (before, after) in enumerate(zip(original.execution_plan or (), written.execution_plan or ())):
         # no new operator, no instruction kind the input lacks
@@ -121,16 +109,16 @@ def test_1_6_converts_a_first_call_file_and_back(name: str, tmp_path: Path) -> N
     first, data = tmp_path / "first.pte", ptd_path(name)
     _rewrite(pte_path(name), first, "1.5")
     to16 = _rewrite(first, tmp_path / "to16.pte", "1.6", data)
-    assert to16.changed and to16.plan.output_runtime is Runtime.V1_6
+    assert to16.changed and to16.plan.output_runtime == Runtime(1, 6)
     assert to16.plan.bytes_per_call_saved == 0  # nothing was copied per call: only the encoding changes
     written = _program(tmp_path / "to16.pte")
     assert all(first_call_prologue(p) is None for p in written.execution_plan or ())
     back = _rewrite(tmp_path / "to16.pte", tmp_path / "back.pte", "1.5", data)
-    assert back.changed and back.plan.output_runtime is Runtime.V1_5
+    assert back.changed and back.plan.output_runtime == Runtime(1, 5)
     assert len(back.plan.reencoded) == len(to16.plan.placements)
     assert not back.plan.initial_data
     assert len(back.plan.dropped_initial_data) == len({r.initial_data_index for r in back.plan.reencoded} - {0})
-    assert required_runtime(_program(tmp_path / "back.pte")).runtime is Runtime.V1_5
+    assert required_runtime(_program(tmp_path / "back.pte")).runtime == Runtime(1, 5)
 
 
 @pytest.mark.parametrize("name", LEGACY_CASES)
@@ -304,7 +292,7 @@ def test_self_check_refuses_a_plan_whose_destinations_share_bytes(monkeypatch: p
     from pte_devconst.rewriter.rewrite import plan_file
 
     with opened(EXAMPLES / "mlp_copy.pte", None) as (source, data):
-        plan = plan_file(source, data, RewriteOptions(runtime=Runtime.V1_5))
+        plan = plan_file(source, data, RewriteOptions(runtime=Runtime(1, 5)))
     edit = plan.methods[0]
     first, second = edit.placements[:2]
     wrong = replace(edit, placements=(first, replace(second, offset=first.offset)) + edit.placements[2:])
@@ -335,7 +323,7 @@ def test_the_config_chooses_the_encoding(tmp_path: Path) -> None:
     config.write_text('[tool.pte-devconst]\nruntime = "1.5"\n')
     done = invoke("rewrite", EXAMPLES / "mlp_copy.pte", "-o", tmp_path / "out.pte", "--config", config)
     assert done.exit_code == 0, done.stderr
-    assert required_runtime(_program(tmp_path / "out.pte")).runtime is Runtime.V1_5
+    assert required_runtime(_program(tmp_path / "out.pte")).runtime == Runtime(1, 5)
     config.write_text('[tool.pte-devconst]\nruntime = "1.4"\n')
     bad = invoke("rewrite", EXAMPLES / "mlp_copy.pte", "-o", tmp_path / "bad.pte", "--config", config)
     assert bad.exit_code == 2 and len(bad.stderr.splitlines()) == 1
@@ -360,10 +348,10 @@ def test_check_fails_a_1_6_only_file_for_a_1_5_project_and_passes_its_fix(tmp_pa
     # a 1.6 project: both rewrites pass; the 1.6-only one is named in the runtime line
     report = api.check([sixteen, fifteen])
     assert report.exit_code is ExitCode.OK and not report.runtime_findings
-    assert [f.runtime_need.runtime for f in report.files] == [Runtime.V1_6, Runtime.V1_5]  # type: ignore[union-attr]
+    assert [f.runtime_need.runtime for f in report.files] == [Runtime(1, 6), Runtime(1, 5)]  # type: ignore[union-attr]
     # a 1.5 project: the 1.6 file fails, one finding per tensor only 1.6 loads, with the fix for 1.5
     report = api.check([sixteen, fifteen], runtime="1.5")
-    assert report.exit_code is ExitCode.FINDINGS and report.runtime is Runtime.V1_5
+    assert report.exit_code is ExitCode.FINDINGS and report.runtime == Runtime(1, 5)
     (failing,) = [f for f in report.files if f.runtime_findings]
     assert failing.file == str(sixteen) and len(failing.runtime_findings) == 4
     assert all("rewrite --runtime 1.5" in x.reason for x in failing.runtime_findings)

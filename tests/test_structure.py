@@ -24,10 +24,6 @@ PRIVATE_EXEMPT: Mapping[tuple[str, str, str], str] = {}
 ACYCLIC = ("pte_devconst.rewriter",)
 # (importing module, imported module) -> why that edge may close a cycle.  Each must still exist.
 CYCLE_EXEMPT: Mapping[tuple[str, str], str] = {
-    ("pte_devconst.rewriter.edit", "pte_devconst.rewriter.plan"):
-        "an import under TYPE_CHECKING only (it never runs): edit_method's annotations name the plan's records "
-        "(MethodEdit, Placement, FoldPlacement), which plan.py builds and edit.py reads; moving those records "
-        "beside edit_method belongs to the plan's owner (issue 21 item 4, one plan per command)",
     ("pte_devconst.rewriter.rewrite_json", "pte_devconst.rewriter.rewrite"):
         "an import under TYPE_CHECKING only (it never runs): rewrite_json's annotations name RewriteResult, whose "
         "method calls it; the report's owner (issue 21 item 6, the label collision in rewrite_json) may pass it "

@@ -1,0 +1,98 @@
+"""Every sentence that says which runtime loads a file, which encoding a rewrite wrote, and how to get another:
+composed here, once, from the registered encodings' own words (``name``, ``when``, ``option``, ``refuses``).
+
+``inspect``, ``rewrite``, ``diff``, ``check`` (every format) and the hook read these; none words it itself.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import TYPE_CHECKING, Optional
+
+from pte_devconst.util.units import plural
+
+from . import DEFAULT_RUNTIME, Encoding, Runtime, RuntimeNeed, encoding_for, encodings
+
+if TYPE_CHECKING:
+    from ..plan import RewritePlan
+
+
+def _older(runtime: Runtime) -> Optional[Encoding]:
+    """The newest encoding whose runtime is older than ``runtime`` (how to reach older runtimes), if any."""
+    older = [e for e in encodings() if e.runtime < runtime]
+    return older[-1] if older else None
+
+
+def older_advice(need: RuntimeNeed) -> str:
+    """``for a 1.5 runtime: --runtime 1.5`` (empty: no older runtime is offered)."""
+    older = _older(need.runtime)
+    return f"for a {older.runtime.value} runtime: {older.option}" if older is not None else ""
+
+
+def loads_line(need: RuntimeNeed) -> str:
+    """``inspect``: ``Loads in ExecuTorch >= 1.6 (device initial data: 4 tensors); for a 1.5 runtime:
+    pte-devconst rewrite --runtime 1.5.``"""
+    if need.device_initial_data:
+        advice = older_advice(need)
+        return (f"Loads in {need.minimum} ({need.why}: {plural(len(need.device_initial_data), 'tensor')})"
+                + (f"; {advice.replace(': --', ': pte-devconst rewrite --')}" if advice else "") + ".")
+    return f"Loads in ExecuTorch {need.runtime.value} runtimes and newer."
+
+
+def needs_phrase(need: Optional[RuntimeNeed]) -> str:
+    """``ExecuTorch >= 1.6 (device initial data)``: what a file needs, and why when an older runtime refuses it."""
+    assert need is not None, "every plan and report says what loads its file"
+    return f"{need.minimum} ({need.why})" if need.why else need.minimum
+
+
+def output_clause(plan: "RewritePlan") -> str:
+    """``rewrite``: what loads the output and how it was encoded, e.g. ``needs ExecuTorch >= 1.6 (device initial
+    data; for a 1.5 runtime: --runtime 1.5)`` or ``needs ExecuTorch >= 1.5 (first-call copies; --runtime 1.6
+    copies at load instead, for 1.6 runtimes)``."""
+    need = plan.output_need
+    assert need is not None, "make_plan says what loads the output"
+    target = encoding_for(plan.options.runtime)
+    if need.runtime > target.runtime:  # the chosen encoding could not take everything
+        return (f"needs {need.minimum} ({need.why}: {plural(len(plan.unconverted), 'tensor')} the "
+                f"{target.runtime.value} encoding cannot take)")
+    if need.runtime < target.runtime:  # nothing in the file needs what the target runtime adds
+        return f"needs {need.minimum}"
+    others = [e for e in encodings() if e is not target]
+    if need.device_initial_data and _older(need.runtime) is not None:
+        return f"needs {need.minimum} ({target.name}; {older_advice(need)})"
+    newer = [e for e in others if e.runtime > target.runtime]
+    if newer:
+        return (f"needs {need.minimum} ({target.name}; {newer[0].option} copies {newer[0].when} instead, for "
+                f"{newer[0].runtime.value} runtimes)")
+    return f"needs {need.minimum} ({target.name})"
+
+
+def conversion_phrase(plan: "RewritePlan") -> str:
+    """``4 constants converted to first-call copies (for 1.5)``: a plan that changes the encoding of constants
+    another encoding held (empty: it converts none)."""
+    count = plan.converted
+    if not count:
+        return ""
+    target = encoding_for(plan.options.runtime)
+    return f"{plural(count, 'constant')} converted to {target.name} (for {target.runtime.value})"
+
+
+def fix_command(runtime: Runtime, fold: bool = False, file: str = "FILE") -> str:
+    """The rewrite that fixes a finding for a project that deploys ``runtime``: ``--runtime`` whenever it is not
+    the default."""
+    option = f"--runtime {runtime.value} " if runtime != DEFAULT_RUNTIME else ""
+    where = file if file == "FILE" else shlex.quote(file)
+    return f"pte-devconst rewrite {option}{'--fold ' if fold else ''}--in-place {where}"
+
+
+def runtime_reason(runtime: Runtime, cannot: Optional[str] = None) -> str:
+    """Why a tensor fails a project that deploys ``runtime`` (``check``'s runtime finding): ``only ExecuTorch >=
+    1.6 loads device initial data; rewrite --runtime 1.5 copies it once, on the first call, instead`` (``cannot``:
+    why the project's encoding cannot take it)."""
+    target = encoding_for(runtime)
+    refused = target.refuses or "it"
+    newer = [e for e in encodings() if e.runtime > runtime]
+    head = f"only {newer[0].runtime.minimum} loads {refused}" if newer else f"{runtime.minimum} cannot load {refused}"
+    if cannot is None:
+        return f"{head}; rewrite {target.option} copies it once, {target.when}, instead"
+    return f"{head}; rewrite {target.option} cannot re-encode it: {cannot}"
