@@ -196,6 +196,28 @@ class Deep(torch.nn.Module):
         return x
 
 
+class Cond(torch.nn.Module):
+    """``torch.cond`` on the input's sign between two host branches (the program jumps between them), with a
+    linear before and after it in the delegate: the weights' copies sit in a chain with jumps.  (XNNPACK does not
+    partition inside a cond's branches: a linear there would stay an undecomposed ``aten.linear``.)"""
+
+    def __init__(self, dim: int = 16) -> None:
+        super().__init__()
+        self.first = torch.nn.Linear(dim, dim)
+        self.head = torch.nn.Linear(dim, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.first(x)
+        y = torch.cond(x.sum() > 0, lambda t: t * 2.0, lambda t: t - 1.0, (y,))
+        return self.head(y)
+
+
+def _signed(g: torch.Generator) -> dict[str, tuple[Any, ...]]:
+    """One call's input for ``Cond``: positive or negative at random, so the calls take both branches."""
+    x = torch.rand(4, 16, generator=g)
+    return {"forward": (x if int(torch.randint(0, 2, (1,), generator=g)) else -x,)}
+
+
 # --- the model table --------------------------------------------------------------------------------------
 
 
@@ -250,6 +272,8 @@ SMALL = (
     Model("dynamic", "a batch dimension from 1 to 8, a different size each call", MLP, _batch,
           dynamic=_dynamic_batch, eligible=4),
     Model("deep", "128 linears in a row: 256 constants", Deep, _one(2, 4), eligible=256),
+    Model("cond", "torch.cond on the input's sign between host branches, a linear before and after: jumps",
+          Cond, _signed, calls=5, eligible=4),
 )
 
 BIG = (

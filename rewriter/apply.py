@@ -126,7 +126,9 @@ def _mutable_content(source: PteFile, plan: RewritePlan, ptd: Optional[PtdFile] 
 def _without_dropped(source: PteFile, plan: RewritePlan, existing: m.SubsegmentOffsets
                      ) -> tuple[SegmentContent, list[int]]:
     """The initial-data segment without the entries the plan drops: each kept entry's bytes (as long as the
-    largest tensor reading it) at a new 16-aligned offset, each dropped entry at offset 0 with no bytes."""
+    largest tensor reading it) at a new 16-aligned offset, each dropped entry with no bytes where the segment has
+    got to (offsets never decrease: ExecuTorch's own Python serializer cuts a segment into entries at successive
+    offsets, and an entry at offset 0 after others gave the entry before it the wrong bytes on a round trip)."""
     span = source.segment_span(existing.segment_index)
     old_offsets = existing.offsets or ()
     lengths = initial_data_lengths(source.program)
@@ -137,7 +139,7 @@ def _without_dropped(source: PteFile, plan: RewritePlan, existing: m.SubsegmentO
     for entry in range(1, len(old_offsets)):
         size = 0 if entry in dropped else lengths.get(entry, 0)
         if not size:
-            offsets.append(0 if entry in dropped else cursor)
+            offsets.append(cursor)
             continue
         start = align_up(cursor, TENSOR_ALIGNMENT)
         content.pieces.append((start, source.piece(Span(span.offset + old_offsets[entry], size))))

@@ -193,17 +193,18 @@ def _check_program_tables(a: m.Program, b: m.Program, plan: RewritePlan) -> Opti
 
 def _check_initial_data_lists(a: m.Program, b: m.Program, plan: RewritePlan) -> None:
     """The first list keeps its entries and gains the plan's, in order, in its segment or in a new one.  Entries
-    the plan drops (read only by re-encoded constants) point at offset 0 and nothing reads them; the kept ones may
-    move within the segment, checked value by value."""
+    the plan drops (read only by re-encoded constants) hold no bytes, nothing reads them, and the offsets never
+    decrease; the kept ones may move within the segment, checked value by value."""
     old_lists, new_lists = a.mutable_data_segments or (), b.mutable_data_segments or ()
     if plan.dropped_initial_data:
         first = (new_lists[0].offsets or ()) if new_lists else ()
         kept = (old_lists[0].offsets or ()) if old_lists else ()
         if not old_lists or len(new_lists) != len(old_lists) or new_lists[1:] != old_lists[1:] \
                 or new_lists[0].segment_index != old_lists[0].segment_index or len(first) != len(kept) \
-                or plan.initial_data or any(first[i] != 0 for i in plan.dropped_initial_data if i < len(first)) \
+                or plan.initial_data or any(a > b for a, b in zip(first, first[1:])) \
                 or not set(plan.dropped_initial_data) <= set(range(1, len(kept))):
-            raise _fail("the initial-data list is not the input's with the dropped entries at offset 0")
+            raise _fail("the initial-data list is not the input's with the dropped entries emptied, its offsets in "
+                        "order")
         _no_reader_of(b, set(plan.dropped_initial_data))
         return
     if not plan.initial_data:

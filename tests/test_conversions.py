@@ -173,3 +173,18 @@ def test_check_fails_a_guard_that_never_clears_and_its_rewrite_fixes_it(tmp_path
     assert api.rewrite(made, out, runtime="1.5").changed
     assert api.check([out], runtime="1.5").exit_code is ExitCode.OK
     _validate(EXAMPLES / "mlp_copy.pte", out, EXAMPLES / "mlp_copy.inputs.pt")
+
+
+def test_a_conversion_keeps_initial_data_offsets_in_order(tmp_path: Path) -> None:
+    """Converting to first-call copies drops the initial-data entries only re-encoded constants read: they hold no
+    bytes and the offsets never decrease (ExecuTorch's Python serializer cuts the segment at successive offsets:
+    with dropped entries at offset 0 a round trip gave the KV cache's value the key cache's bytes)."""
+    source = FIXTURES / "kv_cache_copy.pte"
+    at_load, once = tmp_path / "at_load.pte", tmp_path / "once.pte"
+    api.rewrite(source, at_load)
+    result = api.rewrite(at_load, once, runtime="1.5")
+    assert result.plan.dropped_initial_data  # the case: entries dropped
+    with open_pte(once) as pte:
+        (lists,) = pte.program.mutable_data_segments or ()
+        offsets = list(lists.offsets or ())
+    assert offsets == sorted(offsets), offsets
