@@ -19,6 +19,7 @@ from pte_devconst.util.exit_code import ExitCode, worst_exit
 from pte_devconst.util.units import exact_bytes, listing, plural
 
 if TYPE_CHECKING:  # the runner imports torch: only when the command runs
+    from pte_devconst.runner.executorch_engine import EngineValidation
     from pte_devconst.runner.validate import MethodValidation, ValidationResult
 
 SUMMARY_COLUMNS = ["", "original", "rewritten"]
@@ -141,7 +142,68 @@ VALIDATE = Renderers["ValidationResult"]("validate", text=render_text, markdown=
                                          json=lambda result: result.to_json(), what="pair")
 
 
-def warn(result: ValidationResult) -> None:
+# --- --engine executorch --------------------------------------------------------------------------------------
+
+
+def _engine_head(result: EngineValidation) -> list[str]:
+    """What ran and what the flip changed, in lines."""
+    return [f"{result.original} vs {result.rewritten}: {result.calls:,} calls each in the installed ExecuTorch "
+            f"runtime ({result.runtime}), both flipped to the CPU",
+            f"delegates run for real: {', '.join(result.delegates) or 'none'}",
+            f"flip of the original: {result.flip_original.describe()}",
+            f"flip of the rewrite: {result.flip_rewritten.describe()}"
+            + (f"; {plural(result.probed, 'first-call copy', 'first-call copies')} probed" if result.probed else "")]
+
+
+def _engine_verdict(result: EngineValidation) -> str:
+    from pte_devconst.runner.validate import NOTHING_MOVED, Verdict
+
+    word = result.verdict.value.upper()
+    return f"{word}: {NOTHING_MOVED}" if result.verdict is Verdict.NOTHING_MOVED else word
+
+
+def render_engine_text(result: EngineValidation, view: View) -> None:
+    if view.quiet:
+        typer.echo(result.verdict.value.upper())
+        return
+    from rich.text import Text
+
+    console = stdout_console()
+    for line in _engine_head(result):
+        console.print(Text(printable(line)), soft_wrap=True)
+    marks = {"pass": Text("pass", style="green"), "fail": Text("FAIL", style="red"),
+             "skipped": Text("skipped", style="yellow")}
+    for mv in result.methods:
+        console.print(table(f"method {mv.method}", CHECK_COLUMNS,
+                            [[c.name, marks[c.status.value], c.detail] for c in mv.checks]))
+    for name, why in result.skipped_methods:
+        console.print(Text(printable(f"method {name} not validated: {why}")), soft_wrap=True)
+    style = {"pass": "bold green", "fail": "bold red"}.get(result.verdict.value, "bold yellow")
+    console.print(printable(_engine_verdict(result)), style=style, markup=False, soft_wrap=True)
+
+
+def render_engine_markdown(result: EngineValidation, view: View) -> list[str]:
+    head = _engine_head(result)
+    lines = [f"### pte-devconst validate (ExecuTorch {md_text(result.runtime)}): "
+             f"{md_code(Path(result.original).name)} → {md_code(Path(result.rewritten).name)}", "",
+             f"**{md_text(_engine_verdict(result))}**", ""] + [f"* {md_text(line)}" for line in head[1:]] + [""]
+    marks = {"pass": "✅ pass", "fail": "❌ FAIL", "skipped": "⏭️ skipped"}
+    for mv in result.methods:
+        lines += [f"#### method {md_code(mv.method)}", "",
+                  markdown_table(CHECK_COLUMNS, [[c.name, marks[c.status.value], md_text(c.detail)]
+                                                 for c in mv.checks]), ""]
+    return lines + [f"* method {md_code(name)} not validated: {md_text(why)}" for name, why in result.skipped_methods]
+
+
+VALIDATE_ENGINE = Renderers["EngineValidation"]("validate", text=render_engine_text, markdown=render_engine_markdown,
+                                                json=lambda result: result.to_json(), what="pair")
+ENGINE_HELP = ("What runs the two programs: runner (the project's torch runner: simulated or real devices, every "
+               "copy counted, the delegate boundaries compared) or executorch (the installed ExecuTorch runtime, "
+               "both programs flipped to the CPU: outputs bit for bit, each first-call copy held to running once; "
+               'needs pip install "pte-devconst[executorch]").')
+
+
+def warn(result: Any) -> None:
     for warning in result.warnings:
         typer.echo(f"pte-devconst: warning: {printable(warning)}", err=True)
 
@@ -199,7 +261,7 @@ def pairs_of(programs: Sequence[Path], inputs: Optional[Path], expected: Optiona
     return [Pair(a, b, _beside(a, ".inputs.pt", inputs), _beside(a, ".expected.pt", expected)) for a, b in pairs], []
 
 
-def summary_line(results: Sequence[ValidationResult], failed: int) -> str:
+def summary_line(results: Sequence[Any], failed: int) -> str:
     """Several pairs in one line: how many passed, failed, moved nothing, or could not be validated."""
     counts = {verdict: sum(1 for r in results if r.verdict.value == verdict)
               for verdict in ("pass", "fail", "nothing moved")}
@@ -246,6 +308,7 @@ def validate_command(
     fmt: Annotated[Optional[str], format_option(VALIDATE)] = None,
     json_flag: JsonFlag = False,
     progress: ProgressOption = False,
+    engine: Annotated[str, typer.Option("--engine", metavar="ENGINE", help=ENGINE_HELP)] = "runner",
 ) -> None:
     """Check that a rewrite computes the same outputs, gives every delegate call the same bytes, and copies
     each moved constant once, at load only.
@@ -261,14 +324,15 @@ def validate_command(
 
     options = global_options(ctx)
     view = View(options.quiet, options.verbose)
-    output = Output(VALIDATE, resolve(VALIDATE, fmt, json_flag, view), view)
+    renderers: Renderers[Any] = VALIDATE_ENGINE if engine == "executorch" else VALIDATE
+    output = Output(renderers, resolve(renderers, fmt, json_flag, view), view)
     pairs, problems = pairs_of(programs, inputs, expected)
     several = len(pairs) + len(problems) > 1 or programs[0].is_dir()
     if several and (ptd is not None or rewritten_ptd is not None):
         raise PteDevconstError("--ptd and --rewritten-ptd name the data of one pair; with several, each program "
                                "takes its own by the .ptd rule (NAME.ptd next to NAME.pte)")
     output.several = several
-    results: list[ValidationResult] = []
+    results: list[Any] = []  # ValidationResult, or EngineValidation with --engine executorch
     failed = 0
     for problem in problems:
         fail(PteDevconstError(problem), options.debug)
@@ -280,7 +344,8 @@ def validate_command(
                 result = api.validate(pair.original, pair.rewritten, ptd=ptd, rewritten_ptd=rewritten_ptd,
                                       inputs=pair.inputs, expected=pair.expected, calls=calls, rtol=rtol, atol=atol,
                                       simulate_devices=simulate_devices, methods=method or None, profile=profile,
-                                      opaque_delegates=opaque_delegates, progress=advance, etrecord=etrecord)
+                                      opaque_delegates=opaque_delegates, progress=advance, etrecord=etrecord,
+                                      engine=engine)
         except (ReportedError, OSError) as error:
             if not several:
                 raise

@@ -57,9 +57,12 @@ from pte_devconst.util.record import record
 if TYPE_CHECKING:  # only for annotations: the writer and the runner (torch) load when called
     from pte_devconst.rewriter.rewrite import RewriteResult
     from pte_devconst.runner.run import RunResult
+    from pte_devconst.runner.executorch_engine import EngineValidation
     from pte_devconst.runner.validate import ValidationResult
 
 PathLike = Union[str, "os.PathLike[str]"]
+# What runs ``validate``'s two programs: the project's torch runner, or the installed ExecuTorch runtime.
+ENGINES = ("runner", "executorch")
 DeviceLike = Union[str, Device]
 # A program: a path, its bytes, a binary file object, or an ExecuTorch program manager (anything with ``.buffer``).
 ProgramLike = Union[PathLike, bytes, bytearray, memoryview, BinaryIO, Any]
@@ -425,7 +428,8 @@ def validate(original: ProgramLike, rewritten: ProgramLike, *, ptd: Optional[Pat
              rtol: Optional[float] = None, atol: Optional[float] = None, simulate_devices: bool = False,
              methods: Optional[Sequence[str]] = None, profile: bool = False,
              opaque_delegates: bool = False, progress: Optional[Callable[[int, int, str], None]] = None,
-             etrecord: Optional[NamesLike] = None) -> "ValidationResult":
+             etrecord: Optional[NamesLike] = None, engine: str = "runner"
+             ) -> "Union[ValidationResult, EngineValidation]":
     """Run both programs on the same inputs and check the rewrite's promises (imports torch).
 
     ``inputs``/``expected`` are torch.save files (or loaded objects); ``calls`` (>= 2) per program;
@@ -436,9 +440,29 @@ def validate(original: ProgramLike, rewritten: ProgramLike, *, ptd: Optional[Pat
     original's data (a rewrite keeps external bytes in the same .ptd).  ``progress(done, total, what)`` is
     called before each call of each program.  Either program may be held in memory (bytes, ``et``).
     ``etrecord`` names the moved constants (``result.methods[].moved[].name``).
+
+    ``engine="executorch"`` runs both programs, flipped to the CPU, in the installed ExecuTorch runtime (the
+    ``executorch`` extra) instead, and returns an ``EngineValidation``: outputs bit for bit over ``calls`` (at
+    least 3) calls per method, and each first-call copy held to running once (``runner/executorch_engine.py``).
     """
+    if engine not in ENGINES:
+        raise PteDevconstError(f"unknown engine {engine!r} (choose one of: {', '.join(ENGINES)})")
     if (rtol is not None and rtol < 0) or (atol is not None and atol < 0):
         raise PteDevconstError("--rtol and --atol must not be negative")
+    if engine == "executorch":
+        given = [name for name, used in (("expected", expected is not None), ("rtol", rtol is not None),
+                                         ("atol", atol is not None), ("profile", profile),
+                                         ("opaque_delegates", opaque_delegates)) if used]
+        if given:
+            raise PteDevconstError(f"{', '.join(given)}: the runner's options; engine executorch compares the two "
+                                   "programs bit for bit in the real runtime")
+        from pte_devconst.runner.executorch_engine import validate_in_runtime
+
+        first, second = _program(original, "original"), _program(rewritten, "rewritten")
+        data = paths.data_for(first, ptd)
+        return validate_in_runtime(first, second, ptd=data,
+                                   rewritten_ptd=paths.rewrite_data_for(second, data, rewritten_ptd),
+                                   inputs=inputs, calls=calls, methods=methods, progress=progress)
     from pte_devconst.runner.validate import validate as run_validation  # imports torch: only validate loads it
 
     first, second = _program(original, "original"), _program(rewritten, "rewritten")

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
+from dataclasses import replace
 import os
 from typing import Iterator, Optional
 
+from pte_devconst.program.delegate_blobs import call_site_mismatches
 from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.schema.ptd_file import PtdFile, open_ptd
 from pte_devconst.schema.pte_file import PteFile, ProgramBytes, open_pte
@@ -37,7 +39,13 @@ def external_data(ptd: PtdFile) -> ExternalData:
 
 
 def analyze_opened(source: PteFile, data: Optional[PtdFile], *, host_placement: bool = False) -> Analysis:
-    return analyze_program(source.program, external_data(data) if data else None, host_placement=host_placement)
+    """The analysis of an opened program, with a note for each delegate whose calls disagree with what its blob
+    declares (``program/delegate_blobs.py``: read from the blobs, which ``analyze_program`` does not see)."""
+    analysis = analyze_program(source.program, external_data(data) if data else None, host_placement=host_placement)
+    program = source.program
+    mismatches = call_site_mismatches(program.execution_plan or (), [method.label for method in analysis.methods],
+                                      source.delegate_blob)
+    return replace(analysis, notes=analysis.notes + tuple(mismatches)) if mismatches else analysis
 
 
 def analyze_file(path: str | os.PathLike[str], ptd: Optional[str | os.PathLike[str]] = None, *,

@@ -19,7 +19,7 @@ from pte_devconst.schema.pte_file import ProgramBytes, open_pte
 from .copies import LOAD, Cause, CopyLedger, Direction
 from .derivation import Derivation
 from .delegates import (DelegateArg, DelegateContext, DelegateExecutor, DelegateInitContext, DelegateRun, Execution,
-                        OpaquePolicy, executor_for, stand_in)
+                        OpaquePolicy, executor_for)
 from .devices import DeviceMap, parse_target_device
 from pte_devconst.program.dtypes import dim_order_strides, dtype_name, torch_dtype
 from .kernels import Kernel, resolve_kernel
@@ -207,8 +207,9 @@ class LoadedMethod:
 
     def _init_delegate(self, data: ProgramData, index: int, delegate: m.BackendDelegate,
                        sites: tuple[DelegateCallSite, ...]) -> _Delegate:
-        """The delegate's executor, initialized.  A backend the installed ExecuTorch runtime fails to load (one
-        it registers without its libraries) runs as a stand-in where the policy allows stand-ins."""
+        """The delegate's executor, initialized.  A backend that fails to initialize is an error with the backend's
+        own message (a backend the installed runtime registers is never replaced by a stand-in behind the
+        user's back: the stand-in would pass a program the real backend refuses)."""
         backend = delegate.id or ""
         specs, target, where = self._delegate_specs(index)
         self.devices.physical(target)  # fails early, with the --simulate-devices hint, when the GPU is missing
@@ -216,15 +217,8 @@ class LoadedMethod:
         context = DelegateInitContext(backend, target, self.devices, self.ledger, data.named_data, where, index,
                                       sites, self.plan.values or (), data.named_keys())
         blob = bytes(data.pte.delegate_blob(delegate))
-        try:
-            with _executor_errors(backend, "init", where):
-                return _Delegate(executor, executor.init(blob, specs, context), backend, target, execution)
-        except PteDevconstError as error:
-            if execution is not Execution.RUNTIME or self.opaque_policy is not OpaquePolicy.MISSING:
-                raise
-            why = error.what
-        executor = stand_in()
-        return _Delegate(executor, executor.init(blob, specs, context), backend, target, Execution.STAND_IN, why)
+        with _executor_errors(backend, "init", where):
+            return _Delegate(executor, executor.init(blob, specs, context), backend, target, execution)
 
     # --- inputs and outputs -------------------------------------------------
 

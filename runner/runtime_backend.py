@@ -12,9 +12,10 @@ not on its ``target_device`` are copied there, outputs written into host memory 
 runtime itself runs on the host; on a real GPU a delegate tagged with a device passes its arguments through
 host memory, which the ledger does not count (``--profile`` sees it).
 
-The runtime's own log lines (XNNPACK's CPU probing, a failed method's reason) go to the process's stderr
-from C++; the runner collects them while it calls the runtime and quotes the last ones in its error when a
-call fails, so a run prints nothing of them otherwise.
+The runtime runs in a child process (``isolated.py``): a backend that crashes (a blob that does not match its
+call site, a hostile one) ends the child, and the runner reports the delegate and the signal; a backend that
+refuses to load is reported with its own message, never replaced by a stand-in.  The runtime's own log lines
+(XNNPACK's CPU probing, a failed method's reason) are collected there and the last ones quoted in an error.
 """
 
 from __future__ import annotations
@@ -25,11 +26,10 @@ import io
 import os
 import sys
 import tempfile
-from typing import Any, Iterator, Mapping
+import weakref
+from typing import Iterator, Mapping
 
 import torch
-
-from pte_devconst.util.record import record
 
 from .delegates import DelegateArg, DelegateContext, DelegateExecutor, DelegateInitContext
 from .one_delegate import CallMethod, delegate_program
@@ -40,15 +40,19 @@ LOG_LINES = 3  # of the runtime's log, quoted in an error
 
 @functools.lru_cache(maxsize=1)
 def runtime_backends() -> frozenset[str]:
-    """The backends the installed ExecuTorch runtime registers and can use; empty without ``executorch``."""
-    try:
-        with RuntimeLog().capture():
-            from executorch.runtime import Runtime
+    """The backends the installed ExecuTorch runtime registers and can use (asked of the child that runs it,
+    ``isolated.py``); empty without ``executorch``, or with one that does not load."""
+    import importlib.util
 
-            registry = Runtime.get().backend_registry
-            return frozenset(name for name in registry.registered_backend_names if registry.is_available(name))
-    except Exception:  # noqa: BLE001 - no executorch, or one that does not load: nothing executes for real
+    if importlib.util.find_spec("executorch") is None:
         return frozenset()
+    from .isolated import worker
+
+    try:
+        _, names = worker().request("backends", what="list its backends")
+    except RunnerError:
+        return frozenset()
+    return frozenset(names)
 
 
 def runtime_version() -> str:
@@ -95,50 +99,57 @@ class RuntimeLog:
         return " | ".join(lines[-LOG_LINES:])[:400]
 
 
-@record
 class RuntimeHandle:
-    """What ``init`` made: the loaded program (kept alive), its methods, and the log sink."""
+    """What ``init`` made: the program the child holds (by its key) and the method of each call.  When the
+    handle goes, the child lets the program go (at the next request: never in the middle of one)."""
 
-    program: Any
-    methods: Mapping[tuple[int, ...], tuple[CallMethod, Any]]
-    log: RuntimeLog
+    __slots__ = ("__weakref__", "key", "methods")
+
+    def __init__(self, key: int, methods: Mapping[tuple[int, ...], CallMethod]) -> None:
+        self.key = key
+        self.methods = methods
+        weakref.finalize(self, _DROPPED.append, key)
+
+
+_DROPPED: list[int] = []  # keys of programs no handle holds any more
+
+
+def _drop_released() -> None:
+    from .isolated import worker
+
+    while _DROPPED:
+        worker().request("drop", _DROPPED.pop(), what="let a program go")
 
 
 class RuntimeExecutor(DelegateExecutor):
-    """Runs a delegate through the installed ExecuTorch runtime, in a program of its own (module docstring)."""
+    """Runs a delegate through the installed ExecuTorch runtime, in a program of its own (module docstring), in
+    the child process that runs the runtime (``isolated.py``): a crash there is this delegate's error."""
 
     backend_id = ""  # any backend that runtime_backends() lists: chosen by the registry, never by id
 
-    @contextlib.contextmanager
-    def _runtime_call(self, log: RuntimeLog, what: str, where: str) -> Iterator[None]:
-        """The runtime's log collected in ``log``; a failure is one error quoting its reason and the log."""
-        try:
-            with log.capture():
-                yield
-        except (RuntimeError, ValueError, TypeError, IndexError, KeyError) as error:
-            quoted = log.last_lines()
-            message = " ".join(str(error).split())[:300] or type(error).__name__
-            raise RunnerError(f"the ExecuTorch runtime failed to {what}: {message}"
-                              + (f" (runtime log: {quoted})" if quoted else ""), where=where) from None
-
     def init(self, blob: bytes, compile_specs: dict[str, bytes], context: DelegateInitContext) -> RuntimeHandle:
+        from .isolated import worker
+
         built = delegate_program(context.backend_id, blob, compile_specs, context.call_sites, context.values,
                                  context.named_data, context.named_keys, where=context.where)
-        data = built.to_bytes()
-        log = RuntimeLog()
-        from executorch.runtime import Runtime
-
-        with self._runtime_call(log, "load the delegate", context.where):
-            program = Runtime.get().load_program(data)
-            methods = {args: (call, program.load_method(call.name)) for args, call in built.methods.items()}
-        return RuntimeHandle(program, methods, log)
+        _drop_released()
+        child = worker()
+        key = child.key()
+        child.request("load", key, built.to_bytes(), None, what=f"load the delegate ({context.backend_id})",
+                      where=context.where)
+        for call in built.methods.values():
+            child.request("load_method", key, call.name, what=f"load the delegate ({context.backend_id})",
+                          where=context.where)
+        return RuntimeHandle(key, built.methods)
 
     def execute(self, handle: RuntimeHandle, args: list[DelegateArg], context: DelegateContext) -> None:
+        from .isolated import worker
+
         key = tuple(arg.index for arg in args)
         if key not in handle.methods:
             raise RunnerError("a call the program did not list at load reached the runtime executor",
                               where=context.where)
-        call, method = handle.methods[key]
+        call = handle.methods[key]
         by_value = {arg.index: arg for arg in args}
         for index, traced in call.literals:
             if by_value[index].value != traced:
@@ -148,8 +159,8 @@ class RuntimeExecutor(DelegateExecutor):
         for index in call.inputs:
             value = context.input(by_value[index])  # counted, as the delegate's boundary copies it
             inputs.append(value.cpu() if isinstance(value, torch.Tensor) else value)
-        with self._runtime_call(handle.log, "execute the delegate", context.where):
-            results = method.execute(inputs)
+        results = worker().request("execute", handle.key, call.name, inputs,
+                                   what=f"execute the delegate ({context.backend_id})", where=context.where)
         if len(results) != len(call.outputs):
             raise RunnerError(f"the ExecuTorch runtime returned {len(results)} outputs, {len(call.outputs)} expected",
                               where=context.where)

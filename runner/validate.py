@@ -491,7 +491,7 @@ def _max_abs_diff(a: Sequence[Any], b: Sequence[Any]) -> float:
     return worst
 
 
-def _same_bits(x: torch.Tensor, y: torch.Tensor) -> bool:
+def same_bits(x: torch.Tensor, y: torch.Tensor) -> bool:
     """Bit patterns equal (a NaN equals the same NaN; 0.0 and -0.0 differ), unlike ``torch.equal``."""
     return torch.equal(x.detach().contiguous().reshape(-1).view(torch.uint8),
                        y.detach().contiguous().reshape(-1).view(torch.uint8))
@@ -518,7 +518,7 @@ def _outputs_equal(a: Sequence[Any], b: Sequence[Any], exact: bool, rtol: Option
             return (f"{label}: {dtype_name(x.dtype)}{list(x.shape)} vs "
                     f"{dtype_name(y.dtype)}{list(y.shape)}")
         if exact:
-            if not _same_bits(x, y):
+            if not same_bits(x, y):
                 return f"{label}: not bit-identical (max |diff| {_max_abs_diff([x], [y]):.3g})"
         elif (tolerance := output_tolerance(x.dtype, rtol, atol)).exact:
             if not torch.equal(x, y):

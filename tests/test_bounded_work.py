@@ -279,23 +279,43 @@ def test_the_fold_bound_keeps_ordinary_growth() -> None:
 
 
 def test_a_list_named_thousands_of_times_is_refused_with_the_figure(tmp_path: Path) -> None:
-    """Fuzz structure case 290 (seed 0): a 99 KB program whose value table names one 20,000-item tensor list
-    3,001 times.  The reader decodes the list once, but every pass over the method walked 60 million items
-    (the readers' table ran out of memory after 84 s of CPU); it is refused at open, in milliseconds: the
-    reader counts the list's 80,000 bytes at every value that names it (issue 27; validate's own count of the
-    items, ``value lists hold 60,020,000 items``, refused it before that)."""
+    """Fuzz structure case 290 (seed 0, on the tree of issue 27): a 99 KB program whose value table names one
+    20,000-item tensor list 3,001 times.  The reader decodes the list once, but every pass over the method walked
+    60 million items (the readers' table ran out of memory after 84 s of CPU); it is refused at open, in
+    milliseconds: the reader counts the list's 80,000 bytes at every value that names it (issue 27).  Built here
+    as the fuzzer built it (identical tables written once), since the case's number moves whenever a seed
+    program is added to the tree."""
+    import random
     import time
 
-    from fuzz.structure import make_structure_case
+    from fuzz.seeds import Seed
+    from fuzz.structure import Work, _encode
     from pte_devconst import api
+    from pte_devconst.schema.flatbuf import HANDED_FLOOR
     from pte_devconst.util.errors import PteDevconstError
 
+    source = pte_path("v_a_dtypes_copy")
+    with PteFile.open(source) as seed:
+        program = seed.program
+    plan = program.execution_plan[0]
+    first = len(plan.values)
+    tensor = next(i for i, v in enumerate(plan.values) if isinstance(v, m.Tensor))
+    lists = (m.TensorList((tensor,) * 20_000),) * 3_001
+    work = Work(random.Random(0), m.replace(program, execution_plan=(m.replace(plan, values=tuple(plan.values)
+                                                                                + lists),)), None, shared_vectors=True)
+    data, _ = _encode(work, Seed("pte", str(source), source.read_bytes()))
     path = tmp_path / "lists.pte"
-    path.write_bytes(make_structure_case(0, 290).data)
+    path.write_bytes(data)
+    assert len(data) < 150_000
     start = time.process_time()
-    with pytest.raises(PteDevconstError, match=r"values\[97\]: its vectors and strings, counted at every table "
-                       r"that names them, hold more than 4,390,480 bytes \(twice the file, plus 4 MiB\)"):
+    with pytest.raises(PteDevconstError, match=r"its vectors and strings, counted at every table that names them, "
+                       r"hold more than ([\d,]+) bytes \(twice the file, plus 4 MiB\)") as refused:
         api.analyze(path)
+    figure = int(str(refused.value).split("hold more than ")[1].split(" bytes")[0].replace(",", ""))
+    flatbuffer = (figure - HANDED_FLOOR) // 2  # the bytes the reader was given: the program's flatbuffer
+    assert figure == 2 * flatbuffer + HANDED_FLOOR and 0.9 * len(data) < flatbuffer <= len(data)
+    index = int(str(refused.value).split("values[")[1].split("]")[0])
+    assert first <= index < first + 3_001  # one of the lists, well before the last
     assert time.process_time() - start < 5
 
 

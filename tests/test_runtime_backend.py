@@ -137,18 +137,20 @@ def _broken_blob(tmp_path: Path) -> Path:
     return flip_byte(pte_path("v_h_xnnpack"), tmp_path / "broken.pte", data.index(b"XH00") + 1)
 
 
-def test_a_blob_the_runtime_cannot_load_is_an_error_in_run_and_a_stand_in_in_validate(
+def test_a_blob_the_runtime_cannot_load_is_an_error_in_run_and_in_validate(
         tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """A backend that refuses its blob is the backend's own error everywhere: validate does not swap in a stand-in
+    (which would pass a program the real backend refuses)."""
     broken = _broken_blob(tmp_path)
     with pytest.raises(RunnerError, match=r"delegate 0 \(XnnpackBackend\).*ExecuTorch runtime failed to load"):
         run_program(broken)
-    result = validate(broken, broken, inputs=CORPUS / "v_h_xnnpack.inputs.pt")
-    (run,) = result.methods[0].original.delegates
-    assert run.execution is Execution.STAND_IN and "failed to load the delegate" in run.why
-    assert result.methods[0].opaque_backends == ["XnnpackBackend"]
-    done = invoke("run", broken)
-    assert done.exit_code == 2 and len(done.stderr.strip().splitlines()) == 1
-    assert "ExecuTorch runtime failed to load the delegate" in done.stderr
+    with pytest.raises(RunnerError, match=r"delegate 0 \(XnnpackBackend\).*Serialization Format version"):
+        validate(broken, broken, inputs=CORPUS / "v_h_xnnpack.inputs.pt")
+    for command in ("run", "validate"):
+        args = (broken,) if command == "run" else (broken, broken, "--inputs", CORPUS / "v_h_xnnpack.inputs.pt")
+        done = invoke(command, *args)
+        assert done.exit_code == 2 and len(done.stderr.strip().splitlines()) == 1, (command, done.stderr)
+        assert "ExecuTorch runtime failed to load the delegate" in done.stderr
     native = capfd.readouterr()
     assert "cpuinfo" not in native.err and "[method.cpp" not in native.err  # the runtime's log is quoted, not echoed
 

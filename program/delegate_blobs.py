@@ -1,0 +1,86 @@
+"""What a delegate's blob declares of its calls, where its format can be read cheaply: today XNNPACK's.
+
+A DelegateCall passes its arguments (the delegate's inputs, then its outputs) to a blob that fixed, when it was
+compiled, how many inputs it reads and outputs it writes.  A blob of another call site (two delegates of a
+program pointing at one segment, a tool that re-pointed a delegate) reads arguments that are not there: the
+runtime refuses the program, or reads past its argument list (XNNPACK, in the 1.5.1 runtime: a SIGSEGV).
+``inspect`` and ``check`` say so before anything runs (``call_site_mismatches``).
+
+XNNPACK (``XnnpackBackend``): an optional 30-byte header (magic ``XH00`` at byte 4, the flatbuffer's offset and
+size after it), then the ``XNNGraph`` flatbuffer (identifier ``XN00``/``XN01``) whose fields 4 and 5 are the
+graph's ``input_ids`` and ``output_ids`` (executorch/backends/xnnpack/serialization/schema.fbs).  Only those two
+vectors are read, through the project's checked flatbuffer reader, with a budget of the blob's size: an
+unreadable blob is no finding (the backend itself says more when it loads it).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Callable, Optional, Sequence
+
+from pte_devconst.schema import model as m
+from pte_devconst.schema.flatbuf import FlatbufferError, FlatReader
+
+XNNPACK = "XnnpackBackend"
+_XNN_HEADER_MAGIC = b"XH00"
+_XNN_IDENTIFIERS = (b"XN00", b"XN01")
+_XNN_INPUT_IDS, _XNN_OUTPUT_IDS = 4, 5  # XNNGraph's field numbers
+
+
+def _xnnpack_io(blob: memoryview) -> Optional[tuple[int, int]]:
+    """(inputs, outputs) an XNNPACK blob declares, or None when it cannot be read."""
+    if len(blob) < 8:
+        return None
+    graph = blob
+    if bytes(blob[4:8]) == _XNN_HEADER_MAGIC:
+        if len(blob) < 18:
+            return None
+        offset, size = struct.unpack_from("<II", blob, 10)
+        if offset + size > len(blob):
+            return None
+        graph = blob[offset:offset + size]
+    if bytes(graph[4:8]) not in _XNN_IDENTIFIERS:
+        return None
+    try:
+        root = FlatReader(graph, budget=len(graph) + 4096).root()
+        inputs = root.vector(_XNN_INPUT_IDS, "I")
+        outputs = root.vector(_XNN_OUTPUT_IDS, "I")
+    except FlatbufferError:
+        return None
+    if inputs is None or outputs is None:
+        return None
+    return len(inputs), len(outputs)
+
+
+_READERS: dict[str, Callable[[memoryview], Optional[tuple[int, int]]]] = {XNNPACK: _xnnpack_io}
+
+
+def declared_io(backend_id: str, blob: memoryview) -> Optional[tuple[int, int]]:
+    """(inputs, outputs) the blob of a ``backend_id`` delegate declares; None for a backend whose format is not
+    read here, or a blob that cannot be read."""
+    reader = _READERS.get(backend_id)
+    return reader(blob) if reader is not None else None
+
+
+def call_site_mismatches(plans: Sequence[m.ExecutionPlan], labels: Sequence[str],
+                         blob_of: Callable[[m.BackendDelegate], memoryview]) -> list[str]:
+    """One line per delegate whose calls pass another number of arguments than its blob declares (inputs plus
+    outputs).  Linear in the instructions, plus one small read of each readable blob."""
+    found = []
+    for plan, label in zip(plans, labels):
+        delegates = plan.delegates or ()
+        arities: dict[int, set[int]] = {}
+        for chain in plan.chains or ():
+            for ins in chain.instructions or ():
+                if isinstance(ins, m.DelegateCall) and 0 <= ins.delegate_index < len(delegates):
+                    arities.setdefault(ins.delegate_index, set()).add(len(ins.args or ()))
+        for index, counts in sorted(arities.items()):
+            delegate = delegates[index]
+            declared = declared_io(delegate.id or "", blob_of(delegate))
+            if declared is None or counts == {sum(declared)}:
+                continue
+            passed = " or ".join(str(n) for n in sorted(counts))
+            found.append(f"method {label!r}: delegate {index} ({delegate.id}) is called with {passed} arguments, but "
+                         f"its blob declares {declared[0]} inputs and {declared[1]} outputs ({sum(declared)}): the "
+                         "runtime would refuse it or read arguments that are not there (a blob of another call site?)")
+    return found

@@ -1,0 +1,332 @@
+"""``validate --engine executorch``: the original and the rewrite in the installed ExecuTorch runtime itself.
+
+The project's own runner proves a rewrite with torch; this engine asks the runtime users ship.  The pip runtime
+has no allocator for device memory, so both programs are *flipped* to the CPU first (``flip``): every planned
+buffer becomes host memory (``non_const_buffer_device`` goes), every tensor's device tag says CPU, and the
+``et_copy`` kernels become ``aten::alias_copy.out`` with the same arguments (a host copy where the device program
+copies between host and device).  The delegates are unchanged; the runtime runs those it registers (XNNPACK in
+the 1.5.1 wheel) for real, and a program with a delegate it does not register is refused up front.
+
+Each method with inputs runs ``calls`` times in order on one loaded method of a freshly loaded program (state
+carries over between calls; host-only methods of one loaded program share arenas, so methods are never
+interleaved), in the child process that runs the runtime (``isolated.py``: a backend that crashes is an error
+naming the call, never a dead command).  Outputs are compared bit for bit (a NaN equals the same NaN).
+
+**Once.**  The rewrite's first-call copies of constants (the copies in the region a leading guard skips from
+the second call on) become accumulating adds in a third run (``probe``): ``add.out(dst, src, alpha=1)``.  A fresh
+arena holds zeros, so a copy that runs once leaves the constant there and the outputs equal the original's; a
+copy that runs again (a guard that never clears) doubles it and they differ.  A constant kept as device initial
+data has no copy to probe: the loader fills it, and the flip loads it into the host arena the same way.
+
+What it does not prove: the device allocator and the device copy kernels (the flip replaces both), and what a
+device backend does with device memory.  ``--engine runner`` (the default) simulates devices and counts every
+copy instead; on a GPU, ``examples/gpu_validate.sh`` runs the real thing.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence, Union
+
+import torch
+
+from pte_devconst.program.kernel_effects import copy_slots, is_device_copy
+from pte_devconst.program.moves import moved_values
+from pte_devconst.schema import model as m
+from pte_devconst.schema.pte_file import ProgramBytes, PteFile, open_pte
+from pte_devconst.schema.pte_writer import layout_pte, unchanged_segments, write_pte_to_fd
+from pte_devconst.util.errors import PteDevconstError
+from pte_devconst.util.record import record
+from pte_devconst.util.units import plural
+
+from .run import resolve_inputs
+from .validate import Check, Status, Verdict, same_bits
+
+HOST_COPY = m.Operator("aten::alias_copy", "out")  # what a flip runs where the program copies to or from a device
+PROBE = m.Operator("aten::add", "out")  # add.out(self, other, *, alpha, out) -> out
+MIN_CALLS = 3  # the first call, and two that see what it left
+OUTPUTS_CHECK = "outputs bit-identical in the ExecuTorch runtime"
+ONCE_CHECK = "moved constants copied once (accumulating probe)"
+INSTALL = 'pip install "pte-devconst[executorch]"'
+
+
+@record
+class FlipChanges:
+    """What a flip changed in one program, for the report."""
+
+    buffers: int  # planned buffers that were on a device
+    tensors: int  # tensors whose device tag said a device
+    copies: int  # et_copy kernels made host copies (instructions)
+
+    def describe(self) -> str:
+        return (f"{plural(self.buffers, 'device buffer')} to host memory, {plural(self.tensors, 'tensor')} "
+                f"tagged CPU, {plural(self.copies, 'device copy', 'device copies')} made host copies")
+
+    def to_json(self) -> dict[str, int]:
+        return {"buffers": self.buffers, "tensors": self.tensors, "copies": self.copies}
+
+
+@record
+class EngineMethod:
+    """One method's rows: the plain comparison and the probe."""
+
+    method: str
+    calls: int
+    checks: tuple[Check, ...]
+    moved: int  # constants the rewrite keeps on a device in this method
+
+    @property
+    def passed(self) -> bool:
+        return all(check.passed for check in self.checks)
+
+
+@record
+class EngineValidation:
+    """What ``validate --engine executorch`` found for one pair."""
+
+    original: str
+    rewritten: str
+    runtime: str  # the installed executorch's version
+    calls: int
+    methods: tuple[EngineMethod, ...]
+    delegates: tuple[str, ...]  # the backends that ran for real, in the runtime
+    flip_original: FlipChanges
+    flip_rewritten: FlipChanges
+    probed: int  # first-call copies made accumulating adds
+    skipped_methods: tuple[tuple[str, str], ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        return all(method.passed for method in self.methods)
+
+    @property
+    def verdict(self) -> Verdict:
+        if not self.passed:
+            return Verdict.FAIL
+        return Verdict.PASS if any(method.moved for method in self.methods) else Verdict.NOTHING_MOVED
+
+    def to_json(self) -> dict[str, Any]:
+        return {"original": self.original, "rewritten": self.rewritten, "engine": "executorch",
+                "runtime": {"executorch": self.runtime}, "passed": self.passed, "verdict": self.verdict.value,
+                "exit_code": int(self.verdict.exit_code), "calls": self.calls, "delegates": list(self.delegates),
+                "flip": {"original": self.flip_original.to_json(), "rewritten": self.flip_rewritten.to_json()},
+                "probed_copies": self.probed, "warnings": list(self.warnings),
+                "skipped_methods": [{"method": name, "reason": why} for name, why in self.skipped_methods],
+                "methods": [{"method": mv.method, "passed": mv.passed, "calls": mv.calls, "moved": mv.moved,
+                             "checks": [c.to_json() for c in mv.checks]} for mv in self.methods]}
+
+
+# --- the flip and the probe -----------------------------------------------------------------------------------
+
+
+def flip(program: m.Program) -> tuple[m.Program, FlipChanges]:
+    """``program`` with every device placement moved to the CPU (module docstring)."""
+    plans, buffers, tensors, copies = [], 0, 0, 0
+    for plan in program.execution_plan or ():
+        buffers += sum(1 for device in plan.buffer_devices().values() if not device.is_cpu)
+        values = []
+        for value in plan.values or ():
+            info = value.extra_tensor_info if isinstance(value, m.Tensor) else None
+            if isinstance(value, m.Tensor) and info is not None and info.device_type != m.DeviceType.CPU:
+                tensors += 1
+                value = m.replace(value, extra_tensor_info=m.replace(info, device_type=m.DeviceType.CPU,
+                                                                     device_index=0))
+            values.append(value)
+        operators = list(plan.operators or ())
+        device_ops = {i for i, op in enumerate(operators) if is_device_copy(op.qualified_name)}
+        copies += sum(1 for chain in plan.chains or () for ins in chain.instructions or ()
+                      if isinstance(ins, m.KernelCall) and ins.op_index in device_ops)
+        operators = [HOST_COPY if i in device_ops else op for i, op in enumerate(operators)]
+        plans.append(m.replace(plan, non_const_buffer_device=None, operators=tuple(operators),
+                               values=tuple(values) if plan.values is not None else None))
+    return m.replace(program, execution_plan=tuple(plans)), FlipChanges(buffers, tensors, copies)
+
+
+def first_call_copies(plan: m.ExecutionPlan) -> list[tuple[int, int, int]]:
+    """(instruction, source, out) of each copy of a constant inside the region a leading guard skips after the first
+    call (chain 0; before the flip): a ``JumpFalseCall`` on a ``Bool`` first, the copies before its destination.
+    Read from the structure alone, not from the tool's recogniser: a guard that never clears is exactly what the
+    probe must catch."""
+    chains = plan.chains or ()
+    instructions = (chains[0].instructions or ()) if chains else ()
+    values = plan.values or ()
+    if not instructions or not isinstance(instructions[0], m.JumpFalseCall):
+        return []
+    guard = instructions[0].cond_value_index
+    if not (0 <= guard < len(values) and isinstance(values[guard], m.Bool)):
+        return []
+    ops = [op.qualified_name for op in plan.operators or ()]
+    found = []
+    for k in range(1, min(instructions[0].destination_instruction, len(instructions))):
+        ins = instructions[k]
+        slots = copy_slots(ops[ins.op_index], ins.args or ()) \
+            if isinstance(ins, m.KernelCall) and 0 <= ins.op_index < len(ops) else None
+        source = values[slots.source] if slots is not None and 0 <= slots.source < len(values) else None
+        if slots is not None and isinstance(source, m.Tensor) and source.is_constant:
+            found.append((k, slots.source, slots.out))
+    return found
+
+
+def probe(program: m.Program, flipped: m.Program) -> tuple[m.Program, int]:
+    """``flipped`` (``program`` after ``flip``) with each first-call copy of a constant of ``program``
+    (``first_call_copies``) an accumulating add: ``add.out(out, source, alpha=1, out)``."""
+    plans, probed = [], 0
+    for before, plan in zip(program.execution_plan or (), flipped.execution_plan or ()):
+        copies = first_call_copies(before)
+        if not copies:
+            plans.append(plan)
+            continue
+        operators = (*(plan.operators or ()), PROBE)
+        values = (*(plan.values or ()), m.Int(1))
+        add, one = len(operators) - 1, len(values) - 1
+        chains = list(plan.chains or ())
+        instructions = list(chains[0].instructions or ())
+        for k, source, out in copies:
+            instructions[k] = m.KernelCall(add, (out, source, one, out, out))
+        chains[0] = m.replace(chains[0], instructions=tuple(instructions))
+        plans.append(m.replace(plan, operators=operators, values=values, chains=tuple(chains)))
+        probed += len(copies)
+    return m.replace(flipped, execution_plan=tuple(plans)), probed
+
+
+def _bytes(source: PteFile, program: m.Program) -> bytes:
+    """``program`` written with ``source``'s segments, by the project's writer."""
+    contents = unchanged_segments(source)
+    layout = layout_pte(program, contents)
+    with tempfile.TemporaryFile() as scratch:
+        write_pte_to_fd(scratch.fileno(), layout, contents, writeback=False)
+        scratch.seek(0)
+        return scratch.read()
+
+
+# --- running ----------------------------------------------------------------------------------------------------
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal bit for bit: tensors by their bytes (``validate.same_bits``), floats NaN-aware, anything else by ==."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.dtype == b.dtype and a.shape == b.shape and same_bits(a, b)
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    return type(a) is type(b) and bool(a == b)
+
+
+def _first_difference(before: Sequence[Sequence[Any]], after: Sequence[Sequence[Any]]) -> Optional[str]:
+    for call, (want, got) in enumerate(zip(before, after), start=1):
+        if len(want) != len(got):
+            return f"call {call}: {len(want)} outputs vs {len(got)}"
+        for output, (a, b) in enumerate(zip(want, got)):
+            if not _same(a, b):
+                what = ""
+                if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape \
+                        and a.is_floating_point():
+                    differ = int((a.double() - b.double()).ne(0).sum())
+                    what = f": {differ} of {a.numel()} elements differ"
+                return f"call {call}, output {output}{what}"
+    return None
+
+
+def _run(data: bytes, data_path: Optional[str], method: str, calls: Sequence[Sequence[Any]], what: str
+         ) -> list[list[Any]]:
+    """``method`` of a freshly loaded ``data``, ``calls`` in order, in the runtime's child process."""
+    from .isolated import worker
+
+    child = worker()
+    key = child.key()
+    where = f"{what}: method {method!r}"
+    try:
+        child.request("load", key, data, data_path, what=f"load the {what}", where=where)
+        child.request("load_method", key, method, what=f"load method {method!r} of the {what}", where=where)
+        outputs = []
+        for number, call in enumerate(calls, start=1):
+            outputs.append(child.request("execute", key, method, list(call),
+                                         what=f"run call {number} of method {method!r} of the {what}", where=where))
+        return outputs
+    finally:
+        if child.alive:
+            child.request("drop", key, what="let a program go")
+
+
+ProgramLike = Union[str, Path, ProgramBytes]
+
+
+def validate_in_runtime(original: ProgramLike, rewritten: ProgramLike, *, ptd: Optional[Path] = None,
+                        rewritten_ptd: Optional[Path] = None, inputs: Any = None, calls: int = MIN_CALLS,
+                        methods: Optional[Sequence[str]] = None,
+                        progress: Optional[Callable[[int, int, str], None]] = None) -> EngineValidation:
+    """Both programs, flipped, in the installed ExecuTorch runtime (module docstring)."""
+    import importlib.util
+
+    from .runtime_backend import runtime_backends, runtime_version
+
+    if importlib.util.find_spec("executorch") is None:
+        raise PteDevconstError(f"validate --engine executorch runs the installed ExecuTorch runtime, and none is "
+                               f"installed: {INSTALL}")
+    calls = max(calls, MIN_CALLS)
+    registered = runtime_backends()
+    with open_pte(original) as first, open_pte(rewritten) as second:
+        used = sorted({d.id or "" for pte in (first, second) for plan in pte.program.execution_plan or ()
+                       for d in plan.delegates or ()})
+        missing = [backend for backend in used if backend not in registered]
+        if missing:
+            raise PteDevconstError(
+                f"the installed ExecuTorch runtime ({runtime_version()}) does not register {', '.join(missing)} "
+                f"(it registers {', '.join(sorted(registered)) or 'no backend'}): --engine executorch cannot run "
+                "this program; --engine runner can (its delegate executors, or opaque stand-ins)")
+        flipped_a, changes_a = flip(first.program)
+        flipped_b, changes_b = flip(second.program)
+        probed_b, probed = probe(second.program, flipped_b)
+        data_a, data_b = _bytes(first, flipped_a), _bytes(second, flipped_b)
+        data_probe = _bytes(second, probed_b) if probed else None
+        plans_a = {plan.name or "": plan for plan in first.program.execution_plan or ()}
+        plans_b = {plan.name or "": plan for plan in second.program.execution_plan or ()}
+    chosen = list(methods) if methods else list(plans_a)
+    results, skipped = [], []
+    path_a = str(ptd) if ptd is not None else None
+    path_b = str(rewritten_ptd) if rewritten_ptd is not None else path_a
+    steps = len(chosen) * (3 if probed else 2)
+    done = 0
+    for method in chosen:
+        if method not in plans_a or method not in plans_b:
+            raise PteDevconstError(f"method {method!r} is not in both programs (the original has "
+                                   f"{', '.join(plans_a)}; the rewrite {', '.join(plans_b)})")
+        try:
+            given = resolve_inputs(inputs, method, plans_a[method])
+        except PteDevconstError as error:
+            if methods or inputs is None:
+                raise
+            skipped.append((method, error.what))
+            continue
+        method_calls = [given[k % len(given)] for k in range(calls)]
+        moved = len(moved_values(plans_a[method], plans_b[method]))
+        runs = []
+        for what, data, data_path in (("original", data_a, path_a), ("rewrite", data_b, path_b),
+                                      *((("probed rewrite", data_probe, path_b),) if data_probe else ())):
+            if progress is not None:
+                progress(done, steps, f"{what}: {method}")
+            runs.append(_run(data, data_path, method, method_calls, what))
+            done += 1
+        difference = _first_difference(runs[0], runs[1])
+        checks = [Check.of(OUTPUTS_CHECK, difference is None, difference or f"{calls} calls, every output")]
+        copied_once = first_call_copies(plans_b[method])
+        if data_probe is not None and copied_once:
+            again = _first_difference(runs[0], runs[2])
+            checks.append(Check.of(ONCE_CHECK, again is None,
+                                   f"a first-call copy ran again: {again}" if again else
+                                   f"{plural(len(copied_once), 'first-call copy', 'first-call copies')} made "
+                                   f"accumulating adds: each ran once in {calls} calls"))
+        elif moved:
+            checks.append(Check(ONCE_CHECK, Status.PASS, f"{plural(moved, 'value')} kept as device initial data: "
+                                "loaded once, no copy of them runs"))
+        else:
+            checks.append(Check(ONCE_CHECK, Status.SKIPPED, "nothing moved in this method"))
+        results.append(EngineMethod(method, calls, tuple(checks), moved))
+    if progress is not None:
+        progress(steps, steps, "done")
+    if not results and not skipped:
+        raise PteDevconstError("no method to validate")
+    return EngineValidation(str(original), str(rewritten), runtime_version(), calls, tuple(results), tuple(used),
+                            changes_a, changes_b, probed, tuple(skipped))

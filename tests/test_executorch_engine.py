@@ -1,0 +1,257 @@
+"""``validate --engine executorch`` (issue 36): the proof in the user's own ExecuTorch, and real backends that never
+take the process down.
+
+The engine flips both programs to the CPU with the project's own writer, runs them in the installed runtime (in
+a child process) over >= 3 calls per method, compares outputs bit for bit, and probes each first-call copy.  It
+passes the project's rewrites in both encodings, conversions and --fold, and fails (exit 1) planted wrong ones: a
+flipped byte in a moved constant, two moved constants' bytes swapped, a guard that never clears.  A backend that
+crashes is an error naming the delegate and the signal; one that refuses its blob, its own message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from cli_runner import invoke
+from conftest import EXAMPLES, pte_path
+from forge import edit_program, flip_byte
+from pte_devconst import api
+from pte_devconst.program.prologue import first_call_prologue
+from pte_devconst.runner.executorch_engine import first_call_copies, flip
+from pte_devconst.runner.isolated import RuntimeDied, worker
+from pte_devconst.schema import model as m
+from pte_devconst.schema.pte_file import open_pte
+from pte_devconst.util.errors import PteDevconstError
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "xnnpack_device"
+SCHEMA = json.loads((ROOT / "cli" / "report.schema.json").read_text())
+
+
+def _inputs(name: str) -> Path:
+    return FIXTURES / f"{name}.inputs.pt"
+
+
+def _engine(original: Path, rewritten: Path, name: str) -> "api.EngineValidation":  # type: ignore[name-defined]
+    return api.validate(original, rewritten, inputs=_inputs(name), engine="executorch")
+
+
+def _failed(result: object) -> dict[str, str]:
+    return {c.name: c.detail for mv in result.methods for c in mv.checks if not c.passed}  # type: ignore[attr-defined]
+
+
+# --- correct rewrites pass ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("runtime", ["1.6", "1.5"])
+@pytest.mark.parametrize("name, fold", [("mlp_copy", False), ("two_methods_copy", False), ("kv_cache_copy", False),
+                                        ("cond_copy", False), ("dynamic_copy", False), ("fold_copy", True),
+                                        ("mlp_legacy", False), ("attention_copy", False)])
+def test_the_projects_rewrites_pass_in_the_real_runtime(name: str, fold: bool, runtime: str, tmp_path: Path) -> None:
+    source, out = FIXTURES / f"{name}.pte", tmp_path / "out.pte"
+    plan = api.rewrite(source, out, runtime=runtime, fold=fold).plan
+    result = _engine(source, out, name)
+    legacy_15 = name.endswith("_legacy") and runtime == "1.5"  # a 1.5 runtime cannot skip a legacy copy
+    assert result.verdict.value == ("nothing moved" if legacy_15 else "pass"), _failed(result)
+    assert result.runtime == "1.5.1" and result.delegates == ("XnnpackBackend",) and result.calls >= 3
+    if runtime == "1.5" and not legacy_15:
+        assert result.probed == sum(len(e.prologue) for e in plan.methods) > 0
+    assert {mv.method for mv in result.methods} == set(json.loads(json.dumps(
+        [p.name for p in open_pte(source).program.execution_plan])))
+
+
+def test_a_conversion_passes_against_its_input_and_the_original(tmp_path: Path) -> None:
+    source, at_load, once = FIXTURES / "kv_cache_copy.pte", tmp_path / "at_load.pte", tmp_path / "once.pte"
+    api.rewrite(source, at_load)
+    api.rewrite(at_load, once, runtime="1.5")
+    for before, after in ((at_load, once), (source, once)):
+        result = _engine(before, after, "kv_cache_copy")
+        assert result.passed, _failed(result)
+
+
+# --- wrong rewrites fail --------------------------------------------------------------------------------------
+
+
+def _moved_spans(path: Path) -> list[tuple[int, int]]:
+    """(file offset, size) of each moved constant's bytes: device initial data (1.6) or a first-call copy's host
+    source (1.5)."""
+    with open_pte(path) as pte:
+        plan = pte.program.execution_plan[0]
+        values = plan.values or ()
+        sources = [values[k] for k in (i.args[0] for i in (plan.chains[0].instructions or ())  # type: ignore[index]
+                                       [1:first_call_prologue(plan).end - 1])] if first_call_prologue(plan) else []
+        held = [v for v in values if isinstance(v, m.Tensor) and v.has_initial_data
+                and v.allocation_info is not None and v.allocation_info.memory_id == 2]
+        spans = [pte.tensor_span(t) for t in (sources or held)]
+    return [(s.offset, s.size) for s in spans if s is not None]
+
+
+@pytest.mark.parametrize("runtime", ["1.6", "1.5"])
+def test_a_flipped_byte_in_a_moved_constant_fails(runtime: str, tmp_path: Path) -> None:
+    source, good = FIXTURES / "mlp_copy.pte", tmp_path / "good.pte"
+    api.rewrite(source, good, runtime=runtime)
+    offset, size = max(_moved_spans(good), key=lambda span: span[1])
+    wrong = flip_byte(good, tmp_path / "wrong.pte", offset + size // 2, 0x40)
+    result = _engine(source, wrong, "mlp_copy")
+    assert result.verdict.value == "fail"
+    assert "outputs bit-identical in the ExecuTorch runtime" in _failed(result)
+    done = invoke("validate", source, wrong, "--engine", "executorch", "--inputs", _inputs("mlp_copy"))
+    assert done.exit_code == 1 and "FAIL" in done.stdout
+
+
+def test_two_moved_constants_swapped_fail(tmp_path: Path) -> None:
+    source, good = FIXTURES / "kv_cache_copy.pte", tmp_path / "good.pte"
+    api.rewrite(source, good)
+
+    def swap(program: m.Program) -> m.Program:
+        plan = program.execution_plan[0]  # type: ignore[index]
+        values = list(plan.values or ())
+        held = [i for i, v in enumerate(values) if isinstance(v, m.Tensor) and v.has_initial_data
+                and v.allocation_info is not None and v.allocation_info.memory_id == 2]
+        a, b = next((a, b) for a in held for b in held if a < b and values[a].sizes == values[b].sizes)  # type: ignore[union-attr]
+        ta, tb = values[a], values[b]
+        assert isinstance(ta, m.Tensor) and isinstance(tb, m.Tensor)
+        values[a], values[b] = (m.replace(ta, data_buffer_idx=tb.data_buffer_idx),
+                                m.replace(tb, data_buffer_idx=ta.data_buffer_idx))
+        return m.replace(program, execution_plan=(m.replace(plan, values=tuple(values)),))
+
+    wrong = edit_program(good, tmp_path / "swapped.pte", swap)
+    result = _engine(source, wrong, "kv_cache_copy")
+    assert result.verdict.value == "fail" and "outputs bit-identical in the ExecuTorch runtime" in _failed(result)
+
+
+def test_a_guard_that_never_clears_fails_the_probe_not_the_outputs(tmp_path: Path) -> None:
+    source, good = FIXTURES / "mlp_copy.pte", tmp_path / "good.pte"
+    api.rewrite(source, good, runtime="1.5")
+
+    def never(program: m.Program) -> m.Program:
+        plan = program.execution_plan[0]  # type: ignore[index]
+        found = first_call_prologue(plan)
+        assert found is not None
+        values = list(plan.values or ())
+        values[found.cleared_from] = m.Bool(True)
+        return m.replace(program, execution_plan=(m.replace(plan, values=tuple(values)),))
+
+    wrong = edit_program(good, tmp_path / "never.pte", never)
+    result = _engine(source, wrong, "mlp_copy")
+    failed = _failed(result)
+    assert result.verdict.value == "fail"
+    assert "outputs bit-identical in the ExecuTorch runtime" not in failed  # the outputs alone cannot tell
+    assert "a first-call copy ran again: call 2" in failed["moved constants copied once (accumulating probe)"]
+
+
+# --- what the engine needs, and what it refuses ----------------------------------------------------------------
+
+
+def test_the_flip_moves_every_placement_to_the_cpu() -> None:
+    with open_pte(FIXTURES / "mlp_copy.pte") as pte:
+        flipped, changes = flip(pte.program)
+    (plan,) = flipped.execution_plan  # type: ignore[misc]
+    assert plan.non_const_buffer_device is None
+    assert all(v.extra_tensor_info is None or v.extra_tensor_info.device_type == m.DeviceType.CPU
+               for v in plan.values or () if isinstance(v, m.Tensor))
+    assert "et_copy::_h2d_copy.out" not in [op.qualified_name for op in plan.operators or ()]
+    assert changes.buffers == 1 and changes.copies == 6 and changes.tensors > 0
+    with open_pte(FIXTURES / "mlp_copy.pte") as pte:
+        assert first_call_copies(pte.program.execution_plan[0]) == []  # per-call copies: no first-call region
+
+
+def test_without_executorch_one_line_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "executorch" else real(name, *a))
+    with pytest.raises(PteDevconstError, match=r'pip install "pte-devconst\[executorch\]"'):
+        api.validate(FIXTURES / "mlp_copy.pte", FIXTURES / "mlp_copy.pte", engine="executorch")
+
+
+def test_a_backend_the_runtime_does_not_register_is_refused_up_front(tmp_path: Path) -> None:
+    done = invoke("validate", EXAMPLES / "mlp_copy.pte", EXAMPLES / "mlp_copy.devconst.pte", "--engine", "executorch",
+                  "--inputs", EXAMPLES / "mlp_copy.inputs.pt")
+    assert done.exit_code == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert "does not register PteDevconstReference" in done.stderr and "--engine runner can" in done.stderr
+
+
+def test_the_runners_options_are_refused_with_the_engine() -> None:
+    done = invoke("validate", FIXTURES / "mlp_copy.pte", FIXTURES / "mlp_copy.pte", "--engine", "executorch",
+                  "--expected", FIXTURES / "mlp_copy.expected.pt")
+    assert done.exit_code == 2 and "expected: the runner's options" in done.stderr
+
+
+def test_the_json_report_follows_the_schema(tmp_path: Path) -> None:
+    out = tmp_path / "out.pte"
+    api.rewrite(FIXTURES / "two_methods_copy.pte", out, runtime="1.5")
+    done = invoke("validate", FIXTURES / "two_methods_copy.pte", out, "--engine", "executorch", "--inputs",
+                  _inputs("two_methods_copy"), "--format", "json")
+    document = json.loads(done.stdout)
+    jsonschema.validate(document, SCHEMA)
+    assert done.exit_code == 0 and document["engine"] == "executorch" and document["probed_copies"] == 8
+    assert [m["method"] for m in document["methods"]] == ["encode", "forward"]
+
+
+# --- real backends never take the process down ---------------------------------------------------------------
+
+
+def _swapped_blob(tmp_path: Path) -> Path:
+    """attention_copy with delegate 1 pointing at delegate 0's blob: the call passes 4 arguments, the blob declares
+    5 (the 1.5.1 runtime's XNNPACK reads past the argument list: SIGSEGV)."""
+
+    def swap(program: m.Program) -> m.Program:
+        plan = program.execution_plan[0]  # type: ignore[index]
+        delegates = list(plan.delegates or ())
+        delegates[1] = m.replace(delegates[1], processed=delegates[0].processed)
+        return m.replace(program, execution_plan=(m.replace(plan, delegates=tuple(delegates)),))
+
+    return edit_program(FIXTURES / "attention_copy.pte", tmp_path / "swapped.pte", swap)
+
+
+def test_a_backend_that_crashes_is_an_error_naming_the_delegate_and_the_signal(tmp_path: Path) -> None:
+    swapped = _swapped_blob(tmp_path)
+    done = invoke("validate", swapped, swapped, "--simulate-devices", "--inputs", _inputs("attention_copy"))
+    assert done.exit_code == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "delegate 1, XnnpackBackend" in done.stderr and "died by SIGSEGV (signal 11)" in done.stderr
+    # the next request starts a new child: the process goes on
+    assert api.validate(FIXTURES / "mlp_copy.pte", FIXTURES / "mlp_copy.pte", inputs=_inputs("mlp_copy"),
+                        engine="executorch").verdict.value == "nothing moved"
+
+
+def test_inspect_and_check_warn_of_a_blob_of_another_call_site(tmp_path: Path) -> None:
+    swapped = _swapped_blob(tmp_path)
+    warning = ("delegate 1 (XnnpackBackend) is called with 4 arguments, but its blob declares 3 inputs and 2 "
+               "outputs (5)")
+    assert warning in " ".join(invoke("inspect", swapped).stdout.split())
+    assert warning in " ".join(invoke("check", swapped).stdout.split())
+    for name in ("attention_copy", "gru_copy", "two_methods_copy", "cond_copy", "deep_copy"):  # no false alarm
+        assert "its blob declares" not in invoke("check", FIXTURES / f"{name}.pte").stdout
+
+
+def test_a_child_that_aborts_is_an_error_and_the_next_request_restarts_it() -> None:
+    child = worker()
+    child.request("backends", what="list its backends")
+    os.kill(child.process.pid, signal.SIGABRT)
+    child.process.wait()
+    with pytest.raises(RuntimeDied, match=r"died by SIGABRT \(signal 6\) while it was asked to list"):
+        child.request("backends", what="list its backends")
+    assert worker() is not child and worker().request("backends", what="list its backends")[0] == "1.5.1"
+
+
+def test_a_backend_that_fails_to_start_gives_its_own_error() -> None:
+    """The docs' recipe on a Conv2d with a bias: XNNPACK refuses the graph, and validate says so in its words
+    instead of running a stand-in."""
+    conv = ROOT / "tests" / "fixtures" / "refused" / "conv2d_bias_copy.pte"
+    inputs = conv.with_name("conv2d_bias_copy.inputs.pt")
+    done = invoke("validate", conv, conv, "--simulate-devices", "--inputs", inputs)
+    assert done.exit_code == 2 and "Failed to create convolution node" in done.stderr
+    assert "xnn_status_invalid_parameter" in done.stderr and "opaque" not in done.stderr
+
+
+def test_the_corpus_external_program_is_refused_for_its_backend() -> None:
+    external = pte_path("v_g_external_copy")
+    done = invoke("validate", external, external, "--engine", "executorch")
+    assert done.exit_code == 2 and "does not register" in done.stderr
