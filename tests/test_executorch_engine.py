@@ -66,6 +66,21 @@ def test_the_projects_rewrites_pass_in_the_real_runtime(name: str, fold: bool, r
         [p.name for p in open_pte(source).program.execution_plan])))
 
 
+MORE = ROOT / "tests" / "fixtures" / "xnnpack_more"
+
+
+@pytest.mark.parametrize("runtime", ["1.6", "1.5"])
+@pytest.mark.parametrize("name", ["ext_copy", "fp16_copy"])
+def test_external_constants_and_float16_pass(name: str, runtime: str, tmp_path: Path) -> None:
+    """A program whose constants live in a .ptd (the runtime gets it as its data file) and a float16 one."""
+    source, out = MORE / f"{name}.pte", tmp_path / f"{name}.pte"
+    if source.with_suffix(".ptd").exists():
+        (tmp_path / f"{name}.ptd").write_bytes(source.with_suffix(".ptd").read_bytes())  # NAME.ptd beside it
+    assert api.rewrite(source, out, runtime=runtime).changed
+    result = api.validate(source, out, inputs=MORE / f"{name}.inputs.pt", engine="executorch")
+    assert result.verdict.value == "pass", _failed(result)
+
+
 def test_a_conversion_passes_against_its_input_and_the_original(tmp_path: Path) -> None:
     source, at_load, once = FIXTURES / "kv_cache_copy.pte", tmp_path / "at_load.pte", tmp_path / "once.pte"
     api.rewrite(source, at_load)
@@ -144,6 +159,31 @@ def test_a_guard_that_never_clears_fails_the_probe_not_the_outputs(tmp_path: Pat
     assert result.verdict.value == "fail"
     assert "outputs bit-identical in the ExecuTorch runtime" not in failed  # the outputs alone cannot tell
     assert "a first-call copy ran again: call 2" in failed["moved constants copied once (accumulating probe)"]
+
+
+def test_a_swapped_first_call_destination_fails(tmp_path: Path) -> None:
+    """Two first-call copies of one shape with their destinations swapped: each constant lands in the other's
+    device memory."""
+    source, good = FIXTURES / "kv_cache_copy.pte", tmp_path / "good.pte"
+    api.rewrite(source, good, runtime="1.5")
+
+    def swap(program: m.Program) -> m.Program:
+        plan = program.execution_plan[0]  # type: ignore[index]
+        found = first_call_prologue(plan)
+        assert found is not None
+        instructions = list(plan.chains[0].instructions or ())  # type: ignore[index]
+        values = plan.values or ()
+        copies = [(k, instructions[k]) for k in found.copies]
+        (a, x), (b, y) = next(((a, x), (b, y)) for a, x in copies for b, y in copies if a < b
+                              and values[x.args[1]].sizes == values[y.args[1]].sizes)  # type: ignore[union-attr]
+        instructions[a] = m.replace(x, args=(x.args[0], y.args[1], y.args[2]))  # type: ignore[union-attr]
+        instructions[b] = m.replace(y, args=(y.args[0], x.args[1], x.args[2]))  # type: ignore[union-attr]
+        chain = m.replace(plan.chains[0], instructions=tuple(instructions))  # type: ignore[index]
+        return m.replace(program, execution_plan=(m.replace(plan, chains=(chain,)),))
+
+    wrong = edit_program(good, tmp_path / "swapped.pte", swap)
+    result = _engine(source, wrong, "kv_cache_copy")
+    assert result.verdict.value == "fail" and "outputs bit-identical in the ExecuTorch runtime" in _failed(result)
 
 
 # --- what the engine needs, and what it refuses ----------------------------------------------------------------
