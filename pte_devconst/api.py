@@ -36,11 +36,6 @@ from pte_devconst.paths import Programs
 from pte_devconst.program.etrecord import read_etrecord
 from pte_devconst.program.executorch import method_labels
 from pte_devconst.rewriter.encodings import Runtime, encoding_for
-from pte_devconst.rewriter.diff import ProgramDiff, diff_files
-from pte_devconst.rewriter.flows import MethodFlows, program_flows
-from pte_devconst.rewriter.gate import (Acceptance, CheckProblem, CheckReport, CheckRequest, CheckStatus,
-                                        CheckTarget, FileCheck, Finding, check_programs, device_memory_json)
-from pte_devconst.rewriter.inventory import ProgramSummary, summarize
 from pte_devconst.rewriter.load import analyze_opened, opened
 from pte_devconst.rewriter.names import ProgramNames, match_names, name_opened, named_program, recorded_from_programs
 from pte_devconst.program.layout import DeviceMemory
@@ -53,8 +48,13 @@ from pte_devconst.schema.pte_file import ProgramBytes, PteFile, open_pte
 from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.util.jsonable import to_jsonable
 from pte_devconst.util.record import record
+from pte_devconst._lazy import lazy_exports
 
-if TYPE_CHECKING:  # only for annotations: the writer and the runner (torch) load when called
+if TYPE_CHECKING:  # only for annotations: what a command does not use loads when another command calls it
+    from pte_devconst.rewriter.diff import ProgramDiff
+    from pte_devconst.rewriter.flows import MethodFlows
+    from pte_devconst.rewriter.gate import Acceptance, CheckReport, CheckStatus, FileCheck, Finding, device_memory_json
+    from pte_devconst.rewriter.inventory import ProgramSummary
     from pte_devconst.rewriter.rewrite import RewriteResult
     from pte_devconst.runner.run import RunResult
     from pte_devconst.runner.executorch_engine import EngineValidation
@@ -74,6 +74,11 @@ __all__ = ["analyze", "inspect", "rewrite", "rewrite_request", "rewrite_options"
            "diff", "check", "run", "validate", "programs",
            "expand_paths", "parse_devices", "Acceptance", "CheckReport", "CheckStatus", "FileCheck", "Finding",
            "InspectReport", "Programs", "RewriteRequest", "VerifyMode", "device_memory_json"]
+
+# The gate's records, named here for callers of ``check``: loaded with the gate, on first use (a rewrite never
+# loads it, nor the diff or the inventory: start-up, issue 37).
+__getattr__ = lazy_exports("pte_devconst.rewriter", {name: "gate" for name in (
+    "Acceptance", "CheckReport", "CheckStatus", "FileCheck", "Finding", "device_memory_json")})
 
 
 def _program(program: ProgramLike, role: str = "program") -> "Union[Path, ProgramBytes]":
@@ -157,6 +162,8 @@ def analyze(pte: ProgramLike, ptd: Optional[PathLike] = None, *, etrecord: Optio
     External constants are judged with ``ptd``, else ``NAME.ptd`` next to ``NAME.pte``; without data
     a constant its readers would move has the verdict ``unknown: ...``.  ``etrecord`` names the constants.
     """
+    from pte_devconst.rewriter.inventory import summarize  # inspect's: a rewrite never loads it
+
     namer = _namer(_names_source(pte, etrecord))
     source_program = _program(pte)
     with opened(source_program, paths.data_for(source_program, ptd)) as (source, data):
@@ -185,6 +192,8 @@ class InspectReport:
 
     def to_json(self) -> dict[str, Any]:
         """``inspect``'s JSON document for this program (cli/report.schema.json)."""
+        from pte_devconst.rewriter.gate import device_memory_json  # the one JSON form of a device-memory figure
+
         gain = self.fold_gain
         return {"file": to_jsonable(self.summary), "ptd": self.ptd, "unknown_constants": self.unknown_constants,
                 "names": names_json(self.names),
@@ -201,6 +210,9 @@ def inspect(pte: ProgramLike, ptd: Optional[PathLike] = None, *, etrecord: Optio
     is the pairing's answer already, None is no data).  ``etrecord`` names the constants (a program manager
     passed as ``pte`` names them itself); ``names`` is that namer made once (``names_from``).
     """
+    from pte_devconst.rewriter.flows import program_flows  # inspect's and diff's: a rewrite never loads them
+    from pte_devconst.rewriter.inventory import summarize
+
     namer = names if names is not None else _namer(_names_source(pte, etrecord))
     source_program = _program(pte)
     data_path = (Path(ptd) if ptd is not None else None) if paired else paths.data_for(source_program, ptd)
@@ -353,6 +365,8 @@ def diff(before: ProgramLike, after: ProgramLike, *, etrecord: Optional[NamesLik
     ``etrecord`` names the constants of both (a rewrite keeps every value index; a program manager passed as
     ``before`` names them itself).  ``progress(done, total, what)`` is called as each method is compared.
     """
+    from pte_devconst.rewriter.diff import diff_files  # diff's alone: no other command loads it
+
     namer = _namer(_names_source(before, etrecord))
     with open_pte(_program(before, "before")) as a, open_pte(_program(after, "after")) as b:
         names = name_opened(a, namer)
@@ -541,6 +555,8 @@ def check(files: Union[ProgramLike, Iterable[ProgramLike], Programs], *,
     named = [item for item in arguments if isinstance(item, (str, os.PathLike))]
     if chosen is None and (named or not memory):
         chosen = paths.programs(named, given, exclude=exclude, exclude_root=exclude_root)
+    from pte_devconst.rewriter.gate import CheckProblem, CheckRequest, CheckTarget, check_programs  # check's alone
+
     items: list[Union[CheckTarget, CheckProblem]] = []
     if chosen is not None:
         for item in chosen.items:

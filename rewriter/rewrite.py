@@ -38,7 +38,7 @@ from .plan import (FoldGain, RewriteOptions, RewritePlan, devices_used, input_of
                    selection_unused)
 from .request import Namer, RewriteRequest, VerifyMode
 from .verify import RelayoutUnproven, check_copy, check_rewrite, read_back
-from .verify_bytes import WriteRecipe
+from .verify_bytes import CheckCost, WriteRecipe
 from .rewrite_json import left_in_place, rewrite_json
 
 Progress = Callable[[int, int], None]
@@ -59,6 +59,7 @@ class RewriteResult:
     names: Optional[ProgramNames] = None  # where the constants' names in the plan came from (an ETRecord)
     flows: tuple[MethodFlows, ...] = ()  # the input's per-call copies, and which the rewrite removes (the picture)
     devices: tuple[str, ...] = ()  # the non-CPU devices the program uses (what --device can select)
+    self_check_bytes: int = 0  # what the self-check's byte comparisons read, of both files
 
     @property
     def changed(self) -> bool:
@@ -148,6 +149,7 @@ def rewrite(request: RewriteRequest, progress: Optional[Progress] = None,
             return RewriteResult(where, None, plan, source.size, None, removed, fold_gain=gain, names=found,
                                  flows=flows, devices=used)
         destination = request.destination
+        cost = CheckCost()
 
         def write(plan: RewritePlan) -> tuple[int, Optional[bytes]]:
             if source_path is None:
@@ -156,8 +158,9 @@ def rewrite(request: RewriteRequest, progress: Optional[Progress] = None,
                 return len(output), output
             assert destination is not None
             if plan.is_empty:
-                return _copy_unchanged(source, destination, progress, request.durable, full, phase), None
-            return _write_rewrite(source, data, plan, destination, progress, request.durable, full, phase), None
+                return _copy_unchanged(source, destination, progress, request.durable, full, phase, cost), None
+            return _write_rewrite(source, data, plan, destination, progress, request.durable, full, phase,
+                                  cost), None
 
         try:
             try:
@@ -173,7 +176,7 @@ def rewrite(request: RewriteRequest, progress: Optional[Progress] = None,
             return RewriteResult(where, None, plan, source.size, size, removed, request.verify, gain, output,
                                  found, flows, used)
     return RewriteResult(where, str(destination), plan, source.size, size, removed, request.verify, gain,
-                         names=found, flows=flows, devices=used)
+                         names=found, flows=flows, devices=used, self_check_bytes=cost.bytes_read)
 
 
 def _phase(phase: Optional[Phase], what: str) -> None:
@@ -255,14 +258,14 @@ def _readable(path: Path) -> None:
 
 def _write_rewrite(source: PteFile, data: Optional[PtdFile], plan: RewritePlan, output: Path,
                    progress: Optional[Progress], durable: bool, full: bool,
-                   phase: Optional[Callable[[str], None]] = None) -> int:
+                   phase: Optional[Callable[[str], None]] = None, cost: Optional[CheckCost] = None) -> int:
     layout, contents = _laid_out(source, data, plan)
     recipe = WriteRecipe.of_layout(layout, contents)
 
     def check(temp: str) -> None:
         _phase(phase, "self-check")
         with read_back(temp) as written:
-            check_rewrite(source, written, plan, ptd=data, recipe=recipe, full=full)
+            check_rewrite(source, written, plan, ptd=data, recipe=recipe, full=full, cost=cost)
 
     _phase(phase, "writing")
     with atomic_output(output, check=check, durable=durable, syncing=lambda: _phase(phase, "fsync")) as fd:
@@ -271,7 +274,7 @@ def _write_rewrite(source: PteFile, data: Optional[PtdFile], plan: RewritePlan, 
 
 
 def _copy_unchanged(source: PteFile, output: Path, progress: Optional[Progress], durable: bool, full: bool,
-                    phase: Optional[Callable[[str], None]] = None) -> int:
+                    phase: Optional[Callable[[str], None]] = None, cost: Optional[CheckCost] = None) -> int:
     """Nothing to move: the output is the input, byte for byte (so a second rewrite is a no-op)."""
     if output.exists() and output.resolve() == Path(source.path).resolve():
         return source.size
@@ -281,7 +284,7 @@ def _copy_unchanged(source: PteFile, output: Path, progress: Optional[Progress],
     def check(temp: str) -> None:
         _phase(phase, "self-check")
         with read_back(temp) as written:
-            check_copy(source, written, recipe, full)
+            check_copy(source, written, recipe, full, cost)
 
     _phase(phase, "copying")
     with atomic_output(output, check=check, durable=durable, syncing=lambda: _phase(phase, "fsync")) as fd:

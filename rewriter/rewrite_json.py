@@ -85,6 +85,7 @@ def rewrite_json(result: "RewriteResult") -> dict[str, Any]:
         "input": result.input, "output": result.output, "dry_run": result.output is None and result.data is None,
         "changed": result.changed, "names": names_json(result.names),
         "verified": result.verified,
+        "self_check_bytes_read": result.self_check_bytes,
         "input_size": result.input_size, "output_size": result.output_size,
         "constants_moved": len(plan.placements), "values_folded": len(plan.folds),
         "bytes_per_call_saved": plan.bytes_per_call_saved,

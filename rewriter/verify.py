@@ -59,7 +59,7 @@ from .fold import FOLD_KERNELS, FoldRecipe, Traced, Tracer, layout_of
 from .edit import relocated_tensor
 from .plan import FoldPlacement, MethodEdit, Placement, RewritePlan
 from .encodings import Verifier, encoding_named
-from .verify_bytes import ByteChecker, ComputedBytes, SameBytes, WriteRecipe, ZeroBytes
+from .verify_bytes import ByteChecker, CheckCost, ComputedBytes, SameBytes, WriteRecipe, ZeroBytes
 
 FULL_CHECK_ENV = "PTE_DEVCONST_FULL_CHECK"
 # A tensor's fields other than its data index (a kept constant's index moves when entries are dropped), and the
@@ -116,7 +116,8 @@ class _VerifyContext:
 
 @gc_paused
 def check_rewrite(original: PteFile, written: PteFile, plan: RewritePlan, *, ptd: Optional[PtdFile] = None,
-                  recipe: Optional[WriteRecipe] = None, full: Optional[bool] = None) -> None:
+                  recipe: Optional[WriteRecipe] = None, full: Optional[bool] = None,
+                  cost: Optional[CheckCost] = None) -> None:
     """Raise ``RewriteCheckError`` unless ``written`` is ``original`` with exactly the changes of ``plan``.
 
     ``recipe`` (what the writer was given) lets bulk ranges copied from a proven source be sampled;
@@ -137,6 +138,8 @@ def check_rewrite(original: PteFile, written: PteFile, plan: RewritePlan, *, ptd
     checker = ByteChecker(original, written, recipe, full)
     zeros = _padding(written, [*context.same, *context.computed]) if full else ()
     difference = checker.first_difference(context.same, zeros, context.computed)
+    if cost is not None:
+        cost.bytes_read += checker.bytes_read
     if difference is not None:
         where = difference.requirement
         if isinstance(where, SameBytes):
@@ -157,7 +160,7 @@ def read_back(path: str) -> PteFile:
 
 
 def check_copy(original: PteFile, written: PteFile, recipe: Optional[WriteRecipe] = None,
-               full: Optional[bool] = None) -> None:
+               full: Optional[bool] = None, cost: Optional[CheckCost] = None) -> None:
     """A rewrite that moved nothing: the written file is the input, byte for byte."""
     if full is None:
         full = full_by_default()
@@ -166,6 +169,8 @@ def check_copy(original: PteFile, written: PteFile, recipe: Optional[WriteRecipe
     checker = ByteChecker(original, written, recipe, full)
     difference = checker.first_difference([SameBytes("the copy of the input", Span(0, original.size),
                                                      Span(0, written.size))])
+    if cost is not None:
+        cost.bytes_read += checker.bytes_read
     if difference is not None:
         raise _fail(f"the copy of the input differs from it at byte {difference.offset:,}")
 

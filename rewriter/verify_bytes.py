@@ -11,16 +11,21 @@ What is compared in full and what by sampling (docs/design.md, "the
 self-check"): a range is *proven* when the writer's own recipe (``WriteRecipe``:
 the layout and the pieces ``apply_plan`` handed to it) says the kernel copied it
 from exactly the input range the structural check says it must hold.  Only a
-proven range over ``FULL_COMPARE_BYTES`` is sampled, in ``SAMPLE_BYTES``
-windows at both ends and every ``SAMPLE_STRIDE`` bytes: the source is right by
-construction and a copy that went wrong shows at its ends.  Everything else,
-including every byte the tool wrote itself, is compared whole; ``full=True``
-(``rewrite --verify full``) compares every byte of every range.
+proven range over ``FULL_COMPARE_BYTES`` is sampled, in a bounded number of
+``SAMPLE_BYTES`` windows whatever its size: both ends, and ``SPREAD_WINDOWS`` more
+at places seeded by the range (the same every run): the source is right by
+construction, and a copy that went wrong (from a shifted source offset, of the
+wrong length, cut short) shows at its ends.  So the bytes read grow with the
+number of ranges, not with their size: 16 KiB of each file per bulk range, a few
+MiB for a 1 GiB program of 512 tensors.  Everything else, including every byte
+the tool wrote itself, is compared whole; ``full=True`` (``rewrite --verify full``)
+compares every byte of every range.
 """
 
 from __future__ import annotations
 
 import bisect
+import random
 from typing import Callable, Iterable, Optional, Sequence, Union
 
 from pte_devconst.util.errors import PteDevconstError
@@ -30,8 +35,8 @@ from pte_devconst.schema.span import FileRange, Piece, Span
 from pte_devconst.util.record import record
 
 FULL_COMPARE_BYTES = 1 << 20
-SAMPLE_BYTES = 64 << 10
-SAMPLE_STRIDE = 1 << 20
+SAMPLE_BYTES = 4 << 10  # one page: a window costs one read of each file
+SPREAD_WINDOWS = 2  # windows between a sampled range's two ends, at seeded places
 # Ranges up to SMALL_BYTES are read through a 1 MiB window of each file, so that thousands of small constants
 # laid out one after another cost a few reads instead of two system calls each.
 SMALL_BYTES = 64 << 10
@@ -73,12 +78,14 @@ class Difference:
     offset: int  # first differing byte, relative to the range
 
 
-def windows(size: int, full: bool) -> list[tuple[int, int]]:
-    """(offset, length) parts of a ``size``-byte range to compare: all of it, or sampled windows."""
+def windows(size: int, full: bool, seed: int = 0) -> list[tuple[int, int]]:
+    """(offset, length) parts of a ``size``-byte range to compare: all of it, or sampled windows (both ends and
+    ``SPREAD_WINDOWS`` at places ``seed`` picks, in order)."""
     if full or size <= FULL_COMPARE_BYTES:
         return [(start, min(FULL_COMPARE_BYTES, size - start)) for start in range(0, size, FULL_COMPARE_BYTES)]
-    starts = list(range(0, size - SAMPLE_BYTES, SAMPLE_STRIDE)) + [size - SAMPLE_BYTES]
-    return [(start, SAMPLE_BYTES) for start in starts]
+    rng = random.Random(seed * 1_000_003 + size)
+    inside = sorted(rng.randrange(SAMPLE_BYTES, size - 2 * SAMPLE_BYTES) for _ in range(SPREAD_WINDOWS))
+    return [(start, SAMPLE_BYTES) for start in (0, *inside, size - SAMPLE_BYTES)]
 
 
 class WriteRecipe:
@@ -147,9 +154,12 @@ class _Reader:
         self.fd = probe.fd if isinstance(probe, FileRange) else -1
         self._window = bytearray(FULL_COMPARE_BYTES)
         self._window_start, self._window_size = 0, 0
+        self.read = 0  # bytes read so far
 
     def into(self, view: memoryview, offset: int) -> int:
-        return self.file.read_into(offset, view)
+        done = self.file.read_into(offset, view)
+        self.read += done
+        return done
 
     def small(self, span: Span) -> Optional[bytes]:
         """The bytes of a range of at most ``SMALL_BYTES`` through the window (None where the file ends first)."""
@@ -160,6 +170,16 @@ class _Reader:
                 return None
         start = span.offset - self._window_start
         return bytes(self._window[start: start + span.size])
+
+
+class CheckCost:
+    """What a self-check cost in I/O: the bytes its comparisons read, of both files (working state: the rewrite
+    hands one in and reports it)."""
+
+    __slots__ = ("bytes_read",)
+
+    def __init__(self) -> None:
+        self.bytes_read = 0
 
 
 class ByteChecker:
@@ -177,6 +197,11 @@ class ByteChecker:
         self._output = _Reader(self.written)
         self._a = bytearray(FULL_COMPARE_BYTES)
         self._b = bytearray(FULL_COMPARE_BYTES)
+
+    @property
+    def bytes_read(self) -> int:
+        """The bytes the comparisons read so far, of both files (what the self-check costs in I/O)."""
+        return self._source.read + self._output.read
 
     def first_difference(self, same: Iterable[SameBytes], zeros: Iterable[ZeroBytes] = (),
                          computed: Iterable[ComputedBytes] = ()) -> Optional[Difference]:
@@ -207,7 +232,7 @@ class ByteChecker:
             return None
         sampled = not self.full and self.recipe is not None and \
             self.recipe.proves(self._source.fd, source, written)
-        for start, length in windows(source.size, self.full or not sampled):
+        for start, length in windows(source.size, self.full or not sampled, written.offset):
             view_a, view_b = memoryview(self._a)[:length], memoryview(self._b)[:length]
             if self._source.into(view_a, source.offset + start) != length:
                 raise self._changed(source.offset + start + length)

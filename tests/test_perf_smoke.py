@@ -123,4 +123,6 @@ def test_self_check_overlap_and_bytes(tmp_path: Path) -> None:
     windows = verify_bytes.windows(5 << 20, full=False)
     assert windows[0] == (0, verify_bytes.SAMPLE_BYTES)
     assert windows[-1] == ((5 << 20) - verify_bytes.SAMPLE_BYTES, verify_bytes.SAMPLE_BYTES)
+    assert len(windows) == 2 + verify_bytes.SPREAD_WINDOWS == len(verify_bytes.windows(1 << 30, full=False))
+    assert windows == verify_bytes.windows(5 << 20, full=False) != verify_bytes.windows(5 << 20, False, 4096)
     assert sum(length for _, length in verify_bytes.windows(5 << 20, full=True)) == 5 << 20

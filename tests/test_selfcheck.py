@@ -425,22 +425,99 @@ def test_full_verification_compares_every_byte_of_bulk_copies(monkeypatch: pytes
     from pte_devconst.rewriter import verify_bytes
     source = _large_program(tmp_path, 1 << 17)  # a 2 MiB constant
     real_write = rewrite_module.write_pte_to_fd
+    damaged: list[int] = []  # where, relative to the range
 
     def write_then_damage(fd, layout, contents, progress=None, *, writeback=True):
         real_write(fd, layout, contents, progress, writeback=writeback)
         segment, offset = next((i, o) for i, content in enumerate(contents) for o, piece in content.pieces
                                if isinstance(piece, FileRange) and piece.size == 2 << 20 and i == len(contents) - 1)
-        where = layout.segment_base + layout.segments[segment].offset + offset + verify_bytes.SAMPLE_BYTES + 1000
-        os.pwrite(fd, bytes([os.pread(fd, 1, where)[0] ^ 0xFF]), where)
+        start_of_range = layout.segment_base + layout.segments[segment].offset + offset
+        sampled = verify_bytes.windows(2 << 20, False, start_of_range)
+        inside = next(k for k in range(verify_bytes.SAMPLE_BYTES + 1000, 2 << 20, 4096)
+                      if all(not start <= k < start + length for start, length in sampled))
+        damaged[:] = [inside]
+        os.pwrite(fd, bytes([os.pread(fd, 1, start_of_range + inside)[0] ^ 0xFF]), start_of_range + inside)
 
     monkeypatch.setattr(rewrite_module, "write_pte_to_fd", write_then_damage)
     sampled = invoke("rewrite", source, "-o", tmp_path / "sampled.pte")
     assert sampled.exit_code == 0, sampled.stderr  # the damage lies between the sampled windows
     (tmp_path / "sampled.pte").unlink()
-    _refused(tmp_path, source, "moved value 0", "its bytes differ from the input's at byte 66,536",
+    _refused(tmp_path, source, "moved value 0", f"its bytes differ from the input's at byte {damaged[0]:,}",
              extra=("--verify", "full"))
     monkeypatch.setenv("PTE_DEVCONST_FULL_CHECK", "1")
-    _refused(tmp_path, source, "moved value 0", "at byte 66,536")
+    _refused(tmp_path, source, "moved value 0", f"at byte {damaged[0]:,}")
+
+
+def _writer_with(monkeypatch: pytest.MonkeyPatch, change: Callable[[int, int, int, int], tuple[int, int]]) -> None:
+    """The writer's kernel copy of the one 2 MiB range given a wrong source offset or length (``change(src_fd,
+    offset, count, dst_fd)`` -> the (offset, count) really copied): a writer bug, with the recipe still right."""
+    from pte_devconst.schema import pte_writer
+    real = pte_writer.copy_range
+
+    def copy(src_fd: int, offset: int, count: int, dst_fd: int) -> None:
+        if count == 2 << 20:
+            new_offset, new_count = change(src_fd, offset, count, dst_fd)
+            real(src_fd, new_offset, new_count, dst_fd)
+            if new_count < count:  # the rest of the range as the file would hold it: zeros
+                os.write(dst_fd, bytes(count - new_count))
+            return
+        real(src_fd, offset, count, dst_fd)
+
+    monkeypatch.setattr(pte_writer, "copy_range", copy)
+
+
+def test_a_bulk_copy_from_a_shifted_source_offset_is_caught_in_its_first_window(monkeypatch: pytest.MonkeyPatch,
+                                                                               tmp_path: Path) -> None:
+    source = _large_program(tmp_path, 1 << 17)  # a 2 MiB constant
+    _writer_with(monkeypatch, lambda fd, offset, count, dst: (offset + 16, count))
+    _refused(tmp_path, source, "moved value 0", "its bytes differ from the input's at byte 0")
+
+
+def test_a_bulk_copy_of_the_wrong_length_is_caught_in_its_last_window(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path) -> None:
+    source = _large_program(tmp_path, 1 << 17)
+    _writer_with(monkeypatch, lambda fd, offset, count, dst: (offset, count - 4096))
+    line = _refused(tmp_path, source, "moved value 0", "its bytes differ from the input's at byte ")
+    at = int(line.split("at byte ")[1].split(";")[0].replace(",", ""))
+    assert (2 << 20) - 4096 <= at < 2 << 20  # in the last window, where the copy stopped short
+
+
+def test_a_wrong_byte_the_writer_wrote_itself_is_caught(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Bytes the tool writes itself are read back whole, never sampled: a moved constant's data index one off in
+    the program the writer encoded (its flatbuffer) is a file that is not the plan's."""
+    from pte_devconst.schema import pte_writer
+    real = pte_writer.write_all
+    from pte_devconst import api
+    index = api.rewrite(pte_path("v_a_dtypes_copy"), dry_run=True).plan.placements[0].initial_data_index
+
+    def write(fd: int, data: bytes) -> None:
+        marker = index.to_bytes(4, "little")
+        if data[4:8] == b"ET12" and marker in data:  # the program: the first moved constant's data index, one off
+            at = data.rindex(marker)
+            data = data[:at] + (index + 1).to_bytes(4, "little") + data[at + 4:]
+        real(fd, data)
+
+    monkeypatch.setattr(pte_writer, "write_all", write)
+    dest = tmp_path / "out.pte"
+    done = invoke("rewrite", pte_path("v_a_dtypes_copy"), "-o", dest)
+    assert done.exit_code == 2 and not dest.exists(), done.stderr
+    assert "failed the self-check" in done.stderr
+
+
+def test_the_sampled_self_check_reads_a_bounded_amount_per_range(tmp_path: Path) -> None:
+    """Four pages of each file per bulk range, whatever its size: the bytes read grow with the ranges' number."""
+    from pte_devconst import api
+    from pte_devconst.rewriter import verify_bytes
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    small, large = _large_program(tmp_path / "a", 1 << 17), _large_program(tmp_path / "b", 1 << 20)  # 2 and 16 MiB
+    read = [api.rewrite(path, path.with_name("out.pte")).self_check_bytes for path in (small, large)]
+    assert read[0] == read[1], read  # the same number of bulk ranges: the same bytes, 8x the data
+    window = 2 * (2 + verify_bytes.SPREAD_WINDOWS) * verify_bytes.SAMPLE_BYTES
+    assert window <= read[0] < window + 4 * verify_bytes.FULL_COMPARE_BYTES  # and the small ranges' reads
+    full = api.rewrite(large, large.with_name("full.pte"), verify="full").self_check_bytes
+    assert full >= 2 * (16 << 20)  # --verify full reads every byte of both
 
 
 def test_an_unproven_bulk_range_is_compared_whole(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
