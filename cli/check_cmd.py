@@ -25,9 +25,9 @@ from pte_devconst.cli.config import ConfigOption, IsolatedOption, RuntimeOption
 from pte_devconst.cli.formats import (DEFAULT_ANNOTATIONS, Annotation, Format, GithubReport, Output, Renderers, View,
                                       format_option, resolve)
 from pte_devconst.cli.markdown import MARKDOWN_LIMIT, Block, fit_blocks
-from pte_devconst.cli.output import (DataOption, DeviceOption, EtrecordOption, JsonFlag, MinBytesOption, fold_hint,
-                                     github_annotation, markdown_table, md_code, md_text, memory_change, printable,
-                                     stdout_console, table, write_report)
+from pte_devconst.cli.output import (DataOption, DeviceOption, EtrecordOption, JsonFlag, MinBytesOption,
+                                     ProgressOption, fold_hint, github_annotation, markdown_table, md_code, md_text,
+                                     memory_change, printable, stdout_console, table, write_report)
 from pte_devconst.cli.progress import files_progress
 from pte_devconst.program.labels import constant_label
 from pte_devconst.util.exit_code import ExitCode
@@ -562,6 +562,7 @@ def check_command(
         "level (error, warning, notice), the worst first (0: all); GitHub shows 10 of each per step.")]
         = DEFAULT_ANNOTATIONS,
     reports: ReportOption = None,
+    progress: ProgressOption = None,
     config: ConfigOption = None,
     isolated: IsolatedOption = False,
 ) -> None:
@@ -591,14 +592,16 @@ def check_command(
         if chosen.excluded and not options.quiet:
             typer.echo(printable(f"nothing to check: every program named is excluded by {settings.path}"), err=True)
         return
-    with files_progress("checking", [str(p) for p in chosen.paths], options.quiet) as advance:
+    logged = progress if progress is not None else bool(settings.progress)  # lines in a CI log too
+    with files_progress("checking", [str(p) for p in chosen.paths], options.quiet, logged) as advance:
         report = api.check(chosen, strict=strict if strict is not None else bool(settings.strict),
-                           progress=(lambda done, total, name: advance(done, Path(name).name)) if advance else None,
+                           progress=(lambda done, total, name: advance(done, name)) if advance else None,
                            etrecord=etrecord, accept=settings.accept, options=plan_options)
+    if report.device_problems:  # a --device no program uses is a bad option value: one line, no report
+        typer.echo(printable(f"pte-devconst: error: {'; '.join(report.device_problems)}"), err=True)
+        raise typer.Exit(ExitCode.ERROR)
     for failed in report.errors:
         typer.echo(printable(f"pte-devconst: error: {failed.error}"), err=True)
-    for problem in report.device_problems:
-        typer.echo(printable(f"pte-devconst: error: {problem}"), err=True)
     if not options.quiet:
         for warning in report.warnings:
             typer.echo(printable(f"pte-devconst: warning: {warning}"), err=True)

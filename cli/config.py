@@ -41,6 +41,7 @@ KEYS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "device": ((str, list), "a device (cuda:0) or a list of them"),
     "output-format": (str, "one of " + ", ".join(f.value for f in Format)),
     "runtime": (str, 'the ExecuTorch release the programs must load in, as "1.5"'),
+    "progress": (bool, "true or false"),
     "accept": (list, "an array of tables ([[tool.pte-devconst.accept]])"),
 }
 ConfigOption = Annotated[Optional[str], typer.Option(
@@ -69,6 +70,7 @@ class Config:
     device: Optional[tuple[str, ...]] = None
     output_format: Optional[str] = None
     runtime: Optional[str] = None  # the release the project deploys, as "1.5" (rewrite's encoding, check's rule)
+    progress: Optional[bool] = None  # progress lines also where stderr is no terminal (a CI log)
     accept: tuple["Acceptance", ...] = field(default=())
 
     @property
@@ -197,6 +199,7 @@ def parse(table: dict[str, Any], path: Path, pyproject: bool = True) -> Config:
                   exclude=tuple(table.get("exclude", ())), min_bytes=table.get("min-bytes"),
                   strict=table.get("strict"), fold=table.get("fold"), device=devices,
                   output_format=table.get("output-format"), runtime=table.get("runtime"),
+                  progress=table.get("progress"),
                   accept=_acceptances(table.get("accept", []), path, pyproject))
 
 

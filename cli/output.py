@@ -50,6 +50,11 @@ DeviceOption = Annotated[Optional[list[str]], typer.Option(
     "--device", metavar="DEVICE", show_default=False,
     help="Only constants that could move to this device (repeatable, e.g. cuda:0); a device no program uses is an "
     "error.")]
+ProgressOption = Annotated[Optional[bool], typer.Option(
+    "--progress/--no-progress", show_default=False,
+    help="Show progress on stderr also where it is no terminal (a CI log: a line per file, per call, or per phase "
+    "of a large rewrite); on a terminal bars show anyway (never with --quiet). [default: no, or progress in the "
+    "config for rewrite and check]")]
 MinBytesOption = Annotated[Optional[int], typer.Option(
     "--min-bytes", metavar="N", min=0, show_default=False, help="Leave constants smaller than this out [default: 0].")]
 

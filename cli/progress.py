@@ -1,7 +1,10 @@
-"""rich progress bars for long work, shown only when stderr is a terminal and not --quiet.
+"""Progress of long work on stderr: rich bars on a terminal, plain lines in a log, nothing with --quiet.
 
-Sizes are binary (KiB, MiB, GiB), as every report prints them (``util.units.human_bytes``).  A rewrite names
-its phases (planning, writing, self-check, fsync), validate each method and call, diff its two reads.
+Bars are drawn only when stderr is a terminal.  ``--progress`` (config ``progress = true``) also writes progress
+where stderr is no terminal (a CI log): one line per file as its work starts (``rewrite``, ``check``, ``validate``)
+or per call (``run``, ``validate``), and one per phase of a rewrite of a file over ``PHASE_LINES_FROM``.  Sizes
+are binary (KiB, MiB, GiB), as every report prints them (``util.units.human_bytes``).  A rewrite names its phases
+(planning, writing, self-check, fsync), validate each method and call, diff its two reads.
 """
 
 from __future__ import annotations
@@ -26,8 +29,28 @@ def _stderr() -> "Console":
 PROGRESS_THRESHOLD = 64 << 20
 
 
+# In a log, a rewrite of a file this large gets one line per phase: its writing and self-check take seconds.
+PHASE_LINES_FROM = 256 << 20
+
+
 def progress_wanted(total_bytes: int, quiet: bool) -> bool:
     return not quiet and total_bytes >= PROGRESS_THRESHOLD and sys.stderr.isatty()
+
+
+def log_wanted(forced: bool, quiet: bool) -> bool:
+    """Whether progress goes to stderr as plain lines: asked for (``--progress``), not ``-q``, and stderr is no
+    terminal (where it is one, the bars show anyway)."""
+    return forced and not quiet and not sys.stderr.isatty()
+
+
+def log_line(text: str) -> None:
+    """One progress line on stderr, flushed at once (a CI log shows it while the work goes on)."""
+    print(f"pte-devconst: {text}", file=sys.stderr, flush=True)
+
+
+def counted(name: str, position: Optional[tuple[int, int]]) -> str:
+    """``model.pte (3/50)``: a file and where it stands among those the command works on."""
+    return name if position is None else f"{name} ({position[0]}/{position[1]})"
 
 
 @contextlib.contextmanager
@@ -61,9 +84,29 @@ class RewriteBar:
         self.bar.update(self.task, completed=done, total=max(total, done))
 
 
+class PhaseLines:
+    """A rewrite's phases as lines in a log: one as each phase starts, none per byte written."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def phase(self, what: str) -> None:
+        log_line(f"{self.label}: {what}")
+
+    def progress(self, done: int, total: int) -> None:
+        """Bytes written: a log gets no line for them (the phases say where the work is)."""
+
+
 @contextlib.contextmanager
-def rewrite_progress(name: str, total_bytes: int, quiet: bool) -> Iterator[Optional[RewriteBar]]:
-    """A ``RewriteBar`` for rewriting a program of ``total_bytes``, or None when no bar should be drawn."""
+def rewrite_progress(name: str, total_bytes: int, quiet: bool, *, forced: bool = False,
+                     position: Optional[tuple[int, int]] = None) -> Iterator[Optional[RewriteBar | PhaseLines]]:
+    """A ``RewriteBar`` for rewriting a program of ``total_bytes`` on a terminal, ``PhaseLines`` in a log (with
+    ``--progress``: a line for the file, then one per phase when it is over ``PHASE_LINES_FROM``), or None."""
+    if log_wanted(forced, quiet):
+        label = f"rewriting {counted(name, position)}"
+        log_line(label)
+        yield PhaseLines(label) if total_bytes > PHASE_LINES_FROM else None
+        return
     if not progress_wanted(total_bytes, quiet):
         yield None
         return
@@ -110,12 +153,20 @@ MANY_FILES = 16
 
 
 @contextlib.contextmanager
-def files_progress(label: str, paths: list[str], quiet: bool) -> Iterator[Optional[Callable[[int, str], None]]]:
-    """Yield an ``advance(done, current_name)`` callback for work over several files, or None (no bar).
+def files_progress(label: str, paths: list[str], quiet: bool,
+                   forced: bool = False) -> Iterator[Optional[Callable[[int, str], None]]]:
+    """Yield an ``advance(done, current_name)`` callback for work over several files (called as each starts,
+    ``done`` of them finished), or None.
 
     A bar is drawn only when stderr is a terminal, not ``--quiet``, and the work is long enough to
-    notice: many files, or files that together reach ``PROGRESS_THRESHOLD`` bytes.
+    notice: many files, or files that together reach ``PROGRESS_THRESHOLD`` bytes.  With ``forced``
+    (``--progress``) and stderr no terminal, each file gets a line as its work starts, whatever the work.
     """
+    if log_wanted(forced, quiet):
+        def line(done: int, name: str) -> None:
+            log_line(f"{label} {counted(name, (done + 1, len(paths)))}")
+        yield line
+        return
     total_bytes = 0
     for path in paths:
         try:

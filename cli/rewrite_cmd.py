@@ -15,15 +15,15 @@ from pte_devconst.cli.app import command, for_each_program, global_options, warn
 from pte_devconst.cli.config import ConfigOption, IsolatedOption, RuntimeOption, load as load_config
 from pte_devconst.cli.formats import Format, Output, Renderers, View, format_option, resolve
 from pte_devconst.cli.mermaid import diagrams
-from pte_devconst.cli.output import (DataOption, DeviceOption, EtrecordOption, JsonFlag, MinBytesOption,
+from pte_devconst.cli.output import (DataOption, DeviceOption, EtrecordOption, JsonFlag, MinBytesOption, ProgressOption,
                                      device_memory_line, echo_lines, fold_hint, markdown_table, markup_safe, md_code,
                                      md_text, names_notes, printable, stderr_console, stdout_console, table)
 from pte_devconst.cli.progress import rewrite_progress
 from pte_devconst.program.labels import constant_label, name_cell, value_name
 from pte_devconst.rewriter.request import VerifyMode
 from pte_devconst.util.errors import DeviceNotUsedError, PteDevconstError
-from pte_devconst.util.exit_code import ExitCode
-from pte_devconst.util.units import exact_bytes, human_bytes, plural
+from pte_devconst.util.exit_code import ExitCode, worst_exit
+from pte_devconst.util.units import exact_bytes, human_bytes, listing, plural
 
 if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
     from pte_devconst.rewriter.rewrite import RewriteResult
@@ -116,6 +116,8 @@ def render_text(result: RewriteResult, view: View) -> None:
     if plan.is_empty:
         if result.output is None:
             outcome = "no file written (dry run)."
+        elif not result.written:
+            outcome = f"no file written: {markup_safe(not_judged_text(result))}."
         elif result.in_place:
             outcome = "left as it is."
         else:
@@ -219,11 +221,23 @@ def _buffer_change(buffer: BufferGrowth) -> str:
     return "grown" if buffer.new_size > buffer.old_size else "same"
 
 
+def not_judged_text(result: RewriteResult) -> str:
+    """``2 external constants not judged (their .ptd was not found: put ext.ptd next to it or pass --ptd FILE.ptd):
+    a.weight, a.bias``: what a rewrite could not judge, as ``check`` calls it (exit 3)."""
+    from pte_devconst.paths import ptd_hint
+
+    missing = result.not_judged
+    return (f"{plural(len(missing), 'external constant')} not judged (their .ptd was not found: "
+            f"{ptd_hint(result.input)}): {listing([c.name for c in missing], 6)}")
+
+
 def concise_line(result: RewriteResult, view: Optional[View] = None) -> str:
     """One program in one line (``--format concise``, what the pre-commit hook prints)."""
     plan = result.plan
+    unjudged = f"; {not_judged_text(result)}" if result.not_judged else ""
     if plan.is_empty:
-        return printable(f"{result.input}: nothing to move")
+        where = "; no file written" if result.output is not None and not result.written else ""
+        return printable(f"{result.input}: nothing to move{where}{unjudged}")
     from pte_devconst.rewriter.encodings.words import conversion_phrase
 
     if result.output is None:
@@ -236,7 +250,7 @@ def concise_line(result: RewriteResult, view: Optional[View] = None) -> str:
     parts = [f"{plural(moved, 'tensor')} moved to device memory ({human_bytes(plan.bytes_per_call_saved)} fewer "
              "host-to-device bytes per call)"] if moved or not plan.converted else []
     parts += [conversion_phrase(plan)] if plan.converted else []
-    return printable(f"{result.input}: {'; '.join(parts)}; {where}; {runtime_clause(plan)}")
+    return printable(f"{result.input}: {'; '.join(parts)}; {where}; {runtime_clause(plan)}{unjudged}")
 
 
 def render_markdown(result: RewriteResult, view: View) -> list[str]:
@@ -246,6 +260,8 @@ def render_markdown(result: RewriteResult, view: View) -> list[str]:
     if plan.is_empty:
         if dry:
             outcome = " No file written (dry run)."
+        elif not result.written:
+            outcome = f" No file written: {md_text(not_judged_text(result))}."
         elif result.in_place:
             outcome = " Left as it is."
         else:
@@ -339,6 +355,7 @@ def rewrite_command(
     etrecord: EtrecordOption = None,
     fmt: Annotated[Optional[str], format_option(REWRITE)] = None,
     json_flag: JsonFlag = False,
+    progress: ProgressOption = None,
     config: ConfigOption = None,
     isolated: IsolatedOption = False,
 ) -> None:
@@ -347,9 +364,10 @@ def rewrite_command(
     With --fold, also compute the host's transposes, views and casts of constants that device delegates read,
     once, and store their results in device memory the same way.  Several programs are rewritten one by one,
     each to its NAME.devconst.pte (or in place); a program that fails is reported on stderr, the others are
-    still rewritten, and the exit code is 2.  A --device that the program uses none of is an error (nothing is
-    written); with several programs, one that uses none of them is skipped with a warning, and a --device no
-    program uses is an error.
+    still rewritten, and the exit code is 2.  External constants whose .ptd is missing cannot be judged: they
+    are listed, the exit code is 3 (as check's), and a program with nothing else to move is not written.  A
+    --device that the program uses none of is an error (nothing is written); with several programs, one that
+    uses none of them is skipped with a warning, and a --device no program uses is an error.
     """
     from pte_devconst import api
 
@@ -363,10 +381,14 @@ def rewrite_command(
     chosen_runtime = runtime is not None or settings.runtime is not None  # else the summary says what loads it
     names = api.names_from(etrecord)
 
+    logged = progress if progress is not None else bool(settings.progress)  # lines in a CI log too
+    positions: dict[Path, tuple[int, int]] = {}
+
     def rewrite_one(file: Path, destination: Optional[Path], data: Optional[Path]) -> RewriteResult:
         request = api.rewrite_request(file, destination, ptd=data, paired=True, dry_run=dry_run, in_place=in_place,
                                       fsync=fsync, verify=verify, options=plan_options, names=names)
-        with rewrite_progress(file.name, _size(file), options.quiet) as bar:
+        with rewrite_progress(str(file), _size(file), options.quiet, forced=logged,
+                              position=positions.get(file)) as bar:
             return api.rewrite_program(request, progress=bar.progress if bar else None,
                                        phase=bar.phase if bar else None)
 
@@ -390,13 +412,15 @@ def rewrite_command(
         shown.close()
         say_needs(result)
         unused_devices(plan_options, [result.devices])
-        if exit_on_change and result.changed:
-            raise typer.Exit(ExitCode.FINDINGS)
+        code = outcome_code([result], exit_on_change)
+        if code is not ExitCode.OK:
+            raise typer.Exit(code)
         return
     if output is not None:
         raise PteDevconstError(f"--output names one output, but {plural(len(chosen.paths), 'program')} were given; "
                                "rewrite several to their default names (NAME.devconst.pte) or with --in-place")
     shown.several = True
+    positions.update((path, (index + 1, len(chosen.paths))) for index, path in enumerate(chosen.paths))
     used: list[tuple[str, ...]] = []
 
     def rewrite_many(item: Path) -> Optional[RewriteResult]:
@@ -422,8 +446,21 @@ def rewrite_command(
     unused_devices(plan_options, used)
     if failed:
         raise typer.Exit(ExitCode.ERROR)
-    if exit_on_change and any(r is not None and r.changed for r in results):
-        raise typer.Exit(ExitCode.FINDINGS)
+    code = outcome_code([r for r in results if r is not None], exit_on_change)
+    if code is not ExitCode.OK:
+        raise typer.Exit(code)
+
+
+def outcome_code(results: list[RewriteResult], exit_on_change: bool) -> ExitCode:
+    """1 when ``--exit-non-zero-on-change`` and a program changed; else 3 when a program's external constants could
+    not be judged (as ``check``: its .ptd was not found, so "nothing to move" is not known); else 0."""
+    codes = [ExitCode.OK]
+    for result in results:
+        if exit_on_change and result.changed:
+            codes.append(ExitCode.FINDINGS)
+        elif result.not_judged:
+            codes.append(ExitCode.UNKNOWN)
+    return worst_exit(codes)
 
 
 def unused_devices(plan_options: Any, used: list[tuple[str, ...]]) -> None:

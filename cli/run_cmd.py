@@ -9,9 +9,9 @@ import typer
 
 from pte_devconst.cli.app import command, global_options
 from pte_devconst.cli.formats import Output, Renderers, View, format_option, resolve
-from pte_devconst.cli.output import (EtrecordOption, JsonFlag, markdown_table, markup_safe, md_code, md_text,
-                                     printable, stdout_console, table)
-from pte_devconst.cli.runner_options import (InputsOption, OpaqueOption, ProfileOption, ProgressOption, PtdOption,
+from pte_devconst.cli.output import (EtrecordOption, JsonFlag, ProgressOption, markdown_table, markup_safe, md_code,
+                                     md_text, printable, stdout_console, table)
+from pte_devconst.cli.runner_options import (InputsOption, OpaqueOption, ProfileOption, PtdOption,
                                               SimulateOption, caller_memory_note, delegates_note, opaque_note)
 from pte_devconst.util.units import exact_bytes, plural
 
@@ -164,7 +164,7 @@ def run_command(
         "[outputs of each call]}: what validate --expected reads).", show_default=False)] = None,
     fmt: Annotated[Optional[str], format_option(RUN)] = None,
     json_flag: JsonFlag = False,
-    progress: ProgressOption = False,
+    progress: ProgressOption = None,
 ) -> None:
     """Run a program the way the ExecuTorch runtime does and count every host/device copy.
 
@@ -178,7 +178,7 @@ def run_command(
     options = global_options(ctx)
     view = View(options.quiet, options.verbose)
     output = Output(RUN, resolve(RUN, fmt, json_flag, view), view)
-    with steps_progress(f"running {file.name}", options.quiet, wanted=calls > 1, forced=progress) as advance:
+    with steps_progress(f"running {file.name}", options.quiet, wanted=calls > 1, forced=bool(progress)) as advance:
         result = api.run(file, ptd=ptd, method=method, inputs=inputs, calls=calls, simulate_devices=simulate_devices,
                          opaque_delegates=opaque_delegates, profile=profile, etrecord=etrecord, outputs=outputs,
                          progress=advance)

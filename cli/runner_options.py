@@ -18,9 +18,6 @@ PtdOption = Annotated[Optional[Path], typer.Option(
 InputsOption = Annotated[Optional[Path], typer.Option(
     "--inputs", "-i", metavar="FILE", help="torch.save file of inputs: {method: [call, ...]}, a list of calls, or "
     "one tuple of tensors (default: deterministic random inputs of the right shapes).")]
-ProgressOption = Annotated[bool, typer.Option(
-    "--progress", help="Show progress on stderr also where it is no terminal (a CI log: one line per call); on a "
-    "terminal it is shown anyway (not with --quiet).")]
 SimulateOption = Annotated[bool, typer.Option(
     "--simulate-devices", help="Keep device memory on the host (no GPU needed); every count stays the same.")]
 ProfileOption = Annotated[bool, typer.Option(

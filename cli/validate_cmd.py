@@ -10,9 +10,9 @@ import typer
 from pte_devconst.util.record import record
 from pte_devconst.cli.app import command, fail, global_options
 from pte_devconst.cli.formats import Format, Output, Renderers, View, format_option, resolve
-from pte_devconst.cli.output import (EtrecordOption, JsonFlag, echo_lines, markdown_table, markup_safe, md_code,
-                                     md_text, printable, stdout_console, table)
-from pte_devconst.cli.runner_options import (InputsOption, ProfileOption, ProgressOption, PtdOption, SimulateOption,
+from pte_devconst.cli.output import (EtrecordOption, JsonFlag, ProgressOption, echo_lines, markdown_table,
+                                     markup_safe, md_code, md_text, printable, stdout_console, table)
+from pte_devconst.cli.runner_options import (InputsOption, ProfileOption, PtdOption, SimulateOption,
                                               caller_memory_note, delegates_note, opaque_note)
 from pte_devconst.util.errors import PteDevconstError, ReportedError
 from pte_devconst.util.exit_code import ExitCode, worst_exit
@@ -307,7 +307,7 @@ def validate_command(
     etrecord: EtrecordOption = None,
     fmt: Annotated[Optional[str], format_option(VALIDATE)] = None,
     json_flag: JsonFlag = False,
-    progress: ProgressOption = False,
+    progress: ProgressOption = None,
     engine: Annotated[str, typer.Option("--engine", metavar="ENGINE", help=ENGINE_HELP)] = "runner",
 ) -> None:
     """Check that a rewrite computes the same outputs, gives every delegate call the same bytes, and copies
@@ -340,7 +340,7 @@ def validate_command(
     for index, pair in enumerate(pairs):
         label = f"validating {pair.original.name}" + (f" ({index + 1}/{len(pairs)})" if several else "")
         try:
-            with steps_progress(label, options.quiet, forced=progress) as advance:  # loading torch takes seconds
+            with steps_progress(label, options.quiet, forced=bool(progress)) as advance:  # loading torch takes seconds
                 result = api.validate(pair.original, pair.rewritten, ptd=ptd, rewritten_ptd=rewritten_ptd,
                                       inputs=pair.inputs, expected=pair.expected, calls=calls, rtol=rtol, atol=atol,
                                       simulate_devices=simulate_devices, methods=method or None, profile=profile,

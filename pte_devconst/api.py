@@ -460,7 +460,7 @@ def validate(original: ProgramLike, rewritten: ProgramLike, *, ptd: Optional[Pat
     least 3) calls per method, and each first-call copy held to running once (``runner/executorch_engine.py``).
     """
     if engine not in ENGINES:
-        raise PteDevconstError(f"unknown engine {engine!r} (choose one of: {', '.join(ENGINES)})")
+        raise PteDevconstError(f"--engine: unknown engine {engine!r} (choose one of: {', '.join(ENGINES)})")
     if (rtol is not None and rtol < 0) or (atol is not None and atol < 0):
         raise PteDevconstError("--rtol and --atol must not be negative")
     if engine == "executorch":
@@ -521,9 +521,9 @@ def check(files: Union[ProgramLike, Iterable[ProgramLike], Programs], *,
     uses is an error (``report.device_problems``, exit code 2) and a program that uses none of them a
     warning (``report.warnings``).  Never raises for a bad file: each unreadable file (or one the
     runtime's verifier would refuse) is a ``FileCheck`` with ``error`` set, and ``report.exit_code``
-    is 2.  ``progress(done, total, name)`` is called after each file.  ``fold=True`` also counts what
-    ``rewrite --fold`` would move (each folded chain, each constant that moves once its kernels go) as
-    findings; without it, ``FileCheck.foldable`` says how many more tensors that would be.
+    is 2.  ``progress(done, total, name)`` is called as each file starts (``done`` finished).  ``fold=True``
+    also counts what ``rewrite --fold`` would move (each folded chain, each constant that moves once its
+    kernels go) as findings; without it, ``FileCheck.foldable`` says how many more tensors that would be.
 
     ``files`` may also hold programs in memory (bytes, a binary file object, a program manager), or be one;
     a single ``ptd`` goes with a single one.  ``etrecord`` names the constants of the programs it matches.

@@ -534,7 +534,8 @@ def check_programs(request: CheckRequest, progress: Optional[Callable[[int, int,
                    ) -> CheckReport:
     """Judge every program of ``request``; never raises for a bad file (its ``FileCheck.error`` says why).
 
-    ``progress(done, total, name)`` is called after each program read from a file.
+    ``progress(done, total, name)`` is called as each program read from a file starts (``done`` of ``total``
+    finished: a log names the file being judged, a bar counts those done).
     """
     results: list[FileCheck] = []
     used: set[int] = set()
@@ -545,6 +546,8 @@ def check_programs(request: CheckRequest, progress: Optional[Callable[[int, int,
             results.append(FileCheck(item.file, item.ptd, 0, (), item.text))
             continue
         name, data = str(item.program), str(item.ptd) if item.ptd else None
+        if isinstance(item.program, Path) and progress is not None:
+            progress(done, files, name)
         try:
             results.append(_accepting(check_program(item, request), request.accept, used))
         except PteDevconstError as error:
@@ -555,8 +558,6 @@ def check_programs(request: CheckRequest, progress: Optional[Callable[[int, int,
             results.append(FileCheck(name, data, 0, (), f"{name}: {error.strerror or error}"))
         if isinstance(item.program, Path):
             done += 1
-            if progress is not None:
-                progress(done, files, name)
     if not results:
         results.append(FileCheck("", None, 0, (), "no files given"))
     options = request.options

@@ -66,6 +66,18 @@ class RewriteResult:
         return not self.plan.is_empty
 
     @property
+    def not_judged(self) -> tuple[ConstantVerdict, ...]:
+        """External constants whose .ptd was not found or given: neither moved nor called clean (``check`` exits 3
+        on them; so does ``rewrite``, and it writes nothing when nothing else changed)."""
+        return self.plan.analysis.unknown
+
+    @property
+    def written(self) -> bool:
+        """Whether a file was written: not for a dry run, nor for a program with nothing to move and constants not
+        judged (an identical copy would read as "checked, nothing to do")."""
+        return self.output is not None and not (self.plan.is_empty and self.not_judged)
+
+    @property
     def in_place(self) -> bool:
         """Whether the output replaced the input."""
         return self.output is not None and self.data is None and Path(self.output) == Path(self.input)
@@ -148,6 +160,9 @@ def rewrite(request: RewriteRequest, progress: Optional[Progress] = None,
         if request.dry_run:
             return RewriteResult(where, None, plan, source.size, None, removed, fold_gain=gain, names=found,
                                  flows=flows, devices=used)
+        if plan.is_empty and plan.analysis.unknown and source_path is not None:  # nothing judged to move: no copy
+            return RewriteResult(where, str(request.destination), plan, source.size, None, removed, None, gain,
+                                 names=found, flows=flows, devices=used)
         destination = request.destination
         cost = CheckCost()
 

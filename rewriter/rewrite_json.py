@@ -86,6 +86,10 @@ def rewrite_json(result: "RewriteResult") -> dict[str, Any]:
         "changed": result.changed, "names": names_json(result.names),
         "verified": result.verified,
         "self_check_bytes_read": result.self_check_bytes,
+        "written": result.written,
+        "not_judged": [{"method": c.method, "value": c.value, "name": c.name, "nbytes": c.nbytes,
+                        "device": None if c.pending_device is None else str(c.pending_device)}
+                       for c in result.not_judged],
         "input_size": result.input_size, "output_size": result.output_size,
         "constants_moved": len(plan.placements), "values_folded": len(plan.folds),
         "bytes_per_call_saved": plan.bytes_per_call_saved,

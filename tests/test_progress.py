@@ -81,3 +81,77 @@ def test_nothing_is_drawn_when_stderr_is_not_a_terminal(tmp_path: Path) -> None:
         assert done.exit_code == 0 and done.stderr == ""
     with progress_module.rewrite_progress("big.pte", 10 << 30, quiet=False) as bar:
         assert bar is None  # pytest's stderr is no terminal
+
+
+# --- --progress in a CI log: a line per file (and per phase of a large rewrite), none with -q (issue 38) -------
+
+def _zoo(tmp_path: Path, count: int) -> Path:
+    """A folder of ``count`` programs, as a model zoo a CI step goes over."""
+    folder = tmp_path / "assets" / "models" / "vision"
+    folder.mkdir(parents=True)
+    for index in range(count):
+        (folder / f"m{index:02d}.pte").write_bytes(PTE.read_bytes())
+    return folder
+
+
+@pytest.mark.parametrize("command", ["rewrite", "check"])
+def test_progress_writes_a_line_per_file_where_stderr_is_no_terminal(tmp_path: Path, command: str) -> None:
+    """Was: rewrite and check had no --progress; a CI step over a model zoo printed nothing for minutes."""
+    folder = _zoo(tmp_path, 6)
+    verb = "rewriting" if command == "rewrite" else "checking"
+    extra = ["--dry-run"] if command == "rewrite" else []
+    done = invoke(command, folder, "--progress", "--format", "concise", *extra)
+    assert done.exit_code in (0, 1), done.output
+    lines = [line for line in done.stderr.splitlines() if verb in line]
+    assert lines == [f"pte-devconst: {verb} {folder / f'm{i:02d}.pte'} ({i + 1}/6)" for i in range(6)]
+    assert verb not in done.stdout  # the report stays clean: progress is stderr's
+    quiet = invoke(command, folder, "--progress", "-q", *extra)
+    assert verb not in quiet.stderr  # -q: nothing
+    plain = invoke(command, folder, *extra)
+    assert verb not in plain.stderr  # not asked for, no terminal: nothing
+
+
+@pytest.mark.parametrize("command", ["rewrite", "check"])
+def test_the_config_key_turns_progress_on_and_the_command_line_off(tmp_path: Path, command: str) -> None:
+    folder = _zoo(tmp_path, 2)
+    config = tmp_path / "pyproject.toml"
+    config.write_text('[tool.pte-devconst]\nprogress = true\n')
+    extra = ["--dry-run"] if command == "rewrite" else []
+    verb = "rewriting" if command == "rewrite" else "checking"
+    on = invoke(command, folder, "--config", config, *extra)
+    assert sum(verb in line for line in on.stderr.splitlines()) == 2, on.stderr
+    off = invoke(command, folder, "--config", config, "--no-progress", *extra)
+    assert verb not in off.stderr
+    config.write_text('[tool.pte-devconst]\nprogress = "yes"\n')
+    wrong = invoke(command, folder, "--config", config, *extra)
+    assert wrong.exit_code == 2 and wrong.stderr.splitlines() == [
+        f"pte-devconst: error: {config}: [tool.pte-devconst] progress: must be true or false, not 'yes'"]
+
+
+def test_a_large_rewrite_gets_a_line_per_phase(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over PHASE_LINES_FROM (256 MiB; lowered here to the fixture's size) each phase gets its line: a 1 GiB
+    rewrite's writing and self-check take seconds, and a log shows which one runs."""
+    monkeypatch.setattr(progress_module, "PHASE_LINES_FROM", PTE.stat().st_size - 1)
+    done = invoke("rewrite", PTE, "-o", tmp_path / "out.pte", "--progress")
+    assert done.exit_code == 0, done.output
+    assert done.stderr.splitlines() == [f"pte-devconst: rewriting {PTE}"] + [
+        f"pte-devconst: rewriting {PTE}: {phase}" for phase in ("planning", "writing", "fsync", "self-check")]
+    monkeypatch.setattr(progress_module, "PHASE_LINES_FROM", PTE.stat().st_size)
+    small = invoke("rewrite", PTE, "-o", tmp_path / "small.pte", "--progress")
+    assert small.stderr.splitlines() == [f"pte-devconst: rewriting {PTE}"]  # one line for a file under it
+
+
+def test_a_ci_step_over_fifty_programs_logs_each(tmp_path: Path) -> None:
+    """The issue's measure, as CI runs it: a child process, CI=true, stderr a pipe, a folder of 50 programs."""
+    import os
+    import subprocess
+
+    folder = _zoo(tmp_path, 50)
+    env = {**os.environ, "CI": "true"}
+    for command, verb in (("check", "checking"), ("rewrite", "rewriting")):
+        done = subprocess.run([sys.executable, "-m", "pte_devconst", command, str(folder), "--progress",
+                               "--format", "concise"], capture_output=True, text=True, env=env,
+                              stdin=subprocess.DEVNULL, timeout=300)
+        assert done.returncode in (0, 1), done.stderr
+        lines = [line for line in done.stderr.splitlines() if line.startswith(f"pte-devconst: {verb} ")]
+        assert len(lines) == 50 and lines[-1].endswith("(50/50)"), done.stderr[-500:]

@@ -58,10 +58,56 @@ def test_without_its_ptd_a_constant_is_unknown_and_the_hint_says_how_to_pass_it(
     markdown = invoke("inspect", pte, "--format", "markdown").stdout
     assert "not judged" in markdown and "--ptd" in markdown
     rewrite = invoke("rewrite", pte, "--dry-run", env={"COLUMNS": "200"})
-    assert rewrite.exit_code == 0 and "nothing to move" in rewrite.stdout
+    assert rewrite.exit_code == 3 and "nothing to move" in rewrite.stdout  # not judged, as check says (issue 38)
     assert "no .ptd given; pass --ptd" in rewrite.stdout  # the 'left in place' reason says how
     code, doc = invoke_json("rewrite", pte, "--dry-run")
     assert all("pass --ptd" in n["verdict"] for n in doc["methods"][0]["not_moved"] if n["name"] != "b")
+
+
+# --- one rule for missing external data: rewrite says what it could not judge, as check does (issue 38) ---------
+
+@pytest.mark.parametrize("fmt", ["text", "concise", "markdown", "json"])
+def test_rewrite_without_its_ptd_writes_nothing_and_exits_as_check_does(tmp_path: Path, fmt: str) -> None:
+    """Was: exit 0 and an identical NAME.devconst.pte, where ``check`` exits 3: "nothing to move" was not known."""
+    pte = _lone(tmp_path)
+    before = sorted(p.name for p in pte.parent.iterdir())
+    result = invoke("rewrite", pte, "--format", fmt, env={"COLUMNS": "300"})
+    check = invoke("check", pte)
+    assert result.exit_code == check.exit_code == 3, result.output
+    assert sorted(p.name for p in pte.parent.iterdir()) == before  # no NAME.devconst.pte, no temporary
+    if fmt == "json":
+        doc = json.loads(result.stdout)
+        assert doc["written"] is False and doc["changed"] is False
+        assert sorted((c["name"], c["device"]) for c in doc["not_judged"]) == [("only_dev", "cuda:0"),
+                                                                              ("w", "cuda:0")]
+    else:
+        shown = result.stdout.replace("\\", "")  # markdown escapes '_'
+        assert "no file written" in shown.lower()
+        assert "2 external constants not judged" in shown and "only_dev" in shown
+        assert "model.ptd next to it or pass --ptd" in shown
+    in_place = invoke("rewrite", pte, "--in-place")
+    assert in_place.exit_code == 3 and pte.read_bytes() == (CORPUS / f"{NAME}.pte").read_bytes()
+
+
+def test_rewrite_of_several_reports_the_missing_data_per_file(work_copy, tmp_path: Path) -> None:
+    """The batch form: the program with its data is rewritten, the other is listed as not judged, exit 3."""
+    lone = _lone(tmp_path)
+    paired = work_copy(NAME)
+    folder = lone.parent
+    for suffix in (".pte", ".ptd"):
+        shutil.copy(paired.with_suffix(suffix), folder / f"paired{suffix}")
+    result = invoke("rewrite", folder, "--format", "concise")
+    assert result.exit_code == 3, result.output
+    lines = {line.split(":", 1)[0]: line for line in result.stdout.splitlines()}
+    assert "no file written; 2 external constants not judged" in lines[str(folder / "model.pte")]
+    assert "moved to device memory" in lines[str(folder / "paired.pte")]
+    assert (folder / "paired.devconst.pte").exists() and not (folder / "model.devconst.pte").exists()
+    code, doc = invoke_json("rewrite", folder, "--dry-run")
+    assert code == 3
+    by_name = {Path(r["input"]).name: r for r in doc["results"]}
+    assert len(by_name["model.pte"]["not_judged"]) == 2 and by_name["paired.pte"]["not_judged"] == []
+    changed = invoke("rewrite", folder, "--dry-run", "--exit-non-zero-on-change")
+    assert changed.exit_code == 1  # a change the hook must re-stage outranks what could not be judged
 
 
 def test_an_explicit_ptd_wins_over_the_sibling(work_copy, tmp_path: Path) -> None:
