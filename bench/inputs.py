@@ -36,6 +36,7 @@ class Inputs:
     big_1g: Path  # the exported program (section 1, 3, 8)
     big_4g: Path  # the same program, 2048-row tensors (sections 1, 2)
     big_4m: Path  # the same program, 2-row tensors (section 2)
+    big_100m: Path  # the same program, 50-row tensors: 100 MiB, the size most models are (section 1)
     big_t: Path  # transposed weights for --fold (section 7)
     fold_tiny: Path  # 1.5 KiB of folds (section 7's fixed cost of torch)
     analysis: dict[str, Path]  # "10k", "100k" (section 4)
@@ -53,6 +54,7 @@ class Inputs:
         examples = CACHE / "examples"
         return cls(
             big_1g=CACHE / "big_1g.pte", big_4g=CACHE / "big_4g.pte", big_4m=CACHE / "big_4m.pte",
+            big_100m=CACHE / "big_100m.pte",
             big_t=CACHE / "big_transposed_1g.pte", fold_tiny=FIXTURES / "fold" / "steps_copy.pte",
             analysis={"10k": CACHE / "analysis_10k.pte", "100k": CACHE / "analysis_100k.pte"},
             seed={key: CACHE / f"seed_{key.split()[0]}_{key.split()[1]}.pte" for key in SEED_KEYS},
@@ -77,6 +79,7 @@ class Inputs:
         write_seed_program(str(big), 32, "copy", rows=8)
         scaled_copy(str(big), str(folder / "big_4g.pte"), 32)
         scaled_copy(str(big), str(folder / "big_4m.pte"), 2)
+        scaled_copy(str(big), str(folder / "big_100m.pte"), 4)
         analysis = {"10k": folder / "analysis_10k.pte", "100k": folder / "analysis_100k.pte"}
         for key, n in (("10k", 200), ("100k", 1000)):
             write_analysis_program(str(analysis[key]), n)
@@ -88,7 +91,7 @@ class Inputs:
         fold = FIXTURES / "fold"
         models = ROOT / "examples" / "models"  # small programs that move constants without --fold (section 6)
         return cls(
-            big_1g=big, big_4g=folder / "big_4g.pte", big_4m=folder / "big_4m.pte",
+            big_1g=big, big_4g=folder / "big_4g.pte", big_4m=folder / "big_4m.pte", big_100m=folder / "big_100m.pte",
             big_t=fold / "steps_copy.pte", fold_tiny=fold / "steps_copy.pte", analysis=analysis, seed=seed,
             runner={style: RunnerExample(models / f"mlp_{style}.pte", models / f"mlp_{style}.inputs.pt",
                                          models / f"mlp_{style}.expected.pt") for style in ("copy", "legacy")},
@@ -118,6 +121,8 @@ def prepare(inputs: Inputs, sections: set[str]) -> None:
     if not inputs.big_4g.exists() and sections & {"rewrite", "dryrun"}:
         print("writing the 4 GiB variant...", flush=True)
         scaled_copy(str(inputs.big_1g), str(inputs.big_4g), 2048)
+    if not inputs.big_100m.exists() and "rewrite" in sections:
+        scaled_copy(str(inputs.big_1g), str(inputs.big_100m), 50)
     if not inputs.big_4m.exists() and "dryrun" in sections:
         scaled_copy(str(inputs.big_1g), str(inputs.big_4m), 2)
     if not inputs.big_t.exists() and "fold" in sections:

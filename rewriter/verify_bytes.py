@@ -16,8 +16,8 @@ proven range over ``FULL_COMPARE_BYTES`` is sampled, in a bounded number of
 at places seeded by the range (the same every run): the source is right by
 construction, and a copy that went wrong (from a shifted source offset, of the
 wrong length, cut short) shows at its ends.  So the bytes read grow with the
-number of ranges, not with their size: 16 KiB of each file per bulk range, a few
-MiB for a 1 GiB program of 512 tensors.  Everything else, including every byte
+number of ranges, not with their size: 4 KiB of each file per bulk range, about
+4 MiB for a 1 GiB program of 512 tensors.  Everything else, including every byte
 the tool wrote itself, is compared whole; ``full=True`` (``rewrite --verify full``)
 compares every byte of every range.
 """
@@ -35,7 +35,7 @@ from pte_devconst.schema.span import FileRange, Piece, Span
 from pte_devconst.util.record import record
 
 FULL_COMPARE_BYTES = 1 << 20
-SAMPLE_BYTES = 4 << 10  # one page: a window costs one read of each file
+SAMPLE_BYTES = 1 << 10  # a window costs one read of each file; a shifted or short copy shows in 1 KiB as in 4
 SPREAD_WINDOWS = 2  # windows between a sampled range's two ends, at seeded places
 # Ranges up to SMALL_BYTES are read through a 1 MiB window of each file, so that thousands of small constants
 # laid out one after another cost a few reads instead of two system calls each.

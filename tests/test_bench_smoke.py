@@ -124,7 +124,7 @@ def test_self_check_refuses_a_program_that_moves_nothing(tiny: Inputs) -> None:
     """A rewrite that only copies the file has no copy/check split to time: a clear error, not a KeyError."""
     with pytest.raises(RuntimeError, match="moved nothing"):
         # folds only: a plain rewrite copies
-        self_check.one_rewrite(str(tiny.big_t), str(tiny.out / "x.pte"), "sampled")
+        self_check.measure(str(tiny.big_t), str(tiny.out / "x.pte"), 1)
 
 
 def test_syscall_counts_and_os_restored(tiny: Inputs) -> None:
@@ -134,6 +134,7 @@ def test_syscall_counts_and_os_restored(tiny: Inputs) -> None:
     assert counts["output"] == (tiny.out / "sys.pte").stat().st_size
     assert counts["copy_file_range"] > 0  # the constants go through the kernel
     assert counts.get("write", 0) < counts["output"]
+    assert counts["calls"]["copy_file_range"] >= 1 and counts["calls"]["fsync"] >= 1  # calls counted too
 
 
 def test_open_plan_and_analysis(tiny: Inputs) -> None:

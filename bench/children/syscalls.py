@@ -1,7 +1,8 @@
-"""Bytes moved by each I/O system call in one rewrite: ``python -m bench.children.syscalls SRC DST``.
+"""Bytes moved, and calls made, by each I/O system call in one rewrite: ``python -m bench.children.syscalls SRC DST``.
 
 Section 1 shows that the tensor data goes through ``os.copy_file_range`` (in the kernel), not through
-Python's reads and writes.  Prints JSON: bytes per ``os`` function used, and ``output`` (the file's size).
+Python's reads and writes, and how many calls each step makes.  Prints JSON: bytes per ``os`` function
+used, ``calls`` (how many times each was called), and ``output`` (the file's size).
 """
 
 from __future__ import annotations
@@ -20,12 +21,15 @@ SIZES: dict[str, Callable[[tuple[Any, ...], Any], int]] = {
     "pread": lambda args, result: len(result),
     "preadv": lambda args, result: result,
     "read": lambda args, result: len(result),
+    "posix_fadvise": lambda args, result: 0,  # starts writeback (schema/pte_writer.py): calls, no bytes
+    "fsync": lambda args, result: 0,
 }
 
 
 @contextlib.contextmanager
-def counting_os_io(counts: dict[str, int]) -> Iterator[None]:
-    """Count into ``counts`` the bytes each ``os`` I/O function in ``SIZES`` moves, while the block runs.
+def counting_os_io(counts: dict[str, int], calls: Optional[dict[str, int]] = None) -> Iterator[None]:
+    """Count into ``counts`` the bytes each ``os`` I/O function in ``SIZES`` moves (and into ``calls`` how often
+    it is called), while the block runs.
 
     This wraps functions of the ``os`` module (not of this package): no counter of bytes *per system call*
     exists to ask instead (/proc/self/io adds them all up), and the tool calls these through ``os``.
@@ -39,6 +43,8 @@ def counting_os_io(counts: dict[str, int]) -> Iterator[None]:
         def call(*args: Any, **kwargs: Any) -> Any:
             result = real(*args, **kwargs)
             counts[name] = counts.get(name, 0) + size_of(args, result)
+            if calls is not None:
+                calls[name] = calls.get(name, 0) + 1
             return result
         return call
 
@@ -51,13 +57,17 @@ def counting_os_io(counts: dict[str, int]) -> Iterator[None]:
             setattr(os, name, real)
 
 
-def measure(source: str, destination: str) -> dict[str, int]:
-    """One default rewrite (fsync included) of ``source``: bytes per ``os`` function, and ``output``."""
+def measure(source: str, destination: str) -> dict[str, Any]:
+    """One default rewrite (fsync included) of ``source``: bytes per ``os`` function, ``calls`` per function,
+    and ``output``."""
     from pte_devconst import api
 
-    counts: dict[str, int] = {}
-    with counting_os_io(counts):
+    counts: dict[str, Any] = {}
+    calls: dict[str, int] = {}
+    with counting_os_io(counts, calls):
         result = api.rewrite(source, destination)
+    counts = {name: moved for name, moved in counts.items() if moved}
+    counts["calls"] = calls
     counts["output"] = result.output_size
     return counts
 
