@@ -29,7 +29,7 @@ from typing import Any, Optional
 import pytest
 import yaml
 
-from cli_runner import rendered
+from cli_runner import invoke_json, rendered
 from conftest import EXAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -552,6 +552,28 @@ def test_the_fix_job_works_in_any_layout(tmp_path: Path, wheel: Path) -> None:
     fix = Runner(tmp_path / "fix", repo, "pull_request", str(wheel))  # needs: gate; if: failure()
     assert fix.job("fix") is None, _failure(fix)
     _fixed(repo, fix, MIXED)
+
+
+def test_the_fix_job_converts_a_file_the_projects_runtime_cannot_load(tmp_path: Path, wheel: Path) -> None:
+    """Issue 35: a project that ships ExecuTorch 1.5 (``runtime = "1.5"``) holds a 1.6 rewrite.  The gate fails it
+    (PDC008, the rule's own words), and the fix job converts it, validates the conversion against it, checks the
+    converted file in its place and uploads it; the fix job stopped at validate before conversions were proven."""
+    repo = user_repo(tmp_path)
+    pyproject = repo / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text() + 'runtime = "1.5"\n')
+    shutil.copy(EXAMPLES / "mlp_copy.devconst.pte", repo / "models" / COPYING)  # the 1.6 encoding
+    _git(repo, "commit", "-q", "-am", "a 1.6 rewrite")
+    gate = Runner(tmp_path / "gate", repo, "pull_request", str(wheel))
+    assert gate.job("gate") == CHECK_STEP
+    (error,) = [line for line in gate.output(CHECK_STEP).splitlines() if line.startswith("::error ")]
+    assert f"file=models/{COPYING}" in error and "PDC008" in error and "--ptd" not in error
+    fix = Runner(tmp_path / "fix", repo, "pull_request", str(wheel))
+    assert fix.job("fix") is None, _failure(fix)
+    fixed = _fixed(repo, fix, "flat")
+    converted = fixed / "models" / COPYING
+    code, doc = invoke_json("check", converted, "--runtime", "1.5")
+    assert code == 0, doc  # a 1.5 runtime loads it, and nothing is copied per call
+    assert converted.read_bytes() != (EXAMPLES / "mlp_copy.devconst.pte").read_bytes()
 
 
 @pytest.mark.slow

@@ -100,7 +100,7 @@ def test_first_call_encoding_loads_in_1_5_and_copies_once(name: str, tmp_path: P
             assert not devices[holder.allocation_info.memory_id].is_cpu
     # check passes it; a second rewrite for 1.5 changes nothing
     assert api.check([out], ptd=ptd_path(name)).exit_code is ExitCode.OK
-    again = _rewrite(out, tmp_path / "again.pte", "1.5")
+    again = _rewrite(out, tmp_path / "again.pte", "1.5", data=ptd_path(name))  # the original's data, if any
     assert not again.changed and (tmp_path / "again.pte").read_bytes() == out.read_bytes()
 
 
