@@ -235,6 +235,28 @@ def test_the_json_report_follows_the_schema(tmp_path: Path) -> None:
     assert [m["method"] for m in document["methods"]] == ["encode", "forward"]
 
 
+def test_two_folders_validate_in_the_real_runtime_and_their_json_follows_the_schema(tmp_path: Path) -> None:
+    """Several pairs with the engine: NAME.expected.pt found beside a program is the runner's and is not asked for
+    (it was refused as if --expected had been given: exit 2), and each result is the engine's, as the schema says
+    (it described only the runner's results)."""
+    folder = tmp_path / "models"
+    folder.mkdir()
+    for name in ("mlp_copy", "kv_cache_copy"):
+        for suffix in (".pte", ".inputs.pt", ".expected.pt"):
+            if (FIXTURES / f"{name}{suffix}").exists():
+                (folder / f"{name}{suffix}").write_bytes((FIXTURES / f"{name}{suffix}").read_bytes())
+        (folder / f"{name}.expected.pt").write_bytes(b"not the engine's")  # never read by the engine
+        api.rewrite(folder / f"{name}.pte", folder / f"{name}.devconst.pte", runtime="1.5")
+    done = invoke("validate", folder, folder, "--engine", "executorch", "--format", "json")
+    document = json.loads(done.stdout)
+    jsonschema.validate(document, SCHEMA)
+    assert done.exit_code == 0, done.output
+    assert [(Path(r["original"]).name, r["engine"], r["verdict"]) for r in document["results"]] == [
+        ("kv_cache_copy.pte", "executorch", "pass"), ("mlp_copy.pte", "executorch", "pass")]
+    given = invoke("validate", folder, folder, "--engine", "executorch", "--expected", folder / "mlp_copy.expected.pt")
+    assert given.exit_code == 2 and "the runner's options" in given.stderr  # named: still refused
+
+
 # --- real backends never take the process down ---------------------------------------------------------------
 
 
