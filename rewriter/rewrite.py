@@ -24,7 +24,8 @@ from pte_devconst.schema import model as m
 from pte_devconst.schema.limits import over_runtime_limits
 from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile, ProgramBytes
-from pte_devconst.schema.pte_writer import Layout, SegmentContent, layout_pte, write_piece, write_pte_to_fd
+from pte_devconst.schema.pte_writer import (Layout, SegmentContent, background_writeback, layout_pte, write_piece,
+                                           write_pte_to_fd)
 from pte_devconst.schema.span import Span
 from pte_devconst.util.record import record
 
@@ -303,7 +304,8 @@ def _copy_unchanged(source: PteFile, output: Path, progress: Optional[Progress],
 
     _phase(phase, "copying")
     with atomic_output(output, check=check, durable=durable, syncing=lambda: _phase(phase, "fsync")) as fd:
-        write_piece(fd, whole, writeback=durable)
+        with background_writeback(fd, durable) as flush:
+            write_piece(fd, whole, flush=flush)
         if progress:
             progress(source.size, source.size)
     return source.size

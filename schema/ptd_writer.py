@@ -17,7 +17,7 @@ from pte_devconst.util.atomic import atomic_output, write_all
 from .encode import encode_flat_tensor
 from .header import PTD_HEADER_PADDED, SEGMENT_ALIGNMENT, PtdHeader, align_up
 from .ptd_model import FlatTensor, PtdNamedData, TensorLayout
-from .pte_writer import SegmentContent, insert_header, write_segments
+from .pte_writer import SegmentContent, background_writeback, insert_header, write_segments
 from .span import Piece, piece_size
 
 __all__ = ["write_ptd"]
@@ -40,4 +40,6 @@ def write_ptd(destination: str | os.PathLike[str], entries: Sequence[tuple[str, 
     flatbuffer = insert_header(plain, header.pack(), PTD_HEADER_PADDED)
     with atomic_output(destination) as fd:
         write_all(fd, flatbuffer)
-        write_segments(fd, len(flatbuffer), base, segments, [SegmentContent.of(piece) for _, _, piece in entries])
+        with background_writeback(fd, True) as flush:  # atomic_output fsyncs: start writeback as the data goes
+            write_segments(fd, len(flatbuffer), base, segments, [SegmentContent.of(piece) for _, _, piece in entries],
+                           flush=flush)

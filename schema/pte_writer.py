@@ -126,8 +126,7 @@ def write_pte_to_fd(fd: int, layout: Layout, contents: Sequence[SegmentContent],
             progress(total, total)
         return
     with background_writeback(fd, writeback) as flush:
-        write_segments(fd, position, layout.segment_base, layout.segments, contents, progress, total,
-                       writeback=writeback, flush=flush)
+        write_segments(fd, position, layout.segment_base, layout.segments, contents, progress, total, flush=flush)
 
 
 # Every this many bytes the writer asks the kernel to start writing the output to disk, so that the
@@ -193,11 +192,11 @@ def background_writeback(fd: int, wanted: bool) -> Iterator[Optional[Flush]]:
         worker.close()
 
 
-def write_piece(fd: int, piece: Piece, *, writeback: bool = True, flush: Optional[Flush] = None) -> int:
+def write_piece(fd: int, piece: Piece, *, flush: Optional[Flush] = None) -> int:
     """Append one piece at ``fd``'s position; file ranges are copied by the kernel. Returns its size.
 
-    With ``writeback``, a file range longer than ``WRITEBACK_CHUNK`` is copied in chunks, starting
-    writeback of each (through ``flush``, else here).
+    With ``flush`` (``background_writeback``'s, for a caller that will fsync), a file range longer than
+    ``WRITEBACK_CHUNK`` is copied in chunks, starting writeback of each.
     """
     if isinstance(piece, bytes):
         write_all(fd, piece)
@@ -208,28 +207,22 @@ def write_piece(fd: int, piece: Piece, *, writeback: bool = True, flush: Optiona
             raise ComputedSizeError(f"internal error: {piece.what}: {len(data)} bytes computed, {piece.size} laid out")
         write_all(fd, data)
         return piece.size
-    if not writeback or piece.size <= WRITEBACK_CHUNK:
+    if flush is None or piece.size <= WRITEBACK_CHUNK:
         copy_range(piece.fd, piece.offset, piece.size, fd)
         return piece.size
     position = os.lseek(fd, 0, os.SEEK_CUR)
     for done in range(0, piece.size, WRITEBACK_CHUNK):
         step = min(WRITEBACK_CHUNK, piece.size - done)
         copy_range(piece.fd, piece.offset + done, step, fd)
-        if flush is not None:
-            flush(position + done, step)
-        else:
-            start_writeback(fd, position + done, step)
+        flush(position + done, step)
     return piece.size
 
 
 def write_segments(fd: int, position: int, base: int, segments: Sequence[m.DataSegment],
                    contents: Sequence[SegmentContent], progress: Optional[Progress] = None,
-                   total: int = 0, *, writeback: bool = True, flush: Optional[Flush] = None) -> None:
-    """Stream each segment's pieces to ``base + segment.offset``, zero-filling every gap (with ``writeback``,
-    starting writeback through ``flush`` as the data goes, else here)."""
-    if writeback and flush is None:
-        def flush(offset: int, size: int) -> None:
-            start_writeback(fd, offset, size)
+                   total: int = 0, *, flush: Optional[Flush] = None) -> None:
+    """Stream each segment's pieces to ``base + segment.offset``, zero-filling every gap (with ``flush``,
+    starting writeback as the data goes)."""
     flushed = position  # writeback has been started for everything before this offset
     for segment, content in zip(segments, contents):
         if segment.size == 0:
@@ -239,7 +232,7 @@ def write_segments(fd: int, position: int, base: int, segments: Sequence[m.DataS
         position = start
         for offset, piece in content.pieces:
             write_zeros(fd, start + offset - position)
-            position = start + offset + write_piece(fd, piece, writeback=writeback, flush=flush)
+            position = start + offset + write_piece(fd, piece, flush=flush)
             if flush is None or isinstance(piece, FileRange) and piece.size > WRITEBACK_CHUNK:
                 flushed = position  # write_piece started it chunk by chunk (or nobody will fsync)
             elif position - flushed >= WRITEBACK_CHUNK:

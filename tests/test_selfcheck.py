@@ -552,8 +552,8 @@ def test_an_identity_copy_is_checked_too(monkeypatch: pytest.MonkeyPatch, tmp_pa
     """Nothing to move: the output must be the input byte for byte."""
     real = rewrite_module.write_piece
 
-    def copy_then_damage(fd, piece, *, writeback=True):
-        size = real(fd, piece, writeback=writeback)
+    def copy_then_damage(fd, piece, *, flush=None):
+        size = real(fd, piece, flush=flush)
         os.pwrite(fd, bytes([os.pread(fd, 1, size - 1)[0] ^ 0xFF]), size - 1)
         return size
 
