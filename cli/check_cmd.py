@@ -50,17 +50,13 @@ def _measure(d: Diagnostic) -> str:
     return "bytes/call" if d.per_call else "bytes"
 
 
-def _weight(x: Finding) -> int:
-    return x.bytes_per_call if x.copies_per_call else x.nbytes
-
-
 def _item_cells(d: Diagnostic, code: Any = lambda text: text, text: Any = lambda text: text) -> tuple[
         list[str], list[list[Any]]]:
     """A diagnostic's items as table columns and rows (a "why" column when the items' reasons differ; one reason
     shared by all is ``_shared_reason``'s)."""
     why = any(x.reason for x in d.items) and not _shared_reason(d)
     columns = ["method", "value", "device", _measure(d)] + (["why"] if why else [])
-    rows = [[code(x.method), code(constant_label(x.name, x.value)), code(x.device), human_bytes(_weight(x))]
+    rows = [[code(x.method), code(constant_label(x.name, x.value)), code(x.device), human_bytes(x.weight)]
             + ([text(x.reason)] if why else []) for x in d.items]
     return columns, rows
 
@@ -73,6 +69,8 @@ def _shared_reason(d: Diagnostic) -> str:
 
 def _summary(report: CheckReport) -> str:
     """The check in one sentence: what each rule found over all files (in its own words), with its fix."""
+    from pte_devconst.rewriter.derived import reasons_in_brief
+
     checked = sum(1 for f in report.files if not f.error)
     diagnostics = _diagnostics(report)[0]
     if not diagnostics and not report.accepted:
@@ -101,20 +99,6 @@ def _summary(report: CheckReport) -> str:
         parts.append(f"{len(report.accepted):,} accepted by the project's config "
                      f"({human_bytes(sum(f.bytes_per_call for f in report.accepted))} per call)")
     return "; ".join(parts) + "."
-
-
-def reasons_in_brief(reasons: Sequence[str]) -> str:
-    """``2 read by host kernel aten::mul.out, 1 transposed on the host``: reasons counted (``rewriter/derived.py``)."""
-    from pte_devconst.rewriter.derived import reasons_in_brief as brief
-
-    return brief(reasons)
-
-
-def fix_command(report: CheckReport, file: str = "FILE") -> str:
-    """The rewrite that fixes a finding, for the runtime the project deploys (``encodings/words.py``)."""
-    from pte_devconst.rewriter.encodings.words import fix_command as command
-
-    return command(report.runtime, report.fold, file)
 
 
 def runtime_line(report: CheckReport) -> Optional[str]:
@@ -194,7 +178,7 @@ def render_text(report: CheckReport, view: View) -> None:
             for x in d.items:
                 reason = f": {x.reason}" if x.reason else ""
                 typer.echo(printable(f"{x.file}: {x.method}: {constant_label(x.name, x.value)} -> {d.rule.id} "
-                                     f"{x.device}: {exact_bytes(_weight(x))}{' per call' if d.per_call else ''}"
+                                     f"{x.device}: {exact_bytes(x.weight)}{' per call' if d.per_call else ''}"
                                      f"{reason}"))
         return
 
@@ -450,8 +434,8 @@ def _constant_json(x: Finding) -> dict[str, Any]:
 def _sarif_result(report: CheckReport, rules: Sequence[GateRule], d: Diagnostic) -> dict[str, Any]:
     """One diagnostic on a file as a SARIF result: the rule's title and the diagnostic's message, the items it
     names in its properties; one whose every item is accepted is suppressed."""
-    largest = sorted(d.items or d.accepted, key=lambda x: -_weight(x))
-    named = listing((f"{constant_label(x.name, x.value)} in {x.method} ({exact_bytes(_weight(x))}"
+    largest = sorted(d.items or d.accepted, key=lambda x: -x.weight)
+    named = listing((f"{constant_label(x.name, x.value)} in {x.method} ({exact_bytes(x.weight)}"
                      f"{' per call' if d.per_call else ''} {'to' if d.per_call else 'on'} {x.device}"
                      f"{': ' + x.reason if x.reason else ''})" for x in largest), SARIF_CONSTANTS_SHOWN)
     text = f"{d.rule.title}: {d.message}" + (f" Items: {named}." if largest else "")

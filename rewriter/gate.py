@@ -73,6 +73,12 @@ class Finding:
     def bytes_per_call(self) -> int:
         return self.nbytes * self.copies_per_call
 
+    @property
+    def weight(self) -> int:
+        """What a report measures it by: its bytes per call when it is copied per call, else the bytes it holds (a
+        tensor of device initial data a runtime cannot load)."""
+        return self.bytes_per_call if self.copies_per_call else self.nbytes
+
 
 @record
 class Acceptance:
@@ -409,19 +415,10 @@ class Diagnostic:
         """The fix with ``file`` in place of this diagnostic's file."""
         return self.fix.replace(shlex.quote(self.file), file) if self.file else self.fix
 
-    @property
-    def largest(self) -> Optional[Finding]:
-        shown = self.items or self.accepted
-        return max(shown, key=_weight) if shown else None
-
     def to_json(self) -> dict[str, Any]:
         return {"rule": self.rule.id, "name": self.rule.name, "level": self.level.value, "file": self.file,
                 "title": self.title, "message": self.message, "count": len(self.items),
                 "accepted": len(self.accepted), "bytes": self.bytes, "per_call": self.per_call, "fix": self.fix}
-
-
-def _weight(x: Finding) -> int:
-    return x.bytes_per_call if x.copies_per_call else x.nbytes
 
 
 def _words(template: str, report: CheckReport) -> str:
@@ -454,17 +451,17 @@ def _items_diagnostic(report: CheckReport, rule: GateRule, file: str, items: tup
     noun, what = _words(rule.noun or "{constant}", report), _words(rule.what, report)
     if not file:  # a result on the whole check: how many files it spans
         what += f" (in {plural(len({x.file for x in items}), 'file')})"
-    total = sum(_weight(x) for x in items)
+    total = sum(x.weight for x in items)
     title = f"{plural(len(items), noun)} {what}" if items else f"all {plural(len(accepted), noun)} accepted"
     stem = Path(file).stem if file else "NAME"
     fix = rule.fix.format(rewrite=fix_command(report.runtime, report.fold, file or "FILE"), stem=stem) \
         if rule.fix else ""
     shown = items or accepted
-    worst = max(shown, key=_weight)
+    worst = max(shown, key=lambda x: x.weight)
     reason = f": {worst.reason}" if worst.reason else ""
     measure = " per call" if rule.per_call else ""
     message = (f"{title} ({exact_bytes(total)}{measure}); the largest: {worst.method}: "
-               f"{constant_label(worst.name, worst.value)}, {exact_bytes(_weight(worst))}{measure} "
+               f"{constant_label(worst.name, worst.value)}, {exact_bytes(worst.weight)}{measure} "
                f"{'to' if rule.per_call else 'on'} {worst.device}{reason}.")
     reasons = [x.reason for x in items if x.reason]
     if len(set(reasons)) > 1:  # what the largest's reason leaves out
