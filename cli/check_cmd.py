@@ -119,9 +119,8 @@ def runtime_line(report: CheckReport) -> Optional[str]:
     oldest = encodings()[0].runtime
     parts = [f">= {runtime.value}: {_files(len(files))}" + (f" ({listing(files)})" if runtime > oldest else "")
              for runtime, files in sorted(needs.items())]
-    advice = older_advice(newest) if newest.runtime > oldest and newest.runtime <= report.runtime else ""
-    return "Loads in ExecuTorch " + "; ".join(parts) + (f" ({advice.replace(': --', ': rewrite --')})" if advice
-                                                        else "") + "."
+    advice = older_advice(newest, "rewrite ") if oldest < newest.runtime <= report.runtime else ""
+    return "Loads in ExecuTorch " + "; ".join(parts) + (f" ({advice})" if advice else "") + "."
 
 
 def _memory_line(report: CheckReport) -> Optional[str]:

@@ -23,19 +23,20 @@ def _older(runtime: Runtime) -> Optional[Encoding]:
     return older[-1] if older else None
 
 
-def older_advice(need: RuntimeNeed) -> str:
-    """``for a 1.5 runtime: --runtime 1.5`` (empty: no older runtime is offered)."""
+def older_advice(need: RuntimeNeed, command: str = "") -> str:
+    """``for a 1.5 runtime: --runtime 1.5``, the option after ``command`` (``pte-devconst rewrite ``) when given
+    (empty: no older runtime is offered)."""
     older = _older(need.runtime)
-    return f"for a {older.runtime.value} runtime: {older.option}" if older is not None else ""
+    return f"for a {older.runtime.value} runtime: {command}{older.option}" if older is not None else ""
 
 
 def loads_line(need: RuntimeNeed) -> str:
     """``inspect``: ``Loads in ExecuTorch >= 1.6 (device initial data: 4 tensors); for a 1.5 runtime:
     pte-devconst rewrite --runtime 1.5.``"""
     if need.device_initial_data:
-        advice = older_advice(need)
+        advice = older_advice(need, "pte-devconst rewrite ")
         return (f"Loads in {need.minimum} ({need.why}: {plural(len(need.device_initial_data), 'tensor')})"
-                + (f"; {advice.replace(': --', ': pte-devconst rewrite --')}" if advice else "") + ".")
+                + (f"; {advice}" if advice else "") + ".")
     return f"Loads in ExecuTorch {need.runtime.value} runtimes and newer."
 
 
@@ -57,10 +58,9 @@ def output_clause(plan: "RewritePlan") -> str:
                 f"{target.runtime.value} encoding cannot take)")
     if need.runtime < target.runtime:  # nothing in the file needs what the target runtime adds
         return f"needs {need.minimum}"
-    others = [e for e in encodings() if e is not target]
     if need.device_initial_data and _older(need.runtime) is not None:
         return f"needs {need.minimum} ({target.name}; {older_advice(need)})"
-    newer = [e for e in others if e.runtime > target.runtime]
+    newer = [e for e in encodings() if e.runtime > target.runtime]
     if newer:
         return (f"needs {need.minimum} ({target.name}; {newer[0].option} copies {newer[0].when} instead, for "
                 f"{newer[0].runtime.value} runtimes)")
