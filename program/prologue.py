@@ -31,7 +31,7 @@ handle, conservatively): ``check`` calls its copies per-call copying, and ``rewr
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from pte_devconst.schema import model as m
 from pte_devconst.util.record import record
@@ -65,8 +65,12 @@ def _bool(values: tuple[m.EValue, ...], index: int, expected: bool) -> bool:
     return isinstance(value, m.Bool) and bool(value.bool_val) is expected
 
 
-def first_call_prologue(plan: m.ExecutionPlan) -> Optional[FirstCallPrologue]:
-    """The method's first-call prologue, or None when chain 0 does not start with one.  Linear in the method."""
+def first_call_prologue(plan: m.ExecutionPlan, effects: Optional[Callable[[], MethodEffects]] = None
+                        ) -> Optional[FirstCallPrologue]:
+    """The method's first-call prologue, or None when chain 0 does not start with one.  Linear in the method.
+
+    ``effects`` gives the method's ``MethodEffects`` when the caller keeps them (built here otherwise, and only
+    for a chain 0 shaped like a prologue)."""
     chains = plan.chains or ()
     if not chains:
         return None
@@ -113,15 +117,16 @@ def first_call_prologue(plan: m.ExecutionPlan) -> Optional[FirstCallPrologue]:
         for ins in chain.instructions or ():
             if isinstance(ins, m.JumpFalseCall) and c == 0 and 1 <= ins.destination_instruction < end:
                 return None  # a jump into the prologue would run its copies again
-    if not _copies_stay(plan, end, sources, destinations):
+    if not _copies_stay(plan, effects() if effects is not None else MethodEffects(plan), end, sources,
+                        destinations):
         return None
     return FirstCallPrologue(guard, cleared_from, end, copies)
 
 
-def _copies_stay(plan: m.ExecutionPlan, end: int, sources: set[int], destinations: set[int]) -> bool:
+def _copies_stay(plan: m.ExecutionPlan, effects: MethodEffects, end: int, sources: set[int],
+                 destinations: set[int]) -> bool:
     """Whether what the prologue copies stays: no instruction outside it writes a source or a destination, and no
     other planned value shares a destination's bytes.  Linear in the method, plus a sort per buffer."""
-    effects = MethodEffects(plan)
     watched = sources | destinations
     for step, written in zip(effects.steps, effects.writes):
         if not (step.chain == 0 and step.instruction < end) and watched.intersection(written):

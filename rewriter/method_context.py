@@ -222,7 +222,7 @@ class MethodContext:
         self._transfers: Optional[tuple[tuple[Transfer, ...], tuple[DelegateCallSite, ...]]] = None
         self._copies: dict[int, int] = {}
         self._buffer_devices: Optional[Mapping[int, Device]] = None
-        self.prologue: Optional[FirstCallPrologue] = first_call_prologue(plan)
+        self.prologue: Optional[FirstCallPrologue] = first_call_prologue(plan, self.effects)
         if self.prologue is not None:
             budget.spend(len(self.prologue.copies))
 
