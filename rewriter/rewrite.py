@@ -15,7 +15,7 @@ import copy
 from dataclasses import replace
 import os
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional
 
 from pte_devconst.util.atomic import atomic_output, check_destination
 from pte_devconst.util.errors import (DeviceNotUsedError, FormatError, PteDevconstError, ReportedError,
@@ -24,8 +24,8 @@ from pte_devconst.schema import model as m
 from pte_devconst.schema.limits import over_runtime_limits
 from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile, ProgramBytes
-from pte_devconst.schema.pte_writer import (Layout, SegmentContent, background_writeback, layout_pte, write_piece,
-                                           write_pte_to_fd)
+from pte_devconst.schema.pte_writer import (Layout, SegmentContent, background_writeback, layout_pte, pte_bytes,
+                                           write_piece, write_pte_to_fd)
 from pte_devconst.schema.span import Span
 from pte_devconst.util.record import record
 
@@ -233,35 +233,11 @@ def _rewrite_into_memory(source: PteFile, data: Optional[PtdFile], plan: Rewrite
     file, read back and checked exactly as a file would be."""
     layout, contents = _laid_out(source, data, plan)
     _phase(phase, "writing")
-    output = _to_memory(layout, contents, progress)
+    output = pte_bytes(layout, contents, progress)
     _phase(phase, "self-check")
     with PteFile.from_bytes(output, path=f"{source.path} (rewritten)") as written:
         check_rewrite(source, written, plan, ptd=data, recipe=WriteRecipe.of_layout(layout, contents), full=full)
     return output
-
-
-def _to_memory(layout: Layout, contents: Sequence[SegmentContent], progress: Optional[Progress]) -> bytes:
-    """The laid-out program's bytes, written by the file writer into an anonymous memory file (no disk)."""
-    fd = os.memfd_create("pte-devconst-rewrite") if hasattr(os, "memfd_create") else None
-    if fd is None:  # no memfd (not Linux): an unnamed temporary file, removed as it is closed
-        import tempfile
-
-        handle = tempfile.TemporaryFile()
-        fd = os.dup(handle.fileno())
-        handle.close()
-    try:
-        write_pte_to_fd(fd, layout, contents, progress, writeback=False)
-        size = os.lseek(fd, 0, os.SEEK_END)
-        output = bytearray(size)
-        view, done = memoryview(output), 0
-        while done < size:
-            got = os.preadv(fd, [view[done:]], done)
-            if got <= 0:
-                raise PteDevconstError("internal error: the rewritten program could not be read back from memory")
-            done += got
-        return bytes(output)
-    finally:
-        os.close(fd)
 
 
 def _readable(path: Path) -> None:

@@ -26,7 +26,6 @@ copy instead; on a GPU, ``examples/gpu_validate.sh`` runs the real thing.
 from __future__ import annotations
 
 import math
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -36,7 +35,7 @@ from pte_devconst.program.kernel_effects import copy_slots, is_device_copy
 from pte_devconst.program.moves import moved_values
 from pte_devconst.schema import model as m
 from pte_devconst.schema.pte_file import ProgramBytes, PteFile, open_pte
-from pte_devconst.schema.pte_writer import layout_pte, unchanged_segments, write_pte_to_fd
+from pte_devconst.schema.pte_writer import layout_pte, pte_bytes, unchanged_segments
 from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.util.record import record
 from pte_devconst.util.units import plural
@@ -145,7 +144,7 @@ def flip(program: m.Program) -> tuple[m.Program, FlipChanges]:
     return m.replace(program, execution_plan=tuple(plans)), FlipChanges(buffers, tensors, copies)
 
 
-def first_call_copies(plan: m.ExecutionPlan) -> list[tuple[int, int, int]]:
+def guarded_copies(plan: m.ExecutionPlan) -> list[tuple[int, int, int]]:
     """(instruction, source, out) of each copy of a constant inside the region a leading guard skips after the first
     call (chain 0; before the flip): a ``JumpFalseCall`` on a ``Bool`` first, the copies before its destination.
     Read from the structure alone, not from the tool's recogniser: a guard that never clears is exactly what the
@@ -172,10 +171,10 @@ def first_call_copies(plan: m.ExecutionPlan) -> list[tuple[int, int, int]]:
 
 def probe(program: m.Program, flipped: m.Program) -> tuple[m.Program, int]:
     """``flipped`` (``program`` after ``flip``) with each first-call copy of a constant of ``program``
-    (``first_call_copies``) an accumulating add: ``add.out(out, source, alpha=1, out)``."""
+    (``guarded_copies``) an accumulating add: ``add.out(out, source, alpha=1, out)``."""
     plans, probed = [], 0
     for before, plan in zip(program.execution_plan or (), flipped.execution_plan or ()):
-        copies = first_call_copies(before)
+        copies = guarded_copies(before)
         if not copies:
             plans.append(plan)
             continue
@@ -195,11 +194,7 @@ def probe(program: m.Program, flipped: m.Program) -> tuple[m.Program, int]:
 def _bytes(source: PteFile, program: m.Program) -> bytes:
     """``program`` written with ``source``'s segments, by the project's writer."""
     contents = unchanged_segments(source)
-    layout = layout_pte(program, contents)
-    with tempfile.TemporaryFile() as scratch:
-        write_pte_to_fd(scratch.fileno(), layout, contents, writeback=False)
-        scratch.seek(0)
-        return scratch.read()
+    return pte_bytes(layout_pte(program, contents), contents)
 
 
 # --- running ----------------------------------------------------------------------------------------------------
@@ -311,7 +306,7 @@ def validate_in_runtime(original: ProgramLike, rewritten: ProgramLike, *, ptd: O
             done += 1
         difference = _first_difference(runs[0], runs[1])
         checks = [Check.of(OUTPUTS_CHECK, difference is None, difference or f"{calls} calls, every output")]
-        copied_once = first_call_copies(plans_b[method])
+        copied_once = guarded_copies(plans_b[method])
         if data_probe is not None and copied_once:
             again = _first_difference(runs[0], runs[2])
             checks.append(Check.of(ONCE_CHECK, again is None,

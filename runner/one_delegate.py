@@ -17,12 +17,11 @@ its init there, with the runtime's message.
 
 from __future__ import annotations
 
-import tempfile
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from pte_devconst.program.dataflow import DelegateCallSite
 from pte_devconst.schema import model as m
-from pte_devconst.schema.pte_writer import ComputedPiece, SegmentContent, layout_pte, write_pte_to_fd
+from pte_devconst.schema.pte_writer import ComputedPiece, SegmentContent, layout_pte, pte_bytes
 from pte_devconst.util.errors import UnsupportedProgramError
 from pte_devconst.util.record import record
 
@@ -51,11 +50,7 @@ class DelegateProgram:
 
     def to_bytes(self) -> bytes:
         """The program's file, laid out and written by the project's writer."""
-        layout = layout_pte(self.program, self.contents)
-        with tempfile.TemporaryFile() as scratch:
-            write_pte_to_fd(scratch.fileno(), layout, self.contents, writeback=False)
-            scratch.seek(0)
-            return scratch.read()
+        return pte_bytes(layout_pte(self.program, self.contents), self.contents)
 
 
 def _literal(value: m.EValue, where: str) -> Any:

@@ -129,6 +129,31 @@ def write_pte_to_fd(fd: int, layout: Layout, contents: Sequence[SegmentContent],
         write_segments(fd, position, layout.segment_base, layout.segments, contents, progress, total, flush=flush)
 
 
+def pte_bytes(layout: Layout, contents: Sequence[SegmentContent], progress: Optional[Progress] = None) -> bytes:
+    """The laid-out program's bytes, written by ``write_pte_to_fd`` into an anonymous memory file (no disk) and
+    read back: a program held in memory is written exactly as a file is."""
+    fd = os.memfd_create("pte-devconst") if hasattr(os, "memfd_create") else None
+    if fd is None:  # no memfd (not Linux): an unnamed temporary file, removed as it is closed
+        import tempfile
+
+        handle = tempfile.TemporaryFile()
+        fd = os.dup(handle.fileno())
+        handle.close()
+    try:
+        write_pte_to_fd(fd, layout, contents, progress, writeback=False)
+        size = os.lseek(fd, 0, os.SEEK_END)
+        output = bytearray(size)
+        view, done = memoryview(output), 0
+        while done < size:
+            got = os.preadv(fd, [view[done:]], done)
+            if got <= 0:
+                raise PteDevconstError("internal error: a written program could not be read back from memory")
+            done += got
+        return bytes(output)
+    finally:
+        os.close(fd)
+
+
 # Every this many bytes the writer asks the kernel to start writing the output to disk, so that the
 # final fsync (atomic_output) overlaps the copy instead of following it: measured on a 1 GiB rewrite
 # (bench/RESULTS.md), this removes most of the ~0.5 s fsync wait.

@@ -23,7 +23,7 @@ from conftest import EXAMPLES, pte_path
 from forge import edit_program, flip_byte
 from pte_devconst import api
 from pte_devconst.program.prologue import first_call_prologue
-from pte_devconst.runner.executorch_engine import first_call_copies, flip
+from pte_devconst.runner.executorch_engine import flip, guarded_copies
 from pte_devconst.runner.isolated import RuntimeDied, worker
 from pte_devconst.schema import model as m
 from pte_devconst.schema.pte_file import open_pte
@@ -199,7 +199,7 @@ def test_the_flip_moves_every_placement_to_the_cpu() -> None:
     assert "et_copy::_h2d_copy.out" not in [op.qualified_name for op in plan.operators or ()]
     assert changes.buffers == 1 and changes.copies == 6 and changes.tensors > 0
     with open_pte(FIXTURES / "mlp_copy.pte") as pte:
-        assert first_call_copies(pte.program.execution_plan[0]) == []  # per-call copies: no first-call region
+        assert guarded_copies(pte.program.execution_plan[0]) == []  # per-call copies: no first-call region
 
 
 def test_without_executorch_one_line_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
