@@ -33,6 +33,12 @@ _HEADER = struct.Struct("<Q")
 LOG_LINES = 3  # of the runtime's log, quoted in an error
 
 
+def log_tail(text: str) -> str:
+    """The last ``LOG_LINES`` non-empty lines of a runtime's log, on one line (what an error quotes)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return " | ".join(lines[-LOG_LINES:])[:400]
+
+
 class RuntimeDied(RunnerError):
     """The child running the ExecuTorch runtime ended while it worked (a signal or an abort)."""
 
@@ -105,8 +111,7 @@ class RuntimeWorker:
 
     def _log_tail(self) -> str:
         self.log.seek(0)
-        lines = [line.strip() for line in self.log.read().decode("utf-8", "replace").splitlines() if line.strip()]
-        return " | ".join(lines[-LOG_LINES:])[:400]
+        return log_tail(self.log.read().decode("utf-8", "replace"))
 
     def close(self) -> None:
         if self.alive:

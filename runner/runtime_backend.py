@@ -33,9 +33,8 @@ import torch
 
 from .delegates import DelegateArg, DelegateContext, DelegateExecutor, DelegateInitContext
 from .one_delegate import CallMethod, delegate_program
+from .isolated import log_tail
 from .values import RunnerError
-
-LOG_LINES = 3  # of the runtime's log, quoted in an error
 
 
 @functools.lru_cache(maxsize=1)
@@ -94,9 +93,7 @@ class RuntimeLog:
     def last_lines(self) -> str:
         """The last log lines, on one line."""
         self.native.seek(0)
-        written = self.native.read().decode("utf-8", "replace") + self.text.getvalue()
-        lines = [line.strip() for line in written.splitlines() if line.strip()]
-        return " | ".join(lines[-LOG_LINES:])[:400]
+        return log_tail(self.native.read().decode("utf-8", "replace") + self.text.getvalue())
 
 
 class RuntimeHandle:
