@@ -63,7 +63,20 @@ def profiler_rows(last: Any) -> list[list[str]]:
             for label, key in (("H2D", "h2d"), ("D2H", "d2h"))]
 
 
-def check_rows(mv: MethodValidation, marks: dict[str, Any]) -> list[list[Any]]:
+MARKDOWN_MARKS = {"pass": "✅ pass", "fail": "❌ FAIL", "skipped": "⏭️ skipped"}
+VERDICT_STYLES = {"pass": "bold green", "fail": "bold red"}  # anything else (nothing moved): bold yellow
+
+
+def text_marks() -> dict[str, Any]:
+    """Each check status as the text tables show it (rich is imported only when something is printed)."""
+    from rich.text import Text
+
+    return {"pass": Text("pass", style="green"), "fail": Text("FAIL", style="red"),
+            "skipped": Text("skipped", style="yellow")}
+
+
+def check_rows(mv: Any, marks: dict[str, Any]) -> list[list[Any]]:
+    """One row per check of a method (the runner's ``MethodValidation`` or the engine's ``EngineMethod``)."""
     return [[c.name, marks[c.status.value], c.detail] for c in mv.checks]
 
 
@@ -89,11 +102,11 @@ def notes(mv: MethodValidation) -> list[str]:
     return lines
 
 
-def skipped_lines(result: ValidationResult) -> list[str]:
+def skipped_lines(result: Any) -> list[str]:
     return [f"method {name} not validated: {why}" for name, why in result.skipped_methods]
 
 
-def verdict_line(result: ValidationResult) -> str:
+def verdict_line(result: Any) -> str:
     """The verdict in capitals, and what it means when nothing moved (no vacuous PASS)."""
     from pte_devconst.runner.validate import NOTHING_MOVED, Verdict
 
@@ -111,8 +124,7 @@ def render_text(result: ValidationResult, view: View) -> None:
     devices = "simulated devices" if result.simulated else "real devices"
     console.print(f"[bold]{markup_safe(result.original)}[/] vs [bold]{markup_safe(result.rewritten)}[/]: "
                   f"{result.calls:,} calls each, {devices}", soft_wrap=True)
-    marks = {"pass": Text("pass", style="green"), "fail": Text("FAIL", style="red"),
-             "skipped": Text("skipped", style="yellow")}
+    marks = text_marks()
     for mv in result.methods:
         console.print(table(f"method {mv.method}", SUMMARY_COLUMNS, summary_rows(mv), right=SUMMARY_COLUMNS[1:]))
         console.print(table(None, CHECK_COLUMNS, check_rows(mv, marks)))
@@ -120,7 +132,7 @@ def render_text(result: ValidationResult, view: View) -> None:
             console.print(Text(printable(line)), soft_wrap=True)
     for line in skipped_lines(result):
         console.print(Text(printable(line)), soft_wrap=True)
-    style = {"pass": "bold green", "fail": "bold red"}.get(result.verdict.value, "bold yellow")
+    style = VERDICT_STYLES.get(result.verdict.value, "bold yellow")
     console.print(printable(verdict_line(result)), style=style, markup=False, soft_wrap=True)
 
 
@@ -130,10 +142,9 @@ def render_markdown(result: ValidationResult, view: View) -> list[str]:
              f"{result.calls:,} calls each, {'simulated' if result.simulated else 'real'} devices: "
              f"**{md_text(verdict_line(result))}**", ""]
     lines += [f"> **warning:** {md_text(w)}" for w in result.warnings] + ([""] if result.warnings else [])
-    marks = {"pass": "✅ pass", "fail": "❌ FAIL", "skipped": "⏭️ skipped"}
     for mv in result.methods:
         lines += [f"#### method {md_code(mv.method)}", "", markdown_table(SUMMARY_COLUMNS, summary_rows(mv)), "",
-                  markdown_table(CHECK_COLUMNS, check_rows(mv, marks)), ""]
+                  markdown_table(CHECK_COLUMNS, check_rows(mv, MARKDOWN_MARKS)), ""]
         lines += [f"* {md_text(line)}" for line in notes(mv)] + ([""] if notes(mv) else [])
     return lines + [f"* {md_text(line)}" for line in skipped_lines(result)]
 
@@ -155,13 +166,6 @@ def _engine_head(result: EngineValidation) -> list[str]:
             + (f"; {plural(result.probed, 'first-call copy', 'first-call copies')} probed" if result.probed else "")]
 
 
-def _engine_verdict(result: EngineValidation) -> str:
-    from pte_devconst.runner.validate import NOTHING_MOVED, Verdict
-
-    word = result.verdict.value.upper()
-    return f"{word}: {NOTHING_MOVED}" if result.verdict is Verdict.NOTHING_MOVED else word
-
-
 def render_engine_text(result: EngineValidation, view: View) -> None:
     if view.quiet:
         typer.echo(result.verdict.value.upper())
@@ -171,27 +175,24 @@ def render_engine_text(result: EngineValidation, view: View) -> None:
     console = stdout_console()
     for line in _engine_head(result):
         console.print(Text(printable(line)), soft_wrap=True)
-    marks = {"pass": Text("pass", style="green"), "fail": Text("FAIL", style="red"),
-             "skipped": Text("skipped", style="yellow")}
+    marks = text_marks()
     for mv in result.methods:
-        console.print(table(f"method {mv.method}", CHECK_COLUMNS,
-                            [[c.name, marks[c.status.value], c.detail] for c in mv.checks]))
-    for name, why in result.skipped_methods:
-        console.print(Text(printable(f"method {name} not validated: {why}")), soft_wrap=True)
-    style = {"pass": "bold green", "fail": "bold red"}.get(result.verdict.value, "bold yellow")
-    console.print(printable(_engine_verdict(result)), style=style, markup=False, soft_wrap=True)
+        console.print(table(f"method {mv.method}", CHECK_COLUMNS, check_rows(mv, marks)))
+    for line in skipped_lines(result):
+        console.print(Text(printable(line)), soft_wrap=True)
+    style = VERDICT_STYLES.get(result.verdict.value, "bold yellow")
+    console.print(printable(verdict_line(result)), style=style, markup=False, soft_wrap=True)
 
 
 def render_engine_markdown(result: EngineValidation, view: View) -> list[str]:
     head = _engine_head(result)
     lines = [f"### pte-devconst validate (ExecuTorch {md_text(result.runtime)}): "
              f"{md_code(Path(result.original).name)} → {md_code(Path(result.rewritten).name)}", "",
-             f"**{md_text(_engine_verdict(result))}**", ""] + [f"* {md_text(line)}" for line in head[1:]] + [""]
-    marks = {"pass": "✅ pass", "fail": "❌ FAIL", "skipped": "⏭️ skipped"}
+             f"**{md_text(verdict_line(result))}**", ""] + [f"* {md_text(line)}" for line in head[1:]] + [""]
     for mv in result.methods:
         lines += [f"#### method {md_code(mv.method)}", "",
-                  markdown_table(CHECK_COLUMNS, [[c.name, marks[c.status.value], md_text(c.detail)]
-                                                 for c in mv.checks]), ""]
+                  markdown_table(CHECK_COLUMNS, [[name, mark, md_text(detail)]
+                                                 for name, mark, detail in check_rows(mv, MARKDOWN_MARKS)]), ""]
     return lines + [f"* method {md_code(name)} not validated: {md_text(why)}" for name, why in result.skipped_methods]
 
 
