@@ -74,9 +74,8 @@ class RewriteResult:
 
     @property
     def written(self) -> bool:
-        """Whether a file was written: not for a dry run, nor for a program with nothing to move and constants not
-        judged (an identical copy would read as "checked, nothing to do")."""
-        return self.output is not None and not (self.plan.is_empty and self.not_judged)
+        """Whether a file was written: not for a dry run, nor when ``unwritten`` says so."""
+        return self.output is not None and not unwritten(self.plan)
 
     @property
     def in_place(self) -> bool:
@@ -90,6 +89,12 @@ class RewriteResult:
     def to_json(self) -> dict[str, Any]:
         """``rewrite``'s JSON document for this program (cli/report.schema.json)."""
         return rewrite_json(self)
+
+
+def unwritten(plan: RewritePlan) -> bool:
+    """Whether a rewrite writes no file although it is no dry run: nothing to move and external constants not judged
+    (their .ptd is missing), where an identical copy would read as "checked, nothing to do"."""
+    return plan.is_empty and bool(plan.analysis.unknown)
 
 
 def plan_file(source: PteFile, ptd: Optional[PtdFile], options: RewriteOptions) -> RewritePlan:
@@ -161,7 +166,7 @@ def rewrite(request: RewriteRequest, progress: Optional[Progress] = None,
         if request.dry_run:
             return RewriteResult(where, None, plan, source.size, None, removed, fold_gain=gain, names=found,
                                  flows=flows, devices=used)
-        if plan.is_empty and plan.analysis.unknown and source_path is not None:  # nothing judged to move: no copy
+        if unwritten(plan) and source_path is not None:
             return RewriteResult(where, str(request.destination), plan, source.size, None, removed, None, gain,
                                  names=found, flows=flows, devices=used)
         destination = request.destination
