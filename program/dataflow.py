@@ -28,6 +28,11 @@ The last argument is an output whenever it is a Tensor or Int that no earlier
 instruction mentions and that is no method input, constant or initial data: a
 delegate returns at least one value, so the view rule never claims it.
 
+**What a blob declares comes first.**  Where the delegate's blob can be read
+(``delegate_blobs.declared_splits``) and declares as many inputs and outputs as the
+call passes, the call is split as declared, and every output is one for sure: the
+rule is for the calls of blobs nobody reads.
+
 ``tests/test_dataflow.py`` checks the rule against every delegate call whose blob
 states its input count (the reference backend's ``inputs``, the demo backend's op
 arities) in the examples and the corpus.
@@ -36,7 +41,7 @@ arities) in the examples and the corpus.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Mapping, Optional
 
 from pte_devconst.schema import model as m
 from pte_devconst.util.record import record
@@ -44,6 +49,10 @@ from pte_devconst.util.record import record
 from .kernel_effects import instruction_effects, list_items
 from .regions import RegionKey, region_key
 
+
+
+# delegate index -> (inputs, outputs) its blob declares (``delegate_blobs.declared_splits``, one method's)
+Declared = Mapping[int, tuple[int, int]]
 
 
 @record
@@ -142,8 +151,10 @@ def _split(flow: _PendingFlow, args: tuple[int, ...]) -> tuple[int, int]:
     return n_inputs, sure
 
 
-def delegate_call_sites(plan: m.ExecutionPlan, *, per_call: bool = False) -> list[DelegateCallSite]:
-    """Every DelegateCall of ``plan`` in program order, with its inputs/outputs split by the module's rule.
+def delegate_call_sites(plan: m.ExecutionPlan, *, per_call: bool = False,
+                        declared: Optional[Declared] = None) -> list[DelegateCallSite]:
+    """Every DelegateCall of ``plan`` in program order, with its inputs/outputs split as its blob declares them
+    (``declared``, when it fits the call) or else by the module's rule.
 
     One delegate (one blob) has one signature: when it is called more than once with the same number of
     arguments, every call gets the fewest inputs any of them was found to have, so an argument in an output
@@ -157,7 +168,8 @@ def delegate_call_sites(plan: m.ExecutionPlan, *, per_call: bool = False) -> lis
             split = None
             if isinstance(instruction, m.DelegateCall):
                 args = tuple(instruction.args or ())
-                split, sure = _split(flow, args)
+                io = declared.get(instruction.delegate_index) if declared else None
+                split, sure = io if io is not None and sum(io) == len(args) else _split(flow, args)
                 sites.append(DelegateCallSite(chain_index, pc, instruction.delegate_index, args, split, sure))
             flow.step(instruction, split)
     return sites if per_call else one_signature(sites)

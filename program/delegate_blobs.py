@@ -1,4 +1,5 @@
-"""What a delegate's blob declares of its calls, where its format can be read cheaply: today XNNPACK's.
+"""What a delegate's blob declares of its calls, where its format can be read cheaply: XNNPACK's and the reference
+backend's.
 
 A DelegateCall passes its arguments (the delegate's inputs, then its outputs) to a blob that fixed, when it was
 compiled, how many inputs it reads and outputs it writes.  A blob of another call site (two delegates of a
@@ -11,10 +12,18 @@ size after it), then the ``XNNGraph`` flatbuffer (identifier ``XN00``/``XN01``) 
 graph's ``input_ids`` and ``output_ids`` (executorch/backends/xnnpack/serialization/schema.fbs).  Only those two
 vectors are read, through the project's checked flatbuffer reader, with a budget of the blob's size: an
 unreadable blob is no finding (the backend itself says more when it loads it).
+
+The reference backend (``PteDevconstReference``, ``runner/reference_backend.py``): a small JSON document whose
+``inputs`` and ``outputs`` lists are the call's; a blob over 1 MiB is not read.
+
+What a blob declares also settles where a call's inputs end and its outputs begin (``declared_splits``), which
+the program alone leaves open (``dataflow.py``): an argument the split could only guess at, planned on bytes
+another value wrote, is then known to be written, or known to be read.
 """
 
 from __future__ import annotations
 
+import json
 import struct
 from typing import Callable, Optional, Sequence
 
@@ -22,6 +31,9 @@ from pte_devconst.schema import model as m
 from pte_devconst.schema.flatbuf import FlatbufferError, FlatReader
 
 XNNPACK = "XnnpackBackend"
+REFERENCE = "PteDevconstReference"
+_REFERENCE_FORMAT = "pte-devconst-reference"
+_REFERENCE_LIMIT = 1 << 20  # bytes: larger blobs are not parsed (a declaration is a few hundred bytes)
 _XNN_HEADER_MAGIC = b"XH00"
 _XNN_IDENTIFIERS = (b"XN00", b"XN01")
 _XNN_INPUT_IDS, _XNN_OUTPUT_IDS = 4, 5  # XNNGraph's field numbers
@@ -52,7 +64,24 @@ def _xnnpack_io(blob: memoryview) -> Optional[tuple[int, int]]:
     return len(inputs), len(outputs)
 
 
-_READERS: dict[str, Callable[[memoryview], Optional[tuple[int, int]]]] = {XNNPACK: _xnnpack_io}
+def _reference_io(blob: memoryview) -> Optional[tuple[int, int]]:
+    """(inputs, outputs) a reference backend blob declares, or None when it cannot be read."""
+    if len(blob) > _REFERENCE_LIMIT:
+        return None
+    try:
+        doc = json.loads(bytes(blob))
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return None
+    if not isinstance(doc, dict) or doc.get("format") != _REFERENCE_FORMAT:
+        return None
+    inputs, outputs = doc.get("inputs"), doc.get("outputs")
+    if not isinstance(inputs, list) or not isinstance(outputs, list):
+        return None
+    return len(inputs), len(outputs)
+
+
+_READERS: dict[str, Callable[[memoryview], Optional[tuple[int, int]]]] = {XNNPACK: _xnnpack_io,
+                                                                          REFERENCE: _reference_io}
 
 
 def declared_io(backend_id: str, blob: memoryview) -> Optional[tuple[int, int]]:
@@ -84,3 +113,19 @@ def call_site_mismatches(plans: Sequence[m.ExecutionPlan], labels: Sequence[str]
                          f"its blob declares {declared[0]} inputs and {declared[1]} outputs ({sum(declared)}): the "
                          "runtime would refuse it or read arguments that are not there (a blob of another call site?)")
     return found
+
+
+def declared_splits(program: m.Program, blob_of: Callable[[m.BackendDelegate], memoryview]
+                    ) -> tuple[dict[int, tuple[int, int]], ...]:
+    """Per method of ``program``: delegate index -> (inputs, outputs) its blob declares, for the delegates whose
+    blob can be read (``dataflow.delegate_call_sites`` takes it).  One small read of each readable blob."""
+    found = []
+    for plan in program.execution_plan or ():
+        declared: dict[int, tuple[int, int]] = {}
+        for index, delegate in enumerate(plan.delegates or ()):
+            if (delegate.id or "") in _READERS:
+                io = declared_io(delegate.id or "", blob_of(delegate))
+                if io is not None:
+                    declared[index] = io
+        found.append(declared)
+    return tuple(found)

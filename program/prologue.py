@@ -23,7 +23,8 @@ whenever it answers:
 * **it holds copies of host constants only**: each an ``_h2d_copy.out`` whose source is a constant (the file's
   bytes, no method input or output) that no instruction writes;
 * **each destination keeps what it got**: one copy per destination, no other instruction writes it (effects.py,
-  the one statement of writes), it is no method input or output, and no other planned value shares its bytes.
+  the one statement of writes), it is no method input or output, and no other planned value shares its bytes but
+  a static view of it (a value nothing writes, within its bytes from where they start: it only reads them).
 
 Anything else is an ordinary jump over per-call copies (what ``transfers.py``, the copy rule and the lifetimes
 handle, conservatively): ``check`` calls its copies per-call copying, and ``rewrite`` treats them as such.
@@ -40,7 +41,7 @@ from .effects import MethodEffects
 from .executorch import H2D_COPY
 from .kernel_effects import copy_slots, is_h2d_copy
 from .readers import readers_in_order
-from .regions import planned_region
+from .regions import Region, planned_region
 
 # The instructions of a prologue around its copies: the guard's jump before them, the move that clears it after.
 GUARD_INSTRUCTIONS = 2
@@ -126,13 +127,28 @@ def first_call_prologue(plan: m.ExecutionPlan, effects: Optional[Callable[[], Me
 def _copies_stay(plan: m.ExecutionPlan, effects: MethodEffects, end: int, sources: set[int],
                  destinations: set[int]) -> bool:
     """Whether what the prologue copies stays: no instruction outside it writes a source or a destination, and no
-    other planned value shares a destination's bytes.  Linear in the method, plus a sort per buffer."""
+    other planned value shares a destination's bytes but a static view of it (a value no instruction writes that
+    is no input, output, constant or initial data, starting where the destination does and ending within it: it
+    reads the destination's bytes, and nothing can change them through it).  Linear in the method, plus a sort
+    per buffer."""
     watched = sources | destinations
-    for step, written in zip(effects.steps, effects.writes):
-        if not (step.chain == 0 and step.instruction < end) and watched.intersection(written):
+    for step, writes in zip(effects.steps, effects.writes):
+        if not (step.chain == 0 and step.instruction < end) and watched.intersection(writes):
             return False
-    regions = sorted((r.memory_id, r.start, r.end, index in destinations) for index, value in
-                     enumerate(plan.values or ()) if (r := planned_region(value)) is not None)
+    values = plan.values or ()
+    held = {(r.memory_id, r.start): r.end for index in destinations if (r := planned_region(values[index]))}
+    method_ends = set(plan.inputs or ()) | set(plan.outputs or ())
+    written = effects.written_anywhere()
+
+    def views_a_destination(index: int, region: Region) -> bool:
+        value = values[index]
+        return (region.end <= held.get((region.memory_id, region.start), -1) and index not in written
+                and index not in method_ends and isinstance(value, m.Tensor) and not value.is_constant
+                and not value.has_initial_data)
+
+    regions = sorted((r.memory_id, r.start, r.end, index in destinations) for index, value in enumerate(values)
+                     if (r := planned_region(value)) is not None
+                     and (index in destinations or not views_a_destination(index, r)))
     # one sweep by start per buffer: a region overlaps an earlier one iff it starts before the furthest end so far
     furthest: dict[int, tuple[int, int]] = {}  # buffer -> (furthest end of any region, of a destination's)
     for memory_id, start, stop, is_destination in regions:

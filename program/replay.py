@@ -56,7 +56,7 @@ from pte_devconst.schema import model as m
 from pte_devconst.util.errors import UnsupportedProgramError
 from pte_devconst.util.record import record
 
-from .dataflow import delegate_call_sites
+from .dataflow import Declared, delegate_call_sites
 from .kernel_effects import (copy_slots, is_device_copy, kernel_alias, kernel_writes, list_items, updated_in_place,
                              updates_in_place)
 from .prologue import first_call_copies, first_call_prologue
@@ -265,7 +265,8 @@ class _Program:
     """One method prepared for replay: positions, sites, storages of values, delegate output positions."""
 
     def __init__(self, plan: m.ExecutionPlan,
-                 n_inputs: Optional[Mapping[tuple[int, int], tuple[int, int]]] = None) -> None:
+                 n_inputs: Optional[Mapping[tuple[int, int], tuple[int, int]]] = None,
+                 declared: Optional[Declared] = None) -> None:
         self.plan = plan
         self.values = tuple(plan.values or ())
         self.ops = [op.qualified_name for op in plan.operators or ()]
@@ -295,7 +296,7 @@ class _Program:
         # the inputs of each delegate call: the same for every call of one delegate (dataflow's split)
         if n_inputs is None:
             split: dict[tuple[int, int], tuple[int, int]] = {}
-            for site in delegate_call_sites(plan):
+            for site in delegate_call_sites(plan, declared=declared):
                 split[(site.chain, site.instruction)] = (site.n_inputs, site.sure_outputs)
             n_inputs = split
         self.n_inputs = n_inputs
@@ -941,13 +942,16 @@ def calls_needed(*plans: m.ExecutionPlan) -> int:
 def prove_same_reads(original: m.ExecutionPlan, rewrite: m.ExecutionPlan, *,
                      matching: Optional[Sequence[Sequence[Optional[int]]]] = None,
                      stands_for: Optional[Mapping[int, Origin]] = None, calls: Optional[int] = None,
-                     budget: Optional[Budget] = None) -> Optional[Mismatch]:
+                     budget: Optional[Budget] = None,
+                     declared: tuple[Optional[Declared], Optional[Declared]] = (None, None)) -> Optional[Mismatch]:
     """The first read of ``rewrite`` (method of a rewritten program) that differs from ``original``'s, or None.
 
     ``calls`` defaults to ``calls_needed``; ``matching`` (per chain of the rewrite: the input's instruction each
     one is, None for new ones) defaults to ``match_instructions``; ``stands_for`` names what each folded value
     stands for (else inferred from the first read of it); a re-encoded constant's host source stands for the input's
-    initial data without being named (``reencoded_sources``).  Raises ``UnsupportedProgramError`` past the work budget.
+    initial data without being named (``reencoded_sources``); ``declared`` is what the delegates' blobs of each
+    method declare of their calls (``dataflow.delegate_call_sites``).  Raises ``UnsupportedProgramError`` past the
+    work budget.
     """
     if calls is None:
         calls = calls_needed(original, rewrite)
@@ -956,7 +960,7 @@ def prove_same_reads(original: m.ExecutionPlan, rewrite: m.ExecutionPlan, *,
     budget = budget if budget is not None else budget_for(original, rewrite, calls=calls)
     if matching is None:
         matching = match_instructions(original, rewrite, budget)
-    a = _Program(original)
+    a = _Program(original, declared=declared[0])
     if len(matching) != len(a.chains):
         return Mismatch(1, "the method", f"the rewrite has {len(matching)} chains, the input {len(a.chains)}")
     for what in ("inputs", "outputs"):
@@ -985,7 +989,7 @@ def prove_same_reads(original: m.ExecutionPlan, rewrite: m.ExecutionPlan, *,
                 if isinstance(b.chains[c][k], m.DelegateCall):
                     if own_split is None:
                         own_split = {(s.chain, s.instruction): (s.n_inputs, s.sure_outputs)
-                                     for s in delegate_call_sites(rewrite)}
+                                     for s in delegate_call_sites(rewrite, declared=declared[1])}
                     if (c, k) in own_split:
                         roles_b[position] = own_split[(c, k)]
                 continue

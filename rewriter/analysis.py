@@ -32,9 +32,9 @@ running away.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Optional
+from typing import Optional, Sequence
 
-from pte_devconst.program.dataflow import DelegateCallSite
+from pte_devconst.program.dataflow import Declared, DelegateCallSite
 from pte_devconst.program.executorch import H2D_COPY, method_labels, method_name
 from pte_devconst.program.kernel_effects import is_h2d_copy
 from pte_devconst.program.labels import value_name
@@ -337,8 +337,11 @@ def _shares_mutable_buffers(program: m.Program) -> bool:
 
 @gc_paused
 def analyze_program(program: m.Program, external: Optional[ExternalData] = None, *,
-                    host_placement: bool = False) -> Analysis:
+                    host_placement: bool = False, declared: Sequence[Declared] = ()) -> Analysis:
     """Verdicts for every constant of every method, plus per-call copy estimates.
+
+    ``declared`` (per method, ``delegate_blobs.declared_splits``): what the delegates' blobs declare of their
+    calls, which the program alone does not say.
 
     ``host_placement`` (a library option for testing the encoding with the CPU
     runtime) treats constants read only by host kernels or host delegates as
@@ -352,7 +355,8 @@ def analyze_program(program: m.Program, external: Optional[ExternalData] = None,
         readers = collect_readers(plan)
         instructions = sum(len(chain.instructions or ()) for chain in plan.chains or ())
         budget = WorkBudget(label, len(plan.values or ()) + instructions + sum(map(len, readers.values())))
-        ctx = MethodContext(label, plan_index, plan, readers, external, host_placement, budget)
+        ctx = MethodContext(label, plan_index, plan, readers, external, host_placement, budget,
+                            declared[plan_index] if plan_index < len(declared) else None)
         transfers, sites = ctx.transfers()
         constants = tuple(
             _judge(ctx, index, value)

@@ -138,15 +138,19 @@ class CopyMemory:
         self.output_index = {memory_id: IntervalIndex(items) for memory_id, items in outputs.items()}
         spend(sum(len(g.keys) for g in self.groups.values()))
 
-    def problem(self, copy: Step, dst: int, readers: list[Step], *, once: bool = False) -> Optional[Problem]:
+    def problem(self, copy: Step, dst: int, readers: list[Step], *, once: bool = False,
+                views: frozenset[int] = frozenset()) -> Optional[Problem]:
         """Why removing the copy at ``copy`` into ``dst`` (read at ``readers``) could change the method, or None.
+
+        ``views``: static views of D that follow the constant (``method_context.DeviceCopy.views``): their reads are
+        among ``readers`` and they are D's bytes under another name, not another value there.
 
         ``once``: the copy is in a first-call prologue (``program/prologue.py``): it runs before everything on
         the first call and never again, so the readers of every later call read what it wrote then.  Removing
         it keeps that only if nothing else ever writes D or uses D's memory (``_first_call_problem``).
         """
         if once:
-            return self._other_write(self.effects.position(copy), dst) or self._first_call_problem(dst)
+            return self._other_write(self.effects.position(copy), dst) or self._first_call_problem(dst, views | {dst})
         early = [r for r in readers if r <= copy]
         if early:
             return ("its device copy is read before the _h2d_copy runs",
@@ -161,7 +165,7 @@ class CopyMemory:
         other_write = self._other_write(copy_at, dst)
         if other_write is not None:
             return other_write
-        return self._shared_memory(copy_at, dst, self.effects.position(max(readers)))
+        return self._shared_memory(copy_at, dst, self.effects.position(max(readers)), views | {dst})
 
     def _other_write(self, copy_at: int, dst: int) -> Optional[Problem]:
         """An instruction other than the copy that writes D: after the rewrite it would write the constant."""
@@ -182,9 +186,9 @@ class CopyMemory:
                         "without the copy that write would land on the resident constant")
         return None
 
-    def _first_call_problem(self, dst: int) -> Optional[Problem]:
-        """Another value on D's bytes that anything uses, or a method input or output there: a first-call copy's
-        bytes must stay in D for every later call."""
+    def _first_call_problem(self, dst: int, own: frozenset[int]) -> Optional[Problem]:
+        """Another value on D's bytes that anything uses (but D and its views that follow it: ``own``), or a method
+        input or output there: a first-call copy's bytes must stay in D for every later call."""
         region = self.regions[dst]
         if region is None:
             return None
@@ -192,7 +196,10 @@ class CopyMemory:
         overlapping = [self._group_list[number] for number in self.index[memory_id].overlapping(start, end)]
         self.spend(1 + len(overlapping))
         for _, group in overlapping:
-            i = 0 if not group.keys or group.keys[0][4] != dst else group.next_other[0]
+            i = 0
+            while i < len(group.keys) and group.keys[i][4] in own:
+                self.spend(1)
+                i = group.next_other[i]
             if i < len(group.keys):
                 other = group.keys[i][4]
                 return ("its device copy's memory is also another value's",
@@ -200,7 +207,7 @@ class CopyMemory:
                         f"{memory_id} [{start}, {end})), which must hold the constant for every call")
         outputs = self.output_index.get(memory_id)
         for other in outputs.overlapping(start, end) if outputs is not None else ():
-            if other != dst:
+            if other not in own:
                 return ("its device copy's memory is also a method output's",
                         f"value {other}, a method output, shares memory with its first-call device copy "
                         f"(value {dst})")
@@ -219,7 +226,7 @@ class CopyMemory:
                 return source, destination
         return None
 
-    def _shared_memory(self, copy_at: int, dst: int, last_at: int) -> Optional[Problem]:
+    def _shared_memory(self, copy_at: int, dst: int, last_at: int, own: frozenset[int]) -> Optional[Problem]:
         """Another value overlapping D's bytes, used between the copy and D's last reader, or read after it first."""
         region = self.regions[dst]
         if region is None:
@@ -234,7 +241,10 @@ class CopyMemory:
             lo = bisect.bisect_right(group.positions, copy_at)
             hi = bisect.bisect_right(group.positions, last_at)
             if lo < hi:
-                i = lo if group.keys[lo][4] != dst else group.next_other[lo]
+                i = lo
+                while i < hi and group.keys[i][4] in own:  # D itself, or a view of it that follows it
+                    self.spend(1)
+                    i = group.next_other[i]
                 if i < hi and (found is None or group.keys[i][0] < found[0]):
                     found = (group.keys[i][0], group.keys[i][4])
         if found is not None:
@@ -256,7 +266,7 @@ class CopyMemory:
                 for i in range(lo, hi):
                     self.spend(1)
                     position, writes, _, _, other = group.keys[i]
-                    if not writes and other != dst and group.previous_use(i) <= last_at:
+                    if not writes and other not in own and group.previous_use(i) <= last_at:
                         step = self.effects.steps[position]
                         return ("its device copy's memory is also another value's, read after it",
                                 f"value {other} {where} and is read at instruction {step.instruction} before "
@@ -265,7 +275,7 @@ class CopyMemory:
         outputs = self.output_index.get(memory_id)
         for other in outputs.overlapping(start, end) if outputs is not None else ():
             self.spend(1)
-            if other == dst:
+            if other in own:
                 continue
             other_region = self.regions[other]
             assert other_region is not None  # the output index holds planned values only

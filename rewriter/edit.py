@@ -24,6 +24,20 @@ def relocated_tensor(value: m.EValue, memory_id: int, offset: Optional[int]) -> 
     return replace(value, allocation_info=None if offset is None else m.AllocationDetails(memory_id, offset))
 
 
+def views_on_holders(edit: "MethodEdit") -> list[tuple[int, int]]:
+    """(view, holder) for every static view of a removed copy's destination that follows its constant to the value
+    that holds it on its device (``method_context.DeviceCopy.views``): the same in every encoding, whose holder is
+    planned memory."""
+    return [(view, placement.holder) for placement in edit.placements for copy in placement.copies
+            for view in copy.views]
+
+
+def on_holder(view: m.EValue, holder: m.EValue) -> m.EValue:
+    """A static view pointed at the bytes of the value that holds its constant (where they start)."""
+    assert isinstance(view, m.Tensor) and isinstance(holder, m.Tensor)
+    return replace(view, allocation_info=holder.allocation_info)
+
+
 def _next_survivors(mapping: tuple[Optional[int], ...], new_length: int) -> list[int]:
     """For each old index (and one past the end), where a jump to it lands: the next instruction that survives."""
     landing = [new_length] * (len(mapping) + 1)
@@ -91,6 +105,8 @@ def edit_method(plan: m.ExecutionPlan, edit: "MethodEdit", constant_remap: Optio
     values += [appended[index] for index in sorted(appended)]
     for index, (memory_id, offset) in relocated.items():
         values[index] = relocated_tensor(values[index], memory_id, offset)
+    for view, holder in views_on_holders(edit):  # last: where the holder ends up, relaid or not
+        values[view] = on_holder(values[view], values[holder])
     rewired: dict[tuple[int, int], dict[int, int]] = {}
     placements: tuple[Placement | FoldPlacement, ...] = (*edit.placements, *edit.folds)
     for placement in placements:

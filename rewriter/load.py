@@ -15,7 +15,7 @@ from dataclasses import replace
 import os
 from typing import Iterator, Optional
 
-from pte_devconst.program.delegate_blobs import call_site_mismatches
+from pte_devconst.program.delegate_blobs import call_site_mismatches, declared_splits
 from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.schema.ptd_file import PtdFile, open_ptd
 from pte_devconst.schema.pte_file import PteFile, ProgramBytes, open_pte
@@ -39,10 +39,12 @@ def external_data(ptd: PtdFile) -> ExternalData:
 
 
 def analyze_opened(source: PteFile, data: Optional[PtdFile], *, host_placement: bool = False) -> Analysis:
-    """The analysis of an opened program, with a note for each delegate whose calls disagree with what its blob
-    declares (``program/delegate_blobs.py``: read from the blobs, which ``analyze_program`` does not see)."""
-    analysis = analyze_program(source.program, external_data(data) if data else None, host_placement=host_placement)
+    """The analysis of an opened program, with what the delegates' blobs declare of their calls (their split into
+    inputs and outputs) and a note for each delegate whose calls disagree with it (``program/delegate_blobs.py``:
+    read from the blobs, which ``analyze_program`` does not see)."""
     program = source.program
+    analysis = analyze_program(program, external_data(data) if data else None, host_placement=host_placement,
+                               declared=declared_splits(program, source.delegate_blob))
     mismatches = call_site_mismatches(program.execution_plan or (), [method.label for method in analysis.methods],
                                       source.delegate_blob)
     return replace(analysis, notes=analysis.notes + tuple(mismatches)) if mismatches else analysis

@@ -19,7 +19,7 @@ from collections import defaultdict
 from dataclasses import field
 from typing import Iterable, Mapping, Optional, Sequence
 
-from pte_devconst.program.dataflow import DelegateCallSite, delegate_call_sites
+from pte_devconst.program.dataflow import Declared, DelegateCallSite, delegate_call_sites
 from pte_devconst.program.effects import MethodEffects, Step
 from pte_devconst.program.kernel_effects import DEVICE_COPY_ARGS, copy_slots
 from pte_devconst.program.readers import Reader, ReaderKind
@@ -76,6 +76,9 @@ class DeviceCopy:
     dst: int
     device: Device
     once: bool = False
+    # static views of ``dst`` that read what the copy wrote and nothing else: the rewrite points them at the value
+    # that holds the constant on its device (``edit.py``), so the copy can go
+    views: tuple[int, ...] = ()
 
 
 @record
@@ -206,7 +209,8 @@ class MethodContext:
     """What judging one method's constants shares: its readers, and per-value summaries built on demand."""
 
     def __init__(self, name: str, plan_index: int, plan: m.ExecutionPlan, readers: Mapping[int, list[Reader]],
-                 external: Optional[ExternalData], host_placement: bool, budget: WorkBudget) -> None:
+                 external: Optional[ExternalData], host_placement: bool, budget: WorkBudget,
+                 declared: Optional[Declared] = None) -> None:
         self.name = name
         self.plan_index = plan_index
         self.plan = plan
@@ -214,6 +218,8 @@ class MethodContext:
         self.external = external
         self.host_placement = host_placement
         self.budget = budget
+        self.declared = declared  # what the delegates' blobs declare of their calls (dataflow.delegate_call_sites)
+        self._sites: Optional[tuple[DelegateCallSite, ...]] = None
         self._uses: dict[int, Uses] = {}
         self._views: Optional[ViewReads] = None
         self._memory: Optional[CopyMemory] = None
@@ -242,10 +248,17 @@ class MethodContext:
         """
         if self._transfers is None:
             self.budget.spend(transfer_work(self.plan))
-            sites = tuple(delegate_call_sites(self.plan))
+            sites = self.sites()
             self._transfers = (tuple(per_call_transfers(self.plan, sites, self.prologue)), sites)
             self._copies = copies_per_call(self._transfers[0])
         return self._transfers
+
+    def sites(self) -> tuple[DelegateCallSite, ...]:
+        """The delegate calls, split into inputs and outputs as their blobs declare or by the data flow's rule
+        (``program/dataflow.py``), once per method."""
+        if self._sites is None:
+            self._sites = tuple(delegate_call_sites(self.plan, declared=self.declared))
+        return self._sites
 
     def per_call_copies(self, value: int) -> int:
         """How many times one call copies ``value`` host-to-device (``transfers.copies_per_call``)."""
@@ -271,7 +284,7 @@ class MethodContext:
     def effects(self) -> MethodEffects:
         """What each instruction reads and writes (``program/effects.py``), built once per method."""
         if self._effects is None:
-            self._effects = MethodEffects(self.plan)
+            self._effects = MethodEffects(self.plan, self.sites())
             self.budget.spend(self._effects.work)
         return self._effects
 
@@ -342,25 +355,96 @@ def follow_copy(ctx: MethodContext, index: int, copy: Reader, reasons: Reasons, 
     if not clean:
         return
     views = ctx.views_of(dst)
-    if views:  # removing the copy would leave that memory unwritten
-        reasons.add("its device copy is also read through a static view",
-                    f"its device copy (value {dst}) is also read through value {views[0][0]}, a view of its memory")
-        return
+    followers: tuple[int, ...] = ()
+    if views:  # removing the copy would leave that memory unwritten, unless each view follows the constant
+        refusal = _views_refusal(ctx, dst, views)
+        if refusal is not None:
+            reasons.add(*refusal)
+            return
+        followers = tuple(dict.fromkeys(view for view, _ in views))
     uses = ctx.uses(dst)
-    if not uses.on_device:
+    if not uses.on_device and not followers:
         reasons.add("its device copy has no readers", f"its device copy (value {dst}) has no readers")
         return
     ctx.budget.spend(len(uses.on_device))
     once = ctx.runs_once(copy.step)
-    problem = ctx.memory().problem(copy.step, dst, [use.step for use in uses.on_device], once=once)
+    read_at = [use.step for use in uses.on_device] + [step for view, step in views if view in followers]
+    problem = ctx.memory().problem(copy.step, dst, read_at, once=once, views=frozenset(followers))
     if problem is not None:
         reasons.add(*problem)
         return
-    devices.update(use.delegate_device for use in uses.on_device)
+    on_device = [*uses.on_device, *(r for view in followers for r in ctx.readers.get(view, ()))]
+    devices.update(use.delegate_device for use in on_device)
     args.extend(RewiredDelegateArg(use.chain, use.instruction, use.arg_pos, dst) for use in uses.on_device)
     dst_device = memory_device((ctx.plan.values or ())[dst], ctx.buffer_devices())
     copies.append(DeviceCopy(copy.chain, copy.instruction, index, dst,
-                             uses.on_device[0].delegate_device if dst_device.is_cpu else dst_device, once))
+                             on_device[0].delegate_device if dst_device.is_cpu else dst_device, once, followers))
+
+
+def _views_refusal(ctx: MethodContext, dst: int, views: list[tuple[int, tuple[int, int]]]
+                   ) -> Optional[tuple[str, str]]:
+    """Why the static views of a device copy cannot follow the constant to the value that holds it on its device,
+    or None when they can.
+
+    A view follows when it lies inside the copy's bytes (it starts where they do: ``view_reads`` matches places),
+    every use of it is one of these reads (it reads what the copy wrote, never what another value left there,
+    and nothing writes it), and only delegates on a device read it, as inputs: then the rewrite points it at the
+    holder's bytes (``edit.py``), which hold the same bytes on every call, and nothing can change them there.
+    """
+    values = ctx.plan.values or ()
+    copy_tensor = values[dst]
+    assert isinstance(copy_tensor, m.Tensor), "follow_copy checked the destination"
+    effects = ctx.effects()
+    steps: dict[int, set[tuple[int, int]]] = {}
+    for view, step in views:
+        steps.setdefault(view, set()).add(step)
+    for view, read_at in steps.items():
+        ctx.budget.spend(len(read_at) + 1)
+        tensor = values[view]
+        first = min(read_at)
+        if first == (-1, -1):
+            return ("its device copy is also a method output through a static view",
+                    f"its device copy (value {dst}) is also method output value {view}, a view of its memory (the "
+                    "caller would hold the resident constant's own bytes)")
+        reason = _view_reason(ctx, dst, view, first)
+        if not reason[0].startswith("its device copy is also read through"):
+            return reason
+        if not isinstance(tensor, m.Tensor) or tensor.nbytes > copy_tensor.nbytes:
+            return ("its device copy is also read through a larger static view",
+                    f"its device copy (value {dst}) is also read through value {view}, a view larger than its "
+                    "bytes: it reads more than the copy wrote")
+        uses = effects.uses()[view]
+        if any(use.writes or (effects.steps[use.position].chain, effects.steps[use.position].instruction)
+               not in read_at for use in uses):
+            return ("its device copy is also read through a static view of other data",
+                    f"its device copy (value {dst}) is also read through value {view}, a view of its memory that "
+                    "is also used where another value's bytes are there")
+        other = next((r for r in ctx.readers.get(view, ()) if not r.on_device), None)
+        if other is not None:
+            return ("its device copy is also read through a static view by the host",
+                    f"its device copy (value {dst}) is also read through value {view}, a view of its memory "
+                    f"that is {host_reason(other)[1]}")
+    return None
+
+
+def _view_reason(ctx: MethodContext, dst: int, view: int, step: tuple[int, int]) -> tuple[str, str]:
+    """Why a device copy read again through ``view`` at ``step`` stays: a static view of its memory, or a delegate
+    argument that lies exactly on it and that only the delegate's blob, which is not read here, calls an output
+    or an input (``program/memory.py``)."""
+    chain, instruction = step
+    ins = instruction_at(ctx.plan, chain, instruction) if chain >= 0 else None
+    if isinstance(ins, m.DelegateCall):
+        site = next((s for s in ctx.sites() if (s.chain, s.instruction) == step), None)
+        if site is not None and view in site.outputs:
+            delegates = ctx.plan.delegates or ()
+            backend = delegates[ins.delegate_index].id if 0 <= ins.delegate_index < len(delegates) else None
+            return ("its device copy's bytes are a later delegate argument its blob does not declare",
+                    f"its device copy (value {dst}) lies exactly where delegate {ins.delegate_index} at instruction "
+                    f"{instruction} has argument {site.args.index(view)} (value {view}): an output, or a view of "
+                    f"the copy it reads again, which only its {backend or 'unnamed'} blob says, and this tool "
+                    "reads no such blob")
+    return ("its device copy is also read through a static view",
+            f"its device copy (value {dst}) is also read through value {view}, a view of its memory")
 
 
 def _only_read_by_this_copy(ctx: MethodContext, value: int, copy: Reader, own_args: tuple[int, ...],

@@ -24,7 +24,7 @@ from pte_devconst.program.layout import DeviceMemory, device_memory, relayout
 from pte_devconst.program.prologue import GUARD_INSTRUCTIONS
 
 from .analysis import Analysis, ConstantVerdict, MethodAnalysis
-from .edit import edit_method
+from .edit import edit_method, views_on_holders
 from .encodings import Runtime, RuntimeNeed, encoding_for, required_runtime
 from .fold import FoldChain, MethodFolds, removed_steps
 from .plan_model import (ConstantEntry, FoldPlacement, FoldSkipped, InitialData, MethodEdit, MethodJob, Placement,
@@ -469,8 +469,9 @@ def _relaid(plan: m.ExecutionPlan, edit: MethodEdit) -> MethodEdit:
     placements = tuple(replace(p, offset=layout.placed(p.holder, p.memory_id, p.offset)) for p in edit.placements)
     folds = tuple(replace(f, offset=layout.placed(f.value, f.memory_id, f.offset)) for f in edit.folds)
     reencoded = tuple(replace(r, offset=layout.placed(r.value, r.memory_id, r.offset)) for r in edit.reencoded)
+    followers = {view for view, _ in views_on_holders(edit)}  # they follow their holder (edit.py)
     return replace(edit, placements=placements, folds=folds, reencoded=reencoded, buffers=layout.buffers,
-                   relocations=tuple(r for r in layout.relocations if r[0] not in moved))
+                   relocations=tuple(r for r in layout.relocations if r[0] not in moved and r[0] not in followers))
 
 
 def entry_lengths(program: m.Program) -> dict[int, int]:

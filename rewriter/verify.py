@@ -36,7 +36,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import operator
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional
 
 from pte_devconst.schema import model as m
 from pte_devconst.util.errors import FormatError, InternalError
@@ -47,6 +47,8 @@ from pte_devconst.schema.ptd_file import PtdFile, tensor_key
 from pte_devconst.schema.pte_file import PteFile, open_pte
 from pte_devconst.schema.span import Span
 
+from pte_devconst.program.dataflow import Declared, delegate_call_sites
+from pte_devconst.program.delegate_blobs import declared_splits
 from pte_devconst.program.effects import MethodEffects
 from pte_devconst.program.kernel_effects import copy_slots, kernel_results
 from pte_devconst.program.readers import ReaderKind, readers_in_order
@@ -56,7 +58,7 @@ from pte_devconst.program.regions import planned_region
 from pte_devconst.program.replay import Origin, prove_same_reads
 
 from .fold import FOLD_KERNELS, FoldRecipe, Traced, Tracer, layout_of
-from .edit import relocated_tensor
+from .edit import on_holder, relocated_tensor, views_on_holders
 from .plan import FoldPlacement, MethodEdit, Placement, RewritePlan
 from .encodings import Verifier, encoding_named
 from .verify_bytes import ByteChecker, CheckCost, ComputedBytes, SameBytes, WriteRecipe, ZeroBytes
@@ -97,7 +99,7 @@ class _VerifyContext:
     """What the per-method checks share: both files, the .ptd, the constant remap, and the byte requirements they
     add up (working state, util/record.py)."""
 
-    __slots__ = ("original", "written", "ptd", "plan", "remap", "same", "computed")
+    __slots__ = ("original", "written", "ptd", "plan", "remap", "same", "computed", "declared")
 
     def __init__(self, original: PteFile, written: PteFile, ptd: Optional[PtdFile], plan: RewritePlan,
                  remap: Optional[dict[int, int]]) -> None:
@@ -108,6 +110,14 @@ class _VerifyContext:
         self.remap = remap  # constant entry: old index -> new (None: the segment keeps its layout)
         self.same: list[SameBytes] = []
         self.computed: list[ComputedBytes] = []
+        # per method, what the delegates' blobs of each file declare of their calls (the input's, the output's)
+        self.declared = (declared_splits(original.program, original.delegate_blob),
+                         declared_splits(written.program, written.delegate_blob))
+
+    def declared_of(self, index: int) -> tuple[Optional[Declared], Optional[Declared]]:
+        """What the delegates' blobs of method ``index`` declare, in the input and in the output."""
+        old, new = self.declared
+        return old[index] if index < len(old) else None, new[index] if index < len(new) else None
 
     def require_same(self, what: str, source: Optional[Span], written: Optional[Span]) -> None:
         if source is not None and written is not None:
@@ -292,6 +302,7 @@ class _MethodCheck(Verifier):
         self.new_devices = new.buffer_devices()  # once: a lookup per moved value would be quadratic
         self.edit = edit
         self.label = f"method {index} ({old.name!r})"
+        self.declared = context.declared_of(index)
         self.moved: dict[int, Placement] = {}
         for placement in edit.placements if edit else ():
             if placement.value in self.moved or not 0 <= placement.value < len(old.values or ()):
@@ -311,6 +322,12 @@ class _MethodCheck(Verifier):
             if value in self.relocated or value in self.moved or value in self.folds:
                 raise self.fail(f"value {value} is relocated twice, or relocated and moved")
             self.relocated[value] = (memory_id, offset)
+        # static views of removed copies' destinations pointed at the value holding their constant -> that value
+        self.followers: dict[int, int] = {}
+        for view, holder in views_on_holders(edit) if edit else ():
+            if view in self.followers or view in self.moved or view in self.folds or view in self.relocated:
+                raise self.fail(f"value {view} follows a moved constant twice, or is also moved or relocated")
+            self.followers[view] = holder
         self.traced: dict[int, Traced] = {}  # folded value -> how the input computes it (its own reading)
         self.stands_for: dict[int, set[int]] = {}  # folded value -> the input's values it replaces
         self.dead: set[int] = set()  # values only removed kernels wrote
@@ -514,6 +531,9 @@ class _MethodCheck(Verifier):
             if index in self.held:
                 self.encoded.check_placement(index, old, new, self.held[index])
                 continue
+            if index in self.followers:
+                self._check_follower(index, old, new)
+                continue
             if self.encoded.owns(index):
                 self.encoded.check_value(index, old, new)
                 continue
@@ -566,7 +586,8 @@ class _MethodCheck(Verifier):
         stands_for = {value: Origin(value=traced.source) if not traced.steps else
                       Origin(step=(traced.steps[-1].chain, traced.steps[-1].instruction))
                       for value, traced in self.traced.items()}
-        mismatch = prove_same_reads(self.old, self.new, matching=matching, stands_for=stands_for)
+        mismatch = prove_same_reads(self.old, self.new, matching=matching, stands_for=stands_for,
+                                    declared=self.declared)
         if mismatch is not None:
             if self.edit is not None and any(g.relaid for g in self.edit.buffers):
                 raise RelayoutUnproven(self.fail(f"the byte replay: {mismatch}").what, f"{self.label}: {mismatch}")
@@ -584,6 +605,27 @@ class _MethodCheck(Verifier):
             problems = layout_problems(groups.get(memory_id, []), sizes[memory_id])
             if problems:
                 raise self.fail(f"planned buffer {memory_id}: {problems[0]}")
+
+    def _check_follower(self, index: int, old: m.EValue, new: m.EValue) -> None:
+        """A static view that follows its constant: in the input it lay where a removed copy of that constant wrote,
+        within those bytes; here it is the same tensor where the holder's bytes start.  What it reads on every call
+        is the byte replay's to prove."""
+        holder = self.followers[index]
+        placement = self.held.get(holder)
+        new_holder = (self.new.values or ())[holder] if 0 <= holder < len(self.new.values or ()) else None
+        old_values = self.old.values or ()
+        if placement is None or not isinstance(old, m.Tensor) or old.allocation_info is None \
+                or not isinstance(new_holder, m.Tensor):
+            raise self.fail(f"value {index} follows value {holder}, which holds no moved constant")
+        place = (old.allocation_info.memory_id, old.allocation_info.memory_offset)
+        copies = [d for d, sources in self.copied_from.items() if sources == {placement.value}
+                  and isinstance(copy := old_values[d], m.Tensor) and (info := copy.allocation_info) is not None
+                  and (info.memory_id, info.memory_offset) == place and old.nbytes <= copy.nbytes]
+        if not copies:
+            raise self.fail(f"value {index} follows moved value {placement.value}, but in the input it was no view "
+                            "within the bytes of a removed copy of it")
+        if old.nbytes > new_holder.nbytes or new != on_holder(old, new_holder):
+            raise self.fail(f"value {index} is not the input's view where value {holder} holds its constant")
 
     def _check_released(self, index: int, old: m.EValue, new: m.EValue) -> None:
         """A constant nothing reads any more, whose bytes left the file: unbound (data index 0), else unchanged."""
@@ -625,7 +667,7 @@ class _MethodCheck(Verifier):
         regions = [(p.memory_id, p.offset, p.nbytes, p.holder) for p in self.moved.values()]
         regions += [(r.memory_id, r.offset, r.nbytes, value) for value, r in self.encoded.resident.items()]
         regions += [(f.memory_id, f.offset, f.nbytes, value) for value, f in self.folds.items()]
-        problem = overlap(self.new, regions)
+        problem = overlap(self.new, regions, self.followers)
         if problem:
             raise self.fail(problem)
 
@@ -636,9 +678,12 @@ class _MethodCheck(Verifier):
         only removed instructions wrote: the views each such value had in the input (``program/memory.py``)."""
         if not written_by_removed:
             return
-        maps, views = self._maps, view_reads(MethodEffects(self.old))
+        sites = delegate_call_sites(self.old, declared=self.declared[0])
+        maps, views = self._maps, view_reads(MethodEffects(self.old, sites))
         for value in written_by_removed:
             for view, (c, k) in views.get(value, ()):
+                if view in self.followers:
+                    continue  # pointed at the holder (_check_follower); the byte replay proves its reads
                 if (c, k) == (-1, -1) or maps[c][k] is not None:
                     reader = "method output" if c < 0 else f"chain {c} instruction {k}"
                     raise self.fail(f"value {view} is still read by {reader}, but it is a view of memory only removed "
@@ -677,8 +722,10 @@ def _recompute(recipe: FoldRecipe, original: PteFile, ptd: Optional[PtdFile]) ->
     return compute
 
 
-def overlap(plan: m.ExecutionPlan, regions: list[tuple[int, int, int, int]]) -> Optional[str]:
-    """Which value overlaps a moved region (memory_id, offset, nbytes, owner) other than its owner, if any.
+def overlap(plan: m.ExecutionPlan, regions: list[tuple[int, int, int, int]],
+            views: Optional[Mapping[int, int]] = None) -> Optional[str]:
+    """Which value overlaps a moved region (memory_id, offset, nbytes, owner) other than its owner (or a static view
+    that follows it: ``views``, view -> owner), if any.
 
     O((values + regions) log regions): regions sorted per buffer, each value's neighbours found by bisection.
     """
@@ -701,7 +748,7 @@ def overlap(plan: m.ExecutionPlan, regions: list[tuple[int, int, int, int]]) -> 
         starts, ends, owners = found
         # Regions are disjoint and sorted, so those overlapping the value's region are contiguous.
         for k in range(bisect.bisect_right(ends, region.start), bisect.bisect_left(starts, region.end)):
-            if owners[k] != index:
+            if owners[k] != index and (views is None or views.get(index) != owners[k]):
                 return f"value {index} overlaps the region of moved value {owners[k]}"
     return None
 

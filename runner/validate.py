@@ -43,7 +43,8 @@ from typing import Any, Callable, Collection, Mapping, Optional, Sequence
 import torch
 
 from pte_devconst.schema import model as m
-from pte_devconst.program.dataflow import DelegateCallSite, delegate_call_sites
+from pte_devconst.program.dataflow import Declared, DelegateCallSite, delegate_call_sites
+from pte_devconst.program.delegate_blobs import declared_splits
 from pte_devconst.program.effects import outputs_depending_on
 from pte_devconst.program.effects import MethodEffects
 from pte_devconst.program.kernel_effects import is_device_copy, list_items
@@ -306,12 +307,13 @@ WRITES_CHECK = "no delegate writes a moved constant"
 PROOF_CHECK = "every read sees what the input's sees (byte replay)"
 
 
-def _proof_check(original: m.ExecutionPlan, rewritten: m.ExecutionPlan) -> Check:
+def _proof_check(original: m.ExecutionPlan, rewritten: m.ExecutionPlan,
+                 declared: tuple[Optional[Declared], Optional[Declared]]) -> Check:
     """The memory proof (program/replay.py): both methods replayed over bytes, call after call, every surviving
     kernel and delegate argument, jump condition and output reading the same definitions.  It asks nothing of the
     lifetime model the other rows use, and executes no delegate: it holds with opaque ones."""
     try:
-        mismatch = prove_same_reads(original, rewritten)
+        mismatch = prove_same_reads(original, rewritten, declared=declared)
     except UnsupportedProgramError as error:
         return Check(PROOF_CHECK, Status.FAIL, f"not proven: {error.what}")
     calls = calls_needed(original, rewritten)
@@ -332,8 +334,8 @@ def _layout_problems(plan: m.ExecutionPlan) -> list[str]:
             for problem in layout_problems(groups.get(mid, []), sizes[mid])]
 
 
-def static_checks(original: m.ExecutionPlan, rewritten: m.ExecutionPlan, moved: Sequence["MovedConstant"]
-                  ) -> list[Check]:
+def static_checks(original: m.ExecutionPlan, rewritten: m.ExecutionPlan, moved: Sequence["MovedConstant"],
+                  declared: tuple[Optional[Declared], Optional[Declared]] = (None, None)) -> list[Check]:
     """What the rewritten method's tables prove before anything runs: its device memory layout (a problem the
     input already had is not the rewrite's), that no delegate output slot is a moved value or shares bytes
     with one (the delegate would overwrite it; opaque stand-ins could not show that), and the byte replay."""
@@ -357,10 +359,10 @@ def static_checks(original: m.ExecutionPlan, rewritten: m.ExecutionPlan, moved: 
     # same call in both, and an argument it wrote there it writes here, whatever the value now is.
     writes, slots = [], 0
     calls_a: dict[int, list[DelegateCallSite]] = {}
-    for site in delegate_call_sites(original):
+    for site in delegate_call_sites(original, declared=declared[0]):
         calls_a.setdefault(site.chain, []).append(site)
     calls_b: dict[int, list[DelegateCallSite]] = {}
-    for site in delegate_call_sites(rewritten):
+    for site in delegate_call_sites(rewritten, declared=declared[1]):
         calls_b.setdefault(site.chain, []).append(site)
     for chain, sites in calls_b.items():
         for site, before in zip(sites, calls_a.get(chain, ())):
@@ -379,8 +381,14 @@ def static_checks(original: m.ExecutionPlan, rewritten: m.ExecutionPlan, moved: 
                                                                                       f"moved value {hit}"))
     checks.append(Check.of(WRITES_CHECK, not writes, listing(writes, 3, conjunction="; ") or plural(
         slots, "delegate output slot")))
-    checks.append(_proof_check(original, rewritten))
+    checks.append(_proof_check(original, rewritten, declared))
     return checks
+
+
+def _declared_by_method(pte: PteFile) -> dict[str, Declared]:
+    """Method name -> what its delegates' blobs declare of their calls (``program/delegate_blobs.py``)."""
+    return {plan.name or "": declared for plan, declared in
+            zip(pte.program.execution_plan or (), declared_splits(pte.program, pte.delegate_blob))}
 
 
 def _compute_signature(plan: m.ExecutionPlan, pte: PteFile) -> tuple[Any, ...]:
@@ -752,7 +760,9 @@ def validate(original: str | Path | ProgramBytes, rewritten: str | Path | Progra
         signatures = {name: (_compute_signature(a.program.plan(name), a), _compute_signature(b.program.plan(name), b))
                       for name in names}
         plans = {name: a.program.plan(name) for name in names}
-        static = {name: static_checks(plans[name], b.program.plan(name), moved[name]) for name in names}
+        declared = _declared_by_method(a), _declared_by_method(b)
+        static = {name: static_checks(plans[name], b.program.plan(name), moved[name],
+                                      (declared[0].get(name), declared[1].get(name))) for name in names}
     input_data = load_torch_file(inputs, "inputs") if isinstance(inputs, (str, Path)) else inputs
     expected_data = load_torch_file(expected, "expected outputs") if isinstance(expected, (str, Path)) else expected
     expected_path = str(expected) if isinstance(expected, (str, Path)) else None

@@ -181,3 +181,36 @@ def expanding_fold(source: Path, out: Path, rows: int) -> Path:
         return m.replace(plan, values=tuple(values), non_const_buffer_sizes=tuple(buffers))
 
     return edit_program(source, out, lambda program: edit_plans(program, edit))
+
+
+def view_read_again(plan: m.ExecutionPlan, *, also_first: bool = False, sizes: Optional[tuple[int, ...]] = None,
+                    host_reader: bool = False) -> m.ExecutionPlan:
+    """The delegate that reads the first constant's device copy runs again right after its call, given a static
+    view of the copy: a new value, the copy's tensor at the copy's place, which no instruction writes (what the
+    emitter leaves for an elided view).  Variants: the same call also first in the chain (``also_first``: there the
+    view reads what the previous call left), a view of other ``sizes``, and (``host_reader``, for the analysis only) a
+    ``_d2h_copy`` reading the view too, into a host tensor planned where the method's first output is."""
+    ins = plan.chains[0].instructions
+    ops = [op.name for op in plan.operators]
+    k = next(i for i, x in enumerate(ins) if isinstance(x, m.KernelCall) and "h2d" in ops[x.op_index]
+             and plan.values[x.args[0]].is_constant)
+    dst = ins[k].args[1]
+    copy_tensor = plan.values[dst]
+    view = copy_tensor if sizes is None else m.replace(copy_tensor, sizes=sizes,
+                                                       dim_order=tuple(range(len(sizes))))
+    values = plan.values + (view,)
+    at = next(i for i, x in enumerate(ins) if i > k and isinstance(x, m.DelegateCall) and dst in x.args)
+    again = m.replace(ins[at], args=tuple(len(values) - 1 if a == dst else a for a in ins[at].args))
+    where = at + 1
+    new = list(ins[:where]) + [again] + list(ins[where:])
+    if host_reader:
+        values += (plan.values[plan.outputs[0]],)
+        d2h = next(i for i, op in enumerate(ops) if "d2h" in op)
+        new.insert(where + 1, m.KernelCall(d2h, (len(values) - 2, len(values) - 1, len(values) - 1)))
+    new = [m.replace(x, destination_instruction=x.destination_instruction + (x.destination_instruction > where))
+           if isinstance(x, m.JumpFalseCall) else x for x in new]
+    if also_first:
+        new = [again] + [m.replace(x, destination_instruction=x.destination_instruction + 1)
+                         if isinstance(x, m.JumpFalseCall) else x for x in new]
+    chain = m.replace(plan.chains[0], instructions=tuple(new))
+    return m.replace(plan, values=values, chains=(chain,) + tuple(plan.chains[1:]))

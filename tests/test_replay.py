@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import functools
 import subprocess
 import sys
 import time
@@ -38,7 +37,7 @@ from pte_devconst.program.layout import layout_problems
 from pte_devconst.program.memory import storage_groups, view_reads
 from pte_devconst.program.replay import (Budget, Origin, budget_for, prologue_length, match_instructions,
                                          prove_same_reads)
-from pte_devconst.rewriter import rewrite as rewrite_module
+from pte_devconst.rewriter import method_context, rewrite as rewrite_module
 from pte_devconst.program.layout import BufferGrowth
 from pte_devconst.rewriter.plan import MethodEdit, RewriteOptions, RewritePlan
 from pte_devconst.runner.validate import PROOF_CHECK
@@ -114,9 +113,19 @@ OLD_MODEL: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "view_read_again": lambda mp: mp.setattr(memory, "outputs_that_may_be_views", lambda effects: {}),
     "view_of_resident": lambda mp: mp.setattr(memory, "held_before_any_instruction",
                                               lambda e: [i for i in e.inputs if e.values[i].allocation_info]),
-    "output_on_copy": lambda mp: mp.setattr(effects, "delegate_call_sites",
-                                            functools.partial(dataflow.delegate_call_sites, per_call=True)),
+    "output_on_copy": lambda mp: _per_call_split(mp),
 }
+
+
+def _per_call_split(mp: pytest.MonkeyPatch) -> None:
+    """Each delegate call split by its own arguments, and no blob read, wherever the model's split is made (the
+    analysis makes it once for the method's effects; the rest through ``MethodEffects``).  The byte replay keeps
+    its own split: what catches the old model must not ask it."""
+    def per_call(plan: m.ExecutionPlan, **_: object) -> list[dataflow.DelegateCallSite]:
+        return dataflow.delegate_call_sites(plan, per_call=True)
+
+    mp.setattr(effects, "delegate_call_sites", per_call)
+    mp.setattr(method_context, "delegate_call_sites", per_call)
 
 
 # The classes whose wrong read comes from the re-layout: the rewrite falls back to the input's offsets.

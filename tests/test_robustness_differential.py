@@ -17,6 +17,7 @@ from et_oracle import run_with_executorch
 from forge import edit_program, with_value
 from pte_devconst.runner import run_program
 from pte_devconst.schema import model as m
+from pte_devconst.schema.pte_file import open_pte
 
 RTOL, ATOL = 1e-5, 1e-6
 
@@ -219,10 +220,12 @@ def _rewrite_validates(tmp_path: Path, forged: Path, ptd: Path | None = None) ->
     return len(result.plan.placements)
 
 
-def test_a_copy_whose_output_is_also_read_through_a_static_view_stays(tmp_path: Path) -> None:
+def test_a_copy_whose_output_is_also_read_through_a_static_view_takes_the_view_along(tmp_path: Path) -> None:
     """Was: the copy went, and a second value on its output's memory (as the emitter makes for a static
     view) read bytes nothing wrote any more; validate saw the delegate boundary differ (fuzz: structure
-    cases 2, 870, 918).  Here delegate 1 of cuda:1 runs again, given a view of constant 0's device copy."""
+    cases 2, 870, 918); then the copy stayed.  Here delegate 1 of cuda:1 runs again, given a view of constant 0's
+    device copy, which reads what the copy wrote and nothing else: the view follows the constant (it is pointed
+    where the constant is held) and both constants move, proven by the self-check and by executing both calls."""
     name = "v_k_cuda1_copy"
 
     def edit(program: m.Program) -> m.Program:
@@ -237,11 +240,14 @@ def test_a_copy_whose_output_is_also_read_through_a_static_view_stays(tmp_path: 
         return _with_plan(program, _insert(plan, len(plan.chains[0].instructions), again))
 
     forged = edit_program(pte_path(name), tmp_path / "view.pte", edit)
-    # Two rules see it: the static-view rule (fold's view_reads) first, the shared-memory rule behind it.
-    reasons = _verdict(forged, 0).reasons
-    assert "its device copy is also read through a static view" in reasons \
-        or "its device copy's memory is also another value's, read after it" in reasons, reasons
-    assert _rewrite_validates(tmp_path, forged) == 1  # constant 1 still moves
+    verdict = _verdict(forged, 0)
+    assert verdict.eligible and [c.views for c in verdict.copies] == [(len(_plan_of(forged).values) - 1,)]
+    assert _rewrite_validates(tmp_path, forged) == 2
+
+
+def _plan_of(path: Path) -> m.ExecutionPlan:
+    with open_pte(path) as pte:
+        return pte.program.execution_plan[0]
 
 
 

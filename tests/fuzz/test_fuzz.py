@@ -256,7 +256,7 @@ def test_the_differential_check_reports_a_wrong_rewrite_that_exited_0(monkeypatc
     # a view of the device copy of constant 0 or 1 (values 7, 8), read by a second call (not a redirect)
     case = next(c for c in found if c is not None and "call)" in c.mutation
                 and any(f" destination {value} " in c.mutation for value in (7, 8)))
-    monkeypatch.setattr(CopyMemory, "problem", lambda self, copy, dst, readers, once=False: None)
+    monkeypatch.setattr(CopyMemory, "problem", lambda self, copy, dst, readers, **options: None)
     monkeypatch.setattr(MethodContext, "views_of", lambda self, value: [])
     monkeypatch.setattr("pte_devconst.rewriter.rewrite.check_rewrite", lambda *args, **kwargs: None)
     with scratch_folder() as folder:
