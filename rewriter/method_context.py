@@ -406,9 +406,10 @@ def _views_refusal(ctx: MethodContext, dst: int, views: list[tuple[int, tuple[in
             return ("its device copy is also a method output through a static view",
                     f"its device copy (value {dst}) is also method output value {view}, a view of its memory (the "
                     "caller would hold the resident constant's own bytes)")
-        reason = _view_reason(ctx, dst, view, first)
-        if not reason[0].startswith("its device copy is also read through"):
-            return reason
+        for step in sorted(read_at):
+            undeclared = _undeclared_argument(ctx, dst, view, step)
+            if undeclared is not None:
+                return undeclared
         if not isinstance(tensor, m.Tensor) or tensor.nbytes > copy_tensor.nbytes:
             return ("its device copy is also read through a larger static view",
                     f"its device copy (value {dst}) is also read through value {view}, a view larger than its "
@@ -427,24 +428,25 @@ def _views_refusal(ctx: MethodContext, dst: int, views: list[tuple[int, tuple[in
     return None
 
 
-def _view_reason(ctx: MethodContext, dst: int, view: int, step: tuple[int, int]) -> tuple[str, str]:
-    """Why a device copy read again through ``view`` at ``step`` stays: a static view of its memory, or a delegate
-    argument that lies exactly on it and that only the delegate's blob, which is not read here, calls an output
-    or an input (``program/memory.py``)."""
+def _undeclared_argument(ctx: MethodContext, dst: int, view: int, step: tuple[int, int]
+                         ) -> Optional[tuple[str, str]]:
+    """When the read of a device copy's bytes through ``view`` at ``step`` is a delegate argument the split calls an
+    output, lying exactly on the copy (``program/memory.py``): why the copy stays, since only the delegate's blob,
+    which cannot be read here, says whether the delegate writes it or reads the copy again.  None otherwise."""
     chain, instruction = step
     ins = instruction_at(ctx.plan, chain, instruction) if chain >= 0 else None
-    if isinstance(ins, m.DelegateCall):
-        site = next((s for s in ctx.sites() if (s.chain, s.instruction) == step), None)
-        if site is not None and view in site.outputs:
-            delegates = ctx.plan.delegates or ()
-            backend = delegates[ins.delegate_index].id if 0 <= ins.delegate_index < len(delegates) else None
-            return ("its device copy's bytes are a later delegate argument its blob does not declare",
-                    f"its device copy (value {dst}) lies exactly where delegate {ins.delegate_index} at instruction "
-                    f"{instruction} has argument {site.args.index(view)} (value {view}): an output, or a view of "
-                    f"the copy it reads again, which only its {backend or 'unnamed'} blob says, and this tool "
-                    "reads no such blob")
-    return ("its device copy is also read through a static view",
-            f"its device copy (value {dst}) is also read through value {view}, a view of its memory")
+    if not isinstance(ins, m.DelegateCall):
+        return None
+    ctx.budget.spend(len(ctx.sites()))
+    site = next((s for s in ctx.sites() if (s.chain, s.instruction) == step), None)
+    if site is None or view not in site.outputs:
+        return None
+    delegates = ctx.plan.delegates or ()
+    backend = delegates[ins.delegate_index].id if 0 <= ins.delegate_index < len(delegates) else None
+    return ("its device copy's bytes are a later delegate argument its blob does not declare",
+            f"its device copy (value {dst}) lies exactly where delegate {ins.delegate_index} at instruction "
+            f"{instruction} has argument {site.args.index(view)} (value {view}): an output, or a view of the copy "
+            f"it reads again, which only its {backend or 'unnamed'} blob says, and this tool reads no such blob")
 
 
 def _only_read_by_this_copy(ctx: MethodContext, value: int, copy: Reader, own_args: tuple[int, ...],
