@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import struct
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from pte_devconst.schema import model as m
 from pte_devconst.schema.flatbuf import FlatbufferError, FlatReader
@@ -92,11 +92,11 @@ def declared_io(backend_id: str, blob: memoryview) -> Optional[tuple[int, int]]:
 
 
 def call_site_mismatches(plans: Sequence[m.ExecutionPlan], labels: Sequence[str],
-                         blob_of: Callable[[m.BackendDelegate], memoryview]) -> list[str]:
+                         declared: Sequence[Mapping[int, tuple[int, int]]]) -> list[str]:
     """One line per delegate whose calls pass another number of arguments than its blob declares (inputs plus
-    outputs).  Linear in the instructions, plus one small read of each readable blob."""
+    outputs; ``declared``: ``declared_splits``'s, per method).  Linear in the instructions."""
     found = []
-    for plan, label in zip(plans, labels):
+    for plan, label, method_declared in zip(plans, labels, declared):
         delegates = plan.delegates or ()
         arities: dict[int, set[int]] = {}
         for chain in plan.chains or ():
@@ -104,13 +104,12 @@ def call_site_mismatches(plans: Sequence[m.ExecutionPlan], labels: Sequence[str]
                 if isinstance(ins, m.DelegateCall) and 0 <= ins.delegate_index < len(delegates):
                     arities.setdefault(ins.delegate_index, set()).add(len(ins.args or ()))
         for index, counts in sorted(arities.items()):
-            delegate = delegates[index]
-            declared = declared_io(delegate.id or "", blob_of(delegate))
-            if declared is None or counts == {sum(declared)}:
+            io = method_declared.get(index)
+            if io is None or counts == {sum(io)}:
                 continue
             passed = " or ".join(str(n) for n in sorted(counts))
-            found.append(f"method {label!r}: delegate {index} ({delegate.id}) is called with {passed} arguments, but "
-                         f"its blob declares {declared[0]} inputs and {declared[1]} outputs ({sum(declared)}): the "
+            found.append(f"method {label!r}: delegate {index} ({delegates[index].id}) is called with {passed} "
+                         f"arguments, but its blob declares {io[0]} inputs and {io[1]} outputs ({sum(io)}): the "
                          "runtime would refuse it or read arguments that are not there (a blob of another call site?)")
     return found
 

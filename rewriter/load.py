@@ -43,10 +43,11 @@ def analyze_opened(source: PteFile, data: Optional[PtdFile], *, host_placement: 
     inputs and outputs) and a note for each delegate whose calls disagree with it (``program/delegate_blobs.py``:
     read from the blobs, which ``analyze_program`` does not see)."""
     program = source.program
+    declared = declared_splits(program, source.delegate_blob)
     analysis = analyze_program(program, external_data(data) if data else None, host_placement=host_placement,
-                               declared=declared_splits(program, source.delegate_blob))
+                               declared=declared)
     mismatches = call_site_mismatches(program.execution_plan or (), [method.label for method in analysis.methods],
-                                      source.delegate_blob)
+                                      declared)
     return replace(analysis, notes=analysis.notes + tuple(mismatches)) if mismatches else analysis
 
 
