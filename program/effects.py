@@ -55,7 +55,7 @@ class MethodEffects:
         self.values = values
         ops = [op.qualified_name for op in plan.operators or ()]
         self.sites = tuple(sites) if sites is not None else tuple(delegate_call_sites(plan))
-        outputs_of = {(s.chain, s.instruction): s for s in self.sites}
+        self._site_at = {(s.chain, s.instruction): s for s in self.sites}
         self.steps: list[Step] = []
         self.reads: list[tuple[int, ...]] = []
         self.writes: list[tuple[int, ...]] = []
@@ -95,7 +95,7 @@ class MethodEffects:
                     if alias is not None:
                         self.aliases.append(alias)
                 elif isinstance(ins, m.DelegateCall):
-                    site = outputs_of.get((c, k))
+                    site = self._site_at.get((c, k))
                     n_inputs = site.n_inputs if site is not None else None
                 elif isinstance(ins, m.MoveCall):
                     self.aliases.append((ins.move_from, ins.move_to))
@@ -141,6 +141,18 @@ class MethodEffects:
     def written_anywhere(self) -> frozenset[int]:
         """Every value some instruction writes."""
         return frozenset(v for written in self.writes for v in written)
+
+    def site(self, step: tuple[int, int]) -> Optional[DelegateCallSite]:
+        """The delegate call at (chain, instruction), with its split (``sites``), or None."""
+        return self._site_at.get(step)
+
+    def static_views(self) -> frozenset[int]:
+        """Planned tensors no instruction writes that are no input, constant or initial data: the emitter's elided
+        static views, which read whatever was last written at their place (``memory.py``)."""
+        written = self.written_anywhere()
+        return frozenset(i for i, v in enumerate(self.values)
+                         if isinstance(v, m.Tensor) and v.allocation_info is not None and i not in written
+                         and i not in self.inputs and not v.is_constant and not v.has_initial_data)
 
     def position(self, step: tuple[int, int]) -> int:
         """The program position of (chain, instruction)."""

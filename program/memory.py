@@ -74,15 +74,6 @@ class _Union:
             self.parent[max(ra, rb)] = min(ra, rb)
 
 
-def static_views(effects: MethodEffects) -> set[int]:
-    """Planned tensors no instruction writes that are no input, constant or initial data: the emitter's elided
-    static views, which read whatever was last written at their place."""
-    written = effects.written_anywhere()
-    return {i for i, v in enumerate(effects.values)
-            if isinstance(v, m.Tensor) and v.allocation_info is not None and i not in written
-            and i not in effects.inputs and not v.is_constant and not v.has_initial_data}
-
-
 def held_before_any_instruction(effects: MethodEffects) -> list[int]:
     """Planned values whose bytes are there before the first instruction: initial data (loaded once, in value
     order), then the method inputs (set before each call)."""
@@ -114,7 +105,7 @@ def view_reads(effects: MethodEffects) -> dict[int, list[tuple[int, tuple[int, i
     output, planned exactly on its holder's region, counts as a view read of the holder too (the module
     docstring).
     """
-    views = static_views(effects)
+    views = effects.static_views()
     found: dict[int, list[tuple[int, tuple[int, int]]]] = defaultdict(list)
     values = effects.values
 

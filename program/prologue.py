@@ -137,14 +137,10 @@ def _copies_stay(plan: m.ExecutionPlan, effects: MethodEffects, end: int, source
             return False
     values = plan.values or ()
     held = {(r.memory_id, r.start): r.end for index in destinations if (r := planned_region(values[index]))}
-    method_ends = set(plan.inputs or ()) | set(plan.outputs or ())
-    written = effects.written_anywhere()
+    views = effects.static_views() - set(plan.outputs or ())
 
     def views_a_destination(index: int, region: Region) -> bool:
-        value = values[index]
-        return (region.end <= held.get((region.memory_id, region.start), -1) and index not in written
-                and index not in method_ends and isinstance(value, m.Tensor) and not value.is_constant
-                and not value.has_initial_data)
+        return index in views and region.end <= held.get((region.memory_id, region.start), -1)
 
     regions = sorted((r.memory_id, r.start, r.end, index in destinations) for index, value in enumerate(values)
                      if (r := planned_region(value)) is not None

@@ -368,7 +368,7 @@ def follow_copy(ctx: MethodContext, index: int, copy: Reader, reasons: Reasons, 
         return
     ctx.budget.spend(len(uses.on_device))
     once = ctx.runs_once(copy.step)
-    read_at = [use.step for use in uses.on_device] + [step for view, step in views if view in followers]
+    read_at = [use.step for use in uses.on_device] + [step for _, step in views]  # every view follows, or none
     problem = ctx.memory().problem(copy.step, dst, read_at, once=once, views=frozenset(followers))
     if problem is not None:
         reasons.add(*problem)
@@ -437,8 +437,7 @@ def _undeclared_argument(ctx: MethodContext, dst: int, view: int, step: tuple[in
     ins = instruction_at(ctx.plan, chain, instruction) if chain >= 0 else None
     if not isinstance(ins, m.DelegateCall):
         return None
-    ctx.budget.spend(len(ctx.sites()))
-    site = next((s for s in ctx.sites() if (s.chain, s.instruction) == step), None)
+    site = ctx.effects().site(step)
     if site is None or view not in site.outputs:
         return None
     delegates = ctx.plan.delegates or ()
