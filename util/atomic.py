@@ -321,6 +321,20 @@ def write_zeros(fd: int, count: int) -> None:
         count -= step
 
 
+PAGE = 4096
+COPY_CALL = 1 << 30
+
+
+def _next_call(offset: int, dst_pos: int, remaining: int) -> int:
+    """How many bytes the next ``copy_file_range`` call asks for: where source and destination share their
+    offset within a page but start mid-page, just the bytes up to the page boundary, so that every later call
+    copies whole pages (about a fifth faster on ext4: docs/performance.md)."""
+    head = -offset % PAGE
+    if head and head == -dst_pos % PAGE and remaining > head:
+        return head
+    return min(remaining, COPY_CALL)
+
+
 def copy_range(src_fd: int, offset: int, count: int, dst_fd: int) -> None:
     """Copy ``count`` bytes from ``src_fd`` at ``offset`` to ``dst_fd``'s position, in the kernel when possible.
 
@@ -333,7 +347,7 @@ def copy_range(src_fd: int, offset: int, count: int, dst_fd: int) -> None:
     if hasattr(os, "copy_file_range"):
         try:
             while remaining:
-                n = os.copy_file_range(src_fd, dst_fd, min(remaining, 1 << 30), offset, dst_pos)
+                n = os.copy_file_range(src_fd, dst_fd, _next_call(offset, dst_pos, remaining), offset, dst_pos)
                 if n == 0:
                     break
                 offset, dst_pos, remaining = offset + n, dst_pos + n, remaining - n
