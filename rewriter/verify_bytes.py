@@ -10,14 +10,15 @@ never as memoryview comparisons (about 4 ms per MiB).
 What is compared in full and what by sampling (docs/design.md, "the
 self-check"): a range is *proven* when the writer's own recipe (``WriteRecipe``:
 the layout and the pieces ``apply_plan`` handed to it) says the kernel copied it
-from exactly the input range the structural check says it must hold.  Only a
-proven range over ``FULL_COMPARE_BYTES`` is sampled, in a bounded number of
+from exactly the input range the structural check says it must hold.  A proven
+range over ``SMALL_BYTES`` is sampled, in a bounded number of
 ``SAMPLE_BYTES`` windows whatever its size: both ends, and ``SPREAD_WINDOWS`` more
 at places seeded by the range (the same every run): the source is right by
 construction, and a copy that went wrong (from a shifted source offset, of the
 wrong length, cut short) shows at its ends.  So the bytes read grow with the
 number of ranges, not with their size: 4 KiB of each file per bulk range, about
-4 MiB for a 1 GiB program of 512 tensors.  Everything else, including every byte
+4 MiB for a 1 GiB program of 512 tensors, and as much for 100 MiB of the same tensors (which were read whole
+while only ranges over 1 MiB were sampled: 210 MB).  Everything else, including every byte
 the tool wrote itself, is compared whole; ``full=True`` (``rewrite --verify full``)
 compares every byte of every range.
 """
@@ -81,7 +82,7 @@ class Difference:
 def windows(size: int, full: bool, seed: int = 0) -> list[tuple[int, int]]:
     """(offset, length) parts of a ``size``-byte range to compare: all of it, or sampled windows (both ends and
     ``SPREAD_WINDOWS`` at places ``seed`` picks, in order)."""
-    if full or size <= FULL_COMPARE_BYTES:
+    if full or size <= (SPREAD_WINDOWS + 2) * SAMPLE_BYTES:
         return [(start, min(FULL_COMPARE_BYTES, size - start)) for start in range(0, size, FULL_COMPARE_BYTES)]
     rng = random.Random(seed * 1_000_003 + size)
     inside = sorted(rng.randrange(SAMPLE_BYTES, size - 2 * SAMPLE_BYTES) for _ in range(SPREAD_WINDOWS))

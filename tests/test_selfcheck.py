@@ -448,14 +448,16 @@ def test_full_verification_compares_every_byte_of_bulk_copies(monkeypatch: pytes
     _refused(tmp_path, source, "moved value 0", f"at byte {damaged[0]:,}")
 
 
-def _writer_with(monkeypatch: pytest.MonkeyPatch, change: Callable[[int, int, int, int], tuple[int, int]]) -> None:
-    """The writer's kernel copy of the one 2 MiB range given a wrong source offset or length (``change(src_fd,
-    offset, count, dst_fd)`` -> the (offset, count) really copied): a writer bug, with the recipe still right."""
+def _writer_with(monkeypatch: pytest.MonkeyPatch, change: Callable[[int, int, int, int], tuple[int, int]],
+                 size: int = 2 << 20) -> None:
+    """The writer's kernel copy of the one ``size``-byte range given a wrong source offset or length
+    (``change(src_fd, offset, count, dst_fd)`` -> the (offset, count) really copied): a writer bug, with the recipe
+    still right."""
     from pte_devconst.schema import pte_writer
     real = pte_writer.copy_range
 
     def copy(src_fd: int, offset: int, count: int, dst_fd: int) -> None:
-        if count == 2 << 20:
+        if count == size:
             new_offset, new_count = change(src_fd, offset, count, dst_fd)
             real(src_fd, new_offset, new_count, dst_fd)
             if new_count < count:  # the rest of the range as the file would hold it: zeros
@@ -466,20 +468,26 @@ def _writer_with(monkeypatch: pytest.MonkeyPatch, change: Callable[[int, int, in
     monkeypatch.setattr(pte_writer, "copy_range", copy)
 
 
+# A 2 MiB constant and a 256 KiB one: every proven range over SMALL_BYTES is sampled, whatever its size.
+BULK_ROWS = pytest.mark.parametrize("rows", [1 << 17, 1 << 14], ids=["2MiB", "256KiB"])
+
+
+@BULK_ROWS
 def test_a_bulk_copy_from_a_shifted_source_offset_is_caught_in_its_first_window(monkeypatch: pytest.MonkeyPatch,
-                                                                               tmp_path: Path) -> None:
-    source = _large_program(tmp_path, 1 << 17)  # a 2 MiB constant
-    _writer_with(monkeypatch, lambda fd, offset, count, dst: (offset + 16, count))
+                                                                               tmp_path: Path, rows: int) -> None:
+    source = _large_program(tmp_path, rows)
+    _writer_with(monkeypatch, lambda fd, offset, count, dst: (offset + 16, count), size=rows * 16)
     _refused(tmp_path, source, "moved value 0", "its bytes differ from the input's at byte 0")
 
 
+@BULK_ROWS
 def test_a_bulk_copy_of_the_wrong_length_is_caught_in_its_last_window(monkeypatch: pytest.MonkeyPatch,
-                                                                     tmp_path: Path) -> None:
-    source = _large_program(tmp_path, 1 << 17)
-    _writer_with(monkeypatch, lambda fd, offset, count, dst: (offset, count - 4096))
+                                                                     tmp_path: Path, rows: int) -> None:
+    source = _large_program(tmp_path, rows)
+    _writer_with(monkeypatch, lambda fd, offset, count, dst: (offset, count - 4096), size=rows * 16)
     line = _refused(tmp_path, source, "moved value 0", "its bytes differ from the input's at byte ")
     at = int(line.split("at byte ")[1].split(";")[0].replace(",", ""))
-    assert (2 << 20) - 4096 <= at < 2 << 20  # in the last window, where the copy stopped short
+    assert rows * 16 - 4096 <= at < rows * 16  # in the last window, where the copy stopped short
 
 
 def test_a_wrong_byte_the_writer_wrote_itself_is_caught(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -509,11 +517,14 @@ def test_the_sampled_self_check_reads_a_bounded_amount_per_range(tmp_path: Path)
     from pte_devconst import api
     from pte_devconst.rewriter import verify_bytes
 
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
+    for folder in "abc":
+        (tmp_path / folder).mkdir()
+    smaller = _large_program(tmp_path / "c", 1 << 14)  # 256 KiB: read whole while only ranges over 1 MiB were sampled
     small, large = _large_program(tmp_path / "a", 1 << 17), _large_program(tmp_path / "b", 1 << 20)  # 2 and 16 MiB
-    read = [api.rewrite(path, path.with_name("out.pte")).self_check_bytes for path in (small, large)]
-    assert read[0] == read[1], read  # the same number of bulk ranges: the same bytes, 8x the data
+    read = [api.rewrite(path, path.with_name("out.pte")).self_check_bytes for path in (smaller, small, large)]
+    assert read[1] == read[2], read  # the same number of bulk ranges: the same bytes, 8x the data
+    assert read[0] < 2 * (256 << 10) <= read[1]  # not the 256 KiB range whole (the small ranges' window is shorter)
+    read = read[1:]
     window = 2 * (2 + verify_bytes.SPREAD_WINDOWS) * verify_bytes.SAMPLE_BYTES
     assert window <= read[0] < window + 4 * verify_bytes.FULL_COMPARE_BYTES  # and the small ranges' reads
     full = api.rewrite(large, large.with_name("full.pte"), verify="full").self_check_bytes
