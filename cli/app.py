@@ -10,9 +10,11 @@ typer's context object (``GlobalOptions``), never in module state.
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional, Sequence, TypeVar, Union
 
@@ -214,9 +216,8 @@ def hoist_global_flags(argv: list[str]) -> list[str]:
 
 def _value_options(argv: list[str]) -> frozenset[str]:
     """The option names of the command named in ``argv`` that take a value (``-o``, ``--ptd``, ...)."""
-    group = click_group()
-    name = next((arg for arg in argv if not arg.startswith("-")), None)
-    command = getattr(group, "commands", {}).get(name) if name else None
+    name = invoked_command(argv)
+    command = getattr(click_group(name), "commands", {}).get(name) if name else None
     if command is None:
         return frozenset()
     return frozenset(opt for param in command.params
@@ -224,11 +225,44 @@ def _value_options(argv: list[str]) -> frozenset[str]:
                      and not getattr(param, "count", False) for opt in (*param.opts, *param.secondary_opts))
 
 
+# Options of the group itself that act before a command is chosen: with one of them in front of the command's
+# name, the group must list every command (``pte-devconst --help rewrite``).
+GROUP_ACTIONS = frozenset({"-h", "--help", "--install-completion", "--show-completion"})
+
+
+def invoked_command(argv: Sequence[str]) -> Optional[str]:
+    """The command ``argv`` runs (its first word that is no option: the group's own options take no value), or
+    None when the whole group is needed: no command, an unknown one (click suggests the near ones), a group action
+    in front of it, or the shell's completion (driven by an environment variable, over every command)."""
+    name = next((arg for arg in argv if not arg.startswith("-")), None)
+    completing = any(key.startswith("_") and key.endswith("_COMPLETE") for key in os.environ)  # click's variable
+    if name is None or name not in _command_names() or completing:
+        return None
+    if any(arg in GROUP_ACTIONS for arg in argv[:argv.index(name)]):
+        return None
+    return name
+
+
 @functools.lru_cache(maxsize=1)
-def click_group() -> Any:
+def _command_names() -> frozenset[str]:
+    return frozenset(_command_name(info) for info in app.registered_commands)
+
+
+def _command_name(info: Any) -> str:
+    return str(info.name or typer.main.get_command_name(info.callback.__name__))
+
+
+@functools.lru_cache(maxsize=None)
+def click_group(command: Optional[str] = None) -> Any:
     """The click group typer builds from ``app`` (typer's own click: looked at by attribute, not by class), built
-    once per process: building it converts every command's options, about 12 ms each time."""
-    return typer.main.get_command(app)
+    once per process.  Building it converts every command's options (about 3 ms a command); a process that runs
+    ``command`` gets a group that holds only it, the same in everything it does, since one command's run never
+    looks at another's options (tests/test_cli_usage.py)."""
+    if command is None:
+        return typer.main.get_command(app)
+    alone = copy.copy(app)
+    alone.registered_commands = [info for info in app.registered_commands if _command_name(info) == command]
+    return typer.main.get_command(alone)
 
 
 def main(argv: Optional[list[str]] = None, prog_name: str = "pte-devconst") -> None:
@@ -239,7 +273,7 @@ def main(argv: Optional[list[str]] = None, prog_name: str = "pte-devconst") -> N
     utf8_stdout()
     argv = hoist_global_flags(list(sys.argv[1:] if argv is None else argv))
     try:
-        code = click_group().main(args=argv, prog_name=prog_name, standalone_mode=False)
+        code = click_group(invoked_command(argv)).main(args=argv, prog_name=prog_name, standalone_mode=False)
         sys.stdout.flush()  # here, not at exit: a reader gone by now is a broken pipe like any other
     except BrokenPipeError:
         raise SystemExit(stop_on_broken_pipe().exit_code) from None
@@ -262,6 +296,40 @@ def main(argv: Optional[list[str]] = None, prog_name: str = "pte-devconst") -> N
         typer.echo("pte-devconst: aborted", err=True)
         raise SystemExit(ExitCode.INTERRUPTED) from None
     raise SystemExit(code if isinstance(code, int) else ExitCode.OK)
+
+
+def entry() -> None:
+    """The console script (and ``python -m pte_devconst``): ``main``, then the process ends at once.
+
+    By the time ``main`` returns, every output is renamed into place and stdout is flushed; what Python's own
+    shutdown would still do is free every module and object one by one, about 20 ms of a command's time
+    (docs/performance.md, "Start-up").  A process that imported torch, or still runs a thread of its own, shuts
+    down the usual way, so that their exit handlers run.
+    """
+    try:
+        main()
+        code: object = ExitCode.OK
+    except SystemExit as done:
+        code = done.code
+    if "torch" in sys.modules or sum(1 for t in threading.enumerate() if not t.daemon) > 1:
+        raise SystemExit(code)
+    status = _exit_status(code)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a reader gone at the last moment: nothing more can be said anyway
+            pass
+    os._exit(status)
+
+
+def _exit_status(code: object) -> int:
+    """What ``SystemExit(code)`` would make the process's status: None is 0, a message is printed and is 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
 
 
 # Command modules register themselves on `app` (after it exists); none imports torch at import time.

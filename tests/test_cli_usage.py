@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -102,3 +103,70 @@ def test_global_options_do_not_leak_from_one_invocation_to_the_next(tmp_path) ->
     loud = invoke("rewrite", pte, "--dry-run")
     assert quiet.exit_code == loud.exit_code == 0
     assert quiet.stdout == "" and "would move to device memory" in loud.stdout
+
+
+def test_a_command_runs_in_a_group_of_its_own_and_the_group_is_whole_where_it_shows() -> None:
+    """Building the click group converts every command's options: a process that runs one command builds only it.
+    Whatever lists or completes commands (no command, the group's --help in front of one, an unknown name that
+    click suggests near ones for, the shell's completion) gets the whole group."""
+    from pte_devconst.cli.app import click_group, invoked_command
+
+    everything = set(click_group().commands)
+    assert {"rewrite", "inspect", "check", "diff", "validate"} <= everything
+    assert set(click_group("rewrite").commands) == {"rewrite"}
+    assert invoked_command(["-q", "rewrite", "m.pte", "-o", "check"]) == "rewrite"
+    assert invoked_command(["rewrite", "--help"]) == "rewrite"
+    for argv in ([], ["--help"], ["--help", "rewrite"], ["-h", "check"], ["rewrit", "m.pte"], ["--version"]):
+        assert invoked_command(argv) is None, argv
+    assert invoked_command.__doc__ and "completion" in invoked_command.__doc__
+    listing = _run("--help", "rewrite")
+    assert listing.returncode == 0 and all(name in listing.stdout for name in everything), listing.stdout
+    near = _run("rewrit", "m.pte")
+    assert near.returncode == 2 and "Did you mean 'rewrite'?" in near.stderr
+
+
+def test_the_shells_completion_sees_every_command() -> None:
+    env = {**os.environ, "_PTE_DEVCONST_COMPLETE": "complete_bash", "COMP_WORDS": "pte-devconst ", "COMP_CWORD": "1",
+           "_TYPER_COMPLETE_ARGS": "pte-devconst "}
+    done = subprocess.run([sys.executable, "-c", ENTRY, "rewrite"], capture_output=True, text=True, timeout=120,
+                          env=env)
+    assert "inspect" in done.stdout and "rewrite" in done.stdout, (done.stdout, done.stderr)
+
+
+ENTRY_POINT = [sys.executable, "-m", "pte_devconst"]  # what the console script runs: cli.app.entry
+
+
+def test_the_entry_point_ends_with_the_commands_status_and_its_whole_output(tmp_path) -> None:
+    """``entry`` ends the process without Python's teardown: the status and every byte of stdout and stderr must
+    be what ``main`` gave, to a pipe and to a file alike."""
+    from conftest import pte_path
+
+    copying = str(pte_path("v_a_dtypes_copy"))
+    version = subprocess.run([*ENTRY_POINT, "--version"], capture_output=True, text=True, timeout=120)
+    assert version.returncode == 0 and version.stdout.startswith("pte-devconst ")
+    found = subprocess.run([*ENTRY_POINT, "check", "--format", "json", copying], capture_output=True, text=True,
+                           timeout=120)
+    assert found.returncode == 1 and json.loads(found.stdout)["command"] == "check", found.stdout[-200:]
+    with open(tmp_path / "report.json", "w") as handle:
+        to_file = subprocess.run([*ENTRY_POINT, "check", "--format", "json", copying], stdout=handle, timeout=120)
+    assert to_file.returncode == 1 and (tmp_path / "report.json").read_text() == found.stdout
+    bad = tmp_path / "bad.pte"
+    bad.write_bytes(b"not a program")
+    refused = subprocess.run([*ENTRY_POINT, "inspect", str(bad)], capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and refused.stdout == "" and len(refused.stderr.splitlines()) == 1
+    usage = subprocess.run([*ENTRY_POINT, "rewrite"], capture_output=True, text=True, timeout=120)
+    assert usage.returncode == 2 and "Missing argument" in usage.stderr
+
+
+def test_the_entry_point_leaves_a_process_with_torch_to_pythons_own_exit(monkeypatch) -> None:
+    """A process that imported torch exits the usual way (torch's exit handlers run): ``entry`` raises
+    SystemExit with the command's status instead of ending the process itself."""
+    import types
+
+    from pte_devconst.cli import app as cli_app
+
+    monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
+    monkeypatch.setattr(sys, "argv", ["pte-devconst", "--version"])
+    with pytest.raises(SystemExit) as done:
+        cli_app.entry()
+    assert done.value.code == 0
