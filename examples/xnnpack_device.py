@@ -287,6 +287,8 @@ BIG = (
     Model("deep_big", "300 linears in a row: 600 constants", lambda: Deep(300, 8), _one(2, 8), eligible=600),
     Model("dynamic_big", "a wider MLP with a dynamic batch", lambda: MLP(16, 512, 64), _batch,
           dynamic=_dynamic_batch, calls=5, eligible=4),
+    Model("mlp_wide", "an MLP of 64 MiB of weights: segments the writer lays out at their input's page-cache "
+          "alignment", lambda: MLP(1024, 8192, 1024), _one(2, 1024), eligible=4),
 )
 
 SETS = {"small": SMALL, "big": BIG}
