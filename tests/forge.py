@@ -214,3 +214,41 @@ def view_read_again(plan: m.ExecutionPlan, *, also_first: bool = False, sizes: O
                          if isinstance(x, m.JumpFalseCall) else x for x in new]
     chain = m.replace(plan.chains[0], instructions=tuple(new))
     return m.replace(plan, values=values, chains=(chain,) + tuple(plan.chains[1:]))
+
+
+def large_constant(source: Path, out: Path, rows: int) -> Path:
+    """``source`` (a copy-style program whose value 0 is a 48-byte constant copied to a device, v_a_dtypes_copy) with
+    value 0 grown to ``rows`` x 4 float32 of counting bytes (a bulk, kernel-copied range), and its device copy grown
+    with it, at the end of its buffer (a copy keeps its constant's shape).  ``rows * 16`` must be a multiple of
+    256."""
+    from dataclasses import replace
+
+    from pte_devconst.schema.pte_file import PteFile
+    from pte_devconst.schema.pte_writer import SegmentContent
+
+    data = source.read_bytes()
+    with PteFile.from_bytes(data) as pte:
+        program = pte.program
+        old = bytes(pte.read(pte.segment_span(0)))
+        delegate = bytes(pte.read(pte.segment_span(1)))
+    plan = program.execution_plan[0]
+    values = list(plan.values)
+    values[0] = replace(values[0], sizes=(rows, 4))
+    sizes = list(plan.non_const_buffer_sizes)
+    copy_of_0 = next(ins.args[1] for ins in plan.chains[0].instructions if isinstance(ins, m.KernelCall)
+                     and plan.operators[ins.op_index].name == "et_copy::_h2d_copy" and ins.args[0] == 0)
+    info = values[copy_of_0].allocation_info
+    end = -(-sizes[info.memory_id] // 16) * 16
+    values[copy_of_0] = replace(values[copy_of_0], sizes=(rows, 4), allocation_info=replace(info, memory_offset=end))
+    sizes[info.memory_id] = end + rows * 16
+    big = bytes(range(256)) * (rows * 16 // 256)
+    offsets = program.constant_segment.offsets
+    entry = offsets[1]
+    constants = old[:entry] + big + old[entry + 48:]
+    shift = len(big) - 48
+    new_offsets = offsets[:2] + tuple(o + shift for o in offsets[2:])
+    program = replace(program, execution_plan=(replace(plan, values=tuple(values),
+                                                      non_const_buffer_sizes=tuple(sizes)),),
+                      constant_segment=replace(program.constant_segment, offsets=new_offsets))
+    write_pte(out, program, [SegmentContent.of(constants), SegmentContent.of(delegate)])
+    return out

@@ -10,19 +10,18 @@ that starts mid-page.  Small programs are laid out exactly as before (the export
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from conftest import pte_path
+from forge import large_constant
 
 from pte_devconst import api
-from pte_devconst.schema import model as m
 from pte_devconst.schema.header import SEGMENT_ALIGNMENT, align_up
 from pte_devconst.schema.pte_file import PteFile, open_pte
 from pte_devconst.schema.pte_writer import (BULK_SEGMENT, COPY_ALIGNMENT, SegmentContent, copy_phase, layout_pte,
-                                           plan_segments, write_pte)
+                                           plan_segments)
 from pte_devconst.schema.span import FileRange
 from pte_devconst.util import atomic
 
@@ -83,39 +82,8 @@ def test_a_round_trip_of_a_real_export_is_byte_identical() -> None:
         assert pte_bytes(layout_pte(pte.program, contents), contents) == data
 
 
-def _program_with_a_large_constant(tmp_path: Path, rows: int) -> Path:
-    """v_a_dtypes_copy with value 0 grown to ``rows`` x 4 float32 (written by this writer, so its constant lies at
-    the exporter's packing), and its device copy grown with it."""
-    data = pte_path("v_a_dtypes_copy").read_bytes()
-    with PteFile.from_bytes(data) as pte:
-        program = pte.program
-        old = bytes(pte.read(pte.segment_span(0)))
-        delegate = bytes(pte.read(pte.segment_span(1)))
-    plan = program.execution_plan[0]
-    values = list(plan.values)
-    values[0] = replace(values[0], sizes=(rows, 4))
-    copy_of_0 = next(ins.args[1] for ins in plan.chains[0].instructions if isinstance(ins, m.KernelCall)
-                     and plan.operators[ins.op_index].name == "et_copy::_h2d_copy" and ins.args[0] == 0)
-    sizes = list(plan.non_const_buffer_sizes)
-    info = values[copy_of_0].allocation_info
-    end = align_up(sizes[info.memory_id], 16)
-    values[copy_of_0] = replace(values[copy_of_0], sizes=(rows, 4), allocation_info=replace(info, memory_offset=end))
-    sizes[info.memory_id] = end + rows * 16
-    offsets = program.constant_segment.offsets
-    big = bytes(range(251)) * (rows * 16 // 251) + bytes(rows * 16 % 251)
-    constants = old[:offsets[1]] + big + old[offsets[1] + 48:]
-    shift = len(big) - 48
-    plan = replace(plan, values=tuple(values), non_const_buffer_sizes=tuple(sizes))
-    program = replace(program, execution_plan=(plan,),
-                      constant_segment=replace(program.constant_segment,
-                                               offsets=offsets[:2] + tuple(o + shift for o in offsets[2:])))
-    path = tmp_path / "large.pte"
-    write_pte(path, program, [SegmentContent.of(constants), SegmentContent.of(delegate)])
-    return path
-
-
 def test_a_rewrite_keeps_a_large_constant_at_its_inputs_alignment(tmp_path: Path) -> None:
-    source = _program_with_a_large_constant(tmp_path, BULK_SEGMENT // 16)  # a 16 MiB constant, moved
+    source = large_constant(pte_path("v_a_dtypes_copy"), tmp_path / "large.pte", BULK_SEGMENT // 16)  # 16 MiB
     result = api.rewrite(source, tmp_path / "out.pte")
     assert result.changed and result.plan.placements[0].value == 0
     with open_pte(source) as before, open_pte(tmp_path / "out.pte") as after:

@@ -22,6 +22,7 @@ import pytest
 from cli_runner import invoke
 from selfcheck_helpers import corrupt_apply as _corrupt_apply, refused as _refused, use_plan as _use_plan
 from conftest import CASES, ptd_path, pte_path, shipped
+from forge import large_constant
 from pte_devconst.rewriter import rewrite as rewrite_module
 from pte_devconst.rewriter.load import analyze_opened, opened
 from pte_devconst.rewriter.plan import RewriteOptions, RewritePlan, make_plan
@@ -387,36 +388,8 @@ def test_the_self_check_catches_a_corrupted_output(case: str, monkeypatch: pytes
 # --- what --verify full adds --------------------------------------------------------------------------
 
 def _large_program(tmp_path: Path, rows: int) -> Path:
-    """v_a_dtypes_copy with value 0 grown to ``rows`` x 4 float32 of counting bytes (a bulk, kernel-copied range),
-    and its device copy grown with it, at the end of its buffer (a copy keeps its constant's shape)."""
-    data, program = _program("v_a_dtypes_copy")
-    plan = program.execution_plan[0]
-    values = list(plan.values)
-    values[0] = replace(values[0], sizes=(rows, 4))
-    sizes = list(plan.non_const_buffer_sizes)
-    copy_of_0 = next(ins.args[1] for ins in plan.chains[0].instructions if isinstance(ins, m.KernelCall)
-                     and plan.operators[ins.op_index].name == "et_copy::_h2d_copy" and ins.args[0] == 0)
-    info = values[copy_of_0].allocation_info
-    end = -(-sizes[info.memory_id] // 16) * 16
-    values[copy_of_0] = replace(values[copy_of_0], sizes=(rows, 4), allocation_info=replace(info, memory_offset=end))
-    sizes[info.memory_id] = end + rows * 16
-    big = bytes(range(256)) * (rows * 16 // 256)
-    offsets = program.constant_segment.offsets
-    with PteFile.from_bytes(data) as pte:
-        old = bytes(pte.read(pte.segment_span(0)))
-    entry = offsets[1]
-    constants = old[:entry] + big + old[entry + 48:]
-    shift = len(big) - 48
-    new_offsets = offsets[:2] + tuple(o + shift for o in offsets[2:])
-    program = replace(program, execution_plan=(replace(plan, values=tuple(values),
-                                                      non_const_buffer_sizes=tuple(sizes)),),
-                      constant_segment=replace(program.constant_segment, offsets=new_offsets))
-    from pte_devconst.schema.pte_writer import write_pte
-    path = tmp_path / "large.pte"
-    with PteFile.from_bytes(data) as pte:
-        delegate = bytes(pte.read(pte.segment_span(1)))
-    write_pte(path, program, [SegmentContent.of(constants), SegmentContent.of(delegate)])
-    return path
+    """v_a_dtypes_copy with value 0 grown to ``rows`` x 4 float32 of counting bytes (``forge.large_constant``)."""
+    return large_constant(pte_path("v_a_dtypes_copy"), tmp_path / "large.pte", rows)
 
 
 def test_full_verification_compares_every_byte_of_bulk_copies(monkeypatch: pytest.MonkeyPatch,
