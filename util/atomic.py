@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import mmap
 import os
 import signal
 import stat
@@ -321,8 +322,8 @@ def write_zeros(fd: int, count: int) -> None:
         count -= step
 
 
-PAGE = 4096
-COPY_CALL = 1 << 30
+PAGE = mmap.PAGESIZE  # the head split is to the page boundary of this machine's pages (4 KiB on x86-64)
+COPY_CALL = 1 << 30  # bytes asked of one copy_file_range or sendfile call
 
 
 def _next_call(offset: int, dst_pos: int, remaining: int) -> int:
@@ -358,7 +359,7 @@ def copy_range(src_fd: int, offset: int, count: int, dst_fd: int) -> None:
     if remaining and hasattr(os, "sendfile"):
         try:
             while remaining:
-                n = os.sendfile(dst_fd, src_fd, offset, min(remaining, 1 << 30))
+                n = os.sendfile(dst_fd, src_fd, offset, min(remaining, COPY_CALL))
                 if n == 0:
                     break
                 offset, remaining = offset + n, remaining - n
