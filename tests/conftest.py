@@ -10,8 +10,6 @@ from typing import Optional
 
 import pytest
 
-from time_budget import pytest_runtest_makereport  # noqa: F401 - the per-test time budget (time_budget.py)
-
 # Text output is laid out for the terminal width; pin it so the developer's terminal cannot change a result.
 # (CI's non-terminal default is 80 too; tests that need another width pass COLUMNS themselves.)
 os.environ["COLUMNS"] = "80"
