@@ -306,11 +306,20 @@ def entry() -> None:
     (docs/performance.md, "Start-up").  A process that imported torch, or still runs a thread of its own, shuts
     down the usual way, so that their exit handlers run.
     """
+    import signal
+
+    from pte_devconst import cli
+
+    if signal.getsignal(signal.SIGINT) is getattr(cli, "_interrupted_at_start_up", None):
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # imports done: commands handle KeyboardInterrupt
     try:
         main()
         code: object = ExitCode.OK
     except SystemExit as done:
         code = done.code
+    except KeyboardInterrupt:  # between the imports and a command (click turns it into Abort while it parses)
+        typer.echo("pte-devconst: interrupted", err=True)
+        code = ExitCode.INTERRUPTED
     if "torch" in sys.modules or sum(1 for t in threading.enumerate() if not t.daemon) > 1:
         raise SystemExit(code)
     status = _exit_status(code)
