@@ -171,11 +171,16 @@ def command(*args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callabl
             except BrokenPipeError:  # stdout's reader is gone: every command, every format, stops quietly
                 raise stop_on_broken_pipe() from None
             except ModuleNotFoundError as error:
-                if error.name != "torch":
+                if error.name not in ("torch", "executorch"):
                     raise fail(error, debug) from None
+                from pte_devconst.cli.preflight import ENGINE_EXTRA, RUNNER_EXTRA
+
+                name = function.__name__.removesuffix('_command')
+                engine = str(getattr(k.get("engine"), "value", k.get("engine")))  # validate --engine executorch
                 raise fail(PteDevconstError(
-                    f"'{function.__name__.removesuffix('_command')}' runs programs with torch, which is not "
-                    "installed: pip install 'pte-devconst[runner]'"), debug) from None
+                    f"'{name} --engine executorch' runs programs in the ExecuTorch runtime, which is not installed: "
+                    f"{ENGINE_EXTRA}" if engine == "executorch" else
+                    f"'{name}' runs programs with torch, which is not installed: {RUNNER_EXTRA}"), debug) from None
             except Exception as error:  # noqa: BLE001 - the one place errors become exit codes
                 raise fail(error, debug) from None
 

@@ -173,8 +173,13 @@ def run_command(
     --opaque-delegates (its outputs are then stand-ins).
     """
     from pte_devconst import api
+    from pte_devconst.cli import preflight
     from pte_devconst.cli.progress import steps_progress
 
+    # Mistakes in the options are reported at once, before torch is imported (seconds).
+    preflight.before_running("run", "runner", ((inputs, "inputs"), (ptd, "data (.ptd)"), (etrecord, "ETRecord")))
+    preflight.require_program(file)
+    preflight.require_devices(file, preflight.analysed(file, ptd), simulate_devices)
     options = global_options(ctx)
     view = View(options.quiet, options.verbose)
     output = Output(RUN, resolve(RUN, fmt, json_flag, view), view)

@@ -321,8 +321,15 @@ def validate_command(
     pair that could not be validated; the others still are).
     """
     from pte_devconst import api
+    from pte_devconst.cli import preflight
     from pte_devconst.cli.progress import steps_progress
 
+    # Mistakes in the options are reported at once, before torch or the runtime is imported (seconds).
+    preflight.before_running("validate", engine, ((inputs, "inputs"), (expected, "expected outputs"),
+                                                  (ptd, "data (.ptd)"), (rewritten_ptd, "data (.ptd)"),
+                                                  (etrecord, "ETRecord")))
+    if calls < 2:
+        raise PteDevconstError(f"validate needs --calls of at least 2 (load once, then steady calls), got {calls}")
     options = global_options(ctx)
     view = View(options.quiet, options.verbose)
     renderers: Renderers[Any] = VALIDATE_ENGINE if engine == "executorch" else VALIDATE
@@ -344,6 +351,10 @@ def validate_command(
     for index, pair in enumerate(pairs):
         label = f"validating {pair.original.name}" + (f" ({index + 1}/{len(pairs)})" if several else "")
         try:
+            hint = preflight.before_validating(pair.original, pair.rewritten, ptd, rewritten_ptd, simulate_devices,
+                                               engine)
+            if hint and not options.quiet:
+                typer.echo(f"pte-devconst: hint: {printable(hint)}", err=True)
             with steps_progress(label, options.quiet, forced=bool(progress)) as advance:  # loading torch takes seconds
                 result = api.validate(pair.original, pair.rewritten, ptd=ptd, rewritten_ptd=rewritten_ptd,
                                       inputs=pair.inputs, expected=pair.expected if beside_expected else None,
