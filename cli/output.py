@@ -143,11 +143,38 @@ def console(stderr: bool = False) -> "Console":
     return Console(stderr=stderr, highlight=False, force_terminal=colour_forced(), soft_wrap=False)
 
 
+# Spaces (and the colour codes among them) at the end of a line: rich pads a table's title to the table's width
+# and leaves the space a line was wrapped at.
+_LINE_END_PADDING = re.compile(r"(?:[ \t]|\x1b\[[0-9;]*m)+(?=\n|\Z)")
+_COLOUR_CODE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def without_trailing_spaces(text: str) -> str:
+    """``text`` with no space at the end of any line; colour codes there are kept, in order."""
+    return _LINE_END_PADDING.sub(lambda found: "".join(_COLOUR_CODE.findall(found.group())), text)
+
+
+class TrimmedStream:
+    """A text stream that writes every line without trailing spaces (what rich prints to stdout goes through it):
+    plain output compares byte for byte, and a log or a diff shows no padding.  Everything else is the stream's."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(without_trailing_spaces(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def stdout_console() -> "Console":
-    """The console for a command's report.  A reader of stdout that went away (``| head``) raises
-    BrokenPipeError, which every command turns into one quiet exit (``app.stop_on_broken_pipe``), rather
-    than rich's own exit 1, which would read as "findings"."""
+    """The console for a command's report: lines without trailing spaces (``TrimmedStream``).  A reader of stdout
+    that went away (``| head``) raises BrokenPipeError, which every command turns into one quiet exit
+    (``app.stop_on_broken_pipe``), rather than rich's own exit 1, which would read as "findings"."""
     out = console()
+    out.file = TrimmedStream(sys.stdout)  # type: ignore[assignment]
     out.on_broken_pipe = _raise_broken_pipe  # type: ignore[method-assign]
     return out
 
