@@ -29,9 +29,20 @@ instruction mentions and that is no method input, constant or initial data: a
 delegate returns at least one value, so the view rule never claims it.
 
 **What a blob declares comes first.**  Where the delegate's blob can be read
-(``delegate_blobs.declared_splits``) and declares as many inputs and outputs as the
-call passes, the call is split as declared, and every output is one for sure: the
-rule is for the calls of blobs nobody reads.
+(``delegate_blobs.declared_splits``) and binds the call's arguments as its backend
+binds them (every argument position named once, read or written, none past the
+call's arguments), the call is split as declared: the positions it reads are
+inputs, the positions it writes outputs, each one for sure, wherever it lies in the
+list (XNNPACK binds an external value to the argument at its external id, so an
+output may come before an input).  A declaration that cannot be the backend's (its
+``problem``) or that does not fit the call (``Declaration.disagreement``) declares
+nothing: the rule applies, as for the calls of blobs nobody reads.
+
+A call site carries **positions**, never a count: ``DelegateCallSite.read`` and
+``.written`` (ascending, together every argument position once), ``.sure`` (the
+written positions that are outputs whatever the bytes: a trusted declaration's, or
+the last argument when new) and ``.declared``.  Under the rule the read positions
+are a prefix; under a declaration they need not be.
 
 ``tests/test_dataflow.py`` checks the rule against every delegate call whose blob
 states its input count (the reference backend's ``inputs``, the demo backend's op
@@ -51,28 +62,81 @@ from .regions import RegionKey, region_key
 
 
 
-# delegate index -> (inputs, outputs) its blob declares (``delegate_blobs.declared_splits``, one method's)
-Declared = Mapping[int, tuple[int, int]]
+@record
+class Declaration:
+    """How a delegate's blob binds the arguments of its calls, as its backend binds them (``delegate_blobs``):
+    the argument positions it reads and those it writes.  ``problem``, when set, says why it cannot be the
+    backend's (an external id listed twice, one both read and written, ...): it then declares nothing."""
+
+    backend: str
+    read: tuple[int, ...]
+    written: tuple[int, ...]
+    problem: str = ""
+
+    def disagreement(self, n_args: int) -> str:
+        """Why this declaration does not bind a call of ``n_args`` arguments ("" when it does: every position
+        named once, read or written); the ``problem`` when it has one."""
+        if self.problem:
+            return self.problem
+        named = self.read + self.written
+        past = sorted(p for p in named if not 0 <= p < n_args)
+        if past:
+            return (f"its blob binds argument {past[0]}, past the call's {n_args} arguments (it binds "
+                    f"{len(named)}: {len(self.read)} read, {len(self.written)} written)")
+        unnamed = sorted(set(range(n_args)) - set(named))
+        if unnamed:
+            listed = ", ".join(str(p) for p in unnamed[:4]) + (", ..." if len(unnamed) > 4 else "")
+            return (f"the call passes {n_args} arguments, its blob binds {len(named)} ({len(self.read)} read, "
+                    f"{len(self.written)} written): argument{'s' if len(unnamed) > 1 else ''} {listed} named by "
+                    "nothing it declares")
+        return ""
+
+
+# delegate index -> how its blob binds its calls (``delegate_blobs.declared_splits``, one method's)
+Declared = Mapping[int, Declaration]
 
 
 @record
 class DelegateCallSite:
-    """One DelegateCall of a method, with its arguments split into inputs and outputs."""
+    """One DelegateCall of a method, with its argument positions split into those read and those written."""
 
     chain: int
     instruction: int
     delegate_index: int
     args: tuple[int, ...]
-    n_inputs: int
-    sure_outputs: int = 0  # trailing arguments that are outputs whatever a blob says (the last, when it is new)
+    read: tuple[int, ...]  # argument positions the delegate reads, ascending
+    written: tuple[int, ...]  # argument positions it writes, ascending; with ``read``, every position once
+    sure: tuple[int, ...] = ()  # written positions that are outputs whatever a view says (module docstring)
+    declared: bool = False  # split as its blob declares (else by the module's rule)
 
     @property
     def inputs(self) -> tuple[int, ...]:
-        return self.args[: self.n_inputs]
+        """The values at the read positions."""
+        return tuple(self.args[p] for p in self.read)
 
     @property
     def outputs(self) -> tuple[int, ...]:
-        return self.args[self.n_inputs:]
+        """The values at the written positions."""
+        return tuple(self.args[p] for p in self.written)
+
+    @property
+    def maybe_views(self) -> tuple[int, ...]:
+        """Written positions that may yet be static views the delegate reads (written, not for sure)."""
+        sure = set(self.sure)
+        return tuple(p for p in self.written if p not in sure)
+
+    @property
+    def n_inputs(self) -> Optional[int]:
+        """The count of leading read positions when the read positions are a prefix (always, under the rule);
+        None when they are not.  For callers that still split a list by a count: prefer ``read``/``written``."""
+        return len(self.read) if self.read == tuple(range(len(self.read))) else None
+
+
+def _by_rule(chain: int, instruction: int, delegate: int, args: tuple[int, ...], n_inputs: int, sure: int
+             ) -> DelegateCallSite:
+    n = len(args)
+    return DelegateCallSite(chain, instruction, delegate, args, tuple(range(n_inputs)), tuple(range(n_inputs, n)),
+                            tuple(range(n - sure, n)))
 
 
 class _PendingFlow:
@@ -130,13 +194,13 @@ class _PendingFlow:
             return False  # a static view of data that is still to be read
         return True
 
-    def step(self, instruction: m.Instruction, split: Optional[int] = None) -> None:
+    def step(self, instruction: m.Instruction, written: Optional[tuple[int, ...]] = None) -> None:
         name = ""
         if isinstance(instruction, m.KernelCall) and 0 <= instruction.op_index < len(self.ops):
             name = self.ops[instruction.op_index]
-        read, written = instruction_effects(instruction, name, split, lambda i: list_items(self._value(i)))
-        self.read(read)  # kernel_effects.py's rule, this call split by ``split``
-        self.write(written)
+        read, wrote = instruction_effects(instruction, name, written, lambda i: list_items(self._value(i)))
+        self.read(read)  # kernel_effects.py's rule, this call's written positions ``written``
+        self.write(wrote)
 
 
 def _split(flow: _PendingFlow, args: tuple[int, ...]) -> tuple[int, int]:
@@ -153,11 +217,11 @@ def _split(flow: _PendingFlow, args: tuple[int, ...]) -> tuple[int, int]:
 
 def delegate_call_sites(plan: m.ExecutionPlan, *, per_call: bool = False,
                         declared: Optional[Declared] = None) -> list[DelegateCallSite]:
-    """Every DelegateCall of ``plan`` in program order, with its inputs/outputs split as its blob declares them
-    (``declared``, when it fits the call) or else by the module's rule.
+    """Every DelegateCall of ``plan`` in program order, with its argument positions split as its blob binds them
+    (``declared``, when the declaration is trusted and fits the call) or else by the module's rule.
 
     One delegate (one blob) has one signature: when it is called more than once with the same number of
-    arguments, every call gets the fewest inputs any of them was found to have, so an argument in an output
+    arguments, every call gets every position any of them was found to write, so an argument in an output
     position is an output at every call (a second call with its output slot on a value mentioned before).
     ``per_call``: each call split by its own arguments alone.
     """
@@ -165,23 +229,34 @@ def delegate_call_sites(plan: m.ExecutionPlan, *, per_call: bool = False,
     sites = []
     for chain_index, chain in enumerate(plan.chains or ()):
         for pc, instruction in enumerate(chain.instructions or ()):
-            split = None
+            written = None
             if isinstance(instruction, m.DelegateCall):
                 args = tuple(instruction.args or ())
-                io = declared.get(instruction.delegate_index) if declared else None
-                split, sure = io if io is not None and sum(io) == len(args) else _split(flow, args)
-                sites.append(DelegateCallSite(chain_index, pc, instruction.delegate_index, args, split, sure))
-            flow.step(instruction, split)
+                declaration = declared.get(instruction.delegate_index) if declared else None
+                if declaration is not None and not declaration.disagreement(len(args)):
+                    site = DelegateCallSite(chain_index, pc, instruction.delegate_index, args,
+                                            tuple(sorted(declaration.read)), tuple(sorted(declaration.written)),
+                                            tuple(sorted(declaration.written)), declared=True)
+                else:
+                    site = _by_rule(chain_index, pc, instruction.delegate_index, args, *_split(flow, args))
+                sites.append(site)
+                written = site.written
+            flow.step(instruction, written)
     return sites if per_call else one_signature(sites)
 
 
 def one_signature(sites: list[DelegateCallSite]) -> list[DelegateCallSite]:
-    """The calls of one delegate with one number of arguments, each split as the one with the fewest inputs (its
-    outputs are outputs at every call) and the most sure outputs."""
-    signature: dict[tuple[int, int], tuple[int, int]] = {}  # (delegate, arguments) -> (fewest inputs, most sure)
+    """The calls of one delegate with one number of arguments, each with every position any of them writes (its
+    outputs are outputs at every call) and every position any of them writes for sure."""
+    signature: dict[tuple[int, int], tuple[set[int], set[int]]] = {}  # (delegate, arguments) -> (written, sure)
     for site in sites:
-        key = (site.delegate_index, len(site.args))
-        inputs, sure = signature.get(key, (site.n_inputs, site.sure_outputs))
-        signature[key] = (min(inputs, site.n_inputs), max(sure, site.sure_outputs))
-    return [DelegateCallSite(site.chain, site.instruction, site.delegate_index, site.args,
-                             *signature[(site.delegate_index, len(site.args))]) for site in sites]
+        written, sure = signature.setdefault((site.delegate_index, len(site.args)), (set(), set()))
+        written.update(site.written)
+        sure.update(site.sure)
+    result = []
+    for site in sites:
+        written, sure = signature[(site.delegate_index, len(site.args))]
+        read = tuple(p for p in range(len(site.args)) if p not in written)
+        result.append(DelegateCallSite(site.chain, site.instruction, site.delegate_index, site.args, read,
+                                       tuple(sorted(written)), tuple(sorted(sure)), site.declared))
+    return result

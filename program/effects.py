@@ -87,7 +87,7 @@ class MethodEffects:
                 position = len(self.steps)
                 self.steps.append(Step(c, k))
                 name = ""
-                n_inputs: Optional[int] = None
+                written: Optional[tuple[int, ...]] = None
                 if isinstance(ins, m.KernelCall):
                     name = ops[ins.op_index] if 0 <= ins.op_index < len(ops) else ""
                     self.kernel_names[position] = name
@@ -96,7 +96,7 @@ class MethodEffects:
                         self.aliases.append(alias)
                 elif isinstance(ins, m.DelegateCall):
                     site = self._site_at.get((c, k))
-                    n_inputs = site.n_inputs if site is not None else None
+                    written = site.written if site is not None else None
                 elif isinstance(ins, m.MoveCall):
                     self.aliases.append((ins.move_from, ins.move_to))
                 elif isinstance(ins, m.JumpFalseCall):
@@ -105,8 +105,8 @@ class MethodEffects:
                     self.conditions[(c, k)] = ins.cond_value_index
                     if ins.destination_instruction <= k:
                         self.chains_with_loops.add(c)
-                read, written = instruction_effects(ins, name, n_inputs, items)  # kernel_effects.py's rule
-                self.writes.append(expand(written))
+                read, wrote = instruction_effects(ins, name, written, items)  # kernel_effects.py's rule
+                self.writes.append(expand(wrote))
                 self.reads.append(expand(read))
             self.chain_span.append((first, len(self.steps)))
         self.inputs = frozenset(i for i in plan.inputs or () if 0 <= i < n_values)

@@ -35,7 +35,7 @@ Everything here is linear in the arguments (and a tensor list's items).
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Callable, Collection, Mapping, Optional, Sequence
 
 from pte_devconst.schema import model as m
 from pte_devconst.util.named_enum import NamedEnum
@@ -179,19 +179,23 @@ def kernel_results(name: str, args: Sequence[int], items: Optional[Items] = None
     return tuple(dict.fromkeys(v for v in (slots.out, *slots.returns) if v != slots.source))
 
 
-def instruction_effects(instruction: m.Instruction, name: str, n_inputs: Optional[int],
+def instruction_effects(instruction: m.Instruction, name: str, written: Optional[Collection[int]],
                         items: Optional[Items] = None) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(reads, writes) of one instruction, tensor lists unexpanded: a KernelCall named ``name`` by the table above,
-    a DelegateCall by its split (its first ``n_inputs`` arguments read, the rest written: ``dataflow.py``'s
-    question; None: all read), a MoveCall reads ``move_from`` and writes ``move_to`` (the runtime copies the
-    EValue), a JumpFalseCall and a FreeCall read their value."""
+    a DelegateCall by its split (the arguments at the positions ``written`` are written, every other one read:
+    ``dataflow.py``'s question; None: all read), a MoveCall reads ``move_from`` and writes ``move_to`` (the runtime
+    copies the EValue), a JumpFalseCall and a FreeCall read their value."""
     if isinstance(instruction, m.KernelCall):
         args = tuple(instruction.args or ())
         written = kernel_writes(name, args, items)
         return kernel_reads(name, args, written=written), written
     if isinstance(instruction, m.DelegateCall):
         args = tuple(instruction.args or ())
-        return (args, ()) if n_inputs is None else (args[:n_inputs], args[n_inputs:])
+        if not written:
+            return args, ()
+        out = written if isinstance(written, (set, frozenset)) else frozenset(written)
+        return (tuple(a for p, a in enumerate(args) if p not in out),
+                tuple(a for p, a in enumerate(args) if p in out))
     if isinstance(instruction, m.MoveCall):
         return (instruction.move_from,), (instruction.move_to,)
     if isinstance(instruction, m.JumpFalseCall):

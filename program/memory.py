@@ -85,7 +85,7 @@ def held_before_any_instruction(effects: MethodEffects) -> list[int]:
 def outputs_that_may_be_views(effects: MethodEffects) -> dict[int, tuple[int, ...]]:
     """Per program position of a delegate call: the arguments its split calls outputs that may yet be static views
     the delegate reads (all but a last argument no earlier instruction mentions, an output for sure)."""
-    return {effects.position((s.chain, s.instruction)): s.args[s.n_inputs:len(s.args) - s.sure_outputs]
+    return {effects.position((s.chain, s.instruction)): tuple(s.args[p] for p in s.maybe_views)
             for s in effects.sites}
 
 

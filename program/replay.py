@@ -261,11 +261,22 @@ class _Positions(Sequence[tuple[int, int]]):
         return chain, position - self.first[chain]
 
 
+# a delegate call's (written positions, positions written for sure): ``dataflow.DelegateCallSite``'s
+Roles = tuple[frozenset[int], frozenset[int]]
+_ALL_READ: Roles = (frozenset(), frozenset())
+
+
+def _roles(plan: m.ExecutionPlan, declared: Optional[Declared]) -> dict[tuple[int, int], Roles]:
+    """(chain, instruction) of each delegate call -> its roles, as ``dataflow`` splits it."""
+    return {(s.chain, s.instruction): (frozenset(s.written), frozenset(s.sure))
+            for s in delegate_call_sites(plan, declared=declared)}
+
+
 class _Program:
     """One method prepared for replay: positions, sites, storages of values, delegate output positions."""
 
     def __init__(self, plan: m.ExecutionPlan,
-                 n_inputs: Optional[Mapping[tuple[int, int], tuple[int, int]]] = None,
+                 roles: Optional[Mapping[tuple[int, int], Roles]] = None,
                  declared: Optional[Declared] = None) -> None:
         self.plan = plan
         self.values = tuple(plan.values or ())
@@ -293,13 +304,8 @@ class _Program:
                     sites += 1
         self.output_base = sites
         self.n_sites = sites + len(plan.outputs or ())
-        # the inputs of each delegate call: the same for every call of one delegate (dataflow's split)
-        if n_inputs is None:
-            split: dict[tuple[int, int], tuple[int, int]] = {}
-            for site in delegate_call_sites(plan, declared=declared):
-                split[(site.chain, site.instruction)] = (site.n_inputs, site.sure_outputs)
-            n_inputs = split
-        self.n_inputs = n_inputs
+        # the written positions of each delegate call: the same for every call of one delegate (dataflow's split)
+        self.roles = _roles(plan, declared) if roles is None else roles
         self.constants = frozenset(i for i, v in enumerate(self.values) if isinstance(v, m.Tensor) and v.is_constant)
         # where each tensor's bytes are, in three arrays (start -1: no bytes): ``place_of``
         self.key_of, self.start_of, self.end_of = array("q"), array("q"), array("q")
@@ -336,11 +342,11 @@ class _Replay:
 
     def __init__(self, program: _Program, budget: Budget, *, idents: Sequence[Optional[int]],
                  site_of: Sequence[Optional[int]], constants: frozenset[int], subst: Mapping[int, int],
-                 roles: Mapping[int, tuple[int, int]], judge: bool, calls: int, sites: tuple[int, int]) -> None:
+                 roles: Mapping[int, Roles], judge: bool, calls: int, sites: tuple[int, int]) -> None:
         """``sites``: (number of sites, first output site), in the input's numbering; ``idents[p]``: the ident of
         position p's writes (the input's position; None: new, its own position); ``site_of[p]``: the input's site
-        base for position p (None: not compared); ``roles[p]``: (inputs, sure outputs) of the delegate call at p
-        (the input's split); ``judge``: decide which output positions' old
+        base for position p (None: not compared); ``roles[p]``: (written, surely written positions) of the delegate
+        call at p (the input's split); ``judge``: decide which output positions' old
         bytes are compared (the input's replay) rather than compare them all."""
         self.p = program
         self.budget = budget
@@ -702,13 +708,13 @@ class _Replay:
 
     def _delegate(self, position: int, ins: m.DelegateCall, site: Optional[int], kind: int, ident: int) -> None:
         args = tuple(ins.args or ())
-        n_inputs, sure = self.roles.get(position) or (len(args), 0)
+        written, sure = self.roles.get(position) or _ALL_READ
         self.budget.spend(len(args) + 1)
         variable: list[int] = []  # inputs that hold more than constant data: the delegate may write them
         for pos, arg in enumerate(args):
-            if pos >= n_inputs:
+            if pos in written:
                 if site is not None:
-                    junk = self.judge and (pos >= len(args) - sure or not self._meaningful(arg))
+                    junk = self.judge and (pos in sure or not self._meaningful(arg))
                     self._record(site + pos, JUNK if junk else self._observe(arg)[0])
                 continue
             content, constant = self._observe(arg)
@@ -716,8 +722,9 @@ class _Replay:
                 self._record(site + pos, content)
             if not constant and arg not in self.constant_values:
                 variable.append(arg)
-        for arg in args[n_inputs:]:
-            self._write(arg, kind, ident)
+        for pos, arg in enumerate(args):
+            if pos in written:
+                self._write(arg, kind, ident)
         for arg in variable:
             for item in self.p.items[arg] or (arg,):
                 if isinstance(self.p.values[item], m.Tensor):
@@ -966,18 +973,18 @@ def prove_same_reads(original: m.ExecutionPlan, rewrite: m.ExecutionPlan, *,
     for what in ("inputs", "outputs"):
         if tuple(getattr(original, what) or ()) != tuple(getattr(rewrite, what) or ()):
             return Mismatch(1, "the method", f"its {what} differ: the rewrite's are not the input's")
-    roles_a = {a.first[s[0]] + s[1]: n for s, n in a.n_inputs.items()}
+    roles_a = {a.first[s[0]] + s[1]: n for s, n in a.roles.items()}
     replay_a = _Replay(a, budget, idents=list(range(len(a.positions))),
                        site_of=list(a.site_base), constants=a.constants, subst={}, roles=roles_a, judge=True,
                        calls=calls, sites=(a.n_sites, a.output_base))
     replay_a.run()
 
-    b = _Program(rewrite, n_inputs={})
+    b = _Program(rewrite, roles={})
     idents: list[Optional[int]] = []
     site_of: list[Optional[int]] = []
-    roles_b: dict[int, tuple[int, int]] = {}
+    roles_b: dict[int, Roles] = {}
     counterpart: list[Optional[int]] = [None] * len(a.positions)  # the input's position -> the rewrite's
-    own_split: Optional[dict[tuple[int, int], tuple[int, int]]] = None  # the rewrite's split, for new calls only
+    own_split: Optional[Mapping[tuple[int, int], Roles]] = None  # the rewrite's split, for new calls only
     for c, mapping in enumerate(matching):
         if len(mapping) != len(b.chains[c]):
             return Mismatch(1, f"chain {c}", "the instruction matching does not fit the rewrite's chain")
@@ -988,8 +995,7 @@ def prove_same_reads(original: m.ExecutionPlan, rewrite: m.ExecutionPlan, *,
                 site_of.append(None)
                 if isinstance(b.chains[c][k], m.DelegateCall):
                     if own_split is None:
-                        own_split = {(s.chain, s.instruction): (s.n_inputs, s.sure_outputs)
-                                     for s in delegate_call_sites(rewrite, declared=declared[1])}
+                        own_split = _roles(rewrite, declared[1])
                     if (c, k) in own_split:
                         roles_b[position] = own_split[(c, k)]
                 continue
@@ -1001,7 +1007,7 @@ def prove_same_reads(original: m.ExecutionPlan, rewrite: m.ExecutionPlan, *,
                                 "which is another instruction or matched twice")
             idents.append(at)
             site_of.append(a.site_base[at])
-            roles_b[position] = roles_a.get(at, (0, 0))
+            roles_b[position] = roles_a.get(at, _ALL_READ)
             counterpart[at] = position
     infer = _new_data(original, rewrite)
     origins = {**reencoded_sources(original, rewrite), **(stands_for or {})}

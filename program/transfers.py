@@ -187,14 +187,15 @@ def _transfers(plan: m.ExecutionPlan, sites: Optional[Sequence[DelegateCallSite]
             elif isinstance(instruction, m.DelegateCall) and 0 <= instruction.delegate_index < len(targets):
                 site = by_step[(c, k)]
                 target = targets[instruction.delegate_index]
+                reads = frozenset(site.read)
                 for pos, arg in enumerate(site.args):
                     if not isinstance(values[arg] if 0 <= arg < len(values) else None, m.Tensor):
                         continue
                     here = where.of(arg)
-                    if pos < site.n_inputs and here.is_cpu and not target.is_cpu:
+                    if pos in reads and here.is_cpu and not target.is_cpu:
                         found.append(Transfer(TransferKind.DELEGATE_HOST_INPUT, c, k, arg, value_nbytes(values[arg]),
                                               target, pos))
-                    elif pos >= site.n_inputs and not here.is_cpu and target.is_cpu:
+                    elif pos not in reads and not here.is_cpu and target.is_cpu:
                         found.append(Transfer(TransferKind.HOST_DELEGATE_OUTPUT, c, k, arg, value_nbytes(values[arg]),
                                               here, pos))
             elif isinstance(instruction, m.MoveCall):

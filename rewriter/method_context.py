@@ -20,6 +20,7 @@ from dataclasses import field
 from typing import Iterable, Mapping, Optional, Sequence
 
 from pte_devconst.program.dataflow import Declared, DelegateCallSite, delegate_call_sites
+from pte_devconst.program.delegate_blobs import reads_blobs_of
 from pte_devconst.program.effects import MethodEffects, Step
 from pte_devconst.program.kernel_effects import DEVICE_COPY_ARGS, copy_slots
 from pte_devconst.program.readers import Reader, ReaderKind
@@ -182,7 +183,7 @@ class Writes:
         self.inputs = effects.inputs
         self.steps: dict[int, list[Step]] = defaultdict(list)
         self.delegate_outputs: frozenset[tuple[int, int, int]] = frozenset(
-            (s.chain, s.instruction, pos) for s in effects.sites for pos in range(s.n_inputs, len(s.args)))
+            (s.chain, s.instruction, pos) for s in effects.sites for pos in s.written)
         for step, written in zip(effects.steps, effects.writes):
             for value in written:
                 self.steps[value].append(step)
@@ -355,6 +356,10 @@ def follow_copy(ctx: MethodContext, index: int, copy: Reader, reasons: Reasons, 
     if not clean:
         return
     views = ctx.views_of(dst)
+    untrusted = _untrusted_binding(ctx, dst, [use.step for use in ctx.uses(dst).on_device] + [s for _, s in views])
+    if untrusted is not None:
+        reasons.add(*untrusted)
+        return
     followers: tuple[int, ...] = ()
     if views:  # removing the copy would leave that memory unwritten, unless each view follows the constant
         refusal = _views_refusal(ctx, dst, views)
@@ -428,6 +433,31 @@ def _views_refusal(ctx: MethodContext, dst: int, views: list[tuple[int, tuple[in
     return None
 
 
+def _untrusted_binding(ctx: MethodContext, dst: int, steps: Iterable[tuple[int, int]]) -> Optional[tuple[str, str]]:
+    """When a delegate call that reads a device copy (directly or through a static view) has a blob whose
+    declaration is read but cannot be its backend's, or does not bind this call (``Declaration.disagreement``): why
+    the copy stays.  Which arguments such a delegate writes is unknown, so the copy's bytes may be written there and
+    the resident constant with them.  None otherwise."""
+    if not ctx.declared:
+        return None
+    delegates = ctx.plan.delegates or ()
+    for chain, instruction in dict.fromkeys(steps):
+        ins = instruction_at(ctx.plan, chain, instruction) if chain >= 0 else None
+        if not isinstance(ins, m.DelegateCall):
+            continue
+        declaration = ctx.declared.get(ins.delegate_index)
+        args = tuple(ins.args or ())
+        what = declaration.disagreement(len(args)) if declaration is not None else ""
+        if not what:
+            continue
+        backend = delegates[ins.delegate_index].id if 0 <= ins.delegate_index < len(delegates) else None
+        return ("its device copy is read by a delegate whose blob's binding is not its backend's",
+                f"its device copy (value {dst}) is an argument of delegate {ins.delegate_index} "
+                f"({backend or 'unnamed'}) at instruction {instruction}, whose blob declares nothing this tool can "
+                f"trust: {what}; which of its arguments that delegate writes is unknown")
+    return None
+
+
 def _undeclared_argument(ctx: MethodContext, dst: int, view: int, step: tuple[int, int]
                          ) -> Optional[tuple[str, str]]:
     """When the read of a device copy's bytes through ``view`` at ``step`` is a delegate argument the split calls an
@@ -445,7 +475,9 @@ def _undeclared_argument(ctx: MethodContext, dst: int, view: int, step: tuple[in
     return ("its device copy's bytes are a later delegate argument its blob does not declare",
             f"its device copy (value {dst}) lies exactly where delegate {ins.delegate_index} at instruction "
             f"{instruction} has argument {site.args.index(view)} (value {view}): an output, or a view of the copy "
-            f"it reads again, which only its {backend or 'unnamed'} blob says, and this tool reads no such blob")
+            f"it reads again, which only its {backend or 'unnamed'} blob says, and this tool reads no such blob"
+            if not reads_blobs_of(backend or "") else
+            f"it reads again, which only its {backend} blob says, and this tool could not read it")
 
 
 def _only_read_by_this_copy(ctx: MethodContext, value: int, copy: Reader, own_args: tuple[int, ...],

@@ -79,15 +79,17 @@ class DelegateCallRecord:
     args: tuple[ArgRecord, ...]
 
 
-def inputs_as_called(args: Sequence[DelegateArg], n_inputs: Optional[int]) -> dict[int, torch.Tensor]:
-    """Digests of a delegate call's inputs (its first ``n_inputs`` arguments; none when the split is unknown) as
-    the call starts, leaving out a value the call also passes as an output (module docstring)."""
-    if n_inputs is None:
+def inputs_as_called(args: Sequence[DelegateArg], read: "Optional[int | Sequence[int]]") -> dict[int, torch.Tensor]:
+    """Digests of a delegate call's inputs (the arguments at the positions ``read``, a call site's ``read``; an
+    int ``n`` means the first ``n``; none when the split is unknown) as the call starts, leaving out a value the
+    call also passes as an output (module docstring)."""
+    if read is None:
         return {}
-    written = {arg.index for arg in args[n_inputs:]}
+    positions = frozenset(range(read)) if isinstance(read, int) else frozenset(read)
+    written = {arg.index for pos, arg in enumerate(args) if pos not in positions}
     found: dict[int, torch.Tensor] = {}
-    for arg in args[:n_inputs]:
-        if arg.index in written:
+    for pos, arg in enumerate(args):
+        if pos not in positions or arg.index in written:
             continue
         digest = tensor_digest(arg.value) if isinstance(arg.value, torch.Tensor) else list_digest(arg.value)
         if digest is not None:

@@ -366,7 +366,7 @@ def static_checks(original: m.ExecutionPlan, rewritten: m.ExecutionPlan, moved: 
         calls_b.setdefault(site.chain, []).append(site)
     for chain, sites in calls_b.items():
         for site, before in zip(sites, calls_a.get(chain, ())):
-            for pos in range(min(before.n_inputs, site.n_inputs), len(site.args)):
+            for pos in sorted(set(before.written) | set(site.written)):
                 slots += 1
                 out = site.args[pos]
                 region = planned_region(values[out]) if 0 <= out < len(values) else None

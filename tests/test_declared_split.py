@@ -16,8 +16,8 @@ import pytest
 
 from conftest import CASES, CORPUS, EXAMPLES, pte_path, shipped
 from forge import edit_program
-from pte_devconst.program.dataflow import delegate_call_sites
-from pte_devconst.program.delegate_blobs import REFERENCE, declared_io, declared_splits
+from pte_devconst.program.dataflow import Declaration, delegate_call_sites
+from pte_devconst.program.delegate_blobs import REFERENCE, declaration_of, declared_io, declared_splits
 from pte_devconst.rewriter.load import analyze_file
 from pte_devconst.rewriter.plan_model import RewriteOptions
 from pte_devconst.rewriter.rewrite import rewrite_file
@@ -51,12 +51,15 @@ def test_every_readable_blob_declares_what_its_calls_pass() -> None:
         with open_pte(path) as pte:
             for plan, declared in zip(pte.program.execution_plan, declared_splits(pte.program, pte.delegate_blob)):
                 for site in delegate_call_sites(plan, declared=declared):
-                    io = declared.get(site.delegate_index)
-                    if io is None:
+                    declaration = declared.get(site.delegate_index)
+                    if declaration is None:
                         continue
                     backend = plan.delegates[site.delegate_index].id
                     seen[backend] = seen.get(backend, 0) + 1
-                    assert sum(io) == len(site.args) and (site.n_inputs, site.sure_outputs) == io, (path.name, site)
+                    assert not declaration.disagreement(len(site.args)) and site.declared, (path.name, site)
+                    assert (site.read, site.written, site.sure) == (declaration.read, declaration.written,
+                                                                    declaration.written), (path.name, site)
+                    assert site.read == tuple(range(len(site.read))), (path.name, site)  # every exporter's order
     assert seen.get(REFERENCE, 0) >= 300 and seen.get("XnnpackBackend", 0) >= 20, seen
 
 
@@ -70,10 +73,13 @@ def test_a_declaration_that_does_not_fit_the_call_is_not_used() -> None:
                            chains=(m.Chain(inputs=(), outputs=(), instructions=(m.DelegateCall(0, (0, 1, 2)),)),),
                            delegates=(m.BackendDelegate(id="X"),))
     (ruled,) = delegate_call_sites(plan)
-    (misfit,) = delegate_call_sites(plan, declared={0: (1, 1)})
-    (fitting,) = delegate_call_sites(plan, declared={0: (1, 2)})
-    assert (misfit.n_inputs, misfit.sure_outputs) == (ruled.n_inputs, ruled.sure_outputs) == (2, 1)
-    assert (fitting.n_inputs, fitting.sure_outputs) == (1, 2)
+    (misfit,) = delegate_call_sites(plan, declared={0: Declaration("X", (0,), (1,))})
+    (fitting,) = delegate_call_sites(plan, declared={0: Declaration("X", (0,), (1, 2))})
+    (permuted,) = delegate_call_sites(plan, declared={0: Declaration("X", (2,), (0, 1))})
+    assert (misfit.read, misfit.written, misfit.sure) == (ruled.read, ruled.written, ruled.sure) == ((0, 1), (2,), (2,))
+    assert not misfit.declared and fitting.declared
+    assert (fitting.read, fitting.written, fitting.sure) == ((0,), (1, 2), (1, 2))
+    assert (permuted.read, permuted.written, permuted.inputs, permuted.outputs) == ((2,), (0, 1), (2,), (0, 1))
 
 
 UNREADABLE = [b"not json", b"[1, 2]", json.dumps({"format": "other", "inputs": [], "outputs": []}).encode(),
@@ -87,8 +93,14 @@ def test_an_unreadable_reference_blob_declares_nothing(blob: bytes) -> None:
 
 
 def test_a_reference_blob_declares_its_inputs_and_outputs() -> None:
-    blob = json.dumps({"format": "pte-devconst-reference", "inputs": [{}, {}, {}], "outputs": [0]}).encode()
+    blob = json.dumps({"format": "pte-devconst-reference", "version": 1, "inputs": [{}, {}, {}],
+                       "outputs": [0]}).encode()
     assert declared_io(REFERENCE, memoryview(blob)) == (3, 1)
+    declaration = declaration_of(REFERENCE, memoryview(blob))
+    assert declaration is not None and (declaration.read, declaration.written) == ((0, 1, 2), (3,))
+    for other in ({"version": 2}, {"inputs": [1, 2, 3]}):  # what the runner refuses declares nothing
+        doc = {"format": "pte-devconst-reference", "version": 1, "inputs": [{}, {}, {}], "outputs": [0], **other}
+        assert declaration_of(REFERENCE, memoryview(json.dumps(doc).encode())) is None
 
 
 @pytest.mark.parametrize("fold", [False, True], ids=["plain", "fold"])

@@ -187,7 +187,7 @@ def test_a_delegate_output_on_exactly_a_region_written_before_is_a_view_read() -
     reads = view_reads(effects.MethodEffects(plan))
     assert reads[4] == [(6, (0, 4))]  # V (6), an output by the split, on T's (4) bytes
     sites = dataflow.delegate_call_sites(plan)
-    assert sites[-1].sure_outputs == 1 and sites[-1].n_inputs == 1  # the split: V and the new last are outputs
+    assert sites[-1].sure == (2,) and sites[-1].read == (0,)  # the split: V (1) and the new last (2) are outputs
 
 
 def test_initial_data_holds_its_place_for_views() -> None:
@@ -197,9 +197,10 @@ def test_initial_data_holds_its_place_for_views() -> None:
 
 def test_every_call_of_one_delegate_has_one_signature() -> None:
     plan = _plan(ATTACKS / "output_on_copy.pte")
-    per_call = [(s.instruction, s.n_inputs) for s in dataflow.delegate_call_sites(plan, per_call=True)]
-    assert per_call == [(2, 1), (3, 2), (4, 2)]  # the second call of delegate 0: D mentioned before, an input?
-    assert [(s.instruction, s.n_inputs) for s in dataflow.delegate_call_sites(plan)] == [(2, 1), (3, 1), (4, 2)]
+    per_call = [(s.instruction, s.read) for s in dataflow.delegate_call_sites(plan, per_call=True)]
+    assert per_call == [(2, (0,)), (3, (0, 1)), (4, (0, 1))]  # the second call of delegate 0: D mentioned before
+    assert [(s.instruction, s.read) for s in dataflow.delegate_call_sites(plan)] == [(2, (0,)), (3, (0,)),
+                                                                                     (4, (0, 1))]
     assert 2 in effects.MethodEffects(plan).writes[3]  # so the second call writes D, and the copy stays
 
 
