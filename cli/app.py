@@ -176,7 +176,7 @@ def command(*args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callabl
                 from pte_devconst.cli.preflight import ENGINE_EXTRA, RUNNER_EXTRA
 
                 name = function.__name__.removesuffix('_command')
-                engine = str(getattr(k.get("engine"), "value", k.get("engine")))  # validate --engine executorch
+                engine = str(getattr(k.get("engine_choice"), "value", ""))  # validate --engine executorch
                 raise fail(PteDevconstError(
                     f"'{name} --engine executorch' runs programs in the ExecuTorch runtime, which is not installed: "
                     f"{ENGINE_EXTRA}" if engine == "executorch" else
@@ -264,10 +264,25 @@ def click_group(command: Optional[str] = None) -> Any:
     ``command`` gets a group that holds only it, the same in everything it does, since one command's run never
     looks at another's options (tests/test_cli_usage.py)."""
     if command is None:
-        return typer.main.get_command(app)
+        return _plain_metavars(typer.main.get_command(app))
     alone = copy.copy(app)
     alone.registered_commands = [info for info in app.registered_commands if _command_name(info) == command]
-    return typer.main.get_command(alone)
+    return _plain_metavars(typer.main.get_command(alone))
+
+
+def _plain_metavars(group: Any) -> Any:
+    """Usage lines show an argument as its metavar (``diff [OPTIONS] BEFORE AFTER``), an optional one in brackets;
+    typer would wrap a required one in braces (``{BEFORE}``), which reads as a choice."""
+    for command in getattr(group, "commands", {}).values():
+        for param in command.params:
+            if getattr(param, "param_type_name", "") == "argument" and param.metavar:
+                param.make_metavar = functools.partial(_metavar, param)
+    return group
+
+
+def _metavar(param: Any, ctx: Any = None, *, usage: bool = False) -> str:
+    var = str(param.metavar)
+    return f"[{var}]" if usage and not param.required and not var.startswith("[") else var
 
 
 def main(argv: Optional[list[str]] = None, prog_name: str = "pte-devconst") -> None:

@@ -27,14 +27,15 @@ from pte_devconst.cli.formats import (DEFAULT_ANNOTATIONS, Annotation, Format, G
 from pte_devconst.cli.markdown import MARKDOWN_LIMIT, Block, fit_blocks
 from pte_devconst.cli.output import (DataOption, DeviceOption, EtrecordOption, JsonFlag, MinBytesOption,
                                      ProgressOption, fold_hint, github_annotation, markdown_table, md_code, md_text,
-                                     memory_change, printable, stdout_console, table, write_report)
+                                     is_stream, memory_change, printable, reasons_line, stdout_console,
+                                     table, write_report)
 from pte_devconst.cli.progress import files_progress
 from pte_devconst.program.labels import constant_label
 from pte_devconst.util.exit_code import ExitCode
 from pte_devconst.util.units import exact_bytes, human_bytes, listing, plural
 
 if TYPE_CHECKING:  # the analysis is imported when the command runs, not at start-up
-    from pte_devconst.rewriter.gate import CheckReport, Diagnostic, FileCheck, Finding
+    from pte_devconst.rewriter.gate import Acceptance, CheckReport, Diagnostic, FileCheck, Finding
     from pte_devconst.rewriter.gate_rules import GateRule
 
 
@@ -69,13 +70,15 @@ def _shared_reason(d: Diagnostic) -> str:
 
 def _summary(report: CheckReport) -> str:
     """The check in one sentence: what each rule found over all files (in its own words), with its fix."""
-    from pte_devconst.rewriter.derived import reasons_in_brief
-
     checked = sum(1 for f in report.files if not f.error)
     diagnostics = _diagnostics(report)[0]
     if not diagnostics and not report.accepted:
         return f"{_files(checked)} checked: no constant is copied to a device on every call."
-    parts = [f"{_files(checked)} checked" + ("" if report.findings else ": nothing left that the rewrite can move")]
+    # "nothing left to move" only of files that were checked, and where no rule's fix is a rewrite
+    movable = report.findings or any(d.fix for d in diagnostics if d.items)
+    parts = [f"{_files(checked)} checked" if checked else "no file could be checked"]
+    if checked and not movable:
+        parts[0] += ": nothing left that the rewrite can move"
     by_rule: dict[str, list[Diagnostic]] = {}
     for d in diagnostics:
         by_rule.setdefault(d.rule.id, []).append(d)
@@ -87,14 +90,15 @@ def _summary(report: CheckReport) -> str:
                     + f" ({human_bytes(sum(d.bytes for d in group))}{' per call' if rule.per_call else ''})")
             reasons = [x.reason for x in items if x.reason]
             if reasons and not group[0].fix:  # why they stay (a rule with a fix says what to do instead)
-                part += f": {reasons_in_brief(reasons)}"
+                part += f": {reasons_line(reasons)}"
             if group[0].fix:
                 part += f"; fix them with {group[0].fix_for('FILE')}"
             if rule.strict_only and not report.strict:
                 part += " (--strict fails on them)"
             parts.append(part)
-        elif not group[0].accepted:
-            parts.append(f"{rule.id} {rule.name}: " + "; ".join(d.message for d in group))  # a message each
+        elif not group[0].accepted:  # its messages were printed above (and on stderr): named here, not repeated
+            files = len({d.file for d in group if d.file})
+            parts.append(f"{rule.name} ({rule.id})" + (f" in {_files(files)}" if files else ""))
     if report.accepted:
         parts.append(f"{len(report.accepted):,} accepted by the project's config "
                      f"({human_bytes(sum(f.bytes_per_call for f in report.accepted))} per call)")
@@ -225,13 +229,15 @@ def file_status(report: CheckReport, f: FileCheck) -> str:
     """A file's status and what each rule found there, in one line (after its name in ``file_line`` and the
     markdown details)."""
     accepted = f"; {len(f.accepted):,} accepted" if f.accepted else ""
-    if f.error:
-        return f.error[len(f.file) + 2:] if f.file and f.error.startswith(f"{f.file}: ") else f.error
+    if f.error:  # the rule that says so, and its message (the error without the file's name)
+        said = [f"{d.rule.id} {d.rule.name}: {d.message}" for d in _of_file(report, f) if not d.items]
+        return "; ".join(said) if said else (
+            f.error[len(f.file) + 2:] if f.file and f.error.startswith(f"{f.file}: ") else f.error)
     found = [d for d in _of_file(report, f) if d.items]
     failing = [_brief(d) for d in found if d.rule.exit_for(report.strict) is not ExitCode.OK]
     notes = [_brief(d) for d in found if d.rule.exit_for(report.strict) is ExitCode.OK]
     if not failing:
-        return f"ok ({'; '.join([plural(f.constants, 'constant')] + notes)}{accepted})"
+        return f"ok ({'; '.join([plural(f.constants, 'constant') + ' examined'] + notes)}{accepted})"
     return "; ".join(failing + notes) + accepted
 
 
@@ -513,9 +519,39 @@ def report_files(entries: Optional[Sequence[str]]) -> list[tuple[Format, str]]:
             raise typer.BadParameter(f"{entry!r}: expected FORMAT=FILE, FORMAT one of {names}", param_hint="--report")
         if any(file == other for _, other in chosen):
             raise typer.BadParameter(f"{file!r} is named twice", param_hint="--report")
-        check_destination(file)
+        if not is_stream(file):  # /dev/stdout or a pipe is written as it is; a file is replaced atomically
+            check_destination(file)
         chosen.append((fmt, file))
     return chosen
+
+
+VALUES_SHOWN = 8
+
+
+def what_would_match(report: CheckReport, unused: Acceptance, named: bool) -> str:
+    """What the warning for an accepted finding that matched nothing adds: why, and what would match.
+
+    Constants have names only with an ETRecord (``--etrecord`` or ``etrecord`` in the config): without one, a
+    ``constant = "NAME"`` entry can match nothing, and ``value = N`` (the index ``check`` lists) always can.
+    """
+    from pte_devconst.util.globs import matches_glob
+
+    files = [f for f in report.files if matches_glob(f.file, unused.program, unused.root)]
+    if not files:
+        return f": no program checked matches {unused.program!r}"
+    found = [x for f in files for x in (*f.findings, *f.unknown, *f.stays, *f.runtime_findings, *f.accepted)
+             if unused.method is None or x.method == unused.method]
+    values = sorted({x.value for x in found})
+    by_index = (f"value = N, one of {listing([str(v) for v in values], VALUES_SHOWN)}" if values
+                else "nothing is copied per call there")
+    if unused.constant is not None and not named:
+        return (": constants have names only with an ETRecord (pass --etrecord FILE, or set etrecord = \"FILE\" in "
+                f"[tool.pte-devconst]); or accept by index: {by_index}")
+    if unused.constant is not None:
+        names = sorted({x.name for x in found if x.name})
+        shown = f"names there: {listing(names, VALUES_SHOWN)}" if names else "no finding there has a name"
+        return f": {shown}; or accept by index: {by_index}"
+    return f": {by_index}"
 
 
 @command("check")
@@ -568,6 +604,7 @@ def check_command(
     # Resolved once: the plan's options (devices parsed) and the programs, each paired with its data.
     plan_options = settings.plan_options(device, min_bytes, fold, runtime=runtime)
     written = report_files(reports)  # checked before any program is read
+    names = settings.etrecord_path(etrecord)
     chosen = api.programs(given, ptd or (), exclude=settings.exclude, exclude_root=settings.root, refuse=False)
     warn_empty(chosen.empty_folders, options.quiet)
     if not chosen.items and not chosen.problems and (chosen.excluded or chosen.empty_folders):
@@ -579,7 +616,7 @@ def check_command(
     with files_progress("checking", [str(p) for p in chosen.paths], options.quiet, logged) as advance:
         report = api.check(chosen, strict=strict if strict is not None else bool(settings.strict),
                            progress=(lambda done, total, name: advance(done, name)) if advance else None,
-                           etrecord=etrecord, accept=settings.accept, options=plan_options)
+                           etrecord=names, accept=settings.accept, options=plan_options)
     if report.device_problems:  # a --device no program uses is a bad option value: one line, no report
         typer.echo(printable(f"pte-devconst: error: {'; '.join(report.device_problems)}"), err=True)
         raise typer.Exit(ExitCode.ERROR)
@@ -590,7 +627,8 @@ def check_command(
             typer.echo(printable(f"pte-devconst: warning: {warning}"), err=True)
     for unused in report.unused_accepts:
         typer.echo(printable(f"pte-devconst: warning: {unused.origin}: accepted finding matched nothing "
-                             f"({unused.describe()})"), err=True)
+                             f"({unused.describe()}){what_would_match(report, unused, names is not None)}"),
+                   err=True)
     output = Output(CHECK, shown, view)
     output.add(report)
     output.close()

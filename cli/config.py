@@ -42,6 +42,7 @@ KEYS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "output-format": (str, "one of " + ", ".join(f.value for f in Format)),
     "runtime": (str, 'the ExecuTorch release the programs must load in, as "1.5"'),
     "progress": (bool, "true or false"),
+    "etrecord": (str, "the path of the export's ETRecord (names the constants; relative to this file)"),
     "accept": (list, "an array of tables ([[tool.pte-devconst.accept]])"),
 }
 ConfigOption = Annotated[Optional[str], typer.Option(
@@ -71,6 +72,7 @@ class Config:
     output_format: Optional[str] = None
     runtime: Optional[str] = None  # the release the project deploys, as "1.5" (rewrite's encoding, check's rule)
     progress: Optional[bool] = None  # progress lines also where stderr is no terminal (a CI log)
+    etrecord: Optional[str] = None  # the export's ETRecord, as written (relative to the file's folder)
     accept: tuple["Acceptance", ...] = field(default=())
 
     @property
@@ -82,6 +84,13 @@ class Config:
         """``paths`` as the command line would give them (relative to the working folder)."""
         root = self.root or Path.cwd()
         return [p if os.path.isabs(p) else os.path.relpath(root / p) for p in self.paths or ()]
+
+    def etrecord_path(self, given: Optional[Path]) -> Optional[Path]:
+        """``--etrecord``, else the file's ``etrecord`` (relative to the file's folder), else None."""
+        if given is not None or self.etrecord is None:
+            return given
+        return Path(self.etrecord) if os.path.isabs(self.etrecord) else Path(os.path.relpath(
+            (self.root or Path.cwd()) / self.etrecord))
 
     def plan_options(self, device: Optional[list[str]], min_bytes: Optional[int], fold: Optional[bool],
                      duplicate_shared: bool = False, runtime: Optional[str] = None) -> RewriteOptions:
@@ -199,7 +208,7 @@ def parse(table: dict[str, Any], path: Path, pyproject: bool = True) -> Config:
                   exclude=tuple(table.get("exclude", ())), min_bytes=table.get("min-bytes"),
                   strict=table.get("strict"), fold=table.get("fold"), device=devices,
                   output_format=table.get("output-format"), runtime=table.get("runtime"),
-                  progress=table.get("progress"),
+                  progress=table.get("progress"), etrecord=table.get("etrecord"),
                   accept=_acceptances(table.get("accept", []), path, pyproject))
 
 

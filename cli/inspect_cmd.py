@@ -13,7 +13,7 @@ from pte_devconst.rewriter.encodings import RuntimeNeed
 from pte_devconst.cli.mermaid import diagrams
 from pte_devconst.cli.output import (DataOption, EtrecordOption, JsonFlag, ProgramsArgument, fold_hint, markdown_table,
                                      markup_safe, md_code, md_name, md_text, memory_change, no_programs_given,
-                                     printable, shape_text, stdout_console, table)
+                                     printable, reasons_line, shape_text, stdout_console, table)
 from pte_devconst.program.labels import constant_label, name_cell
 from pte_devconst.util.exit_code import ExitCode
 from pte_devconst.util.units import exact_bytes, human_bytes, listing, plural
@@ -119,8 +119,6 @@ def closing_lines(report: InspectReport) -> list[str]:
 
     "No constant is copied" only when that is true.  One line each, so another hint can join them.
     """
-    from pte_devconst.rewriter.derived import reasons_in_brief
-
     summary = report.summary
     lines = []
     if summary.eligible_constants:
@@ -131,7 +129,7 @@ def closing_lines(report: InspectReport) -> list[str]:
         lines.append(f"{plural(len(summary.stays), 'constant-derived value')} "
                      f"{'stays' if len(summary.stays) == 1 else 'stay'} copied to a device on every call "
                      f"({human_bytes(summary.stays_bytes_per_call)} per call); the rewrite cannot move them: "
-                     f"{reasons_in_brief(c.reason for c in summary.stays)}.")
+                     f"{reasons_line(c.reason for c in summary.stays)}.")
     if report.unknown_constants:
         lines.append(_unknown_hint(report))
     hint = fold_hint(report.fold_gain)

@@ -169,6 +169,21 @@ class TrimmedStream:
         return getattr(self._stream, name)
 
 
+def reasons_line(reasons: Iterable[str]) -> str:
+    """Why copies stay, after a sentence that counted them: one kind of reason as it is (``32 bytes is below
+    --min-bytes 64``), several each with its count (``read by host kernel aten::mul.out (2); transposed on the host
+    (1)``), never a count glued to a reason's own words (``1 32 bytes``, ``12 legacy style: ...``)."""
+    from pte_devconst.rewriter.derived import reason_kind
+
+    counts: dict[str, int] = {}
+    for reason in reasons:
+        kind = reason_kind(reason)
+        counts[kind] = counts.get(kind, 0) + 1
+    if len(counts) == 1:
+        return next(iter(counts))
+    return "; ".join(f"{kind} ({n:,})" for kind, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 def stdout_console() -> "Console":
     """The console for a command's report: lines without trailing spaces (``TrimmedStream``).  A reader of stdout
     that went away (``| head``) raises BrokenPipeError, which every command turns into one quiet exit
@@ -213,9 +228,33 @@ def write_report(path: str, blocks: Iterable[str]) -> None:
     sees half a report), an unwritable path one ``OutputError`` line."""
     from pte_devconst.util.atomic import atomic_output, write_all
 
+    if is_stream(path):  # /dev/stdout, a pipe, a terminal: written as it is, nothing to replace
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        except OSError as error:
+            from pte_devconst.util.errors import OutputError
+
+            raise OutputError(f"cannot write the report: {error.strerror or error}", file=path) from None
+        try:
+            for block in blocks:
+                write_all(fd, block.encode("utf-8"))
+        finally:
+            os.close(fd)
+        return
     with atomic_output(path, durable=False) as fd:
         for block in blocks:
             write_all(fd, block.encode("utf-8"))
+
+
+def is_stream(path: str) -> bool:
+    """A FIFO or a character device (``/dev/stdout``, ``/dev/stderr``, a named pipe): written to, never replaced."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
 
 
 def device_memory_line(memory: Optional["DeviceMemory"]) -> Optional[str]:

@@ -379,7 +379,7 @@ def rewrite_command(
     # Resolved once for every program: the plan's options (devices parsed), the names' source, the verify mode.
     plan_options = settings.plan_options(device, min_bytes, fold, duplicate_shared, runtime)
     chosen_runtime = runtime is not None or settings.runtime is not None  # else the summary says what loads it
-    names = api.names_from(etrecord)
+    names = api.names_from(settings.etrecord_path(etrecord))
 
     logged = progress if progress is not None else bool(settings.progress)  # lines in a CI log too
     positions: dict[Path, tuple[int, int]] = {}
@@ -389,8 +389,11 @@ def rewrite_command(
                                       fsync=fsync, verify=verify, options=plan_options, names=names)
         with rewrite_progress(str(file), _size(file), options.quiet, forced=logged,
                               position=positions.get(file)) as bar:
-            return api.rewrite_program(request, progress=bar.progress if bar else None,
-                                       phase=bar.phase if bar else None)
+            try:
+                return api.rewrite_program(request, progress=bar.progress if bar else None,
+                                           phase=bar.phase if bar else None)
+            except DeviceNotUsedError as error:  # the API's words name its parameter; here, the option
+                raise as_option(error, plan_options) from None
 
     def say_needs(result: RewriteResult) -> None:
         """-q prints no report, but still what loads the output, unless the project's config chose the runtime."""
@@ -474,6 +477,14 @@ def unused_devices(plan_options: Any, used: list[tuple[str, ...]]) -> None:
                    f"{', '.join(sorted(seen)) or 'no device'}): nothing moved to it", err=True)
     if missing:
         raise typer.Exit(ExitCode.ERROR)
+
+
+def as_option(error: DeviceNotUsedError, plan_options: Any) -> DeviceNotUsedError:
+    """The API's "the devices selected (cuda:9) are none the program uses" in the command line's words."""
+    selected = ",".join(sorted(str(d) for d in plan_options.devices or ()))
+    return DeviceNotUsedError(f"--device {selected}: the program uses none of the devices selected (it uses "
+                              f"{', '.join(error.used) or 'no device'}): nothing would move, so nothing was written",
+                              used=error.used, file=error.file)
 
 
 def _size(file: Path) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional, Sequence
 
@@ -198,6 +199,13 @@ def render_engine_markdown(result: EngineValidation, view: View) -> list[str]:
 
 VALIDATE_ENGINE = Renderers["EngineValidation"]("validate", text=render_engine_text, markdown=render_engine_markdown,
                                                 json=lambda result: result.to_json(), what="pair")
+class Engine(str, Enum):
+    """What runs the two programs (``--engine``): the choices its help and its errors list."""
+
+    RUNNER = "runner"
+    EXECUTORCH = "executorch"
+
+
 ENGINE_HELP = ("What runs the two programs: runner (the project's torch runner: simulated or real devices, every "
                "copy counted, the delegate boundaries compared) or executorch (the installed ExecuTorch runtime, "
                "both programs flipped to the CPU: outputs bit for bit, each first-call copy held to running once; "
@@ -254,8 +262,8 @@ def pairs_of(programs: Sequence[Path], inputs: Optional[Path], expected: Optiona
             problems.append(f"{originals}: no .pte file in this directory")
         return found, problems
     if len(programs) % 2:
-        given = plural(len(programs), "program")
-        raise PteDevconstError(f"validate takes ORIGINAL REWRITTEN pairs (or two folders), but {given} were given")
+        given = plural(len(programs), "program") + (" was" if len(programs) == 1 else " were")
+        raise PteDevconstError(f"validate takes ORIGINAL REWRITTEN pairs (or two folders), but {given} given")
     pairs = list(zip(programs[0::2], programs[1::2]))
     if len(pairs) == 1:
         return [Pair(pairs[0][0], pairs[0][1], inputs, expected)], []
@@ -309,10 +317,12 @@ def validate_command(
     fmt: Annotated[Optional[str], format_option(VALIDATE)] = None,
     json_flag: JsonFlag = False,
     progress: ProgressOption = None,
-    engine: Annotated[str, typer.Option("--engine", metavar="ENGINE", help=ENGINE_HELP)] = "runner",
+    engine_choice: Annotated[Engine, typer.Option("--engine", metavar="[runner|executorch]", help=ENGINE_HELP)]
+        = Engine.RUNNER,
 ) -> None:
     """Check that a rewrite computes the same outputs, gives every delegate call the same bytes, and copies
-    each moved constant once, at load only.
+    each moved constant once: at load (--runtime 1.6 rewrites), or on the first call and never again
+    (--runtime 1.5 rewrites).
 
     Delegates that neither an executor nor the installed ExecuTorch runtime (XNNPACK) executes run as opaque
     stand-ins. Several pairs are validated in one process
@@ -323,6 +333,8 @@ def validate_command(
     from pte_devconst import api
     from pte_devconst.cli import preflight
     from pte_devconst.cli.progress import steps_progress
+
+    engine = engine_choice.value
 
     # Mistakes in the options are reported at once, before torch or the runtime is imported (seconds).
     preflight.before_running("validate", engine, ((inputs, "inputs"), (expected, "expected outputs"),

@@ -181,7 +181,7 @@ def selection_unused(used: tuple[str, ...], options: RewriteOptions) -> Optional
     selected = sorted(str(d) for d in options.devices)
     if set(selected) & set(used):
         return None
-    return (f"--device {','.join(selected)}: the program uses none of the devices selected (it uses "
+    return (f"the devices selected ({','.join(selected)}) are none the program uses (it uses "
             f"{', '.join(used) or 'no device'}): nothing would move, so nothing was written")
 
 

@@ -69,7 +69,7 @@ def test_accepted_findings_pass_and_show_in_every_format(tmp_path: Path) -> None
     assert text.returncode == 0, text.stdout + text.stderr
     assert "4 accepted" in text.stdout and "kept for the CPU fallback" in text.stdout
     concise = cli(root, "check", "--output-format", "concise")
-    assert concise.returncode == 0 and f"models/{COPYING}: ok (4 constants; 4 accepted)" in concise.stdout
+    assert concise.returncode == 0 and f"models/{COPYING}: ok (4 constants examined; 4 accepted)" in concise.stdout
     markdown = cli(root, "check", "-f", "markdown").stdout
     assert "**Accepted (the project's config):**" in markdown and markdown.count("kept for the CPU fallback") == 4
     assert f"| <code>models/{COPYING}</code> | ✅ ok | 0 | 0 B | 0 | 4 |" in markdown
@@ -159,6 +159,7 @@ def test_an_accept_that_matches_nothing_is_a_warning(tmp_path: Path) -> None:
     done = cli(root, "check", f"models/{CLEAN}")
     assert done.returncode == 0  # a warning, as ruff's unused noqa: the gate's verdict does not change
     assert done.stderr.splitlines() == [f"pte-devconst: warning: {root / 'pyproject.toml'}: accept[0]: accepted "
-                                        "finding matched nothing (program 'models/gone.pte', constant 'w')"]
+                                        "finding matched nothing (program 'models/gone.pte', constant 'w'): no program "
+                                        "checked matches 'models/gone.pte'"]
     assert json.loads(cli(root, "check", f"models/{CLEAN}", "--json").stdout)["unused_accepts"][0]["reason"] == \
         "was slow"

@@ -659,7 +659,7 @@ def test_the_fixing_hook_rewrites_in_place_fails_once_then_passes(tmp_path: Path
     # One line per file, then the summary (the tables with -v).
     assert check.stdout.splitlines()[:3] == [
         f"{copying}: PDC001 4 constants copied to a device on every call (3.2 KiB per call); fix: pte-devconst "
-        f"rewrite --in-place '{copying}'", f"{clean}: ok (4 constants)", f"{other}: ok (4 constants)"]
+        f"rewrite --in-place '{copying}'", f"{clean}: ok (4 constants examined)", f"{other}: ok (4 constants examined)"]
     assert len(check.stdout.splitlines()) == 4
     before = (repo / clean).read_bytes()
     first = _entry(hooks["pte-devconst-rewrite"], staged, repo)
@@ -736,7 +736,7 @@ def test_the_hooks_read_the_projects_config(tmp_path: Path) -> None:
     hooks = _hooks()
     check = _entry(hooks["pte-devconst-check"], staged, repo)
     assert check.returncode == 0, check.stdout
-    assert f"models/{COPYING}: ok (4 constants; 4 accepted)" in check.stdout
+    assert f"models/{COPYING}: ok (4 constants examined; 4 accepted)" in check.stdout
     pyproject.write_text(pyproject.read_text().split("[[tool")[0] + f'exclude = ["models/{COPYING}"]\n')
     assert _entry(hooks["pte-devconst-check"], staged, repo).returncode == 0
     only = _entry(hooks["pte-devconst-check"], [f"models/{COPYING}"], repo)  # nothing left to check: passes
