@@ -289,12 +289,14 @@ def main(argv: Optional[list[str]] = None, prog_name: str = "pte-devconst") -> N
     """Console-script entry point: usage errors are one line too (``--help`` shows the usage); stdout holds every
     report whatever the locale (``output.utf8_stdout``)."""
     from pte_devconst.cli.output import utf8_stdout
+    from pte_devconst.cli.stdout_guard import guard_stdout, stdout_lost
 
     utf8_stdout()
+    guard_stdout()  # stdout closed or full: the work still finishes, then one line (cli/stdout_guard.py)
     argv = hoist_global_flags(list(sys.argv[1:] if argv is None else argv))
     try:
         code = click_group(invoked_command(argv)).main(args=argv, prog_name=prog_name, standalone_mode=False)
-        sys.stdout.flush()  # here, not at exit: a reader gone by now is a broken pipe like any other
+        lost = stdout_lost()  # flushed here, not at exit: a reader gone by now is a broken pipe like any other
     except BrokenPipeError:
         raise SystemExit(stop_on_broken_pipe().exit_code) from None
     except UsageError as error:
@@ -315,7 +317,11 @@ def main(argv: Optional[list[str]] = None, prog_name: str = "pte-devconst") -> N
     except typer.Abort:
         typer.echo("pte-devconst: aborted", err=True)
         raise SystemExit(ExitCode.INTERRUPTED) from None
-    raise SystemExit(code if isinstance(code, int) else ExitCode.OK)
+    status = code if isinstance(code, int) else ExitCode.OK
+    if lost is not None:  # the work is done (files written and checked), its report is not: say so, never as 2
+        typer.echo(f"pte-devconst: error: {lost}", err=True)
+        status = status or ExitCode.REPORT_LOST
+    raise SystemExit(status)
 
 
 def entry() -> None:

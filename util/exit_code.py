@@ -21,6 +21,7 @@ class ExitCode(enum.IntEnum):
     ERROR = 2  # abnormal end: bad input, an unreadable file, a write error, a usage error
     UNKNOWN = 3  # nothing failed, but not everything was judged: check's constants whose .ptd is missing,
     # validate's programs between which nothing moved
+    REPORT_LOST = 74  # the work was done, but its report could not be written to stdout (closed, full): EX_IOERR
     INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C
     BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of stdout went away (``... | head``)
 
