@@ -3,6 +3,7 @@
     python examples/xnnpack_device.py OUT_DIR                  # the small fixtures (tests/fixtures/xnnpack_device)
     python examples/xnnpack_device.py OUT_DIR --only mlp       # one model, both styles
     python examples/xnnpack_device.py OUT_DIR --set big        # the bigger models the slow test exports
+    python examples/xnnpack_device.py OUT_DIR --set large      # deployment sizes: 256 MiB and 1 GiB of weights
     python examples/xnnpack_device.py --list                   # the names, nothing exported
 
 The ExecuTorch 1.5.1 pip runtime cannot allocate CUDA memory, but it executes XNNPACK.  So these programs
@@ -196,6 +197,21 @@ class Deep(torch.nn.Module):
         return x
 
 
+class Stack(torch.nn.Module):
+    """``layers`` linears alternating ``width`` -> ``hidden`` -> ``width``: a model of deployment size whose every
+    weight stays outside the delegate (``hidden`` x ``width`` float32 each, ``layers`` of them)."""
+
+    def __init__(self, layers: int = 8, width: int = 2048, hidden: int = 4096) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(
+            torch.nn.Linear(width, hidden) if k % 2 == 0 else torch.nn.Linear(hidden, width) for k in range(layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        return x
+
+
 class Cond(torch.nn.Module):
     """``torch.cond`` on the input's sign between two host branches (the program jumps between them), with a
     linear before and after it in the delegate: the weights' copies sit in a chain with jumps.  (XNNPACK does not
@@ -291,7 +307,16 @@ BIG = (
           "alignment", lambda: MLP(1024, 8192, 1024), _one(2, 1024), eligible=4),
 )
 
-SETS = {"small": SMALL, "big": BIG}
+# Deployment sizes, for the benchmark's validate section (bench/sections/validate.py): not committed, exported on
+# demand (on 2 cores: 17 s and 1.5 GB of memory for the 256 MiB one, 52 s and 4.6 GB for 1 GiB; both styles).
+LARGE = (
+    Model("stack_256m", "8 linears of 2048x4096 float32: 256 MiB of weights outside the delegate",
+          lambda: Stack(8, 2048, 4096), _one(4, 2048), eligible=16),
+    Model("stack_1g", "32 linears of 2048x4096 float32: 1 GiB of weights outside the delegate",
+          lambda: Stack(32, 2048, 4096), _one(4, 2048), eligible=64),
+)
+
+SETS = {"small": SMALL, "big": BIG, "large": LARGE}
 
 
 # --- export --------------------------------------------------------------------------------------------------

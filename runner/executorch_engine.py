@@ -34,13 +34,14 @@ import torch
 from pte_devconst.program.kernel_effects import copy_slots, is_device_copy
 from pte_devconst.program.moves import moved_values
 from pte_devconst.schema import model as m
-from pte_devconst.schema.pte_file import ProgramBytes, PteFile, open_pte
-from pte_devconst.schema.pte_writer import layout_pte, pte_bytes, unchanged_segments
+from pte_devconst.schema.pte_file import ProgramBytes, open_pte
+from pte_devconst.schema.pte_writer import unchanged_segments
 from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.util.record import record
 from pte_devconst.util.units import plural
 
 from .run import resolve_inputs
+from .staging import staged_program
 from .validate import Check, Status, Verdict, same_bits
 
 HOST_COPY = m.Operator("aten::alias_copy", "out")  # what a flip runs where the program copies to or from a device
@@ -191,10 +192,13 @@ def probe(program: m.Program, flipped: m.Program) -> tuple[m.Program, int]:
     return m.replace(flipped, execution_plan=tuple(plans)), probed
 
 
-def _bytes(source: PteFile, program: m.Program) -> bytes:
-    """``program`` written with ``source``'s segments, by the project's writer."""
-    contents = unchanged_segments(source)
-    return pte_bytes(layout_pte(program, contents), contents)
+@record
+class Staged:
+    """A program to load: ``program`` (flipped, perhaps probed) over ``source``'s segments, written to a file
+    when it is run (``staging.py``), never held in memory."""
+
+    source: Union[str, Path, ProgramBytes]
+    program: m.Program
 
 
 # --- running ----------------------------------------------------------------------------------------------------
@@ -224,17 +228,18 @@ def _first_difference(before: Sequence[Sequence[Any]], after: Sequence[Sequence[
     return None
 
 
-def _run(data: bytes, data_path: Optional[str], method: str, calls: Sequence[Sequence[Any]], what: str
+def _run(staged: Staged, data_path: Optional[str], method: str, calls: Sequence[Sequence[Any]], what: str
          ) -> list[list[Any]]:
-    """``method`` of a freshly loaded ``data``, ``calls`` in order, in the runtime's child process."""
+    """``method`` of a freshly loaded ``staged`` program, ``calls`` in order, in the runtime's child process."""
     from .isolated import worker
 
     child = worker()
     key = child.key()
     where = f"{what}: method {method!r}"
     try:
-        child.request("load", key, data, data_path, what=f"load the {what}", where=where)
-        child.request("load_method", key, method, what=f"load method {method!r} of the {what}", where=where)
+        with open_pte(staged.source) as source, staged_program(staged.program, unchanged_segments(source)) as path:
+            child.request("load", key, path, data_path, what=f"load the {what}", where=where)
+            child.request("load_method", key, method, what=f"load method {method!r} of the {what}", where=where)
         outputs = []
         for number, call in enumerate(calls, start=1):
             outputs.append(child.request("execute", key, method, list(call),
@@ -274,8 +279,8 @@ def validate_in_runtime(original: ProgramLike, rewritten: ProgramLike, *, ptd: O
         flipped_a, changes_a = flip(first.program)
         flipped_b, changes_b = flip(second.program)
         probed_b, probed = probe(second.program, flipped_b)
-        data_a, data_b = _bytes(first, flipped_a), _bytes(second, flipped_b)
-        data_probe = _bytes(second, probed_b) if probed else None
+        data_a, data_b = Staged(original, flipped_a), Staged(rewritten, flipped_b)
+        data_probe = Staged(rewritten, probed_b) if probed else None
         plans_a = {plan.name or "": plan for plan in first.program.execution_plan or ()}
         plans_b = {plan.name or "": plan for plan in second.program.execution_plan or ()}
     chosen = list(methods) if methods else list(plans_a)

@@ -13,6 +13,11 @@ next request starts a new child.
 The child is started on first use (importing torch and ExecuTorch there takes seconds) and kept for the rest of
 the process: one ``validate`` of many pairs, or a test suite, pays the start once.  The protocol carries only
 what this package's own code sends; the child runs no input of its own choosing.
+
+Large bytes never travel through the pipe.  A program is loaded from its file (the runtime maps it), and a
+delegate argument that lives in a region of the runner's memory (``shared_memory.py``: a planned arena, the
+program's file) travels as a ``SharedTensor`` naming the region and offset: the region's descriptor goes to the
+child once, over a Unix socket beside the pipes (``SCM_RIGHTS``), and the child maps the same pages.
 """
 
 from __future__ import annotations
@@ -21,16 +26,19 @@ import atexit
 import os
 import pickle
 import signal
+import socket
 import struct
 import subprocess
 import sys
 import tempfile
+import weakref
 from typing import IO, Any, Callable, Optional
 
 from .values import RunnerError
 
 _HEADER = struct.Struct("<Q")
 LOG_LINES = 3  # of the runtime's log, quoted in an error
+SOCKET_ENV = "PTE_DEVCONST_RUNTIME_SOCKET"  # the child's end of the descriptor socket, by number
 
 
 def log_tail(text: str) -> str:
@@ -55,7 +63,8 @@ def _signal_name(code: int) -> str:
 
 def _send(stream: IO[bytes], message: Any) -> None:
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_HEADER.pack(len(data)) + data)
+    stream.write(_HEADER.pack(len(data)))
+    stream.write(data)  # not joined to the header: that would copy a large message once more
     stream.flush()
 
 
@@ -76,11 +85,17 @@ class RuntimeWorker:
 
     def __init__(self) -> None:
         self.log = tempfile.TemporaryFile()  # the child's stderr: the runtime's log, quoted when it dies
-        environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.process = subprocess.Popen([sys.executable, "-m", "pte_devconst.runner.isolated"],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-                                        env=environment)
+        self.descriptors, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        environment = {**os.environ, "PYTHONUNBUFFERED": "1", SOCKET_ENV: str(theirs.fileno())}
+        try:
+            self.process = subprocess.Popen([sys.executable, "-m", "pte_devconst.runner.isolated"],
+                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                            env=environment, pass_fds=(theirs.fileno(),))
+        finally:
+            theirs.close()
         self.next_key = 0
+        self.mapped: set[int] = set()  # regions the child has mapped (shared_memory.py), by key
+        self.unmapped: list[int] = []  # keys of regions the parent let go, to unmap at the next request
 
     @property
     def alive(self) -> bool:
@@ -91,9 +106,30 @@ class RuntimeWorker:
         self.next_key += 1
         return self.next_key
 
+    def share(self, region: Any, where: str = "") -> None:
+        """Let the child map ``region`` (a ``shared_memory.Region``), once: its descriptor goes over the socket."""
+        if region.key in self.mapped:
+            return
+        self._unmap_released()
+        try:
+            socket.send_fds(self.descriptors, [b"r"], [region.fd])
+        except OSError:
+            pass  # a dead child: the request below says so
+        self.request("map", region.key, region.size, region.shared, what="map the runner's memory", where=where)
+        self.mapped.add(region.key)
+        weakref.finalize(region, self.unmapped.append, region.key)
+
+    def _unmap_released(self) -> None:
+        while self.unmapped:
+            key = self.unmapped.pop()
+            self.mapped.discard(key)
+            self.request("unmap", key, what="let the runner's memory go")
+
     def request(self, kind: str, *args: Any, what: str, where: str = "") -> Any:
         """Ask the child; its reply's payload.  ``what`` says in words what was asked (for an error)."""
         assert self.process.stdin is not None and self.process.stdout is not None
+        if kind == "execute" and self.unmapped:
+            self._unmap_released()
         try:
             _send(self.process.stdin, (kind, args))
             reply = _receive(self.process.stdout)
@@ -122,6 +158,7 @@ class RuntimeWorker:
             except (OSError, subprocess.TimeoutExpired):
                 self.process.kill()
         self.log.close()
+        self.descriptors.close()
 
 
 _WORKER: list[RuntimeWorker] = []
@@ -132,6 +169,7 @@ def worker() -> RuntimeWorker:
     if not _WORKER or not _WORKER[0].alive:
         if _WORKER:
             _WORKER[0].log.close()
+            _WORKER[0].descriptors.close()
         _WORKER[:] = [RuntimeWorker()]
     return _WORKER[0]
 
@@ -148,10 +186,13 @@ def _stop() -> None:
 def _serve(incoming: IO[bytes], outgoing: IO[bytes]) -> None:
     """Answer requests until the parent closes the pipe."""
     from .runtime_backend import RuntimeLog
+    from .shared_memory import MappedRegions, SharedTensor
 
     programs: dict[int, Any] = {}
     methods: dict[tuple[int, str], Any] = {}
     log = RuntimeLog()
+    regions = MappedRegions()
+    descriptors = socket.socket(fileno=int(os.environ[SOCKET_ENV])) if os.environ.get(SOCKET_ENV) else None
 
     def backends() -> tuple[str, list[str]]:
         from importlib import metadata
@@ -162,7 +203,8 @@ def _serve(incoming: IO[bytes], outgoing: IO[bytes]) -> None:
         names = [name for name in registry.registered_backend_names if registry.is_available(name)]
         return metadata.version("executorch"), names
 
-    def load(key: int, data: bytes, data_path: Optional[str]) -> None:
+    def load(key: int, data: "bytes | str", data_path: Optional[str]) -> None:
+        """A program from its file (a path: the runtime maps it) or, when small, its bytes."""
         from executorch.runtime import Runtime
 
         programs[key] = Runtime.get().load_program(data, data_path=data_path)
@@ -170,10 +212,19 @@ def _serve(incoming: IO[bytes], outgoing: IO[bytes]) -> None:
     def load_method(key: int, name: str) -> None:
         methods[(key, name)] = programs[key].load_method(name)
 
+    def map_region(key: int, size: int, shared: bool) -> None:
+        if descriptors is None:
+            raise RuntimeError("no descriptor socket to receive the runner's memory from")
+        _, fds, _, _ = socket.recv_fds(descriptors, 1, 1)
+        if not fds:
+            raise RuntimeError("the runner's memory descriptor did not arrive")
+        regions.map(key, fds[0], size, shared)
+
     def execute(key: int, name: str, inputs: list[Any]) -> list[Any]:
         import torch
 
-        results = methods[(key, name)].execute(inputs)
+        bound = [regions.tensor(x) if isinstance(x, SharedTensor) else x for x in inputs]
+        results = methods[(key, name)].execute(bound)
         return [r.clone() if isinstance(r, torch.Tensor) else r for r in results]
 
     def drop(key: int) -> None:
@@ -182,7 +233,8 @@ def _serve(incoming: IO[bytes], outgoing: IO[bytes]) -> None:
         programs.pop(key, None)
 
     handlers: dict[str, Callable[..., Any]] = {"backends": backends, "load": load, "load_method": load_method,
-                                               "execute": execute, "drop": drop}
+                                               "execute": execute, "drop": drop, "map": map_region,
+                                               "unmap": regions.unmap}
     while True:
         message = _receive(incoming)
         if message is None:

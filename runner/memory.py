@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import warnings
 from typing import Any, Optional
@@ -23,8 +24,10 @@ from pte_devconst.util.errors import FormatError, PteDevconstError, UnsupportedP
 from pte_devconst.util.named_enum import NamedEnum
 from pte_devconst.schema.ptd_file import PtdFile
 from pte_devconst.schema.pte_file import PteFile
+from pte_devconst.schema.span import Span
 
 from .devices import DeviceMap
+from .shared_memory import Region, file_region, shared_arena
 from pte_devconst.program.dtypes import dim_order_strides, torch_dtype
 from pte_devconst.util.record import record
 
@@ -66,13 +69,25 @@ class ProgramData:
         self._external: dict[str, torch.Tensor] = {}
         self._constants: dict[tuple[int, ...], torch.Tensor] = {}
         self._named_keys: Optional[tuple[str, ...]] = None
+        self._file_region: Optional[Region] = None
+
+    def _file(self) -> Optional[Region]:
+        """The program's file mapped copy-on-write (``shared_memory.file_region``); None for a program in memory."""
+        if self._file_region is None and self.pte.fd >= 0:
+            self._file_region = file_region(self.pte.fd, self.pte.size)
+        return self._file_region
 
     def _segment(self) -> tuple[torch.Tensor, int]:
         if self._constant_segment is None:
             sub = self.pte.program.constant_segment
             assert sub is not None, "called once the constant table was found in constant_segment"
             span = self.pte.segment_span(sub.segment_index)
-            self._constant_segment = host_bytes(self.pte.read(span))
+            self.pte.read(span)  # checks the span lies in the file
+            region = self._file()
+            # Constants are views of the mapped file, as the runtime's mmap loader gives them: never a copy of
+            # the segment (pages are read as kernels touch them and given back after, ``LoadedMethod``).
+            self._constant_segment = region.tensor[span.offset: span.end] if region is not None else \
+                host_bytes(self.pte.read(span))
             self._constant_base = 0
         return self._constant_segment, self._constant_base
 
@@ -115,6 +130,35 @@ class ProgramData:
             assert data is not None  # the entry was found just above
             self._external[key] = host_bytes(data)
         return self._external[key]
+
+    def load_initial_data(self, tensor: m.Tensor, destination: torch.Tensor, where: str) -> None:
+        """Fill ``destination`` (the planned tensor's view) with its initial data.  From the program's own file
+        into host memory it is read straight into place (``preadv``: no page of the file stays mapped here, no
+        temporary copy); otherwise through a host copy."""
+        span = None if tensor.is_external else self._mutable_span(tensor, where)
+        if span is not None and span.end <= self.pte.size and self.pte.fd >= 0 and destination.device.type == "cpu" \
+                and destination.is_contiguous() and destination.numel():
+            nbytes = destination.numel() * destination.element_size()
+            if nbytes != span.size:
+                raise FormatError(f"initial data of {span.size} bytes for a tensor of {nbytes}", where=where)
+            target = memoryview((ctypes.c_ubyte * nbytes).from_address(destination.data_ptr())).cast("B")
+            done = 0
+            while done < nbytes:
+                got = self.pte.read_into(span.offset + done, target[done:])
+                if got <= 0:
+                    raise FormatError("the file ended inside the tensor's initial data", where=where)
+                done += got
+            return
+        destination.copy_(typed_view(self.initial_data(tensor, where), 0, tensor, where))
+
+    def _mutable_span(self, tensor: m.Tensor, where: str) -> Optional[Span]:
+        """Where in the file a planned tensor's initial data lies (checked as ``initial_data`` checks it)."""
+        program = self.pte.program
+        if not program.mutable_data_segments:
+            return None
+        if tensor.data_buffer_idx >= len(program.mutable_data_segments[0].offsets or ()):
+            return None
+        return self.pte.tensor_span(tensor)
 
     def initial_data(self, tensor: m.Tensor, where: str) -> torch.Tensor:
         """Host bytes (uint8) of a planned tensor's initial state: mutable-data segment or .ptd."""
@@ -200,12 +244,27 @@ class MethodMemory:
         self.arenas: dict[int, torch.Tensor] = {}
         check_fits(method, sum(sizes[1:]))
         listed = plan.buffer_devices()
+        self.regions: list[Region] = []  # the host arenas' shared memory, kept while the method lives
         for memory_id in range(1, len(sizes)):
             device = listed.get(memory_id, m.CPU)
             self.arena_devices[memory_id] = device
-            self.arenas[memory_id] = zeros(sizes[memory_id], devices.physical(device), method,
-                                           f"planned buffer {memory_id} on {device}")
+            self.arenas[memory_id] = self._arena(sizes[memory_id], devices.physical(device), method,
+                                                 f"planned buffer {memory_id} on {device}")
         self.method = method
+
+    def _arena(self, nbytes: int, device: torch.device, method: str, what: str) -> torch.Tensor:
+        """A zero-filled arena; on the host, in shared memory (``shared_memory.py``), so the ExecuTorch runtime's
+        child reads a delegate's arguments where they are."""
+        if device.type == "cpu":
+            try:
+                region = shared_arena(int(nbytes))
+            except OSError as error:
+                raise PteDevconstError(f"method {method}: cannot allocate {nbytes} bytes for {what}: "
+                                       f"{error.strerror or error}") from None
+            if region is not None:
+                self.regions.append(region)
+                return region.tensor
+        return zeros(nbytes, device, method, what)
 
     def device_of(self, memory_id: int) -> m.Device:
         return self.arena_devices[memory_id]

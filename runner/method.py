@@ -24,6 +24,8 @@ from .devices import DeviceMap, parse_target_device
 from pte_devconst.program.dtypes import dim_order_strides, dtype_name, torch_dtype
 from .kernels import Kernel, resolve_kernel
 from .memory import CallerMemory, CallerRole, MethodMemory, ProgramData, check_fits, typed_view, zeros
+from .shared_memory import RELEASE_FROM, release, span
+from .digest import fetch_digests, tensor_digest
 from .transcript import DelegateCallRecord, TranscriptRecorder, inputs_as_called
 from pte_devconst.util.record import record
 from .values import FREED, NOT_BOUND, ListKind, ListRef, RunnerError, RuntimeValues
@@ -47,6 +49,27 @@ class _Delegate:
     def opaque(self) -> bool:
         """Runs as an opaque stand-in (runner/opaque.py), not through its backend or an executor of it."""
         return self.execution is Execution.STAND_IN
+
+
+@record
+class ObservedWrite:
+    """A delegate call that changed an argument the program's reading says it only reads (seen in its bytes)."""
+
+    chain: int
+    instruction: int
+    delegate: int
+    backend_id: str
+    value: int
+    position: int
+
+    def line(self) -> str:
+        return (f"delegate {self.delegate} ({self.backend_id}) at chain {self.chain} instruction {self.instruction} "
+                f"wrote argument {self.position} (value {self.value}), which the program's reading says it only "
+                "reads")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"chain": self.chain, "instruction": self.instruction, "delegate": self.delegate,
+                "backend": self.backend_id, "value": self.value, "argument": self.position, "line": self.line()}
 
 
 def describe(tensor: m.Tensor) -> str:
@@ -91,6 +114,9 @@ class LoadedMethod:
         self.delegates = [self._init_delegate(data, i, d, tuple(by_delegate.get(i, ())))
                           for i, d in enumerate(plan.delegates or ())]
         self.transcript = TranscriptRecorder() if transcript else None
+        self._write_checks: list[tuple[int, int, int, str, int, int, torch.Tensor, torch.Tensor]] = []
+        self.observed_writes: list[ObservedWrite] = []  # over every call so far
+        self.observed_arguments = 0  # read-only arguments digested after their calls, over every call
         # value -> the value an _h2d_copy last filled it from: kept across calls, as the bytes are (a first-call
         # prologue's copies fill their destinations on the first call only)
         self.h2d_source: dict[int, int] = {}
@@ -103,6 +129,11 @@ class LoadedMethod:
                         raise RunnerError(f"op_index {instruction.op_index} is out of range", where=self.where)
                     self.kernels[instruction.op_index] = resolve_kernel(operators[instruction.op_index], self.where)
         self.h2d_ops = frozenset(i for i in self.kernels if is_h2d_copy((self.plan.operators or ())[i].qualified_name))
+        # Constants large enough that their pages are given back once an instruction has read them (memory.py):
+        # the runner then holds a model once, in its planned memory, as a device runtime does.
+        self.large_constants = frozenset(
+            index for index, value in enumerate(plan.values or ()) if isinstance(value, m.Tensor)
+            and value.is_constant and value.allocation_info is None and value.nbytes >= RELEASE_FROM)
 
     @property
     def opaque_delegates(self) -> dict[int, str]:
@@ -130,8 +161,7 @@ class LoadedMethod:
                 view, device = self.memory.planned(value, where)
                 rv.set(index, view, device)
                 if value.has_initial_data:
-                    source = typed_view(data.initial_data(value, where), 0, value, where)
-                    view.copy_(source)
+                    data.load_initial_data(value, view, where)
                     if not device.is_cpu:
                         self.ledger.record(Direction.H2D, Cause.LOAD_INITIAL_DATA, value.nbytes, str(device), index)
             elif value.is_constant:
@@ -304,10 +334,18 @@ class LoadedMethod:
                                       where=self.where)
 
     def finish_call(self) -> tuple[DelegateCallRecord, ...]:
-        """The delegate calls of the call just made, digests fetched (empty without a transcript).
+        """The delegate calls of the call just made, digests fetched (empty without a transcript); the writes
+        observed in read-only arguments go to ``observed_writes``.
 
         Call it after the call, outside any timed or profiled region: it moves the digests to the host.
         """
+        checks, self._write_checks = self._write_checks, []
+        self.observed_arguments += len(checks)
+        if checks:
+            fetched = fetch_digests([d for check in checks for d in check[-2:]])
+            for k, (chain, pc, delegate, backend, index, position, _, _) in enumerate(checks):
+                if fetched[2 * k] != fetched[2 * k + 1]:
+                    self.observed_writes.append(ObservedWrite(chain, pc, delegate, backend, index, position))
         return self.transcript.finish() if self.transcript is not None else ()
 
     def _step(self, instruction: m.Instruction, chain: int, pc: int, where: str) -> int:
@@ -320,8 +358,10 @@ class LoadedMethod:
             self.derivation.kernel(rv, name, kernel, args)
             if instruction.op_index in self.h2d_ops and (slots := copy_slots(name, args)) is not None:
                 self.h2d_source[slots.out] = slots.source  # the out argument only: the return slot is never written
+            self._release(args)
         elif isinstance(instruction, m.DelegateCall):
             self._delegate_call(instruction, chain, pc, where)
+            self._release(tuple(instruction.args or ()))
         elif isinstance(instruction, m.MoveCall):
             rv.get(instruction.move_from, where)
             rv.set(instruction.move_to, rv.values[instruction.move_from], rv.residence[instruction.move_from])
@@ -342,6 +382,14 @@ class LoadedMethod:
             raise RunnerError("empty instruction", where=where)
         return pc + 1
 
+    def _release(self, args: tuple[int, ...]) -> None:
+        """Give back the mapped pages of the large constants an instruction read (they stay the file's)."""
+        for index in args:
+            if index in self.large_constants:
+                value = self.rv.values[index]
+                if isinstance(value, torch.Tensor):
+                    release(value)
+
     def _delegate_call(self, call: m.DelegateCall, chain: int, pc: int, where: str) -> None:
         if not 0 <= call.delegate_index < len(self.delegates):
             raise RunnerError(f"delegate_index {call.delegate_index} is out of range", where=where)
@@ -349,12 +397,28 @@ class LoadedMethod:
         where = f"{where} (delegate {call.delegate_index}, {delegate.backend_id})"
         args = [DelegateArg(i, self.rv.get(i, where), self.rv.residence[i]) for i in call.args or ()]
         site = self.call_sites.get((chain, pc))
-        n_inputs = site.n_inputs if site is not None else None
-        as_called = inputs_as_called(args, n_inputs) if self.transcript is not None else None
+        read = site.read if site is not None else None
+        as_called = inputs_as_called(args, read) if self.transcript is not None else None
         context = DelegateContext(delegate.backend_id, delegate.target_device, self.devices, self.ledger, where,
-                                  n_inputs, call.delegate_index, as_called, values=self.rv)
+                                  read, call.delegate_index, as_called, values=self.rv)
         with _executor_errors(delegate.backend_id, "execute", where):
             delegate.executor.execute(delegate.handle, args, context)
+        if as_called and not delegate.opaque:
+            # What the delegate really wrote: each argument the program says it only reads, digested again after
+            # the call.  A backend that binds its arguments otherwise than the program's reading (a blob's ids,
+            # a wrong declaration) shows here, whatever the analysis took on trust (fetched after the call).
+            # An argument whose bytes a written one shares (an output planned over an input) is written by design.
+            by_value = {arg.index: arg for arg in args}
+            read_positions = frozenset(read or ())
+            written = [span(arg.value) for position, arg in enumerate(args)
+                       if position not in read_positions and isinstance(arg.value, torch.Tensor)]
+            for index, before in as_called.items():
+                value = by_value[index].value
+                if isinstance(value, torch.Tensor) and not any(
+                        start < end_w and start_w < end for start, end in (span(value),) for start_w, end_w in written):
+                    position = next(p for p, arg in enumerate(args) if arg.index == index)
+                    self._write_checks.append((chain, pc, call.delegate_index, delegate.backend_id, index, position,
+                                               before, tensor_digest(value)))
         if site is not None:
             self.derivation.delegate(self.rv, site.inputs, site.outputs)
         if self.transcript is not None:

@@ -5,8 +5,9 @@ backend that runtime registers (``runtime_backend.py``), the runner writes a pro
 same processed blob, the same compile specs, the named data its blob names, and one method per distinct
 DelegateCall of it (``call0``, ``call1``, ...).  A method is that one call: its values are the call's arguments
 (the same dtypes, sizes, dim orders and dynamism), the call's inputs are the method's inputs and its outputs
-the method's outputs, every tensor planned in one host buffer, so the runtime copies inputs in and outputs
-out.  Nothing here runs anything: it is a pure function of the program, written with the project's own
+the method's outputs.  Outputs are planned in one host buffer, which the runtime copies out; an input the call
+only reads has no planned memory, so the runtime reads it where the caller keeps it (no copy of a weight per
+call).  Nothing here runs anything: it is a pure function of the program, written with the project's own
 writer (``schema/pte_writer.py``).
 
 Named data: a delegate finds its data by key at init (XNNPACK names its weights by their SHA-256), and the
@@ -75,20 +76,26 @@ def _method(name: str, site: DelegateCallSite, values: Sequence[m.EValue], where
     planned: list[m.EValue] = []
     literals: list[tuple[int, Any]] = []
     size = 0
+    tensors = {index for index in order if 0 <= index < len(values) and isinstance(values[index], m.Tensor)}
+    outputs = tuple(dict.fromkeys(site.outputs))
+    inputs = tuple(dict.fromkeys(i for i in site.inputs if i in tensors))
+    # An input only read is left unplanned: the runtime then uses the caller's memory for it (Method::set_input
+    # shares the data of an input without planned memory) instead of copying it into the method's buffer.
+    borrowed = set(inputs) - set(outputs)
     for index in order:
         if not 0 <= index < len(values):
             raise UnsupportedProgramError(f"argument value {index} is out of range", where=where)
         value = values[index]
-        if isinstance(value, m.Tensor):
+        if isinstance(value, m.Tensor) and index in borrowed:
+            planned.append(m.replace(value, storage_offset=0, data_buffer_idx=0, extra_tensor_info=None,
+                                     allocation_info=None))
+        elif isinstance(value, m.Tensor):
             planned.append(m.replace(value, storage_offset=0, data_buffer_idx=0, extra_tensor_info=None,
                                      allocation_info=m.AllocationDetails(memory_id=1, memory_offset=size)))
             size += -(-(value.nbytes + SLACK) // ALIGNMENT) * ALIGNMENT
         else:
             literals.append((index, _literal(value, where)))
             planned.append(value)
-    tensors = {index for index in order if isinstance(values[index], m.Tensor)}
-    inputs = tuple(dict.fromkeys(i for i in site.inputs if i in tensors))
-    outputs = tuple(dict.fromkeys(site.outputs))
     plan = m.ExecutionPlan(
         name=name, container_meta_type=m.ContainerMetadata("", ""), values=tuple(planned),
         inputs=tuple(local[i] for i in inputs), outputs=tuple(local[i] for i in outputs),

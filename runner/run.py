@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import gc
 import hashlib
 import io
 import time
@@ -23,7 +24,7 @@ from .devices import exact_float_math
 from pte_devconst.program.dtypes import dtype_name, torch_dtype
 from pte_devconst.util.record import record
 from .memory import CallerMemory
-from .method import LoadedProgram
+from .method import LoadedProgram, ObservedWrite
 from .profiling import ProfiledCopies, profile_call
 from .transcript import DelegateCallRecord
 
@@ -93,6 +94,10 @@ class RunResult:
     names: Optional[dict[str, Any]] = None
     delegates: tuple[DelegateRun, ...] = ()  # how each delegate ran: the ExecuTorch runtime, an executor, a stand-in
     caller_memory: tuple[CallerMemory, ...] = ()  # unplanned tensors bound to memory the caller provides
+    # With a transcript: arguments a delegate (not a stand-in) changed although the program says it only reads
+    # them, seen in their bytes (``LoadedMethod.finish_call``), and how many such arguments were looked at.
+    observed_writes: tuple[ObservedWrite, ...] = ()
+    observed_arguments: int = 0
 
     @property
     def opaque_backends(self) -> list[str]:
@@ -220,6 +225,10 @@ def run_program(pte_path: str | Path | ProgramBytes, *, ptd_path: Optional[str |
                             transcript, on_call)
     except PteDevconstError as error:
         raise error.with_file(str(pte_path))
+    finally:
+        # The loaded program's arenas and maps go now, not at some later collection: the next program a
+        # validation runs (the rewrite after the original) must not find them still held (``shared_memory.py``).
+        gc.collect()
 
 
 def _run_program(pte_path: str | Path | ProgramBytes, ptd_path: Optional[str | Path], method: Optional[str],
@@ -271,4 +280,5 @@ def _run_program(pte_path: str | Path | ProgramBytes, ptd_path: Optional[str | P
         peak = torch.cuda.max_memory_allocated() - baseline if cuda else None
         return RunResult(str(pte_path), name, simulate_devices, load, results, list(ledger.events),
                          loaded.opaque_delegates, peak, delegates=loaded.delegate_runs,
-                         caller_memory=loaded.caller_memory)
+                         caller_memory=loaded.caller_memory, observed_writes=tuple(loaded.observed_writes),
+                         observed_arguments=loaded.observed_arguments)

@@ -33,8 +33,14 @@ import torch
 
 from .delegates import DelegateArg, DelegateContext, DelegateExecutor, DelegateInitContext
 from .one_delegate import CallMethod, delegate_program
-from .isolated import log_tail
+from .isolated import RuntimeWorker, log_tail
+from .staging import staged_program
+from .shared_memory import SLACK, SharedTensor, describe, locate, span
 from .values import RunnerError
+
+# XNNPACK may read this many bytes past the end of an input (XNN_EXTRA_BYTES): an argument passed in place must
+# have them inside its region, or it is passed by value.
+XNN_EXTRA_BYTES = 16
 
 
 @functools.lru_cache(maxsize=1)
@@ -118,6 +124,20 @@ def _drop_released() -> None:
         worker().request("drop", _DROPPED.pop(), what="let a program go")
 
 
+def _argument(child: "RuntimeWorker", value: torch.Tensor, where: str) -> "torch.Tensor | SharedTensor":
+    """How an input tensor reaches the child: where it lies in a region the child maps (no copy), else its own
+    bytes (a compact copy, never the whole storage a view belongs to, which a pickle of the view would carry)."""
+    found = locate(value)
+    if found is not None:
+        region, offset = found
+        _, end = span(value)
+        room = region.size + (SLACK if region.shared else 0) - (offset + end - value.data_ptr())
+        if offset % value.element_size() == 0 and room >= XNN_EXTRA_BYTES:
+            child.share(region, where)
+            return describe(value, region, offset)
+    return value.detach().to("cpu", copy=True).contiguous()
+
+
 class RuntimeExecutor(DelegateExecutor):
     """Runs a delegate through the installed ExecuTorch runtime, in a program of its own (module docstring), in
     the child process that runs the runtime (``isolated.py``): a crash there is this delegate's error."""
@@ -132,11 +152,12 @@ class RuntimeExecutor(DelegateExecutor):
         _drop_released()
         child = worker()
         key = child.key()
-        child.request("load", key, built.to_bytes(), None, what=f"load the delegate ({context.backend_id})",
-                      where=context.where)
-        for call in built.methods.values():
-            child.request("load_method", key, call.name, what=f"load the delegate ({context.backend_id})",
+        with staged_program(built.program, built.contents) as path:  # loaded from a file: the runtime maps it
+            child.request("load", key, path, None, what=f"load the delegate ({context.backend_id})",
                           where=context.where)
+            for call in built.methods.values():
+                child.request("load_method", key, call.name, what=f"load the delegate ({context.backend_id})",
+                              where=context.where)
         return RuntimeHandle(key, built.methods)
 
     def execute(self, handle: RuntimeHandle, args: list[DelegateArg], context: DelegateContext) -> None:
@@ -152,12 +173,13 @@ class RuntimeExecutor(DelegateExecutor):
             if by_value[index].value != traced:
                 raise RunnerError(f"argument value {index} is {by_value[index].value!r} at run time, and the "
                                   f"ExecuTorch runtime's program holds {traced!r}", where=context.where)
+        child = worker()
         inputs = []
         for index in call.inputs:
             value = context.input(by_value[index])  # counted, as the delegate's boundary copies it
-            inputs.append(value.cpu() if isinstance(value, torch.Tensor) else value)
-        results = worker().request("execute", handle.key, call.name, inputs,
-                                   what=f"execute the delegate ({context.backend_id})", where=context.where)
+            inputs.append(_argument(child, value, context.where) if isinstance(value, torch.Tensor) else value)
+        results = child.request("execute", handle.key, call.name, inputs,
+                                what=f"execute the delegate ({context.backend_id})", where=context.where)
         if len(results) != len(call.outputs):
             raise RunnerError(f"the ExecuTorch runtime returned {len(results)} outputs, {len(call.outputs)} expected",
                               where=context.where)

@@ -78,6 +78,11 @@ class MappedFile:
             raise FormatError(f"cannot read: {error.strerror or error}", file=str(path)) from None
         return cls(view, path=str(path), mapped=mapped, fd=fd)
 
+    @property
+    def fd(self) -> int:
+        """The open file's descriptor, or -1 for bytes held in memory."""
+        return self._fd
+
     @classmethod
     def from_bytes(cls: type[F], data: bytes, path: str = "<bytes>") -> F:
         return cls(memoryview(data), path=path)
