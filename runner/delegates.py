@@ -73,11 +73,11 @@ class DelegateContext:
     """What ``execute`` may use: the target device and counted copies across the delegate boundary.  Working state
     (util/record.py): one per call."""
 
-    __slots__ = ("backend_id", "target_device", "devices", "ledger", "where", "n_inputs", "delegate_index",
+    __slots__ = ("backend_id", "target_device", "devices", "ledger", "where", "read", "delegate_index",
                  "input_digests", "values")
 
     def __init__(self, backend_id: str, target_device: m.Device, devices: DeviceMap, ledger: CopyLedger, where: str,
-                 n_inputs: Optional[int] = None, delegate_index: int = -1,
+                 read: Optional[tuple[int, ...]] = None, delegate_index: int = -1,
                  input_digests: Optional[dict[int, torch.Tensor]] = None,
                  values: Optional[RuntimeValues] = None) -> None:
         self.backend_id = backend_id
@@ -85,7 +85,8 @@ class DelegateContext:
         self.devices = devices
         self.ledger = ledger
         self.where = where
-        self.n_inputs = n_inputs  # the static split of the arguments (program/dataflow.py)
+        # The argument positions the call reads (program/dataflow.py: DelegateCallSite.read); the others it writes.
+        self.read = read
         self.delegate_index = delegate_index
         # Digests (runner/digest.py) of the inputs the call does not also write, by value index, taken as the call
         # starts (``transcript.inputs_as_called``) when the method records the delegate-boundary transcript: an

@@ -21,7 +21,7 @@ At its boundary an opaque delegate behaves like a device delegate: inputs whose
 memory is elsewhere are copied to its ``target_device`` and results are written
 into the planned outputs, both counted, through ``DelegateContext``.  Where
 inputs end and outputs begin comes from the program (``program/dataflow.py``),
-passed in as ``context.n_inputs``.  Everything runs on the delegate's device
+passed in as ``context.read`` (argument positions).  Everything runs on the delegate's device
 and nothing is fetched to the host during the call (see ``digest.py``).
 """
 
@@ -62,9 +62,11 @@ class OpaqueExecutor(DelegateExecutor):
                                       str(context.delegate_index).encode()))
 
     def execute(self, handle: OpaqueHandle, args: list[DelegateArg], context: DelegateContext) -> None:
-        if context.n_inputs is None:
+        if context.read is None:
             raise RunnerError("an opaque delegate needs the program's input/output split", where=context.where)
-        inputs, outputs = args[: context.n_inputs], args[context.n_inputs:]
+        read = frozenset(context.read)
+        inputs = [arg for position, arg in enumerate(args) if position in read]
+        outputs = [arg for position, arg in enumerate(args) if position not in read]
         device = context.torch_device
         descriptions = [_describe(arg.value) for arg in inputs]
         digests = []

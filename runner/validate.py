@@ -628,6 +628,7 @@ def _check_method(name: str, before: RunResult, after: RunResult, moved: list[Mo
         checks.append(_expected_check(before, after, expected, rtol, atol, stand_ins, opaque_backends, output_names))
     boundary, boundary_check = _boundary(name, before, after, moved)
     checks.append(boundary_check)
+    checks.append(_observed_writes_check(before, after))
     checks.extend(static)
     what = "moved and folded values" if any(c.folded for c in moved) else "moved constants"
     once, first_call_events = _copied_once(name, after, moved)
@@ -673,6 +674,23 @@ def _check_method(name: str, before: RunResult, after: RunResult, moved: list[Mo
                   enumerate(before.calls[0].outputs if before.calls else ()) if isinstance(x, torch.Tensor)]
     return MethodValidation(name, moved, exact, calls, before.load.h2d.nbytes, after.load.h2d.nbytes, checks,
                             boundary, before, after, opaque_backends, tolerances, tuple(output_names))
+
+
+OBSERVED_CHECK = "delegates wrote only what the program says they write (observed)"
+
+
+def _observed_writes_check(before: RunResult, after: RunResult) -> Check:
+    """The proof that does not take a blob's word: every argument a delegate (its backend or an executor, not a
+    stand-in) was said to only read, digested before and after each call (``LoadedMethod.finish_call``).  A write
+    there means the program's reading of that delegate (``program/delegate_blobs.py``) is not the backend's, and a
+    rewrite that kept a value resident on that reading cannot be vouched for, whatever the outputs say."""
+    seen = before.observed_arguments + after.observed_arguments
+    writes = [f"{what}: {w.line()}" for what, run in (("original", before), ("rewrite", after))
+              for w in dict.fromkeys(run.observed_writes)]
+    if not seen and not writes:
+        return Check(OBSERVED_CHECK, Status.SKIPPED, "no delegate ran for real (stand-ins write only their outputs)")
+    return Check.of(OBSERVED_CHECK, not writes, listing(writes, 3, conjunction="; ") or
+                    f"{plural(seen, 'read-only argument')} unchanged by their calls")
 
 
 def _copied_once(name: str, after: RunResult, moved: Sequence[MovedConstant]) -> tuple[list[str], list[CopyEvent]]:

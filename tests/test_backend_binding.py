@@ -184,3 +184,37 @@ def _blob(path: Path) -> bytes:
     with open_pte(path) as pte:
         (plan,) = pte.program.execution_plan
         return bytes(pte.delegate_blob(plan.delegates[0]))
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_the_runner_observes_the_write_a_planted_reader_hides(made: dict[str, Path], runtime: str, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner's proof does not share the reading: with the count-based binding planted for the rewrite *and*
+    for every check of ``validate`` (static checks, byte replay, self-check alike), the runner still sees, in the
+    argument's bytes after the real XNNPACK call (the runtime reads and writes it in place, in shared memory),
+    that the delegate wrote the argument the planted reading calls read-only: exit 1."""
+    out = tmp_path / "planted.pte"
+    with monkeypatch.context() as patch:
+        patch.setitem(delegate_blobs._READERS, XNNPACK, _count_based)
+        done = invoke("rewrite", made["permuted"], "-o", out, "--runtime", runtime)
+        if done.exit_code != 0 or not out.exists():
+            pytest.skip("the planted reading was refused: nothing to observe")
+        run = invoke("validate", made["permuted"], out, "--simulate-devices", "--inputs", made["inputs"],
+                     "--format", "json")
+    assert run.exit_code == 1, run.stdout + run.stderr
+    (method,) = json.loads(run.stdout)["methods"]
+    failed = {c["name"]: c["detail"] for c in method["checks"] if c["status"] == "fail"}
+    observed = failed["delegates wrote only what the program says they write (observed)"]
+    assert "rewrite: delegate 0 (XnnpackBackend)" in observed and "wrote argument 1" in observed, failed
+
+
+def test_the_runner_observes_no_write_in_a_faithful_pair(made: dict[str, Path], tmp_path: Path) -> None:
+    """The observation passes where the delegate writes only its outputs: the plain file and its rewrite."""
+    out = tmp_path / "plain.pte"
+    assert invoke("rewrite", made["constant"], "-o", out).exit_code == 0
+    run = invoke("validate", made["constant"], out, "--simulate-devices", "--inputs", made["inputs"],
+                 "--format", "json")
+    assert run.exit_code == 0, run.stdout + run.stderr
+    (method,) = json.loads(run.stdout)["methods"]
+    (check,) = [c for c in method["checks"] if c["name"].startswith("delegates wrote only")]
+    assert check["status"] == "pass" and "read-only argument" in check["detail"], check
