@@ -1,0 +1,138 @@
+"""``validate`` holds a model once (issue 43): its peak memory is bounded by the program, not multiplied by it.
+
+A real XNNPACK-as-``cuda:0`` export of 48 MiB (examples/xnnpack_device.py's ``Stack``, made here with the 1.5.1
+exporter) is rewritten in both encodings and validated in a subprocess; the largest process of the tree (the
+command, or its child that runs the ExecuTorch runtime) may use at most 1.5 times the larger program above what
+importing torch and the runtime costs.  Before the runner held arguments in shared memory it pickled each delegate
+argument's whole arena per call: this program then took over 40 times its size.  The same pair with a flipped
+byte in a moved constant, or two moved constants' data swapped, still fails.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("executorch.runtime")
+
+from pte_devconst.schema.pte_file import open_pte  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+BOUND = 1.5  # peak above the imports, in programs
+LAYERS, WIDTH, HIDDEN = 4, 1024, 3072  # 4 weights of 12 MiB and their biases: 48 MiB
+
+# The peak RSS of the largest process a command starts (RUSAGE_CHILDREN: the largest of them, each counted alone).
+MEASURE = r"""
+import resource, subprocess, sys
+done = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+sys.stdout.write(done.stdout)
+sys.stderr.write(done.stderr)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024, file=sys.stderr)
+raise SystemExit(done.returncode)
+"""
+
+# What importing torch, the runner and the runtime costs: the child that runs the runtime imports all three.
+BASELINE = ("import torch, executorch.runtime; from executorch.runtime import Runtime; Runtime.get(); "
+            "import pte_devconst.cli.app, pte_devconst.runner.validate")
+
+EXPORT = r"""
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from xnnpack_device import Model, Stack, _one, export_program, make_calls
+layers, width, hidden = (int(a) for a in sys.argv[3:6])
+model = Model("stack", "", lambda: Stack(layers, width, hidden), _one(4, width))
+module, calls = make_calls(model)
+open(sys.argv[2], "wb").write(export_program(model, module, {"forward": calls["forward"][0]}, "copy"))
+torch.save(calls, sys.argv[2] + ".inputs.pt")
+"""
+
+
+def _measured(*args: str) -> tuple[int, str, int]:
+    """(exit code, stdout, peak RSS in bytes of the largest process) of ``pte-devconst ARGS``."""
+    done = subprocess.run([sys.executable, "-c", MEASURE, sys.executable, "-m", "pte_devconst", *args],
+                          capture_output=True, text=True, timeout=600)
+    *_, peak = done.stderr.strip().splitlines()
+    return done.returncode, done.stdout, int(peak)
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("stack48")
+    original = folder / "stack_copy.pte"
+    subprocess.run([sys.executable, "-c", EXPORT, str(ROOT / "examples"), str(original), str(LAYERS), str(WIDTH),
+                    str(HIDDEN)], check=True, capture_output=True, timeout=600)
+    made = {"original": original, "inputs": Path(f"{original}.inputs.pt")}
+    for runtime in ("1.6", "1.5"):
+        out = folder / f"stack.v{runtime.replace('.', '')}.pte"
+        subprocess.run([sys.executable, "-m", "pte_devconst", "rewrite", str(original), "-o", str(out), "-q",
+                        "--runtime", runtime], check=True, capture_output=True, timeout=600)
+        made[runtime] = out
+    return made
+
+
+@pytest.fixture(scope="module")
+def baseline() -> int:
+    done = subprocess.run([sys.executable, "-c", MEASURE, sys.executable, "-c", BASELINE], capture_output=True,
+                          text=True, timeout=600)
+    return int(done.stderr.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("runtime", ["1.6", "1.5"])
+def test_the_runner_holds_the_model_once(made: dict[str, Path], baseline: int, runtime: str) -> None:
+    code, out, peak = _measured("validate", str(made["original"]), str(made[runtime]), "--inputs",
+                                str(made["inputs"]), "--simulate-devices", "--calls", "3", "-q")
+    assert code == 0, out
+    size = max(made["original"].stat().st_size, made[runtime].stat().st_size)
+    assert size > 40 << 20
+    assert peak - baseline <= BOUND * size, (f"peak {peak:,} B is {(peak - baseline) / size:.2f}x the program "
+                                             f"({size:,} B) above the imports ({baseline:,} B)")
+
+
+def _moved_spans(path: Path) -> list[tuple[int, int]]:
+    """(offset, size) in the file of each constant the 1.6 rewrite keeps as device initial data."""
+    with open_pte(path) as pte:
+        (plan,) = pte.program.execution_plan
+        spans = [pte.tensor_span(v) for v in plan.values or () if getattr(v, "allocation_info", None) is not None
+                 and v.has_initial_data]
+        return [(s.offset, s.size) for s in spans if s is not None]
+
+
+def _planted(made: dict[str, Path], tmp_path: Path, how: str) -> Path:
+    out = tmp_path / f"{how}.pte"
+    shutil.copyfile(made["1.6"], out)
+    spans = sorted(_moved_spans(made["1.6"]), key=lambda s: -s[1])
+    with open(out, "r+b") as handle:
+        if how == "flipped":
+            offset, size = spans[0]
+            handle.seek(offset + size // 2)
+            byte = handle.read(1)[0]
+            handle.seek(offset + size // 2)
+            handle.write(bytes([byte ^ 0x10]))
+        else:  # the two largest moved constants of one size, their data swapped
+            (a, size), (b, other) = spans[0], spans[1]
+            assert size == other
+            handle.seek(a)
+            first = handle.read(size)
+            handle.seek(b)
+            second = handle.read(size)
+            handle.seek(a)
+            handle.write(second)
+            handle.seek(b)
+            handle.write(first)
+    return out
+
+
+@pytest.mark.parametrize("how", ["flipped", "swapped"])
+@pytest.mark.parametrize("engine", ["runner", "executorch"])
+def test_a_planted_wrong_rewrite_still_fails(made: dict[str, Path], tmp_path: Path, how: str, engine: str) -> None:
+    wrong = _planted(made, tmp_path, how)
+    extra = ["--simulate-devices"] if engine == "runner" else ["--engine", "executorch"]
+    code, out, _ = _measured("validate", str(made["original"]), str(wrong), "--inputs", str(made["inputs"]),
+                             *extra, "--format", "json")
+    assert code == 1, out
+    assert json.loads(out)["verdict"] == "fail"
