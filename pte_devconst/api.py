@@ -404,7 +404,7 @@ def run(pte: ProgramLike, *, ptd: Optional[PathLike] = None, method: Optional[st
     result = run_program(source, ptd_path=paths.data_for(source, ptd), method=method, inputs=inputs, calls=calls,
                          simulate_devices=simulate_devices, profile=profile,
                          opaque=OpaquePolicy.ALWAYS if opaque_delegates else OpaquePolicy.NEVER,
-                         on_call=(lambda index: progress(index, calls, f"call {index + 1}/{calls}"))
+                         on_call=(lambda index, moved: progress(index, calls, f"call {index + 1}/{calls} ({moved})"))
                          if progress is not None else None)
     if outputs is not None:
         from pte_devconst.runner.run import save_outputs

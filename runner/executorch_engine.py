@@ -38,7 +38,7 @@ from pte_devconst.schema.pte_file import ProgramBytes, open_pte
 from pte_devconst.schema.pte_writer import unchanged_segments
 from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.util.record import record
-from pte_devconst.util.units import plural
+from pte_devconst.util.units import human_bytes, plural
 
 from .run import resolve_inputs
 from .staging import staged_program
@@ -204,6 +204,10 @@ class Staged:
 # --- running ----------------------------------------------------------------------------------------------------
 
 
+def _size(source: ProgramLike) -> int:
+    return len(source) if isinstance(source, ProgramBytes) else Path(source).stat().st_size
+
+
 def _same(a: Any, b: Any) -> bool:
     """Equal bit for bit: tensors by their bytes (``validate.same_bits``), floats NaN-aware, anything else by ==."""
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
@@ -228,8 +232,8 @@ def _first_difference(before: Sequence[Sequence[Any]], after: Sequence[Sequence[
     return None
 
 
-def _run(staged: Staged, data_path: Optional[str], method: str, calls: Sequence[Sequence[Any]], what: str
-         ) -> list[list[Any]]:
+def _run(staged: Staged, data_path: Optional[str], method: str, calls: Sequence[Sequence[Any]], what: str,
+         on_call: Optional[Callable[[int], None]] = None) -> list[list[Any]]:
     """``method`` of a freshly loaded ``staged`` program, ``calls`` in order, in the runtime's child process."""
     from .isolated import worker
 
@@ -242,6 +246,8 @@ def _run(staged: Staged, data_path: Optional[str], method: str, calls: Sequence[
             child.request("load_method", key, method, what=f"load method {method!r} of the {what}", where=where)
         outputs = []
         for number, call in enumerate(calls, start=1):
+            if on_call is not None:
+                on_call(number - 1)
             outputs.append(child.request("execute", key, method, list(call),
                                          what=f"run call {number} of method {method!r} of the {what}", where=where))
         return outputs
@@ -287,7 +293,7 @@ def validate_in_runtime(original: ProgramLike, rewritten: ProgramLike, *, ptd: O
     results, skipped = [], []
     path_a = str(ptd) if ptd is not None else None
     path_b = str(rewritten_ptd) if rewritten_ptd is not None else path_a
-    steps = len(chosen) * (3 if probed else 2)
+    steps = len(chosen) * (3 if probed else 2) * calls
     done = 0
     for method in chosen:
         if method not in plans_a or method not in plans_b:
@@ -305,10 +311,12 @@ def validate_in_runtime(original: ProgramLike, rewritten: ProgramLike, *, ptd: O
         runs = []
         for what, data, data_path in (("original", data_a, path_a), ("rewrite", data_b, path_b),
                                       *((("probed rewrite", data_probe, path_b),) if data_probe else ())):
-            if progress is not None:
-                progress(done, steps, f"{what}: {method}")
-            runs.append(_run(data, data_path, method, method_calls, what))
-            done += 1
+            def report(index: int, what: str = what, start: int = done) -> None:
+                if progress is not None:
+                    progress(start + index, steps, f"{method}: {what}, call {index + 1}/{calls} (a program of "
+                                                   f"{human_bytes(_size(data.source))})")
+            runs.append(_run(data, data_path, method, method_calls, what, report))
+            done += calls
         difference = _first_difference(runs[0], runs[1])
         checks = [Check.of(OUTPUTS_CHECK, difference is None, difference or f"{calls} calls, every output")]
         copied_once = guarded_copies(plans_b[method])
@@ -324,8 +332,6 @@ def validate_in_runtime(original: ProgramLike, rewritten: ProgramLike, *, ptd: O
         else:
             checks.append(Check(ONCE_CHECK, Status.SKIPPED, "nothing moved in this method"))
         results.append(EngineMethod(method, calls, tuple(checks), moved))
-    if progress is not None:
-        progress(steps, steps, "done")
     if not results and not skipped:
         raise PteDevconstError("no method to validate")
     return EngineValidation(str(original), str(rewritten), runtime_version(), calls, tuple(results), tuple(used),

@@ -17,6 +17,7 @@ from pte_devconst.schema import model as m
 from pte_devconst.schema.pte_file import ProgramBytes
 from pte_devconst.util.atomic import atomic_output, write_all
 from pte_devconst.util.errors import PteDevconstError
+from pte_devconst.util.units import human_bytes
 
 from .copies import LOAD, CopyEvent, PhaseCopies
 from .delegates import DelegateRun, Execution, OpaquePolicy
@@ -207,18 +208,25 @@ def default_method(program: LoadedProgram, method: Optional[str]) -> str:
     return "forward" if "forward" in names or not names else names[0]
 
 
+def _moved_words(copies: PhaseCopies, when: str) -> str:
+    """What a phase copied, for a progress line: ``the load copied 256.1 MiB to devices``."""
+    return (f"{when} copied {human_bytes(copies.h2d.nbytes)} to devices"
+            + (f", {human_bytes(copies.d2h.nbytes)} back" if copies.d2h.nbytes else ""))
+
+
 def run_program(pte_path: str | Path | ProgramBytes, *, ptd_path: Optional[str | Path] = None,
                 method: Optional[str] = None,
                 inputs: Any = None, calls: int = 1, simulate_devices: bool = False,
                 profile: bool = False, opaque: OpaquePolicy = OpaquePolicy.NEVER,
-                transcript: bool = False, on_call: Optional[Callable[[int], None]] = None) -> RunResult:
+                transcript: bool = False, on_call: Optional[Callable[[int, str], None]] = None) -> RunResult:
     """Load ``pte_path`` and run ``method`` ``calls`` times (inputs cycle through the given calls).
 
     ``inputs`` is a path to a torch.save file, the loaded object (``{method: [call, ...]}``, a list of
     calls, or one call), or None for deterministic synthetic inputs.  ``profile`` cross-checks the copy
     bytes with torch.profiler's memcpy events (real GPUs only).  ``opaque`` says which delegates run as
     opaque stand-ins; ``transcript`` records every delegate call (``CallResult.delegate_calls``).
-    ``on_call(index)`` is called as each call starts (a progress display).
+    ``on_call(index, bytes)`` is called as each call starts (a progress display); ``bytes`` says in words what the
+    call before copied (``256.1 MiB to devices, 32 KiB back``), or what the load did before the first call.
     """
     try:
         return _run_program(pte_path, ptd_path, method, inputs, calls, simulate_devices, profile, opaque,
@@ -234,7 +242,7 @@ def run_program(pte_path: str | Path | ProgramBytes, *, ptd_path: Optional[str |
 def _run_program(pte_path: str | Path | ProgramBytes, ptd_path: Optional[str | Path], method: Optional[str],
                  inputs: Any,
                  calls: int, simulate_devices: bool, profile: bool, opaque: OpaquePolicy,
-                 transcript: bool, on_call: Optional[Callable[[int], None]] = None) -> RunResult:
+                 transcript: bool, on_call: Optional[Callable[[int, str], None]] = None) -> RunResult:
     if calls < 1:
         raise PteDevconstError(f"--calls must be at least 1, got {calls}")
     cuda = not simulate_devices and torch.cuda.is_available()
@@ -255,7 +263,8 @@ def _run_program(pte_path: str | Path | ProgramBytes, ptd_path: Optional[str | P
         results = []
         for index in range(calls):
             if on_call is not None:
-                on_call(index)
+                copies = results[-1].copies if results else PhaseCopies.of(LOAD, ledger.of_phase(LOAD, name))
+                on_call(index, _moved_words(copies, "the call before" if results else "the load"))
             phase = f"call {index}"
             ledger.phase, ledger.method = phase, name
             try:

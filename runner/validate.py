@@ -730,11 +730,12 @@ def _vacuous_if_none_moved(moved: Sequence[MovedConstant], check: Check) -> Chec
 
 
 def _reporter(progress: Optional[Callable[[int, int, str], None]], start: int, total: int, what: str, calls: int
-              ) -> Optional[Callable[[int], None]]:
-    """``run_program``'s ``on_call`` for one program of one method, reporting on the whole validation's scale."""
+              ) -> Optional[Callable[[int, str], None]]:
+    """``run_program``'s ``on_call`` for one program of one method, reporting on the whole validation's scale,
+    with the bytes the call (or load) before copied."""
     if progress is None:
         return None
-    return lambda index: progress(start + index, total, f"{what}, call {index + 1}/{calls}")
+    return lambda index, moved: progress(start + index, total, f"{what}, call {index + 1}/{calls} ({moved})")
 
 
 def validate(original: str | Path | ProgramBytes, rewritten: str | Path | ProgramBytes, *,
