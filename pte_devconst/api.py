@@ -35,7 +35,7 @@ from pte_devconst import paths
 from pte_devconst.paths import Programs
 from pte_devconst.program.etrecord import read_etrecord
 from pte_devconst.program.executorch import method_labels
-from pte_devconst.rewriter.encodings import Runtime, encoding_for
+from pte_devconst.rewriter.encodings import Runtime, encoding_for, required_runtime
 from pte_devconst.rewriter.load import analyze_opened, opened
 from pte_devconst.rewriter.names import ProgramNames, match_names, name_opened, named_program, recorded_from_programs
 from pte_devconst.program.layout import DeviceMemory
@@ -474,9 +474,11 @@ def validate(original: ProgramLike, rewritten: ProgramLike, *, ptd: Optional[Pat
 
         first, second = _program(original, "original"), _program(rewritten, "rewritten")
         data = paths.data_for(first, ptd)
-        return validate_in_runtime(first, second, ptd=data,
-                                   rewritten_ptd=paths.rewrite_data_for(second, data, rewritten_ptd),
-                                   inputs=inputs, calls=calls, methods=methods, progress=progress)
+        engine_result = validate_in_runtime(first, second, ptd=data,
+                                            rewritten_ptd=paths.rewrite_data_for(second, data, rewritten_ptd),
+                                            inputs=inputs, calls=calls, methods=methods, progress=progress)
+        return replace(engine_result, warnings=(*engine_result.warnings,
+                                                  *_older_runtime_warnings(engine_result.runtime, (first, second))))
     from pte_devconst.runner.validate import validate as run_validation  # imports torch: only validate loads it
 
     first, second = _program(original, "original"), _program(rewritten, "rewritten")
@@ -495,6 +497,25 @@ def validate(original: ProgramLike, rewritten: ProgramLike, *, ptd: Optional[Pat
     if found is not None:
         result.warnings.extend(note for note in found[0].notes if note not in result.warnings)
     return result
+
+
+def _older_runtime_warnings(installed: str, programs: Sequence[Union[Path, ProgramBytes]]) -> list[str]:
+    """What ``--engine executorch`` cannot prove with an installed runtime older than a program needs on a device:
+    the flip runs it on the CPU, where an older loader fills device initial data like any host buffer, so the
+    outputs and the once-copy are proven, and that this runtime loads the file on a device is not."""
+    release = Runtime.read(installed)
+    if release is None:
+        return []
+    found = []
+    for program in programs:
+        with open_pte(program) as pte:
+            need = required_runtime(pte.program)
+        if not need.loads_in(release):
+            found.append(f"{program}: needs {need.describe()} on a device, and the installed runtime is "
+                         f"ExecuTorch {installed}: the run on the CPU proves its outputs and that each moved constant "
+                         f"is copied once, not that ExecuTorch {installed} loads it on a device (it cannot: "
+                         f"for that runtime, rewrite with --runtime {release.value})")
+    return found
 
 
 def check(files: Union[ProgramLike, Iterable[ProgramLike], Programs], *,

@@ -234,9 +234,23 @@ def run_program(pte_path: str | Path | ProgramBytes, *, ptd_path: Optional[str |
     except PteDevconstError as error:
         raise error.with_file(str(pte_path))
     finally:
-        # The loaded program's arenas and maps go now, not at some later collection: the next program a
-        # validation runs (the rewrite after the original) must not find them still held (``shared_memory.py``).
-        gc.collect()
+        # A large program's arenas and maps go now, not at some later collection: the next program a validation
+        # runs (the rewrite after the original) must not find them still held (``shared_memory.py``).  A small
+        # one's wait: a collection costs tens of milliseconds, more than running it.
+        if _size(pte_path) >= COLLECT_FROM:
+            gc.collect()
+
+
+COLLECT_FROM = 16 << 20
+
+
+def _size(pte_path: str | Path | ProgramBytes) -> int:
+    if isinstance(pte_path, ProgramBytes):
+        return len(pte_path)
+    try:
+        return Path(pte_path).stat().st_size
+    except OSError:
+        return 0
 
 
 def _run_program(pte_path: str | Path | ProgramBytes, ptd_path: Optional[str | Path], method: Optional[str],

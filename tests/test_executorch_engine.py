@@ -66,6 +66,26 @@ def test_the_projects_rewrites_pass_in_the_real_runtime(name: str, fold: bool, r
         [p.name for p in open_pte(source).program.execution_plan])))
 
 
+@pytest.mark.parametrize("runtime", ["1.6", "1.5"])
+def test_the_engine_says_when_the_installed_runtime_is_older_than_the_file_needs(runtime: str, tmp_path: Path
+                                                                               ) -> None:
+    """A 1.6 file passes in the 1.5.1 runtime flipped to the CPU, but that runtime cannot load it on a device:
+    the report says so (what the flip proves and what it cannot), in its warnings and in the JSON; a 1.5 file
+    has nothing to say."""
+    source, out = FIXTURES / "mlp_copy.pte", tmp_path / "out.pte"
+    api.rewrite(source, out, runtime=runtime)
+    done = invoke("validate", source, out, "--engine", "executorch", "--inputs", _inputs("mlp_copy"),
+                  "--format", "json")
+    assert done.exit_code == 0, done.stdout + done.stderr
+    warnings = json.loads(done.stdout)["warnings"]
+    if runtime == "1.5":
+        assert warnings == []
+        return
+    (warning,) = warnings
+    assert "needs ExecuTorch >= 1.6: device initial data" in warning and "ExecuTorch 1.5.1" in warning
+    assert "proves its outputs" in warning and "--runtime 1.5" in warning
+
+
 MORE = ROOT / "tests" / "fixtures" / "xnnpack_more"
 
 

@@ -420,3 +420,16 @@ def test_a_delegate_writing_its_output_over_an_input_is_compared_on_what_it_was_
         assert values[127].allocation_info != values[122].allocation_info  # type: ignore[union-attr]
     outcome = validate(forged, tmp_path / "out.pte", simulate_devices=True, calls=2)
     assert outcome.passed, outcome.to_json()
+
+
+def test_times_are_not_shown_as_a_comparison(tmp_path: Path) -> None:
+    """The two programs run one after the other (never both held: issue 43), so whichever runs first also warms
+    the process: their times are a note that says so, not a column beside the byte counts (issue 45)."""
+    pte, inputs, out = EXAMPLES / "mlp_copy.pte", EXAMPLES / "mlp_copy.inputs.pt", tmp_path / "out.pte"
+    rewrite_file(pte, out, durable=False)
+    result = CliRunner().invoke(app, ["validate", str(pte), str(out), "--inputs", str(inputs), "--simulate-devices"])
+    assert result.exit_code == 0, result.stdout
+    text = " ".join(result.stdout.split())
+    assert "time per call (mean" not in text
+    assert re.search(r"time per call, calls 2 and later \(mean\): original [\d.]+ ms, rewritten [\d.]+ ms; the "
+                     r"programs ran one after the other, so this is no comparison of their speed", text), text
