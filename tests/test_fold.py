@@ -503,9 +503,9 @@ def test_a_chain_longer_than_the_limit_is_left_on_the_host_in_linear_time(tmp_pa
                                                             chains=(chain,)),))
 
     forged = edit_program(path, tmp_path / "long.pte", long_chain)
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: work done (a busy machine's wall clock is no measure of it)
     (method,) = analyze_file(forged).methods
-    assert time.perf_counter() - start < 5
+    assert time.process_time() - start < 5
     assert not method.folds.foldable
     deepest = max(method.folds.nodes.values(), key=lambda n: n.step.instruction if n.step else -1)
     assert f"longer than {MAX_CHAIN} kernels" in " ".join(deepest.host)

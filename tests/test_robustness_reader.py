@@ -142,10 +142,10 @@ def test_forged_ptd_rank_is_rejected_quickly() -> None:
     first = ft.named_data[0]
     huge = TensorLayout(first.tensor_layout.scalar_type, (0x7FFFFFFF,) * 100_000, (0,) * 100_000)
     forged = replace(ft, named_data=(replace(first, tensor_layout=huge),) + ft.named_data[1:])
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time: work done (a busy machine's wall clock is no measure of it)
     with pytest.raises(FormatError, match="named_data\\[0\\].tensor_layout"):
         PtdFile.from_bytes(assemble_ptd(forged, data))
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 1.0
     bad_order = TensorLayout(6, (4, 4), (0, 0))
     forged = replace(ft, named_data=(replace(first, tensor_layout=bad_order),) + ft.named_data[1:])
     with pytest.raises(FormatError, match="not a permutation"):

@@ -176,10 +176,10 @@ def test_opening_reads_only_the_flatbuffer(tmp_path: Path) -> None:
     assert stat.st_size == layout.file_size > hole
     if hasattr(stat, "st_blocks"):  # really a hole: the test writes kilobytes, not 4 GiB
         assert stat.st_blocks * 512 < 16 << 20
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: work done (a busy machine's wall clock is no measure of it)
     with open_pte(big) as opened:
         assert opened.segment_span(len(segments) - 1).size == hole
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
 
 
 BAD_INPUTS = {

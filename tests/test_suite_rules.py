@@ -82,3 +82,25 @@ def test_the_suites_size_and_time_are_stated_in_one_place() -> None:
                             for hit in re.findall(SUITE_FIGURE, line)])}
     assert stated == {}
     assert "README.md" in (root / "pyproject.toml").read_text().split("[tool.pytest.ini_options]", 1)[1][:400]
+
+
+# A wall clock read in a test of the default suite: time.perf_counter(), time.monotonic(), time.time().  Bounded-work
+# tests measure CPU time (time.process_time(), or a child's rusage), which a busy machine does not inflate.
+WALL_CLOCK = ("time.perf_counter()", "time.monotonic()", "time.time()")
+
+
+def test_no_default_test_bounds_the_wall_clock() -> None:
+    """No test asserts on wall time: three did (a fold's analysis under 5 s, a forged .ptd and a 4 GiB hole opened
+    under 1 s), and test_bounded_work's commands under 60 s of wall time; they now bound CPU time.  A test may read
+    a wall clock only to wait for something (a deadline on a child), never in an assertion."""
+    import re
+
+    found = []
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        text = path.read_text()
+        clocked = {name for name, clock in re.findall(r"(\w+) = (time\.(?:perf_counter|monotonic|time)\(\))", text)}
+        for number, line in enumerate(text.splitlines(), 1):
+            if line.lstrip().startswith("assert") and (any(c in line for c in WALL_CLOCK) or any(
+                    re.search(rf"\b{name}\b", line) for name in clocked)):
+                found.append(f"{path.name}:{number}: {line.strip()}")
+    assert found == []
