@@ -35,8 +35,8 @@ from pte_devconst.util.exit_code import ExitCode
 from pte_devconst.util.units import exact_bytes, human_bytes, listing, plural
 
 if TYPE_CHECKING:  # the analysis is imported when the command runs, not at start-up
-    from pte_devconst.rewriter.gate import Acceptance, CheckReport, Diagnostic, FileCheck, Finding
-    from pte_devconst.rewriter.gate_rules import GateRule
+    from pte_devconst.gate.check import Acceptance, CheckReport, Diagnostic, FileCheck, Finding
+    from pte_devconst.gate.rules import GateRule
 
 
 # Every format renders the check's diagnostics (``CheckReport.diagnostics``: one per file and rule, in the rule's
@@ -466,7 +466,7 @@ def sarif_document(report: CheckReport, view: Optional[View] = None) -> dict[str
     """SARIF 2.1.0 for code scanning: one result per diagnostic on a file (a stable fingerprint per file and rule);
     what is reported once for the whole check as notifications."""
     from pte_devconst import __version__
-    from pte_devconst.rewriter.gate_rules import RULES
+    from pte_devconst.gate.rules import RULES
 
     diagnostics = _diagnostics(report)[0]
     results = [_sarif_result(report, RULES, d) for d in diagnostics if d.file and not d.rule.once]

@@ -27,7 +27,7 @@ from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.util.record import record
 
 if TYPE_CHECKING:
-    from pte_devconst.rewriter.gate import Acceptance
+    from pte_devconst.gate.check import Acceptance
     from pte_devconst.rewriter.plan import RewriteOptions
 
 TABLE = "pte-devconst"
@@ -213,7 +213,7 @@ def parse(table: dict[str, Any], path: Path, pyproject: bool = True) -> Config:
 
 
 def _acceptances(entries: list[Any], path: Path, pyproject: bool) -> tuple["Acceptance", ...]:
-    from pte_devconst.rewriter.gate import Acceptance
+    from pte_devconst.gate.check import Acceptance
 
     accepted = []
     for index, entry in enumerate(entries):

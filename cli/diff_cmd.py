@@ -17,7 +17,7 @@ from pte_devconst.util.exit_code import ExitCode
 from pte_devconst.util.units import human_bytes, plural
 
 if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
-    from pte_devconst.rewriter.diff import MethodDiff, ProgramDiff
+    from pte_devconst.compare.diff import MethodDiff, ProgramDiff
 
 ROW_LIMIT = 40  # text output; JSON always has everything
 

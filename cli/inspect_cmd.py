@@ -20,7 +20,7 @@ from pte_devconst.util.units import exact_bytes, human_bytes, listing, plural
 
 if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
     from pte_devconst.api import InspectReport
-    from pte_devconst.rewriter.inventory import MethodSummary
+    from pte_devconst.inventory.summary import MethodSummary
 
 
 def _io(values: Iterable[Any]) -> str:

@@ -39,8 +39,8 @@ __all__ = [
 if TYPE_CHECKING:
     from .api import (CheckReport, FileCheck, Finding, InspectReport, analyze, check, diff, inspect, rewrite, run,
                       validate)
-    from .rewriter.diff import ProgramDiff
-    from .rewriter.inventory import ProgramSummary
+    from .compare.diff import ProgramDiff
+    from .inventory.summary import ProgramSummary
     from .rewriter.rewrite import RewriteResult
     # run's and validate's results load torch: importable by name, kept out of __all__ so that
     # ``from pte_devconst import *`` works without the runner extra.
@@ -52,7 +52,7 @@ _ERRORS = ("PteDevconstError", "FormatError", "UnsupportedProgramError", "Output
 __getattr__ = lazy_exports(__name__, {
     **{name: "api" for name in __all__ if name != "__version__"},
     **{name: "util.errors" for name in _ERRORS},
-    "ProgramSummary": "rewriter.inventory", "ProgramDiff": "rewriter.diff", "RewriteResult": "rewriter.rewrite",
+    "ProgramSummary": "inventory.summary", "ProgramDiff": "compare.diff", "RewriteResult": "rewriter.rewrite",
     "RunResult": "runner.run", "ValidationResult": "runner.validate",
 })
 

@@ -51,10 +51,10 @@ from pte_devconst.util.record import record
 from pte_devconst._lazy import lazy_exports
 
 if TYPE_CHECKING:  # only for annotations: what a command does not use loads when another command calls it
-    from pte_devconst.rewriter.diff import ProgramDiff
+    from pte_devconst.compare.diff import ProgramDiff
     from pte_devconst.rewriter.flows import MethodFlows
-    from pte_devconst.rewriter.gate import Acceptance, CheckReport, CheckStatus, FileCheck, Finding, device_memory_json
-    from pte_devconst.rewriter.inventory import ProgramSummary
+    from pte_devconst.gate.check import Acceptance, CheckReport, CheckStatus, FileCheck, Finding, device_memory_json
+    from pte_devconst.inventory.summary import ProgramSummary
     from pte_devconst.rewriter.rewrite import RewriteResult
     from pte_devconst.runner.run import RunResult
     from pte_devconst.runner.executorch_engine import EngineValidation
@@ -77,7 +77,7 @@ __all__ = ["analyze", "inspect", "rewrite", "rewrite_request", "rewrite_options"
 
 # The gate's records, named here for callers of ``check``: loaded with the gate, on first use (a rewrite never
 # loads it, nor the diff or the inventory: start-up, issue 37).
-__getattr__ = lazy_exports("pte_devconst.rewriter", {name: "gate" for name in (
+__getattr__ = lazy_exports("pte_devconst.gate", {name: "check" for name in (
     "Acceptance", "CheckReport", "CheckStatus", "FileCheck", "Finding", "device_memory_json")})
 
 
@@ -162,7 +162,7 @@ def analyze(pte: ProgramLike, ptd: Optional[PathLike] = None, *, etrecord: Optio
     External constants are judged with ``ptd``, else ``NAME.ptd`` next to ``NAME.pte``; without data
     a constant its readers would move has the verdict ``unknown: ...``.  ``etrecord`` names the constants.
     """
-    from pte_devconst.rewriter.inventory import summarize  # inspect's: a rewrite never loads it
+    from pte_devconst.inventory.summary import summarize  # inspect's: a rewrite never loads it
 
     namer = _namer(_names_source(pte, etrecord))
     source_program = _program(pte)
@@ -192,7 +192,7 @@ class InspectReport:
 
     def to_json(self) -> dict[str, Any]:
         """``inspect``'s JSON document for this program (cli/report.schema.json)."""
-        from pte_devconst.rewriter.gate import device_memory_json  # the one JSON form of a device-memory figure
+        from pte_devconst.gate.check import device_memory_json  # the one JSON form of a device-memory figure
 
         gain = self.fold_gain
         return {"file": to_jsonable(self.summary), "ptd": self.ptd, "unknown_constants": self.unknown_constants,
@@ -211,7 +211,7 @@ def inspect(pte: ProgramLike, ptd: Optional[PathLike] = None, *, etrecord: Optio
     passed as ``pte`` names them itself); ``names`` is that namer made once (``names_from``).
     """
     from pte_devconst.rewriter.flows import program_flows  # inspect's and diff's: a rewrite never loads them
-    from pte_devconst.rewriter.inventory import summarize
+    from pte_devconst.inventory.summary import summarize
 
     namer = names if names is not None else _namer(_names_source(pte, etrecord))
     source_program = _program(pte)
@@ -365,7 +365,7 @@ def diff(before: ProgramLike, after: ProgramLike, *, etrecord: Optional[NamesLik
     ``etrecord`` names the constants of both (a rewrite keeps every value index; a program manager passed as
     ``before`` names them itself).  ``progress(done, total, what)`` is called as each method is compared.
     """
-    from pte_devconst.rewriter.diff import diff_files  # diff's alone: no other command loads it
+    from pte_devconst.compare.diff import diff_files  # diff's alone: no other command loads it
 
     namer = _namer(_names_source(before, etrecord))
     with open_pte(_program(before, "before")) as a, open_pte(_program(after, "after")) as b:
@@ -576,7 +576,7 @@ def check(files: Union[ProgramLike, Iterable[ProgramLike], Programs], *,
     named = [item for item in arguments if isinstance(item, (str, os.PathLike))]
     if chosen is None and (named or not memory):
         chosen = paths.programs(named, given, exclude=exclude, exclude_root=exclude_root)
-    from pte_devconst.rewriter.gate import CheckProblem, CheckRequest, CheckTarget, check_programs  # check's alone
+    from pte_devconst.gate.check import CheckProblem, CheckRequest, CheckTarget, check_programs  # check's alone
 
     items: list[Union[CheckTarget, CheckProblem]] = []
     if chosen is not None:

@@ -15,8 +15,8 @@ from cli_runner import invoke_json
 from conftest import CASES, pte_path, ptd_path
 from pte_devconst import CheckReport, analyze, check, diff, rewrite, validate
 from pte_devconst.util.jsonable import to_jsonable
-from pte_devconst.rewriter.diff import ProgramDiff
-from pte_devconst.rewriter.inventory import ProgramSummary
+from pte_devconst.compare.diff import ProgramDiff
+from pte_devconst.inventory.summary import ProgramSummary
 from pte_devconst.rewriter.rewrite import RewriteResult
 from pte_devconst.util.errors import PteDevconstError
 
@@ -44,10 +44,10 @@ def test_api_functions_are_typed_and_documented(name: str) -> None:
 
 
 PUBLIC_TYPES = {
-    "ProgramSummary": "pte_devconst.rewriter.inventory", "InspectReport": "pte_devconst.api",
-    "RewriteResult": "pte_devconst.rewriter.rewrite", "ProgramDiff": "pte_devconst.rewriter.diff",
-    "CheckReport": "pte_devconst.rewriter.gate", "FileCheck": "pte_devconst.rewriter.gate",
-    "Finding": "pte_devconst.rewriter.gate", "PteDevconstError": "pte_devconst.util.errors",
+    "ProgramSummary": "pte_devconst.inventory.summary", "InspectReport": "pte_devconst.api",
+    "RewriteResult": "pte_devconst.rewriter.rewrite", "ProgramDiff": "pte_devconst.compare.diff",
+    "CheckReport": "pte_devconst.gate.check", "FileCheck": "pte_devconst.gate.check",
+    "Finding": "pte_devconst.gate.check", "PteDevconstError": "pte_devconst.util.errors",
     "FormatError": "pte_devconst.util.errors", "UnsupportedProgramError": "pte_devconst.util.errors",
     "OutputError": "pte_devconst.util.errors", "InternalError": "pte_devconst.util.errors",
 }

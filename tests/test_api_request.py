@@ -15,12 +15,13 @@ import pytest
 
 from cli_runner import invoke, invoke_json
 from conftest import FIXTURES, pte_path
+from test_layers import FOLDERS
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDS = FIXTURES / "fold" / "both_copy.pte"  # has chains a fold would move: the fold hint needs its plan
 PLAIN = ROOT / "examples" / "models" / "transformer_copy.pte"  # nothing to fold: no fold plan at all
 NAMES = FIXTURES / "names"
-PLAN_USERS = ("pte_devconst.api", "pte_devconst.rewriter.gate", "pte_devconst.rewriter.rewrite",
+PLAN_USERS = ("pte_devconst.api", "pte_devconst.gate.check", "pte_devconst.rewriter.rewrite",
               "pte_devconst.rewriter.plan")
 
 
@@ -153,11 +154,11 @@ def test_the_destination_is_decided_once_in_the_request(tmp_path: Path) -> None:
 
 def test_checks_model_lives_in_the_gate_and_the_api_re_exports_it() -> None:
     from pte_devconst import api
-    from pte_devconst.rewriter import gate
+    from pte_devconst.gate import check as gate
 
     for name in ("Finding", "FileCheck", "CheckReport", "CheckStatus", "Acceptance"):
         assert getattr(api, name) is getattr(gate, name)
-        assert getattr(gate, name).__module__ == "pte_devconst.rewriter.gate"
+        assert getattr(gate, name).__module__ == "pte_devconst.gate.check"
     defined = [node.name for node in ast.parse((ROOT / "pte_devconst" / "api.py").read_text()).body
                if isinstance(node, ast.ClassDef)]
     assert defined == ["InspectReport"], defined  # the API's one record of its own
@@ -193,7 +194,7 @@ def _exit_literals(path: Path) -> list[str]:
 def test_one_exit_code_enum_for_the_whole_tool() -> None:
     from pte_devconst.util.exit_code import ExitCode
 
-    sources = [p for folder in ("cli", "pte_devconst", "rewriter", "runner")
+    sources = [p for folder in ("cli", "pte_devconst", "rewriter", "runner", "gate", "compare", "inventory")
                for p in sorted((ROOT / folder).glob("*.py"))]
     assert not [hit for source in sources for hit in _exit_literals(source)]
     documented = (ROOT / "docs" / "cli.md").read_text()
@@ -224,12 +225,11 @@ def test_the_lazy_exports_docstring_names_the_packages_that_use_them() -> None:
     """``_lazy.py`` said "every package"; it names the packages whose ``__init__`` exports lazily, and no other."""
     from pte_devconst import _lazy
 
-    users = {folder for folder in ("util", "schema", "program", "rewriter", "runner", "cli", "pte_devconst")
+    users = {folder for folder in FOLDERS
              if "lazy_exports(" in (ROOT / folder / "__init__.py").read_text()}
     doc = _lazy.__doc__ or ""
     assert "every package" not in doc
-    named = set(re.findall(r"``(\w+)``", doc)) & {"util", "schema", "program", "rewriter", "runner", "cli",
-                                                  "pte_devconst"}
+    named = set(re.findall(r"``(\w+)``", doc)) & set(FOLDERS)
     assert named == users, (named, users)
 
 
@@ -251,7 +251,7 @@ def test_named_enums_docstring_gives_the_python_version_where_plain_enums_change
 def test_every_reader_of_the_tools_environment_switches_uses_env_flag() -> None:
     """``PTE_DEVCONST_DEBUG=0`` is off: each switch is read by ``util.env.env_flag``, never by ``os.environ``."""
     readers = []
-    for folder in ("util", "schema", "program", "rewriter", "runner", "cli", "pte_devconst"):
+    for folder in FOLDERS:
         for source in sorted((ROOT / folder).rglob("*.py")):
             text = source.read_text()
             if re.search(r"(environ(\.get)?|getenv)\(?\[?\s*[\"']PTE_DEVCONST_", text):

@@ -136,7 +136,7 @@ def test_diff_aligns_long_runs_of_one_operator_in_near_linear_time(tmp_path: Pat
     a few seconds and reports the minimal difference. ``difflib.SequenceMatcher(autojunk=False)`` took 2 CPU
     minutes at 2,000 calls and grew cubically."""
     from pte_devconst import api
-    from pte_devconst.rewriter.diff import Change
+    from pte_devconst.compare.diff import Change
 
     run = 3000
     a, b = _repetitive_pair(tmp_path, run)
@@ -159,7 +159,7 @@ def test_align_pairs_equal_items_in_order(seed: int) -> None:
     in-order pairing would (never a worse diff than the linear fallback)."""
     import random
 
-    from pte_devconst.rewriter.diff import align
+    from pte_devconst.compare.diff import align
 
     rng = random.Random(seed)
     alphabet = [f"op{k}" for k in range(rng.choice((1, 2, 3, 8, 50)))]

@@ -1,7 +1,7 @@
 """Every gate rule in every output format, in its own words (issue 35, item 3).
 
-A finding is data (``rewriter/gate.py: Diagnostic``): its rule, title, message, items, bytes and fix, made from the
-rule's row (``rewriter/gate_rules.py``).  One emitter per format renders any of them the same way.  This test builds
+A finding is data (``gate/check.py: Diagnostic``): its rule, title, message, items, bytes and fix, made from the
+rule's row (``gate/rules.py``).  One emitter per format renders any of them the same way.  This test builds
 one check where every rule fires and reads each format back, per rule: the rule's id goes with its own words (what
 it says of its items, its fix) and never with another rule's.  Before, ``check``'s GitHub annotation of a file that
 needs 1.6 (PDC008) carried the words of a missing .ptd (PDC003), and its markdown row said "copied".
@@ -19,8 +19,8 @@ from pte_devconst.cli.check_cmd import (render_concise, render_github, render_ma
                                         summary_table)
 from pte_devconst.cli.formats import View
 from pte_devconst.program.runtime import Runtime
-from pte_devconst.rewriter.gate import Acceptance, CheckReport, FileCheck, Finding
-from pte_devconst.rewriter.gate_rules import RULES, GateRule
+from pte_devconst.gate.check import Acceptance, CheckReport, FileCheck, Finding
+from pte_devconst.gate.rules import RULES, GateRule
 
 VIEW = View(False, False, 0)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cli_runner import invoke, invoke_json
 from conftest import EXAMPLES, pte_path
-from pte_devconst.rewriter.diff import diff_files
+from pte_devconst.compare.diff import diff_files
 from pte_devconst.rewriter.rewrite import rewrite_file
 from pte_devconst.schema.pte_file import open_pte
 

@@ -16,6 +16,7 @@ import pytest
 
 from cli_runner import invoke
 from conftest import EXAMPLES
+from test_layers import FOLDERS
 from pte_devconst import api
 from pte_devconst.program.runtime import DEFAULT_RUNTIME, Runtime
 from pte_devconst.rewriter.analysis import ConstantVerdict
@@ -55,7 +56,7 @@ def test_no_module_outside_the_encodings_names_a_release() -> None:
     root = Path(__file__).resolve().parents[1]
     allowed = {root / "program" / "runtime.py"} | set((root / "rewriter" / "encodings").glob("*.py"))
     offenders = []
-    for folder in ("util", "schema", "program", "rewriter", "runner", "cli", "pte_devconst"):
+    for folder in FOLDERS:
         for path in (root / folder).rglob("*.py"):
             if path in allowed:
                 continue

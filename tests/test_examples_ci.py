@@ -31,6 +31,7 @@ import yaml
 
 from cli_runner import invoke_json, rendered
 from conftest import EXAMPLES
+from test_layers import PACKAGES
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / "examples" / "ci" / "pte-devconst.yml"
@@ -459,9 +460,7 @@ def test_the_wheel_ships_its_license_its_types_and_its_schemas(wheel: Path) -> N
     assert not any(n.startswith(("tests/", "examples/", "bench/", "cli/", "schema/")) for n in names)
     # Every module of the source tree is in the wheel (0.2.0's first wheel lacked rewriter/encodings/: the tests'
     # environments saw the editable checkout, a user's install failed on its first import).
-    mapped = {"pte_devconst": "pte_devconst", "schema": "pte_devconst/schema", "program": "pte_devconst/program",
-              "rewriter": "pte_devconst/rewriter", "runner": "pte_devconst/runner", "cli": "pte_devconst/cli",
-              "util": "pte_devconst/util"}
+    mapped = {folder: package.replace(".", "/") for folder, package in PACKAGES.items()}
     modules = {f"{mapped[path.relative_to(ROOT).parts[0]]}/{'/'.join(path.relative_to(ROOT).parts[1:])}"
                for folder in mapped for path in (ROOT / folder).rglob("*.py") if "__pycache__" not in path.parts}
     assert modules - set(names) == set()

@@ -22,10 +22,11 @@ import pytest
 
 from cli_runner import invoke
 from conftest import EXAMPLES
+from test_layers import FOLDERS
 from test_report_schema import SCHEMA_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = [p for folder in ("cli", "rewriter", "runner", "program", "schema", "util", "pte_devconst")
+SOURCES = [p for folder in FOLDERS
            for p in (ROOT / folder).rglob("*.py") if "generated" not in p.parts]
 
 

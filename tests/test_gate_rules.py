@@ -1,8 +1,8 @@
-"""The gate's rules are data (issue 29, item 2): one table (``rewriter/gate_rules.py``) that the status, the exit
+"""The gate's rules are data (issue 29, item 2): one table (``gate/rules.py``) that the status, the exit
 code, the JSON, SARIF, GitHub and markdown all read.
 
 Before: the rule ids ``PDC001..004`` and ``SARIF_RULES`` were literals in ``cli/check_cmd.py``, the levels were
-written in each renderer, and the status and exit code were if-chains in ``rewriter/gate.py``.
+written in each renderer, and the status and exit code were if-chains in ``gate/check.py``.
 """
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ import pytest
 
 from cli_runner import invoke, invoke_json
 from conftest import EXAMPLES
-from pte_devconst.rewriter import gate, gate_rules
-from pte_devconst.rewriter.gate_rules import RULES, Level
+from test_layers import FOLDERS
+from pte_devconst.gate import check as gate, rules as gate_rules
+from pte_devconst.gate.rules import RULES, Level
 from pte_devconst.util.exit_code import ExitCode
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ["cli", "rewriter", "runner", "program", "schema", "util", "pte_devconst"]
-TABLE = ROOT / "rewriter" / "gate_rules.py"
+PACKAGE = FOLDERS
+TABLE = ROOT / "gate" / "rules.py"
 LEVELS = {"error", "warning", "note", "notice"}
 
 
@@ -66,7 +67,7 @@ def _level_literals(path: Path) -> list[str]:
 
 def test_no_level_is_written_outside_the_table() -> None:
     assert _level_literals(ROOT / "cli" / "check_cmd.py") == []
-    assert _level_literals(ROOT / "rewriter" / "gate.py") == []
+    assert _level_literals(ROOT / "gate" / "check.py") == []
 
 
 @pytest.fixture

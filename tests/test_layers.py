@@ -1,4 +1,5 @@
-"""The layers point one way: util <- schema <- program <- rewriter, runner <- api <- cli (docs/design.md).
+"""The layers point one way: util <- schema <- program <- rewriter, runner <- the rooms (inventory <- compare, gate)
+<- api <- cli (docs/design.md).
 
 Every import of every module is read from its source (those inside functions and under TYPE_CHECKING too),
 so an import kept inside a function for start-up speed cannot hide a wrong direction.
@@ -13,17 +14,25 @@ from typing import Iterator
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# Source folder -> the package it installs as (pyproject's package-dir).
+# Source folder -> the package it installs as (pyproject's package-dir), in layer order.  The one list of the source
+# folders: the tests that walk the package read FOLDERS.
 PACKAGES = {"util": "pte_devconst.util", "schema": "pte_devconst.schema", "program": "pte_devconst.program",
-            "rewriter": "pte_devconst.rewriter", "runner": "pte_devconst.runner", "cli": "pte_devconst.cli",
-            "pte_devconst": "pte_devconst"}
+            "rewriter": "pte_devconst.rewriter", "runner": "pte_devconst.runner",
+            "inventory": "pte_devconst.inventory", "compare": "pte_devconst.compare", "gate": "pte_devconst.gate",
+            "pte_devconst": "pte_devconst", "cli": "pte_devconst.cli"}
+FOLDERS = tuple(PACKAGES)
 NEUTRAL = {"pte_devconst._lazy"}  # a helper every package may use (lazy exports)
 # Which layers each layer may import from (its own included).  No exceptions: the dtype table the rewriter and the
-# runner share lives in program/.
+# runner share lives in program/.  The rooms of the commands that only read programs (inventory: inspect's summary;
+# compare: diff; gate: check) stand on the rewriter's analysis and plan; the runner never imports them.
+BELOW_ROOMS = {"util", "schema", "program", "rewriter"}
 ALLOWED = {"util": {"util"}, "schema": {"util", "schema"}, "program": {"util", "schema", "program"},
            "rewriter": {"util", "schema", "program", "rewriter"}, "runner": {"util", "schema", "program", "runner"},
-           "api": {"util", "schema", "program", "rewriter", "runner", "api"},
-           "cli": {"util", "schema", "program", "rewriter", "runner", "api", "cli"}}
+           "inventory": BELOW_ROOMS | {"inventory"}, "compare": BELOW_ROOMS | {"inventory", "compare"},
+           "gate": BELOW_ROOMS | {"gate"},
+           "api": {"util", "schema", "program", "rewriter", "runner", "inventory", "compare", "gate", "api"},
+           "cli": {"util", "schema", "program", "rewriter", "runner", "inventory", "compare", "gate", "api", "cli"}}
+LAYERS = {folder for folder in FOLDERS if folder != "pte_devconst"}  # a layer of its own, named by its folder
 
 
 def layer(module: str) -> str | None:
@@ -31,7 +40,7 @@ def layer(module: str) -> str | None:
     if module in NEUTRAL or not (module == "pte_devconst" or module.startswith("pte_devconst.")):
         return None
     parts = module.split(".")
-    if len(parts) > 1 and parts[1] in ("util", "schema", "program", "rewriter", "runner", "cli"):
+    if len(parts) > 1 and parts[1] in LAYERS:
         return parts[1]
     if module == "pte_devconst.__main__":
         return "cli"  # `python -m pte_devconst` is the command line
@@ -89,6 +98,19 @@ def test_the_layers_cover_every_package() -> None:
     assert "pte_devconst.rewriter.load" in names and "pte_devconst.paths" in names
 
 
+def test_the_folders_are_pyprojects() -> None:
+    """PACKAGES is pyproject's package-dir, and every package under a folder is in pyproject's packages."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert setuptools["package-dir"] == {package: folder for folder, package in PACKAGES.items()}
+    found = {".".join((package, *init.parent.relative_to(ROOT / folder).parts))
+             for folder, package in PACKAGES.items() for init in (ROOT / folder).rglob("__init__.py")}
+    assert found == set(setuptools["packages"])
+
+
 @pytest.mark.parametrize("module, source, wrong", [
     ("pte_devconst.rewriter.load", "from pte_devconst.paths import data_for", "pte_devconst.paths"),
     ("pte_devconst.rewriter.plan", "def f():\n    from pte_devconst.runner import run", "pte_devconst.runner"),
@@ -96,6 +118,10 @@ def test_the_layers_cover_every_package() -> None:
     ("pte_devconst.schema.model", "import pte_devconst.cli.app", "pte_devconst.cli.app"),
     ("pte_devconst.schema.model", "from pte_devconst import api", "pte_devconst.api"),
     ("pte_devconst.api", "if TYPE_CHECKING:\n    from pte_devconst.cli.output import emit_json", "pte_devconst.cli"),
+    ("pte_devconst.rewriter.plan", "from pte_devconst.gate.check import CheckReport", "pte_devconst.gate.check"),
+    ("pte_devconst.runner.validate", "from pte_devconst.compare.diff import diff_files", "pte_devconst.compare.diff"),
+    ("pte_devconst.inventory.summary", "from ..gate.rules import RULES", "pte_devconst.gate.rules"),
+    ("pte_devconst.gate.check", "from pte_devconst import api", "pte_devconst.api"),
 ])
 def test_a_wrong_direction_is_caught(module: str, source: str, wrong: str) -> None:
     """The checker is not vacuous: an upward or sideways import, however it is written, is reported."""
@@ -108,3 +134,6 @@ def test_allowed_directions_pass() -> None:
     assert not violations("pte_devconst.cli.app", "from pte_devconst import api, __version__")
     assert not violations("pte_devconst.rewriter.plan", "from .analysis import Analysis")
     assert not violations("pte_devconst.schema", "from pte_devconst._lazy import lazy_exports", is_package=True)
+    assert not violations("pte_devconst.gate.check", "from pte_devconst.rewriter.plan import make_plan")
+    assert not violations("pte_devconst.compare.diff", "from ..inventory.summary import segment_roles")
+    assert not violations("pte_devconst.api", "from pte_devconst.gate.check import check_programs")

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from test_layers import FOLDERS
+
 ROOT = Path(__file__).resolve().parents[1]
-TREES = ["util", "schema", "program", "rewriter", "runner", "cli", "pte_devconst", "bench", "examples", "tests"]
+TREES = [*FOLDERS, "bench", "examples", "tests"]
 
 
 def _ruff() -> list[str]:
@@ -75,7 +77,7 @@ def test_the_type_check_catches_what_it_is_for(tmp_path: Path) -> None:
 
 
 # The library packages (not bench, examples or tests): where a reader follows the code's decisions.
-LIBRARY = ["util", "schema", "program", "rewriter", "runner", "cli", "pte_devconst"]
+LIBRARY = list(FOLDERS)
 
 
 def _chained_conditionals(source: str) -> list[int]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Mapping
 
 import pytest
-from test_layers import ROOT, imported, modules
+from test_layers import FOLDERS, ROOT, imported, modules
 
 # (importing module, imported module, name) -> why it may.  None today; an entry needs its reason.
 PRIVATE_EXEMPT: Mapping[tuple[str, str, str], str] = {}
@@ -224,7 +224,7 @@ FREED_VALUE_HOMES: Mapping[str, str] = {
     "program/kernel_effects.py": "what an instruction reads (instruction_effects)",
     "program/readers.py": "who reads a value (readers_in_order)",
     "runner/method.py": "the runner executes a FreeCall",
-    "rewriter/diff.py": "prints the instruction (instruction_text)",
+    "compare/diff.py": "prints the instruction (instruction_text)",
 }
 COPY_NAMES = {"H2D_COPY", "D2H_COPY", "COPY_KERNELS"}
 ARGS_SOURCES = {"kernel_args", "_copy_args"}  # functions that return an instruction's argument list
@@ -345,7 +345,7 @@ def _allowed(path: str, source: str, line: int, homes: Mapping[str, str]) -> boo
 def _package_files() -> list[tuple[str, str]]:
     root = Path(__file__).resolve().parents[1]
     found = []
-    for folder in ("util", "schema", "program", "rewriter", "runner", "cli", "pte_devconst"):
+    for folder in FOLDERS:
         for path in sorted((root / folder).rglob("*.py")):
             if "generated" not in path.parts:
                 found.append((path.relative_to(root).as_posix(), path.read_text()))
@@ -382,7 +382,7 @@ OLD_DUPLICATES = {
         "           for e in reversed(plan.non_const_buffer_device or ())}\n",
     "program/transfers.py: an _h2d_copy's return slot takes its out's device":
         "if ops[instruction.op_index] == H2D_COPY and len(args) >= 2:\n    for ret in args[2:]:\n        pass\n",
-    "rewriter/diff.py: _copies_per_call":
+    "compare/diff.py: _copies_per_call":
         "copies = sum(1 for chain in plan.chains or () for i in chain.instructions or ()\n"
         "             if isinstance(i, m.KernelCall) and ops[i.op_index] == H2D_COPY\n"
         "             and (i.args or (None,))[0] == v)\n",
@@ -447,7 +447,7 @@ def record_style_violations(path: str, source: str) -> list[str]:
 
 def package_files() -> Iterator[tuple[str, Path]]:
     """Every module of the package, the generated schema records included (``modules()`` leaves them out)."""
-    for folder in ("util", "schema", "program", "rewriter", "runner", "cli", "pte_devconst"):
+    for folder in FOLDERS:
         for path in sorted((ROOT / folder).rglob("*.py")):
             yield path.relative_to(ROOT).as_posix(), path
 

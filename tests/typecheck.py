@@ -14,8 +14,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from test_layers import FOLDERS  # the source folders, as pyproject maps them
+
 ROOT = Path(__file__).resolve().parents[1]
-SUBPACKAGES = ("util", "schema", "program", "rewriter", "runner", "cli")
+SUBPACKAGES = tuple(folder for folder in FOLDERS if folder != "pte_devconst")
 
 
 def link_farm(into: Path) -> Path:

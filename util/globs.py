@@ -2,7 +2,7 @@
 crosses folders, and neither matches a hidden name unless the pattern spells its dot (as ``glob`` does).
 
 Below every layer because two of them match: ``paths`` expands a command line's patterns, and the gate
-(``rewriter/gate.py``) matches a project's accepted findings (``[[tool.pte-devconst.accept]]``) to programs.
+(``gate/check.py``) matches a project's accepted findings (``[[tool.pte-devconst.accept]]``) to programs.
 """
 
 from __future__ import annotations

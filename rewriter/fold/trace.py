@@ -3,7 +3,7 @@
 ``Tracer.trace`` follows a value back through its single writers (table kernels with literal arguments, and
 at most one ``_h2d_copy``) to a constant, and checks the shapes the kernels compute: the recipe of a folded
 value, re-derived from the input program without the plan (``verify.py``), or the fold a rewritten program
-has made (``diff.py``).  Who writes each value is ``method_context.Writes`` over ``program/effects.py``.
+has made (``compare/diff.py``).  Who writes each value is ``method_context.Writes`` over ``program/effects.py``.
 """
 
 from __future__ import annotations

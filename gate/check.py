@@ -31,18 +31,18 @@ from pte_devconst.util.units import exact_bytes, plural
 from pte_devconst.util.globs import matches_glob
 from pte_devconst.util.named_enum import NamedEnum
 
-from .analysis import Analysis
-from .derived import DerivedCopy, DerivedStatus, derived_copies, reasons_in_brief
-from .encodings import DEFAULT_RUNTIME, Runtime, RuntimeNeed, required_runtime
-from .fold import NOT_JUDGED, FoldChain, fold_refusals, torch_found
-from .gate_rules import FILE_RULES, REPORT_RULES, RULES, GateRule, Level, Scope, rule_covering
-from .load import analyze_opened, opened
-from .names import name_opened
 from pte_devconst.program.layout import DeviceMemory
+from pte_devconst.rewriter.analysis import Analysis
+from pte_devconst.rewriter.derived import DerivedCopy, DerivedStatus, derived_copies, reasons_in_brief
+from pte_devconst.rewriter.encodings import DEFAULT_RUNTIME, Runtime, RuntimeNeed, required_runtime
+from pte_devconst.rewriter.fold import NOT_JUDGED, FoldChain, fold_refusals, torch_found
+from pte_devconst.rewriter.load import analyze_opened, opened
+from pte_devconst.rewriter.names import name_opened
+from pte_devconst.rewriter.plan import (FoldGain, RewriteOptions, RewritePlan, devices_used, make_plan,
+                                        safe_fold_gain, skip_reason)
+from pte_devconst.rewriter.request import Namer
 
-from .plan import (FoldGain, RewriteOptions, RewritePlan, devices_used, make_plan, safe_fold_gain,
-                   skip_reason)
-from .request import Namer
+from .rules import FILE_RULES, REPORT_RULES, RULES, GateRule, Level, Scope, rule_covering
 
 __all__ = ["Acceptance", "CheckReport", "CheckRequest", "CheckStatus", "CheckTarget", "Diagnostic", "FileCheck",
            "Finding",
@@ -67,7 +67,7 @@ class Finding:
     copies_per_call: int
     reason: str = ""  # why it stays copied (``FileCheck.stays``); empty for a finding
     accepted: str = ""  # in ``FileCheck.accepted``: the reason the project gave for accepting it
-    rule: str = ""  # in ``FileCheck.accepted``: the id of the rule that found it (gate_rules.RULES)
+    rule: str = ""  # in ``FileCheck.accepted``: the id of the rule that found it (rules.RULES)
 
     @property
     def bytes_per_call(self) -> int:
@@ -162,7 +162,7 @@ class FileCheck:
                 and not set(self.device_selection) & set(self.devices))
 
     def found(self, rule: GateRule) -> tuple[Finding, ...]:
-        """What ``rule`` (a file rule of ``gate_rules.RULES``) found in this file; nothing for ``cannot-check``,
+        """What ``rule`` (a file rule of ``rules.RULES``) found in this file; nothing for ``cannot-check``,
         whose result is ``error``."""
         found = getattr(self, rule.covers)
         return found if isinstance(found, tuple) else ()
@@ -283,7 +283,7 @@ class CheckReport:
 
     @property
     def exit_code(self) -> ExitCode:
-        """The most severe exit code of every rule that found something (``gate_rules.RULES``): ERROR some file
+        """The most severe exit code of every rule that found something (``rules.RULES``): ERROR some file
         could not be checked, or a ``--device`` no program uses (a gate that judged nothing must not pass);
         FINDINGS some file still copies an eligible constant per call (with ``strict``: any constant-derived
         value, judged or not); UNKNOWN nothing else, but some constant could not be judged; else OK."""
@@ -386,7 +386,7 @@ class CheckReport:
 @record
 class Diagnostic:
     """One rule's result on one file (``file``; "" for one on the whole check), as data: its rule and level, a
-    title and a message in the rule's own words (``gate_rules.RULES``: noun, what, fix), the findings it covers
+    title and a message in the rule's own words (``rules.RULES``: noun, what, fix), the findings it covers
     (and those of the same rule the project accepts), their bytes and the fix.  Every format renders any
     diagnostic the same way, whatever its rule."""
 
@@ -446,7 +446,7 @@ def _file_diagnostic(report: CheckReport, f: FileCheck, rule: GateRule) -> Optio
 
 def _items_diagnostic(report: CheckReport, rule: GateRule, file: str, items: tuple[Finding, ...],
                       accepted: tuple[Finding, ...]) -> Diagnostic:
-    from .encodings.words import fix_command
+    from pte_devconst.rewriter.encodings.words import fix_command
 
     noun, what = _words(rule.noun or "{constant}", report), _words(rule.what, report)
     if not file:  # a result on the whole check: how many files it spans
@@ -610,7 +610,7 @@ def _runtime_findings(file: str, need: RuntimeNeed, plan: RewritePlan, options: 
                       ) -> tuple[Finding, ...]:
     """Every tensor of a file that the project's runtime (``options.runtime``) cannot load, each with what to do
     about it (the words: ``encodings/words.py``)."""
-    from .encodings.words import runtime_reason
+    from pte_devconst.rewriter.encodings.words import runtime_reason
 
     if need.loads_in(options.runtime):
         return ()

@@ -18,13 +18,13 @@ from pte_devconst.util.record import record
 
 from pte_devconst.program.regions import memory_device
 
-from .analysis import Analysis, MethodStyle, Reader, ReaderKind
-from .encodings import RuntimeNeed, required_runtime
-from .derived import DerivedCopy, DerivedStatus, derived_copies
+from pte_devconst.rewriter.analysis import Analysis, MethodStyle, Reader, ReaderKind
+from pte_devconst.rewriter.encodings import RuntimeNeed, required_runtime
+from pte_devconst.rewriter.derived import DerivedCopy, DerivedStatus, derived_copies
 from pte_devconst.program.labels import value_name
 
 if TYPE_CHECKING:
-    from .names import ProgramNames
+    from pte_devconst.rewriter.names import ProgramNames
 
 class ValueKind(NamedEnum):
     """What a value is, in a word (a list of any kind is ``list``)."""

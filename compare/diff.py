@@ -39,11 +39,11 @@ from pte_devconst.schema.pte_file import PteFile
 from pte_devconst.schema.span import Span
 from pte_devconst.util.record import record
 
-from .analysis import analyze_program
-from .encodings import RuntimeNeed, required_runtime
-from .flows import MethodFlows, diff_residents, program_flows
-from .fold import Tracer
-from .inventory import segment_roles
+from pte_devconst.rewriter.analysis import analyze_program
+from pte_devconst.rewriter.encodings import RuntimeNeed, required_runtime
+from pte_devconst.rewriter.flows import MethodFlows, diff_residents, program_flows
+from pte_devconst.rewriter.fold import Tracer
+from pte_devconst.inventory.summary import segment_roles
 from pte_devconst.program.labels import value_name
 
 

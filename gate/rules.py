@@ -1,6 +1,6 @@
 """The gate's rules as data: one table (id, name, level, strict-only, what it covers, and the words of a result)
 that every reader of a ``check`` asks: a file's status and the exit code, each finding's diagnostic
-(``rewriter/gate.py``: ``Diagnostic``, its title, message and fix made from the row), and through those the JSON,
+(``gate/check.py``: ``Diagnostic``, its title, message and fix made from the row), and through those the JSON,
 SARIF, GitHub annotations, markdown and text (``cli/check_cmd.py``: one emitter per format, no branch per rule).
 
 A new kind of finding is one row here and the ``FileCheck`` (or ``CheckReport``) field it covers; no rule id,
