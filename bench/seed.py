@@ -16,7 +16,7 @@ from typing import Any, Optional, Sequence
 
 def measure(paths: Sequence[str], rounds: int) -> dict[str, Any]:
     """Per path: seconds of open, analyze, plan and total (``rounds`` after a dropped one), counts, device memory."""
-    from pte_devconst.rewriter.analysis import analyze_program
+    from pte_devconst.rewriter.model.analysis import analyze_program
     from pte_devconst.rewriter.plan import RewriteOptions, make_plan
     from pte_devconst.schema.pte_file import open_pte
 

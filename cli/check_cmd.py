@@ -109,7 +109,7 @@ def runtime_line(report: CheckReport) -> Optional[str]:
     """Which runtime the checked files need: ``Loads in ExecuTorch >= 1.5: 3 files; >= 1.6: 1 file (a.pte)``, and how
     to make them load in an older one (``encodings/words.py``)."""
     from pte_devconst.rewriter.encodings import encodings
-    from pte_devconst.rewriter.encodings.words import older_advice
+    from pte_devconst.rewriter.words import older_advice
 
     needs: dict[Any, list[str]] = {}
     newest = None

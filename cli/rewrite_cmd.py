@@ -85,7 +85,7 @@ def _not_moved_rows(result: RewriteResult) -> list[list[Any]]:
     rows += [[s.verdict.method, s.verdict.value, name_cell(s.verdict.name, s.verdict.value), s.verdict.nbytes, s.reason]
              for s in plan.skipped + plan.kept_for_runtime]
     if plan.unconverted:
-        from pte_devconst.rewriter.encodings.words import needs_phrase
+        from pte_devconst.rewriter.words import needs_phrase
 
         need = needs_phrase(plan.output_need)
         rows += [[u.method, u.value, name_cell(u.name, u.value), u.nbytes, f"stays as it is (needs {need}): "
@@ -175,7 +175,7 @@ def render_text(result: RewriteResult, view: View) -> None:
 def changes_line(result: RewriteResult) -> str:
     """What the rewrite changed in the file, in one line: instructions, constant and initial-data entries, and the
     bytes per call it saves (a 1.5 rewrite's per-call copies move into the first-call prologue)."""
-    from pte_devconst.rewriter.encodings.words import conversion_phrase
+    from pte_devconst.rewriter.words import conversion_phrase
 
     plan = result.plan
     saved = f"{human_bytes(plan.bytes_per_call_saved)} fewer host-to-device bytes per call."
@@ -195,7 +195,7 @@ def changes_line(result: RewriteResult) -> str:
 def runtime_clause(plan: Any) -> str:
     """``needs ExecuTorch >= 1.6 (device initial data; for a 1.5 runtime: --runtime 1.5)``: what loads the output,
     and how to get the other encoding (``rewriter/encodings/words.py``)."""
-    from pte_devconst.rewriter.encodings.words import output_clause
+    from pte_devconst.rewriter.words import output_clause
 
     return output_clause(plan)
 
@@ -238,7 +238,7 @@ def concise_line(result: RewriteResult, view: Optional[View] = None) -> str:
     if plan.is_empty:
         where = "; no file written" if result.output is not None and not result.written else ""
         return printable(f"{result.input}: nothing to move{where}{unjudged}")
-    from pte_devconst.rewriter.encodings.words import conversion_phrase
+    from pte_devconst.rewriter.words import conversion_phrase
 
     if result.output is None:
         where = "dry run, nothing written"

@@ -39,7 +39,7 @@ from pte_devconst.schema.pte_file import PteFile
 from pte_devconst.schema.span import Span
 from pte_devconst.util.record import record
 
-from pte_devconst.rewriter.analysis import analyze_program
+from pte_devconst.rewriter.model.analysis import analyze_program
 from pte_devconst.rewriter.encodings import RuntimeNeed, required_runtime
 from pte_devconst.rewriter.flows import MethodFlows, diff_residents, program_flows
 from pte_devconst.rewriter.fold import Tracer

@@ -32,7 +32,7 @@ from pte_devconst.util.globs import matches_glob
 from pte_devconst.util.named_enum import NamedEnum
 
 from pte_devconst.program.layout import DeviceMemory
-from pte_devconst.rewriter.analysis import Analysis
+from pte_devconst.rewriter.model.analysis import Analysis
 from pte_devconst.rewriter.derived import DerivedCopy, DerivedStatus, derived_copies, reasons_in_brief
 from pte_devconst.rewriter.encodings import DEFAULT_RUNTIME, Runtime, RuntimeNeed, required_runtime
 from pte_devconst.rewriter.fold import NOT_JUDGED, FoldChain, fold_refusals, torch_found
@@ -446,7 +446,7 @@ def _file_diagnostic(report: CheckReport, f: FileCheck, rule: GateRule) -> Optio
 
 def _items_diagnostic(report: CheckReport, rule: GateRule, file: str, items: tuple[Finding, ...],
                       accepted: tuple[Finding, ...]) -> Diagnostic:
-    from pte_devconst.rewriter.encodings.words import fix_command
+    from pte_devconst.rewriter.words import fix_command
 
     noun, what = _words(rule.noun or "{constant}", report), _words(rule.what, report)
     if not file:  # a result on the whole check: how many files it spans
@@ -609,8 +609,8 @@ def check_program(target: CheckTarget, request: CheckRequest) -> FileCheck:
 def _runtime_findings(file: str, need: RuntimeNeed, plan: RewritePlan, options: RewriteOptions
                       ) -> tuple[Finding, ...]:
     """Every tensor of a file that the project's runtime (``options.runtime``) cannot load, each with what to do
-    about it (the words: ``encodings/words.py``)."""
-    from pte_devconst.rewriter.encodings.words import runtime_reason
+    about it (the words: ``rewriter/words.py``)."""
+    from pte_devconst.rewriter.words import runtime_reason
 
     if need.loads_in(options.runtime):
         return ()

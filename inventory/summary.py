@@ -18,7 +18,7 @@ from pte_devconst.util.record import record
 
 from pte_devconst.program.regions import memory_device
 
-from pte_devconst.rewriter.analysis import Analysis, MethodStyle, Reader, ReaderKind
+from pte_devconst.rewriter.model.analysis import Analysis, MethodStyle, Reader, ReaderKind
 from pte_devconst.rewriter.encodings import RuntimeNeed, required_runtime
 from pte_devconst.rewriter.derived import DerivedCopy, DerivedStatus, derived_copies
 from pte_devconst.program.labels import value_name

@@ -15,6 +15,9 @@ bytes live and for how long.
 * ``dataflow``: where a DelegateCall's inputs end and its outputs begin;
 * ``memory``: lifetimes, which values share bytes, the device-memory layout and its independent check;
 * ``transfers``: the host-to-device copies one call makes, and how many times each value is copied per call.
+* ``method_context``: what judging one method's constants shares (readers, writers, static views, the work
+  budget, the copy rule ``follow_copy``), below both verdicts: the plain one and fold's;
+* ``copy_memory``: whether anything depended on a device copy having run (its output's memory, before and after).
 
 ``rewriter/`` and ``runner/`` both stand on it (tests/test_layers.py).
 """

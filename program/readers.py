@@ -1,7 +1,7 @@
 """Who uses each value of a method: every instruction argument, both ends of a MoveCall, a jump's condition, a
 freed value, a tensor list's membership and the method's outputs, in program order.
 
-One definition for every consumer: the analysis judges a constant by its readers (``rewriter/analysis.py``),
+One definition for every consumer: the analysis judges a constant by its readers (``rewriter/model/analysis.py``),
 the self-check proves that nothing reads what a rewrite moved or removed (``rewriter/verify.py``).  A use is a
 ``Reader``; a KernelCall's every argument is one (what it writes is ``kernel_effects.py``'s question, not this
 one's), a DelegateCall's every argument with its delegate's target device (``schema/devices.py``; a spec that

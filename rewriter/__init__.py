@@ -19,8 +19,8 @@ from __future__ import annotations
 from pte_devconst._lazy import lazy_exports
 
 _EXPORTS = {
-    "Analysis": "analysis", "ConstantVerdict": "analysis", "MethodAnalysis": "analysis",
-    "analyze_program": "analysis", "RewriteOptions": "plan", "RewritePlan": "plan", "make_plan": "plan",
+    "Analysis": "model.analysis", "ConstantVerdict": "model.analysis", "MethodAnalysis": "model.analysis",
+    "analyze_program": "model.analysis", "RewriteOptions": "plan", "RewritePlan": "plan", "make_plan": "plan",
     "RewriteResult": "rewrite", "analyze_file": "load", "rewrite_file": "rewrite", "RewriteRequest": "request",
     "VerifyMode": "request",
 }

@@ -40,7 +40,7 @@ from pte_devconst.schema.devices import delegate_target_device
 from pte_devconst.util.named_enum import NamedEnum
 from pte_devconst.program.transfers import Transfer, TransferKind
 
-from .analysis import Analysis, ConstantVerdict, MethodAnalysis
+from .model.analysis import Analysis, ConstantVerdict, MethodAnalysis
 from pte_devconst.program.labels import value_name
 
 

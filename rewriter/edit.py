@@ -15,7 +15,7 @@ from pte_devconst.schema import model as m
 from .encodings import encoding_named
 
 if TYPE_CHECKING:
-    from .plan_model import FoldPlacement, MethodEdit, Placement
+    from .model.plan_model import FoldPlacement, MethodEdit, Placement
 
 
 def relocated_tensor(value: m.EValue, memory_id: int, offset: Optional[int]) -> m.EValue:

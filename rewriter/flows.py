@@ -14,7 +14,7 @@ from pte_devconst.schema import model as m
 from pte_devconst.program.kernel_effects import copy_slots
 from pte_devconst.util.record import record
 
-from .analysis import Analysis, MethodAnalysis
+from .model.analysis import Analysis, MethodAnalysis
 from .derived import DerivedCopy, method_derived_copies
 
 

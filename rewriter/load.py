@@ -20,7 +20,7 @@ from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.schema.ptd_file import PtdFile, open_ptd
 from pte_devconst.schema.pte_file import PteFile, ProgramBytes, open_pte
 
-from .analysis import Analysis, ExternalData, analyze_program
+from .model.analysis import Analysis, ExternalData, analyze_program
 
 
 def external_data(ptd: PtdFile) -> ExternalData:

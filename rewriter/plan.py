@@ -23,11 +23,11 @@ from pte_devconst.util.record import record
 from pte_devconst.program.layout import DeviceMemory, device_memory, relayout
 from pte_devconst.program.prologue import GUARD_INSTRUCTIONS
 
-from .analysis import Analysis, ConstantVerdict, MethodAnalysis
+from .model.analysis import Analysis, ConstantVerdict, MethodAnalysis
 from .edit import edit_method, views_on_holders
 from .encodings import Runtime, RuntimeNeed, encoding_for, required_runtime
 from .fold import FoldChain, MethodFolds, removed_steps
-from .plan_model import (ConstantEntry, FoldPlacement, FoldSkipped, InitialData, MethodEdit, MethodJob, Placement,
+from .model.plan_model import (ConstantEntry, FoldPlacement, FoldSkipped, InitialData, MethodEdit, MethodJob, Placement,
                          Reencoded, RewriteOptions, SegmentPolicy, Skipped, Unconverted, constant_entry_of, skip_reason)
 
 # The records a plan is made of live in plan_model.py; these are also named here, where callers look for a plan.

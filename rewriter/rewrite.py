@@ -30,7 +30,7 @@ from pte_devconst.schema.span import Span
 from pte_devconst.util.record import record
 
 from .apply import apply_plan
-from .analysis import ConstantVerdict
+from .model.analysis import ConstantVerdict
 from .load import analyze_opened, opened
 from .fold import fold_refusals, need_torch
 from .flows import MethodFlows, plan_residents, program_flows
@@ -39,7 +39,7 @@ from .plan import (FoldGain, RewriteOptions, RewritePlan, devices_used, input_of
                    selection_unused)
 from .request import Namer, RewriteRequest, VerifyMode
 from .verify import RelayoutUnproven, check_copy, check_rewrite, read_back
-from .verify_bytes import CheckCost, WriteRecipe
+from .model.verify_bytes import CheckCost, WriteRecipe
 from .rewrite_json import left_in_place, rewrite_json
 
 Progress = Callable[[int, int], None]

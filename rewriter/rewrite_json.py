@@ -14,7 +14,7 @@ from pte_devconst.program.labels import value_name
 from .encodings import encoding_for
 
 if TYPE_CHECKING:
-    from .analysis import ConstantVerdict, MethodAnalysis
+    from .model.analysis import ConstantVerdict, MethodAnalysis
     from .plan import FoldPlacement, RewritePlan
     from .rewrite import RewriteResult
 

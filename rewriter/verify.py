@@ -61,7 +61,7 @@ from .fold import FOLD_KERNELS, FoldRecipe, Traced, Tracer, layout_of
 from .edit import on_holder, relocated_tensor, views_on_holders
 from .plan import FoldPlacement, MethodEdit, Placement, RewritePlan
 from .encodings import Verifier, encoding_named
-from .verify_bytes import ByteChecker, CheckCost, ComputedBytes, SameBytes, WriteRecipe, ZeroBytes
+from .model.verify_bytes import ByteChecker, CheckCost, ComputedBytes, SameBytes, WriteRecipe, ZeroBytes
 
 FULL_CHECK_ENV = "PTE_DEVCONST_FULL_CHECK"
 # A tensor's fields other than its data index (a kept constant's index moves when entries are dropped), and the

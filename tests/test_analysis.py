@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from conftest import CASES, facts, ptd_path, pte_path
-from pte_devconst.rewriter.analysis import analyze_program
+from pte_devconst.rewriter.model.analysis import analyze_program
 from pte_devconst.rewriter.load import analyze_file
 from pte_devconst.schema import model as m
 from pte_devconst.schema.pte_file import open_pte

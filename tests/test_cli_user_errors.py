@@ -49,7 +49,7 @@ def test_a_closed_pipe_stops_quietly(name: str, fmt: str, rewritten: str) -> Non
 
 def _refused_by_the_analysis(monkeypatch: pytest.MonkeyPatch) -> None:
     """The analysis refuses every program (a work budget below nothing): an error raised with no file."""
-    import pte_devconst.rewriter.method_context as method_context  # the work budget's home
+    import pte_devconst.program.method_context as method_context  # the work budget's home
 
     monkeypatch.setattr(method_context, "WORK_PER_ITEM", -1_000_000)
 

@@ -19,7 +19,7 @@ from forge import edit_program
 from pte_devconst.program.dataflow import Declaration, delegate_call_sites
 from pte_devconst.program.delegate_blobs import REFERENCE, declaration_of, declared_io, declared_splits
 from pte_devconst.rewriter.load import analyze_file
-from pte_devconst.rewriter.plan_model import RewriteOptions
+from pte_devconst.rewriter.model.plan_model import RewriteOptions
 from pte_devconst.rewriter.rewrite import rewrite_file
 from pte_devconst.runner.validate import validate
 from pte_devconst.schema import model as m

@@ -129,7 +129,7 @@ def _t(memory_id: int | None = None, offset: int = 0, **kw) -> m.Tensor:
 
 
 def _derived_values(values: list, instructions: list, inputs: tuple[int, ...] = ()) -> set[int]:
-    from pte_devconst.rewriter.analysis import analyze_program
+    from pte_devconst.rewriter.model.analysis import analyze_program
 
     plan = m.ExecutionPlan(name="forward", values=tuple(values), inputs=inputs, outputs=(),
                            chains=(m.Chain(instructions=tuple(instructions)),),
@@ -156,7 +156,7 @@ def test_the_rule_follows_host_kernels_views_and_moves_but_not_inputs_or_state()
 
 
 def test_a_constant_moved_into_another_value_stays_with_the_constant_verdict() -> None:
-    from pte_devconst.rewriter.analysis import analyze_program
+    from pte_devconst.rewriter.model.analysis import analyze_program
 
     values = [CONST, _t(1, 0), _t(1, 16)]
     plan = m.ExecutionPlan(name="forward", values=tuple(values), inputs=(), outputs=(),
@@ -194,7 +194,7 @@ def test_a_copy_of_a_literal_that_is_not_a_tensor_is_no_constant_derived_copy(tm
     except ImportError:
         from tests.fuzz.mutate import assemble_pte
     from cli_runner import invoke
-    from pte_devconst.rewriter.analysis import analyze_program
+    from pte_devconst.rewriter.model.analysis import analyze_program
     from pte_devconst.schema.pte_file import PteFile
 
     source = FIXTURES / "fold" / "channels_last_copy.pte"

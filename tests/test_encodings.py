@@ -19,7 +19,7 @@ from conftest import EXAMPLES
 from test_layers import FOLDERS
 from pte_devconst import api
 from pte_devconst.program.runtime import DEFAULT_RUNTIME, Runtime
-from pte_devconst.rewriter.analysis import ConstantVerdict
+from pte_devconst.rewriter.model.analysis import ConstantVerdict
 from pte_devconst.rewriter.encodings import (encoding_for, encoding_named, encodings, register, required_runtime,
                                              runtime_choices, unregister)
 from pte_devconst.rewriter.encodings.initial_data import InitialDataEncoding

@@ -73,7 +73,7 @@ def test_closed_sets_print_and_serialize_as_their_values() -> None:
     import json
 
     from pte_devconst.util.jsonable import to_jsonable
-    from pte_devconst.rewriter.analysis import MethodStyle, ReaderKind
+    from pte_devconst.rewriter.model.analysis import MethodStyle, ReaderKind
     from pte_devconst.compare.diff import DataComparison
 
     for member in (ReaderKind.KERNEL_CALL, MethodStyle.LEGACY, DataComparison.NOT_COMPARED):

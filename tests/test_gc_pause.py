@@ -7,7 +7,7 @@ import gc
 import pytest
 
 from conftest import pte_path
-from pte_devconst.rewriter.analysis import analyze_program
+from pte_devconst.rewriter.model.analysis import analyze_program
 from pte_devconst.schema.decode import decode_program
 from pte_devconst.schema.encode import encode_program
 from pte_devconst.util.gc_pause import gc_paused

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_analysis_of_100k_values_is_fast(tmp_path: Path) -> None:
-    from pte_devconst.rewriter.analysis import analyze_program
+    from pte_devconst.rewriter.model.analysis import analyze_program
     from pte_devconst.rewriter.plan import make_plan
 
     program, _ = analysis_program(100_000)  # in memory: encoding and decoding are measured by the benchmark
@@ -107,7 +107,8 @@ def test_rewrite_of_256_mib_keeps_memory_bounded(tmp_path: Path) -> None:
 
 
 def test_self_check_overlap_and_bytes(tmp_path: Path) -> None:
-    from pte_devconst.rewriter import verify, verify_bytes
+    from pte_devconst.rewriter import verify
+    from pte_devconst.rewriter.model import verify_bytes
 
     t = m.Tensor(m.ScalarType.FLOAT, sizes=(4,), dim_order=(0,), allocation_info=m.AllocationDetails(2, 64))
     other = m.Tensor(m.ScalarType.FLOAT, sizes=(4,), dim_order=(0,), allocation_info=m.AllocationDetails(2, 72))

@@ -24,8 +24,8 @@ from pte_devconst.program.effects import MethodEffects
 from pte_devconst.program.layout import layout_problems, planned_device_bytes
 from pte_devconst.program.memory import Lifetime, StorageGroup, storage_groups
 from pte_devconst.program.regions import IntervalIndex, Region
-from pte_devconst.rewriter import analysis as analysis_module
-from pte_devconst.rewriter.analysis import analyze_program
+from pte_devconst.rewriter.model import analysis as analysis_module
+from pte_devconst.rewriter.model.analysis import analyze_program
 from pte_devconst.rewriter.plan import make_plan
 from pte_devconst.schema import model as m
 from pte_devconst.schema.pte_file import open_pte
@@ -141,7 +141,7 @@ def test_device_memory_after_a_rewrite_is_within_the_target(path: Path, tmp_path
 def test_the_copy_rule_refuses_a_copy_whose_destination_another_instruction_writes() -> None:
     """Asked directly (the verdict's reader rules refuse such a copy before: every other use of D keeps it),
     the copy rule names the write, from ``program/effects.py``: a kernel that writes D after the copy."""
-    from pte_devconst.rewriter.copy_memory import CopyMemory
+    from pte_devconst.program.copy_memory import CopyMemory
 
     program = seed_program(4)[0]
     plan = program.execution_plan[0]
@@ -309,7 +309,7 @@ def test_the_home_rule_is_not_vacuous() -> None:
     ("rewriter/verify.py", "def _readers(plan, watched):\n    return []\n"),  # main's second readers
     ("program/transfers.py", "def _nbytes(value):\n    return 0\n"),  # main's nbytes fallback, in program/
     ("program/dataflow.py", "def _list_items(value):\n    return ()\n"),
-    ("rewriter/method_context.py", "class M:\n    def copies_per_call(self, value):\n        return 0\n"),
+    ("program/method_context.py", "class M:\n    def copies_per_call(self, value):\n        return 0\n"),
     ("program/memory.py", "def kernel_writes(name, args):\n    return args[-1:]\n"),
 ])
 def test_a_second_definition_is_caught_in_program_too(path: str, source: str) -> None:

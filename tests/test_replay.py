@@ -37,7 +37,8 @@ from pte_devconst.program.layout import layout_problems
 from pte_devconst.program.memory import storage_groups, view_reads
 from pte_devconst.program.replay import (Budget, Origin, budget_for, prologue_length, match_instructions,
                                          prove_same_reads)
-from pte_devconst.rewriter import method_context, rewrite as rewrite_module
+from pte_devconst.program import method_context
+from pte_devconst.rewriter import rewrite as rewrite_module
 from pte_devconst.program.layout import BufferGrowth
 from pte_devconst.rewriter.plan import MethodEdit, RewriteOptions, RewritePlan
 from pte_devconst.runner.validate import PROOF_CHECK

@@ -27,7 +27,7 @@ import pytest
 
 from cli_runner import invoke, invoke_json
 from conftest import CORPUS, pte_path
-from pte_devconst.rewriter.analysis import analyze_program
+from pte_devconst.rewriter.model.analysis import analyze_program
 from pte_devconst.rewriter.plan import RewriteOptions
 from pte_devconst.rewriter.rewrite import rewrite_file
 from pte_devconst.schema import model as m
@@ -326,7 +326,7 @@ def test_inspect_shows_a_constant_in_80_000_list_slots_in_one_line(tmp_path: Pat
 
 def test_the_work_budget_stops_analysis_with_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Past its budget (steps per value, instruction and read) analysis raises instead of running on."""
-    import pte_devconst.rewriter.method_context as method_context  # the work budget's home
+    import pte_devconst.program.method_context as method_context  # the work budget's home
 
     big = _forge(tmp_path, "v_a_dtypes_copy", _copies_into_one_tensor(3000), "big.pte")
     monkeypatch.setattr(method_context, "WORK_PER_ITEM", 0)  # a budget of 4,096 steps, which 3,000 constants exceed

@@ -250,7 +250,7 @@ def test_a_moved_constant_that_a_host_kernel_still_reads(monkeypatch: pytest.Mon
 
 def test_removing_an_instruction_that_is_not_a_copy_of_a_moved_constant(monkeypatch: pytest.MonkeyPatch,
                                                                         tmp_path: Path) -> None:
-    from pte_devconst.rewriter.analysis import DeviceCopy
+    from pte_devconst.rewriter.model.analysis import DeviceCopy
     with opened(pte_path("v_c_shared_host_copy")) as (source, _):
         verdict = analyze_opened(source, None).methods[0].constants[2]
     wrong = verdict.copies + (DeviceCopy(0, 3, verdict.value, 7, Device(1, 0)),)  # the _d2h_copy at 3
@@ -395,7 +395,7 @@ def _large_program(tmp_path: Path, rows: int) -> Path:
 def test_full_verification_compares_every_byte_of_bulk_copies(monkeypatch: pytest.MonkeyPatch,
                                                               tmp_path: Path) -> None:
     """A byte the kernel copy got wrong between two sampled windows: only --verify full sees it."""
-    from pte_devconst.rewriter import verify_bytes
+    from pte_devconst.rewriter.model import verify_bytes
     source = _large_program(tmp_path, 1 << 17)  # a 2 MiB constant
     real_write = rewrite_module.write_pte_to_fd
     damaged: list[int] = []  # where, relative to the range
@@ -488,7 +488,7 @@ def test_a_wrong_byte_the_writer_wrote_itself_is_caught(monkeypatch: pytest.Monk
 def test_the_sampled_self_check_reads_a_bounded_amount_per_range(tmp_path: Path) -> None:
     """Four pages of each file per bulk range, whatever its size: the bytes read grow with the ranges' number."""
     from pte_devconst import api
-    from pte_devconst.rewriter import verify_bytes
+    from pte_devconst.rewriter.model import verify_bytes
 
     for folder in "abc":
         (tmp_path / folder).mkdir()

@@ -2,8 +2,10 @@
 
 * No module of pte_devconst imports a private name (one leading underscore) of another module, nor reads one
   through a module it imported (``module._name``): what two modules share is public, in one home.
-* No import cycle between the modules of ``rewriter/``: ``analysis -> fold -> method_context``, never back.
-  A module importing ``fold.chains`` runs ``fold/__init__`` first, so it depends on that too.
+* No import cycle between the modules of ``rewriter/``: ``model.analysis -> fold -> program.method_context``, never
+  back.  A module importing ``fold.chains`` runs ``fold/__init__`` first, so it depends on that too.
+* No import cycle between the packages (a subpackage is a package of its own): ``rewriter -> rewriter.encodings ->
+  rewriter.model -> rewriter.fold -> program``, never back.
 
 Imports are read from the source with ``ast`` (those inside functions and under TYPE_CHECKING too), as
 ``tests/test_layers.py`` reads them for the layers.
@@ -148,9 +150,60 @@ def test_fold_stands_on_the_method_context_not_on_analysis() -> None:
     fold = {name for name in deps
             if name == "pte_devconst.rewriter.fold" or name.startswith("pte_devconst.rewriter.fold.")}
     assert len(fold) >= 7, fold
-    assert all("pte_devconst.rewriter.analysis" not in deps[name] for name in fold)
-    assert "pte_devconst.rewriter.fold" in deps["pte_devconst.rewriter.analysis"]
-    assert "pte_devconst.rewriter.analysis" not in deps["pte_devconst.rewriter.method_context"]
+    assert all("pte_devconst.rewriter.model.analysis" not in deps[name] for name in fold)
+    assert "pte_devconst.rewriter.fold" in deps["pte_devconst.rewriter.model.analysis"]
+    assert "pte_devconst.rewriter.model.analysis" not in deps["pte_devconst.program.method_context"]
+
+
+# Modules that count as another package's for the package graph (tests/test_layers.py's NEUTRAL and __main__).
+PACKAGE_OF = {"pte_devconst.__main__": "pte_devconst.cli", "pte_devconst._lazy": None}
+
+
+def package_of(module: str, known_packages: Iterable[str]) -> str | None:
+    """The package a module belongs to: itself for a package's ``__init__``, else the package that holds it."""
+    if module in PACKAGE_OF:
+        return PACKAGE_OF[module]
+    return module if module in known_packages else module.rsplit(".", 1)[0]
+
+
+def package_graph(sources: Iterable[tuple[str, str, bool]]) -> dict[str, set[str]]:
+    """Package -> the other packages its modules import (every import: inside functions, under TYPE_CHECKING)."""
+    sources = list(sources)
+    known = {name for name, _, _ in sources}
+    packages = {name for name, _, is_package in sources if is_package}
+    graph: dict[str, set[str]] = {}
+    for name, source, is_package in sources:
+        own = package_of(name, packages)
+        if own is None:
+            continue
+        edges = graph.setdefault(own, set())
+        for target in dependencies(name, source, is_package, known):
+            other = package_of(target, packages)
+            if other is not None and other != own:
+                edges.add(other)
+    return graph
+
+
+def test_no_package_cycle() -> None:
+    """Imports between packages point one way: no package (subpackages included) reaches itself again."""
+    graph = package_graph(_sources())
+    assert {"pte_devconst.rewriter", "pte_devconst.rewriter.encodings", "pte_devconst.rewriter.model",
+            "pte_devconst.rewriter.fold", "pte_devconst.gate"} <= set(graph)
+    loop = cycle(graph)
+    assert not loop, " -> ".join(loop)
+    assert "pte_devconst.rewriter.model" in graph["pte_devconst.rewriter.encodings"]
+    assert "pte_devconst.rewriter" not in graph["pte_devconst.rewriter.encodings"]
+
+
+def test_a_package_cycle_is_caught() -> None:
+    """The encodings importing the plan (the old ``words -> plan``) closes a cycle through their parent package."""
+    sources = [("pte_devconst.rewriter", "", True), ("pte_devconst.rewriter.plan", "from .encodings import x\n", False),
+               ("pte_devconst.rewriter.encodings", "from ..model.analysis import y\n", True),
+               ("pte_devconst.rewriter.model", "", True), ("pte_devconst.rewriter.model.analysis", "", False)]
+    assert cycle(package_graph(sources)) == []
+    words = ("pte_devconst.rewriter.encodings.words", "def f():\n    from ..plan import RewritePlan\n", False)
+    loop = cycle(package_graph([*sources, words]))
+    assert {"pte_devconst.rewriter", "pte_devconst.rewriter.encodings"} <= set(loop), loop
 
 
 # --- the checkers are not vacuous ----------------------------------------------------------------------------------
@@ -388,10 +441,10 @@ OLD_DUPLICATES = {
         "             and (i.args or (None,))[0] == v)\n",
     "program/transfers.py: _nbytes": "def f(value):\n    try:\n        return value.nbytes\n    except KeyError:\n"
                                      "        return 0\n",
-    "rewriter/method_context.py: the copy's destination's device":
+    "program/method_context.py: the copy's destination's device":
         "dst_device = value.device if isinstance(value, m.Tensor) else CPU\n",
     "rewriter/verify.py: _readers": "if isinstance(ins, m.FreeCall) and ins.value_index in watched:\n    pass\n",
-    "rewriter/analysis.py: has_copy_kernel": "has_copy_kernel = H2D_COPY in _operator_names(plan)\n",
+    "rewriter/model/analysis.py: has_copy_kernel": "has_copy_kernel = H2D_COPY in _operator_names(plan)\n",
     "an argument of an expression over .args": "first = (i.args or (None,))[0]\n",
 }
 

@@ -105,7 +105,7 @@ def test_a_host_delegate_writing_device_memory_is_a_copy() -> None:
 def test_a_long_list_read_by_many_instructions_is_refused_before_the_data_flow_runs() -> None:
     """The data flow follows a list's items at every read: one 2,000-item list read by 2,000 kernels is 4 million
     steps for a program of a few thousand items.  The analysis counts that first and refuses, in one line."""
-    from pte_devconst.rewriter.analysis import analyze_program
+    from pte_devconst.rewriter.model.analysis import analyze_program
     from pte_devconst.util.errors import UnsupportedProgramError
 
     n = 2000

@@ -19,7 +19,7 @@ from forge import edit_plans, edit_program, view_read_again
 from pte_devconst import api
 from pte_devconst.rewriter import edit as edit_module
 from pte_devconst.rewriter.load import analyze_file
-from pte_devconst.rewriter.plan_model import RewriteOptions
+from pte_devconst.rewriter.model.plan_model import RewriteOptions
 from pte_devconst.rewriter.rewrite import rewrite_file
 from pte_devconst.schema import model as m
 from pte_devconst.schema.pte_file import open_pte
@@ -132,7 +132,7 @@ def test_the_byte_replay_refuses_a_view_the_analysis_let_follow_wrongly(tmp_path
     """An analysis that lets a view follow although it also reads what the previous call left (the call also first
     in the chain): structurally the file is what the plan says, and only the byte replay, which asks nothing of
     the analysis, sees the read change."""
-    from pte_devconst.rewriter import method_context
+    from pte_devconst.program import method_context
 
     forged = _forged(tmp_path, also_first=True)
     monkeypatch.setattr(method_context, "_views_refusal", lambda ctx, dst, views: None)

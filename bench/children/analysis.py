@@ -18,7 +18,7 @@ from bench.children.open_plan import parse_paths
 
 def measure(paths: dict[str, str], rounds: int) -> dict[str, Any]:
     """Seconds per step and size of every program in ``paths`` (see the module's docstring)."""
-    from pte_devconst.rewriter.analysis import analyze_program
+    from pte_devconst.rewriter.model.analysis import analyze_program
     from pte_devconst.rewriter.plan import RewriteOptions, make_plan
     from pte_devconst.schema.pte_file import open_pte
 

@@ -27,7 +27,7 @@ def live_groups(n: int) -> list[Any]:
     from bench.synth import seed_program
     from pte_devconst.program.effects import MethodEffects
     from pte_devconst.program.memory import storage_groups
-    from pte_devconst.rewriter.analysis import analyze_program
+    from pte_devconst.rewriter.model.analysis import analyze_program
     from pte_devconst.rewriter.edit import edit_method
     from pte_devconst.rewriter.plan import RewriteOptions, make_plan
 

@@ -27,9 +27,9 @@ from pte_devconst.schema import model as m
 
 
 if TYPE_CHECKING:  # the plan's records: the encodings fill them in
-    from ..analysis import ConstantVerdict
+    from ..model.analysis import ConstantVerdict
     from ..fold import FoldChain
-    from ..plan_model import FirstCallCopy, FoldPlacement, MethodEdit, MethodJob, Placement, Reencoded, Storage
+    from ..model.plan_model import FirstCallCopy, FoldPlacement, MethodEdit, MethodJob, Placement, Reencoded, Storage
 
 
 class Encoding:

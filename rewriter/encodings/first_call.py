@@ -29,12 +29,12 @@ from pte_devconst.program.runtime import DeviceInitialData, Runtime, device_init
 from pte_devconst.schema import model as m
 from pte_devconst.schema.span import Span
 
-from ..plan_model import (FirstCallCopy, FoldPlacement, MethodEdit, MethodJob, NewConstantEntries, Placement,
+from ..model.plan_model import (FirstCallCopy, FoldPlacement, MethodEdit, MethodJob, NewConstantEntries, Placement,
                           Reencoded, Storage, Unconverted, dropped_constants, skip_reason)
 from .base import Encoding, EncodingCheck, Verifier
 
 if TYPE_CHECKING:
-    from ..analysis import ConstantVerdict, DeviceCopy
+    from ..model.analysis import ConstantVerdict, DeviceCopy
     from ..fold import FoldChain, Traced
 
 LEGACY = ("legacy style: its delegate copies it itself, which a 1.5 runtime cannot skip (--runtime 1.6 can)")
@@ -493,7 +493,7 @@ class FirstCallCheck(EncodingCheck):
         """The host constant a folded value is copied from: the constant itself (a device copy of a shared
         constant), or a new constant holding what the chain computes from the input."""
         from ..fold import layout_of, recipe_of
-        from ..verify_bytes import ComputedBytes
+        from ..model.verify_bytes import ComputedBytes
 
         v = self.verifier
         where = f"folded value {fold.value}"

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Optional, Sequence
 from pte_devconst.program.runtime import Runtime
 from pte_devconst.schema import model as m
 
-from ..plan_model import (FirstCallCopy, FoldPlacement, InitialData, MethodJob, Placement, Reencoded, Storage,
+from ..model.plan_model import (FirstCallCopy, FoldPlacement, InitialData, MethodJob, Placement, Reencoded, Storage,
                           dropped_constants, existing_mutable_entries)
 from .base import Encoding, EncodingCheck, Verifier
 
 if TYPE_CHECKING:
-    from ..analysis import ConstantVerdict
+    from ..model.analysis import ConstantVerdict
     from ..fold import FoldChain, Traced
 
 
@@ -205,7 +205,7 @@ class InitialDataCheck(EncodingCheck):
     def check_fold(self, index: int, new: m.Tensor, fold: "FoldPlacement", traced: "Traced", constant: m.Tensor
                    ) -> None:
         from ..fold import recipe_of
-        from ..verify_bytes import ComputedBytes
+        from ..model.verify_bytes import ComputedBytes
 
         v = self.verifier
         where = f"folded value {index}"

@@ -37,8 +37,9 @@ from pte_devconst.util.record import record
 
 from pte_devconst.program.readers import Reader, ReaderKind
 
-from ..method_context import (DeviceCopy, MethodContext, Reasons, RewiredDelegateArg, external_problem, follow_copy,
-                              host_reason, instruction_at, kernel_args, tensor_at)
+from pte_devconst.program.method_context import (DeviceCopy, MethodContext, Reasons, RewiredDelegateArg,
+                                                 external_problem, follow_copy, host_reason, instruction_at,
+                                                 kernel_args, tensor_at)
 from .kernels import FLOATING, FOLD_KERNELS, INTEGRAL, apply_step
 from .recipes import FoldRecipe, FoldStep, growth_problem, layout_of, literal_argument, recipe_of
 from .shapes import ShapeOps, Strided, Unfoldable, source_view

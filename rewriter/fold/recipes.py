@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 from pte_devconst.schema import model as m
 from pte_devconst.util.record import record
 
-from ..method_context import Writes
+from pte_devconst.program.method_context import Writes
 from .kernels import FOLD_KERNELS, LiteralValue, apply_step
 from .shapes import ShapeOps, Strided, Unfoldable, source_view
 

@@ -15,7 +15,7 @@ from pte_devconst.program.kernel_effects import copy_slots
 from pte_devconst.schema import model as m
 from pte_devconst.util.record import record
 
-from ..method_context import Writes, instruction_at, tensor_at
+from pte_devconst.program.method_context import Writes, instruction_at, tensor_at
 from .kernels import FOLD_KERNELS, apply_step
 from .recipes import FoldStep, literal_argument
 from .shapes import ShapeOps, Unfoldable, source_view

@@ -248,8 +248,8 @@ def test_the_differential_check_reports_a_wrong_rewrite_that_exited_0(monkeypatc
     """With the copy rules switched off (the shared-memory rule and the static-view rule) and the self-check too
     (it refuses such a file), a static view of a copy's output makes a wrong rewrite (exit 0): the check must call
     it a failure, naming the delegate boundary that differs."""
-    from pte_devconst.rewriter.method_context import MethodContext
-    from pte_devconst.rewriter.copy_memory import CopyMemory
+    from pte_devconst.program.method_context import MethodContext
+    from pte_devconst.program.copy_memory import CopyMemory
 
     seed = next(s for s in program_seeds() if s.name.endswith("v_k_cuda1_copy.pte"))
     found = (_family_case(structure.alias_copy_destination, seed, f"view:{k}") for k in range(40))

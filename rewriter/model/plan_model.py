@@ -20,7 +20,7 @@ from pte_devconst.util.record import record
 
 from .analysis import ConstantVerdict, DeviceCopy, MethodAnalysis, RewiredDelegateArg
 from pte_devconst.program.runtime import DEFAULT_RUNTIME, Runtime
-from .fold import FoldChain, FoldRecipe
+from ..fold import FoldChain, FoldRecipe
 
 
 @record

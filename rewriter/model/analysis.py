@@ -49,9 +49,10 @@ from pte_devconst.util.gc_pause import gc_paused
 from pte_devconst.util.named_enum import NamedEnum
 from pte_devconst.util.record import record
 
-from .fold import MethodFolds, method_folds
-from .method_context import (NO_PTD, DeviceCopy, ExternalData, MethodContext, Reasons, RewiredDelegateArg,
-                             WorkBudget, external_problem, follow_copy, host_reason)
+from ..fold import MethodFolds, method_folds
+from pte_devconst.program.method_context import (NO_PTD, DeviceCopy, ExternalData, MethodContext, Reasons,
+                                                 RewiredDelegateArg, WorkBudget, external_problem, follow_copy,
+                                                 host_reason)
 
 # The reader model lives in program/readers.py, the copy rule in method_context.py (fold's chains share it); they
 # are part of this module's interface too, as every consumer of an analysis meets them.

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Optional
 
 from pte_devconst.util.units import plural
 
-from . import DEFAULT_RUNTIME, Encoding, Runtime, RuntimeNeed, encoding_for, encodings
+from .encodings import DEFAULT_RUNTIME, Encoding, Runtime, RuntimeNeed, encoding_for, encodings
 
 if TYPE_CHECKING:
-    from ..plan import RewritePlan
+    from .plan import RewritePlan
 
 
 def _older(runtime: Runtime) -> Optional[Encoding]:
