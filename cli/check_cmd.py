@@ -231,8 +231,9 @@ def file_status(report: CheckReport, f: FileCheck) -> str:
     accepted = f"; {len(f.accepted):,} accepted" if f.accepted else ""
     if f.error:  # the rule that says so, and its message (the error without the file's name)
         said = [f"{d.rule.id} {d.rule.name}: {d.message}" for d in _of_file(report, f) if not d.items]
-        return "; ".join(said) if said else (
-            f.error[len(f.file) + 2:] if f.file and f.error.startswith(f"{f.file}: ") else f.error)
+        if said:
+            return "; ".join(said)
+        return f.error[len(f.file) + 2:] if f.file and f.error.startswith(f"{f.file}: ") else f.error
     found = [d for d in _of_file(report, f) if d.items]
     failing = [_brief(d) for d in found if d.rule.exit_for(report.strict) is not ExitCode.OK]
     notes = [_brief(d) for d in found if d.rule.exit_for(report.strict) is ExitCode.OK]

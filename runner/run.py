@@ -274,7 +274,7 @@ def _run_program(pte_path: str | Path | ProgramBytes, ptd_path: Optional[str | P
         if not call_inputs:
             raise PteDevconstError("the inputs file holds no calls")
         ledger = program.ledger
-        results = []
+        results: list[CallResult] = []
         for index in range(calls):
             if on_call is not None:
                 copies = results[-1].copies if results else PhaseCopies.of(LOAD, ledger.of_phase(LOAD, name))
