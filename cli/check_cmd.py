@@ -1,7 +1,7 @@
 """``pte-devconst check``: the CI gate. Fails while a program still copies a movable constant on every call.
 
 What a check finds, how loud each kind is and what it does to the exit code are the gate's rules
-(``rewriter/gate_rules.py``: one table); this module renders them in every format and writes no
+(``gate/rules.py``: one table); this module renders them in every format and writes no
 rule id or level of its own.  Exit 0: no file has an eligible constant left; 1: some do (each is listed:
 file, method, constant, bytes per call), or with ``--strict`` some file copies any constant-derived value
 per call; 2: some file could not be checked (every file is still reported), or a ``--device`` names a device
@@ -9,7 +9,7 @@ no program uses; 3: nothing else, but some constant could not be judged (never r
 ``--device``/``--min-bytes`` leave out is reported with its bytes per call, never as clean; what stays copied
 for a stated reason (read on the host too, transposed on the host, ...) is always reported, as a summary line,
 never as "nothing is copied".  A folder holding no program is a warning, not an error (exit 0, as ruff).
-The decisions are the gate's (``rewriter/gate.py``, through ``pte_devconst.api.check``).
+The decisions are the gate's (``gate/check.py``, through ``pte_devconst.api.check``).
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def _summary(report: CheckReport) -> str:
 
 def runtime_line(report: CheckReport) -> Optional[str]:
     """Which runtime the checked files need: ``Loads in ExecuTorch >= 1.5: 3 files; >= 1.6: 1 file (a.pte)``, and how
-    to make them load in an older one (``encodings/words.py``)."""
+    to make them load in an older one (``rewriter/words.py``)."""
     from pte_devconst.rewriter.encodings import encodings
     from pte_devconst.rewriter.words import older_advice
 

@@ -151,7 +151,7 @@ def closing_lines(report: InspectReport) -> list[str]:
 
 def runtime_line(need: Optional[RuntimeNeed]) -> str:
     """``Loads in ExecuTorch >= 1.6 (device initial data: 4 tensors); ...``: the runtime a file needs, and how to
-    get the other encoding (``rewriter/encodings/words.py``)."""
+    get the other encoding (``rewriter/words.py``)."""
     from pte_devconst.rewriter.words import loads_line
 
     assert need is not None, "summarize says what loads the file"

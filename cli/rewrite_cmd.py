@@ -194,7 +194,7 @@ def changes_line(result: RewriteResult) -> str:
 
 def runtime_clause(plan: Any) -> str:
     """``needs ExecuTorch >= 1.6 (device initial data; for a 1.5 runtime: --runtime 1.5)``: what loads the output,
-    and how to get the other encoding (``rewriter/encodings/words.py``)."""
+    and how to get the other encoding (``rewriter/words.py``)."""
     from pte_devconst.rewriter.words import output_clause
 
     return output_clause(plan)

@@ -14,7 +14,7 @@ signature), as ``etrecord=`` does for any program (an ETRecord file, an ``ETReco
 ``EdgeProgramManager`` or ``ExecutorchProgramManager``).
 
 A facade: each function resolves its arguments (paths by the .ptd rule and the default output name of
-``paths``, devices, the names' source) into one request, calls the layer that does the work (``rewriter.gate``
+``paths``, devices, the names' source) into one request, calls the layer that does the work (``gate``
 for ``check``, ``rewriter.rewrite`` for ``rewrite``, ``runner`` for ``run`` and ``validate``) and returns its
 records.  The command line resolves its options with the same functions (``rewrite_request``,
 ``programs``) once per command.  Errors are ``pte_devconst.util.errors.PteDevconstError`` (one readable line).
