@@ -100,7 +100,7 @@ class Config:
 
         chosen = runtime if runtime is not None else self.runtime
         try:
-            parsed = api.parse_runtime(chosen)
+            encoding = api.resolve_encoding(chosen)
         except PteDevconstError as error:
             where = "--runtime" if runtime is not None or self.runtime is None else f"{self.path}: runtime"
             raise PteDevconstError(f"{where}: {error}") from None
@@ -108,7 +108,8 @@ class Config:
             devices=device or self.device or None,
             min_bytes=min_bytes if min_bytes is not None else self.min_bytes or 0,
             fold=fold if fold is not None else bool(self.fold), duplicate_shared=duplicate_shared,
-            device_option="--device" if device or not self.device else f"{self.path}: device", runtime=parsed)
+            device_option="--device" if device or not self.device else f"{self.path}: device",
+            runtime=encoding)
 
     def programs(self, files: Optional[list[str]], ctx: Any) -> list[str]:
         """The programs a command works on: those named, else ``paths``; neither is click's usage error."""

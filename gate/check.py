@@ -617,7 +617,7 @@ def _runtime_findings(file: str, need: RuntimeNeed, plan: RewritePlan, options: 
     unconverted = {(u.method, u.value): u.reason for u in plan.unconverted}
     found = []
     for tensor in need.device_initial_data:
-        reason = runtime_reason(options.runtime, unconverted.get((tensor.method, tensor.value)))
+        reason = runtime_reason(options.encoding, unconverted.get((tensor.method, tensor.value)))
         found.append(Finding(file, tensor.method, tensor.value, f"value {tensor.value}", str(tensor.device),
                              tensor.nbytes, 0, reason))
     return tuple(found)

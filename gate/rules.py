@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from pte_devconst.rewriter.encodings import encodings
 from pte_devconst.util.record import record
 from pte_devconst.util.exit_code import ExitCode
 from pte_devconst.util.named_enum import NamedEnum
@@ -94,11 +95,15 @@ def _rule(id: str, name: str, covers: str, level: Level, exit_code: ExitCode, ti
                     per_call, fix)
 
 
+# The runtime words of the rules' help come from the registered encodings (``rewriter/encodings``): the oldest,
+# which a project on an older runtime rewrites with, and the newest, what the default writes.
+_OLDEST, _NEWEST = encodings()[0], encodings()[-1]
+
 RULES: tuple[GateRule, ...] = (
     _rule("PDC001", "copied-every-call", "findings", Level.ERROR, ExitCode.FINDINGS,
           "A constant read only by a device delegate is copied host-to-device on every call",
-          "pte-devconst rewrite --in-place FILE keeps it in device memory, copied once (--runtime 1.5 for a "
-          "project that ships ExecuTorch 1.5).",
+          f"pte-devconst rewrite --in-place FILE keeps it in device memory, copied once ({_OLDEST.option} for a "
+          f"project that ships ExecuTorch {_OLDEST.runtime.value}).",
           noun="{constant}", what="copied to a device on every call", fix="{rewrite}"),
     _rule("PDC002", "copy-stays", "stays", Level.ERROR, ExitCode.FINDINGS,
           "A constant-derived value is copied to a device on every call and the rewrite cannot move it",
@@ -124,9 +129,10 @@ RULES: tuple[GateRule, ...] = (
           "An accepted finding of the project's config matched nothing",
           "Remove the entry from [[tool.pte-devconst.accept]].", scope=Scope.REPORT),
     _rule("PDC008", "needs-newer-runtime", "runtime_findings", Level.ERROR, ExitCode.FINDINGS,
-          "A tensor only a newer ExecuTorch runtime than the project's loads (device initial data needs 1.6)",
-          "pte-devconst rewrite --runtime 1.5 --in-place FILE copies it once, on the first call, instead: a 1.5 "
-          "runtime loads that.",
+          "A tensor only a newer ExecuTorch runtime than the project's loads "
+          f"({_OLDEST.refuses} needs {_NEWEST.runtime.value})",
+          f"pte-devconst rewrite {_OLDEST.option} --in-place FILE copies it once, {_OLDEST.when}, instead: a "
+          f"{_OLDEST.runtime.value} runtime loads that.",
           noun="tensor", what="only a newer ExecuTorch than {runtime} loads", per_call=False, fix="{rewrite}"),
 )
 

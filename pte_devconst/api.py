@@ -35,7 +35,7 @@ from pte_devconst import paths
 from pte_devconst.paths import Programs
 from pte_devconst.program.etrecord import read_etrecord
 from pte_devconst.program.executorch import method_labels
-from pte_devconst.rewriter.encodings import Runtime, encoding_for, required_runtime
+from pte_devconst.rewriter.encodings import Encoding, Runtime, encoding_for, required_runtime
 from pte_devconst.rewriter.load import analyze_opened, opened
 from pte_devconst.rewriter.names import ProgramNames, match_names, name_opened, named_program, recorded_from_programs
 from pte_devconst.program.layout import DeviceMemory
@@ -326,22 +326,32 @@ def rewrite_request(pte: ProgramLike, output: Optional[PathLike] = None, *, ptd:
 
 def rewrite_options(*, devices: Optional[Iterable[DeviceLike]] = None, min_bytes: int = 0, fold: bool = False,
                     duplicate_shared: bool = False, device_option: str = "devices",
-                    runtime: Union[None, str, Runtime] = None) -> RewriteOptions:
+                    runtime: Union[None, str, Runtime, Encoding] = None) -> RewriteOptions:
     """The plan's options, checked: devices parsed (``parse_devices``; ``device_option`` names the option in an
-    error), ``min_bytes`` not negative, ``runtime`` one the tool writes for (``parse_runtime``)."""
+    error), ``min_bytes`` not negative, ``runtime`` one the tool writes for, resolved to its encoding once
+    (``resolve_encoding``; an ``Encoding`` is taken as it is): every layer reads ``options.encoding``."""
     if min_bytes < 0:
         raise PteDevconstError(f"min_bytes must be >= 0, got {min_bytes}")
     return RewriteOptions(devices=parse_devices(devices, device_option), min_bytes=min_bytes, fold=fold,
-                          duplicate_shared=duplicate_shared, runtime=parse_runtime(runtime))
+                          duplicate_shared=duplicate_shared,
+                          encoding=resolve_encoding(runtime))
+
+
+def resolve_encoding(runtime: Union[None, str, Runtime, Encoding]) -> Encoding:
+    """The registered encoding that writes for ``runtime`` (``"1.5"``, ``"1.6"``, a ``Runtime``; None: the default;
+    an ``Encoding``: itself), ``PteDevconstError`` naming the choices when none does."""
+    if isinstance(runtime, Encoding):
+        return runtime
+    try:
+        return encoding_for(runtime)
+    except ValueError as error:
+        raise PteDevconstError(str(error)) from None
 
 
 def parse_runtime(runtime: Union[None, str, Runtime]) -> Runtime:
     """``"1.5"`` / ``"1.6"`` (or a ``Runtime``) as the release the output must load in, one some registered encoding
     writes for (``rewriter/encodings``); None is the default."""
-    try:
-        return encoding_for(runtime).runtime
-    except ValueError as error:
-        raise PteDevconstError(str(error)) from None
+    return resolve_encoding(runtime).runtime
 
 
 def names_from(etrecord: Optional[NamesLike]) -> Optional[Namer]:

@@ -173,7 +173,7 @@ def apply_plan(source: PteFile, plan: RewritePlan, ptd: Optional[PtdFile] = None
         if not plan.dropped_constants:
             remap = None
     edits = {edit.plan_index: edit for edit in plan.methods}
-    plans = tuple(edit_method(p, edits[i], remap) if i in edits else p
+    plans = tuple(edit_method(p, edits[i], remap, plan.options.encoding) if i in edits else p
                   for i, p in enumerate(program.execution_plan or ()))
     mutable = program.mutable_data_segments
     if plan.initial_data or plan.dropped_initial_data:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Optional
 
 from pte_devconst.schema import model as m
 
-from .encodings import encoding_named
+from .encodings import Encoding, encoding_for
 
 if TYPE_CHECKING:
     from .model.plan_model import FoldPlacement, MethodEdit, Placement
@@ -73,12 +73,14 @@ def _edit_chain(chain: m.Chain, chain_index: int, edit: "MethodEdit", rewired: d
     return replace(chain, instructions=tuple(out) if chain.instructions is not None else None, stacktrace=stacktrace)
 
 
-def edit_method(plan: m.ExecutionPlan, edit: "MethodEdit", constant_remap: Optional[dict[int, int]] = None
-                ) -> m.ExecutionPlan:
+def edit_method(plan: m.ExecutionPlan, edit: "MethodEdit", constant_remap: Optional[dict[int, int]] = None,
+                encoding: Optional[Encoding] = None) -> m.ExecutionPlan:
     """``plan`` with one method's edits: moved and folded values, removed instructions, rewired delegate
     arguments, relocated planned values and the buffers' new sizes.  Pure: the plan uses it to lay out memory
-    on the program the rewrite will write, ``apply`` to write it."""
-    encoding = encoding_named(edit.encoding)
+    on the program the rewrite will write, ``apply`` to write it.  ``encoding`` is the one that filled in the
+    edit (the plan's ``options.encoding``; None: the default's)."""
+    if encoding is None:
+        encoding = encoding_for()
     values = list(plan.values or ())
     held = {p.holder: p for p in edit.placements}
     reencoded = {r.value: r for r in edit.reencoded}

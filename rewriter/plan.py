@@ -25,16 +25,35 @@ from pte_devconst.program.prologue import GUARD_INSTRUCTIONS
 
 from .model.analysis import Analysis, ConstantVerdict, MethodAnalysis
 from .edit import edit_method, views_on_holders
-from .encodings import Runtime, RuntimeNeed, encoding_for, required_runtime
+from .encodings import Encoding, Runtime, RuntimeNeed, encoding_for, required_runtime
 from .fold import FoldChain, MethodFolds, removed_steps
 from .model.plan_model import (ConstantEntry, FoldPlacement, FoldSkipped, InitialData, MethodEdit, MethodJob, Placement,
-                         Reencoded, RewriteOptions, SegmentPolicy, Skipped, Unconverted, constant_entry_of, skip_reason)
+                         Reencoded, SegmentPolicy, Skipped, Unconverted, constant_entry_of, skip_reason)
 
 # The records a plan is made of live in plan_model.py; these are also named here, where callers look for a plan.
 __all__ = ["ConstantEntry", "FoldGain", "FoldPlacement", "InitialData", "MethodEdit", "Placement", "RewriteOptions",
            "RewritePlan", "devices_used", "entry_lengths", "fold_gain", "initial_data_lengths", "input_offsets_kept",
            "make_plan", "safe_device_memory", "safe_fold_gain", "segment_policy", "segment_users", "selection_unused",
            "skip_reason"]
+
+
+@record
+class RewriteOptions:
+    """The options a rewrite is planned with, resolved: the encoding is chosen once (``api.rewrite_options`` from
+    ``--runtime`` or the config's ``runtime``; ``encodings.encoding_for``) and every layer reads it from here."""
+
+    devices: Optional[frozenset[Device]] = None  # only move constants to these devices (None: every device)
+    min_bytes: int = 0  # leave constants smaller than this where they are
+    host_placement: bool = False  # library-only: place host-read constants in planned CPU memory (tests)
+    fold: bool = False  # also fold chains of host kernels from constants to device readers (fold/)
+    duplicate_shared: bool = False  # give device readers of constants also read on the host their own copy
+    relayout: bool = True  # lay the buffers that receive constants out again by lifetimes (program/memory.py)
+    encoding: Encoding = field(default_factory=encoding_for)  # how moved constants are kept (the default's)
+
+    @property
+    def runtime(self) -> Runtime:
+        """The release the output must load in: the encoding's."""
+        return self.encoding.runtime
 
 
 @record
@@ -75,7 +94,7 @@ class RewritePlan:
     @property
     def converted(self) -> int:
         """How many constants the plan takes over from another encoding (a conversion)."""
-        return encoding_for(self.options.runtime).converted(self.placements, self.reencoded)
+        return self.options.encoding.converted(self.placements, self.reencoded)
 
     @property
     def reencoded(self) -> tuple[Reencoded, ...]:
@@ -320,11 +339,11 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
 
     Methods are keyed by plan index throughout: two plans may share a name.  With ``options.fold`` (or
     ``duplicate_shared``) chains of host kernels fold too; ``refusals`` (plan index, result value) -> why
-    names chains that the data refuses (``fold.compute.cast_problem``).  ``options.runtime`` picks the encoding
+    names chains that the data refuses (``fold.compute.cast_problem``).  ``options.encoding`` is the encoding
     (``rewriter/encodings``): which constants it takes, where their bytes live, what it writes; this function
     selects and lays out, the encoding fills in the records.
     """
-    encoding = encoding_for(options.runtime)
+    encoding = options.encoding
     chosen: list[ConstantVerdict] = []
     skipped: list[Skipped] = []
     kept_for_runtime: list[Skipped] = []
@@ -399,7 +418,7 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
                           _instruction_maps(plan, removed, len(prologue) + GUARD_INSTRUCTIONS if prologue else 0),
                           tuple(folds), released, prologue=prologue, guard=guard, new_values=job.new_values.added(),
                           reencoded=tuple(reencoded), encoding=encoding.key)
-        methods.append(_relaid(plan, edit) if options.relayout else edit)
+        methods.append(_relaid(plan, edit, encoding) if options.relayout else edit)
 
     lengths = entry_lengths(program) if dropped else {}
     new_entries = storage.new_entries
@@ -407,7 +426,7 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
                        tuple(fold_skipped), sum(lengths.get(index, 0) for index in dropped),
                        device_memory(program, {edit.plan_index: (edit.name, edit.buffers) for edit in methods}),
                        new_entries.entries() if new_entries is not None else (), tuple(kept_for_runtime),
-                       _output_need(program, tuple(methods)), tuple(unconverted),
+                       _output_need(program, tuple(methods), encoding), tuple(unconverted),
                        () if policy.fresh_mutable else _dropped_initial_data(program, tuple(methods)))
 
 
@@ -431,11 +450,12 @@ def initial_data_lengths(program: m.Program) -> dict[int, int]:
     return _largest_readers(program, lambda tensor: tensor.has_initial_data)
 
 
-def _output_need(program: m.Program, methods: tuple[MethodEdit, ...]) -> RuntimeNeed:
+def _output_need(program: m.Program, methods: tuple[MethodEdit, ...], encoding: Encoding) -> RuntimeNeed:
     """What loads the rewritten program (``encodings.required_runtime``), read from each method as the rewrite
     writes it."""
     edits = {edit.plan_index: edit for edit in methods}
-    written = tuple(edit_method(plan, edits[index]) if index in edits and not _untouched(edits[index]) else plan
+    written = tuple(edit_method(plan, edits[index], encoding=encoding)
+                    if index in edits and not _untouched(edits[index]) else plan
                     for index, plan in enumerate(program.execution_plan or ()))
     return required_runtime(m.replace(program, execution_plan=written))
 
@@ -455,14 +475,14 @@ def input_offsets_kept(program: m.Program, plan: RewritePlan, relaid: RewritePla
     return replace(plan, methods=methods, memory=memory)
 
 
-def _relaid(plan: m.ExecutionPlan, edit: MethodEdit) -> MethodEdit:
+def _relaid(plan: m.ExecutionPlan, edit: MethodEdit, encoding: Encoding) -> MethodEdit:
     """The edit with each buffer that receives constants laid out again where that needs less (``program/layout.py``
     decides: ``relayout``), the values it placed moved to their new offsets and the others' relocations recorded."""
     targets = {p.memory_id for p in edit.placements} | {f.memory_id for f in edit.folds} \
         | {r.memory_id for r in edit.reencoded}
     if not targets:
         return edit
-    layout = relayout(edit_method(plan, edit), edit.buffers, targets)
+    layout = relayout(edit_method(plan, edit, encoding=encoding), edit.buffers, targets)
     if not layout.changed:
         return replace(edit, buffers=layout.buffers)
     moved = {p.holder for p in edit.placements} | {f.value for f in edit.folds} | {r.value for r in edit.reencoded}

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any, Optional
 from pte_devconst.util.jsonable import to_jsonable
 from pte_devconst.program.labels import value_name
 
-from .encodings import encoding_for
 
 if TYPE_CHECKING:
     from .model.analysis import ConstantVerdict, MethodAnalysis
@@ -112,7 +111,7 @@ def rewrite_json(result: "RewriteResult") -> dict[str, Any]:
                          for s in plan.fold_skipped],
         "fold_hint": hint,
         "methods": _methods_json(plan),
-        "runtime": {"target": plan.options.runtime.value, "encoding": encoding_for(plan.options.runtime).key,
+        "runtime": {"target": plan.options.runtime.value, "encoding": plan.options.encoding.key,
                     "converted": plan.converted,
                     "output_needs": plan.output_need.to_json() if plan.output_need is not None else None,
                     "first_call_copies": sum(len(edit.prologue) for edit in plan.methods),

@@ -60,7 +60,7 @@ from pte_devconst.program.replay import Origin, prove_same_reads
 from .fold import FOLD_KERNELS, FoldRecipe, Traced, Tracer, layout_of
 from .edit import on_holder, relocated_tensor, views_on_holders
 from .plan import FoldPlacement, MethodEdit, Placement, RewritePlan
-from .encodings import Verifier, encoding_named
+from .encodings import Verifier
 from .model.verify_bytes import ByteChecker, CheckCost, ComputedBytes, SameBytes, WriteRecipe, ZeroBytes
 
 FULL_CHECK_ENV = "PTE_DEVCONST_FULL_CHECK"
@@ -334,7 +334,7 @@ class _MethodCheck(Verifier):
         self._maps: list[tuple[Optional[int], ...]] = []  # per chain: old instruction -> new (None: removed)
         # the value that holds each moved constant on its device (itself, or a first-call copy's destination)
         self.held: dict[int, Placement] = {p.holder: p for p in self.moved.values()}
-        self.encoded = encoding_named(edit.encoding if edit else "").checker(self)
+        self.encoded = context.plan.options.encoding.checker(self)
     def fail(self, what: str) -> RewriteCheckError:
         return _fail(f"{self.label}: {what}")
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Optional
 
 from pte_devconst.util.units import plural
 
-from .encodings import DEFAULT_RUNTIME, Encoding, Runtime, RuntimeNeed, encoding_for, encodings
+from .encodings import DEFAULT_RUNTIME, Encoding, Runtime, RuntimeNeed, encodings
 
 if TYPE_CHECKING:
     from .plan import RewritePlan
@@ -52,7 +52,7 @@ def output_clause(plan: "RewritePlan") -> str:
     copies at load instead, for 1.6 runtimes)``."""
     need = plan.output_need
     assert need is not None, "make_plan says what loads the output"
-    target = encoding_for(plan.options.runtime)
+    target = plan.options.encoding
     if need.runtime > target.runtime:  # the chosen encoding could not take everything
         return (f"needs {need.minimum} ({need.why}: {plural(len(plan.unconverted), 'tensor')} the "
                 f"{target.runtime.value} encoding cannot take)")
@@ -73,7 +73,7 @@ def conversion_phrase(plan: "RewritePlan") -> str:
     count = plan.converted
     if not count:
         return ""
-    target = encoding_for(plan.options.runtime)
+    target = plan.options.encoding
     return f"{plural(count, 'constant')} converted to {target.name} (for {target.runtime.value})"
 
 
@@ -85,11 +85,12 @@ def fix_command(runtime: Runtime, fold: bool = False, file: str = "FILE") -> str
     return f"pte-devconst rewrite {option}{'--fold ' if fold else ''}--in-place {where}"
 
 
-def runtime_reason(runtime: Runtime, cannot: Optional[str] = None) -> str:
-    """Why a tensor fails a project that deploys ``runtime`` (``check``'s runtime finding): ``only ExecuTorch >=
+def runtime_reason(target: Encoding, cannot: Optional[str] = None) -> str:
+    """Why a tensor fails a project that deploys ``target``'s runtime (``check``'s runtime finding): ``only
+    ExecuTorch >=
     1.6 loads device initial data; rewrite --runtime 1.5 copies it once, on the first call, instead`` (``cannot``:
     why the project's encoding cannot take it)."""
-    target = encoding_for(runtime)
+    runtime = target.runtime
     refused = target.refuses or "it"
     newer = [e for e in encodings() if e.runtime > runtime]
     head = f"only {newer[0].runtime.minimum} loads {refused}" if newer else f"{runtime.minimum} cannot load {refused}"

@@ -19,7 +19,8 @@ from forge import edit_program
 from pte_devconst.program.dataflow import Declaration, delegate_call_sites
 from pte_devconst.program.delegate_blobs import REFERENCE, declaration_of, declared_io, declared_splits
 from pte_devconst.rewriter.load import analyze_file
-from pte_devconst.rewriter.model.plan_model import RewriteOptions
+from pte_devconst.rewriter.encodings import encoding_for
+from pte_devconst.rewriter.plan import RewriteOptions
 from pte_devconst.rewriter.rewrite import rewrite_file
 from pte_devconst.runner.validate import validate
 from pte_devconst.schema import model as m
@@ -114,13 +115,15 @@ def test_a_device_copy_under_a_declared_output_moves_in_both_encodings(fold: boo
     files = {}
     for runtime in ("1.6", "1.5"):
         out = tmp_path / f"{runtime}.pte"
-        result = rewrite_file(LSTM, out, options=RewriteOptions(fold=fold, runtime=runtime), durable=False)
+        result = rewrite_file(LSTM, out, options=RewriteOptions(fold=fold, encoding=encoding_for(runtime)),
+                              durable=False)
         assert 3 in {p.value for edit in result.plan.methods for p in edit.placements}
         _validated(LSTM, out)
         files[runtime] = out
     for runtime, other in (("1.6", "1.5"), ("1.5", "1.6")):
         converted = tmp_path / f"{runtime}-to-{other}.pte"
-        rewrite_file(files[runtime], converted, options=RewriteOptions(fold=fold, runtime=other), durable=False)
+        rewrite_file(files[runtime], converted, options=RewriteOptions(fold=fold, encoding=encoding_for(other)),
+                              durable=False)
         for before in (LSTM, files[runtime]):
             result = validate(before, converted, inputs=LSTM.with_name("lstm_mm_copy.inputs.pt"),
                               simulate_devices=True)

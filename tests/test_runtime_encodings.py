@@ -288,11 +288,12 @@ def test_self_check_refuses_a_plan_whose_destinations_share_bytes(monkeypatch: p
     """A planner bug: two first-call destinations at one offset.  The output is what the plan says, but one copy
     would overwrite the other's constant: the self-check proves each destination apart from every other value."""
     from pte_devconst.rewriter.load import opened
+    from pte_devconst.rewriter.encodings import encoding_for
     from pte_devconst.rewriter.plan import RewriteOptions
     from pte_devconst.rewriter.rewrite import plan_file
 
     with opened(EXAMPLES / "mlp_copy.pte", None) as (source, data):
-        plan = plan_file(source, data, RewriteOptions(runtime=Runtime(1, 5)))
+        plan = plan_file(source, data, RewriteOptions(encoding=encoding_for(Runtime(1, 5))))
     edit = plan.methods[0]
     first, second = edit.placements[:2]
     wrong = replace(edit, placements=(first, replace(second, offset=first.offset)) + edit.placements[2:])

@@ -19,7 +19,8 @@ from forge import edit_plans, edit_program, view_read_again
 from pte_devconst import api
 from pte_devconst.rewriter import edit as edit_module
 from pte_devconst.rewriter.load import analyze_file
-from pte_devconst.rewriter.model.plan_model import RewriteOptions
+from pte_devconst.rewriter.encodings import encoding_for
+from pte_devconst.rewriter.plan import RewriteOptions
 from pte_devconst.rewriter.rewrite import rewrite_file
 from pte_devconst.schema import model as m
 from pte_devconst.schema.pte_file import open_pte
@@ -66,7 +67,8 @@ def test_a_view_of_a_device_copy_follows_its_constant_in_both_encodings(fold: bo
     files = {}
     for runtime in ("1.6", "1.5"):
         out = tmp_path / f"{runtime}.pte"
-        result = rewrite_file(forged, out, options=RewriteOptions(fold=fold, runtime=runtime), durable=False)
+        result = rewrite_file(forged, out, options=RewriteOptions(fold=fold, encoding=encoding_for(runtime)),
+                              durable=False)
         (edit,) = result.plan.methods
         followers = [(view, p.holder) for p in edit.placements for c in p.copies for view in c.views]
         assert len(followers) == 1
@@ -76,7 +78,8 @@ def test_a_view_of_a_device_copy_follows_its_constant_in_both_encodings(fold: bo
         files[runtime] = out
     for before, after in (("1.6", "1.5"), ("1.5", "1.6")):
         converted = tmp_path / f"{before}-{after}.pte"
-        rewrite_file(files[before], converted, options=RewriteOptions(fold=fold, runtime=after), durable=False)
+        rewrite_file(files[before], converted, options=RewriteOptions(fold=fold, encoding=encoding_for(after)),
+                              durable=False)
         for source in (forged, files[before]):
             _passes(source, converted, simulate_devices=True, calls=3)
 
@@ -88,7 +91,8 @@ def test_the_real_runtime_agrees_with_a_view_on_the_resident_copy(runtime: str, 
     bit for bit (the second call's, through the view, are what the method returns), first-call copies once."""
     forged = _forged(tmp_path, "mlp_xnnpack_copy")
     out = tmp_path / "out.pte"
-    result = rewrite_file(forged, out, options=RewriteOptions(fold=fold, runtime=runtime), durable=False)
+    result = rewrite_file(forged, out, options=RewriteOptions(fold=fold, encoding=encoding_for(runtime)),
+                              durable=False)
     (edit,) = result.plan.methods
     assert [view for p in edit.placements for c in p.copies for view in c.views] == [len(_values(forged)) - 1]
     assert not [c for c in analyze_file(forged).methods[0].constants if c.reasons]

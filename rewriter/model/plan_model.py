@@ -9,7 +9,7 @@ that the encodings and the editor depend on the records, never on the planner (n
 
 from __future__ import annotations
 
-from typing import AbstractSet, Optional
+from typing import AbstractSet, Optional, Protocol
 
 from pte_devconst.program.layout import AppendedRegions, BufferGrowth
 from pte_devconst.program.prologue import GUARD_INSTRUCTIONS
@@ -19,19 +19,17 @@ from pte_devconst.util.errors import UnsupportedProgramError
 from pte_devconst.util.record import record
 
 from .analysis import ConstantVerdict, DeviceCopy, MethodAnalysis, RewiredDelegateArg
-from pte_devconst.program.runtime import DEFAULT_RUNTIME, Runtime
 from ..fold import FoldChain, FoldRecipe
 
 
-@record
-class RewriteOptions:
-    devices: Optional[frozenset[Device]] = None  # only move constants to these devices (None: every device)
-    min_bytes: int = 0  # leave constants smaller than this where they are
-    host_placement: bool = False  # library-only: place host-read constants in planned CPU memory (tests)
-    fold: bool = False  # also fold chains of host kernels from constants to device readers (fold/)
-    duplicate_shared: bool = False  # give device readers of constants also read on the host their own copy
-    relayout: bool = True  # lay the buffers that receive constants out again by lifetimes (program/memory.py)
-    runtime: Runtime = DEFAULT_RUNTIME  # the release the output must load in: it chooses the encoding
+class Selection(Protocol):
+    """What the one selection rule (``skip_reason``) reads of a rewrite's options (``plan.RewriteOptions``)."""
+
+    @property
+    def devices(self) -> Optional[frozenset[Device]]: ...  # only these devices (None: every device)
+
+    @property
+    def min_bytes(self) -> int: ...  # leave values smaller than this where they are
 
 
 @record
@@ -235,7 +233,7 @@ class SegmentPolicy:
         return bool(self.mutable_shared_with)
 
 
-def skip_reason(device: Optional[Device], nbytes: int, options: RewriteOptions) -> Optional[str]:
+def skip_reason(device: Optional[Device], nbytes: int, options: Selection) -> Optional[str]:
     """Why the options leave a value of ``nbytes`` bound for ``device`` where it is (None: they select it).
 
     The one selection rule (``--device``, ``--min-bytes``): the plan applies it to constants and chains,
@@ -291,7 +289,7 @@ class MethodJob:
 
     __slots__ = ("method", "new_values", "once", "options", "plan", "program", "regions", "storage", "unconverted")
 
-    def __init__(self, program: m.Program, method: MethodAnalysis, options: RewriteOptions, storage: Storage,
+    def __init__(self, program: m.Program, method: MethodAnalysis, options: Selection, storage: Storage,
                  unconverted: list[Unconverted]) -> None:
         self.program = program
         self.method = method
