@@ -179,7 +179,7 @@ def changes_line(result: RewriteResult) -> str:
 
     plan = result.plan
     saved = f"{human_bytes(plan.bytes_per_call_saved)} fewer host-to-device bytes per call."
-    once = sum(len(edit.prologue) for edit in plan.methods)
+    once = sum(edit.payload.copies for edit in plan.methods)
     converted = conversion_phrase(plan)
     if once:
         parts = [f"{plural(once, 'copy', 'copies')} in the first-call prologue (each run once, on the first call)"]

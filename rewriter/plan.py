@@ -4,7 +4,7 @@ A pure function of the analysis, the program and the user's options; it returns
 a ``RewritePlan`` that ``apply.py`` carries out without further decisions and
 that ``--dry-run`` prints as it is.  Which constants move, to which device, is the
 analysis's verdicts filtered by the options; how a moved constant is kept on its
-device (its encoding: device initial data for 1.6, a first-call copy for 1.5) is
+device (its encoding, one per runtime: ``options.encoding``) is
 the chosen encoding's (``rewriter/encodings``), which fills in the records here.
 Where in device memory (which buffer, which offset, laid out again or appended) is
 ``program/layout.py``'s decision; this module records it.
@@ -21,7 +21,6 @@ from pte_devconst.schema.model import Device
 from pte_devconst.util.record import record
 
 from pte_devconst.program.layout import DeviceMemory, device_memory, relayout
-from pte_devconst.program.prologue import GUARD_INSTRUCTIONS
 
 from .model.analysis import Analysis, ConstantVerdict, MethodAnalysis
 from .edit import edit_method, views_on_holders
@@ -88,7 +87,7 @@ class RewritePlan:
     @property
     def newly_moved(self) -> int:
         """Tensors copied per call before that the output keeps on a device (not those only converted from another
-        encoding: a first-call prologue's constants made device initial data)."""
+        encoding: constants another encoding copied once, now in this one)."""
         return sum(1 for p in self.placements if p.copies_per_call or not p.copies) + len(self.folds)
 
     @property
@@ -211,7 +210,7 @@ def _skip_reason(verdict: ConstantVerdict, options: RewriteOptions) -> Optional[
 def _instruction_maps(plan: m.ExecutionPlan, removed: set[tuple[int, int]], shift: int = 0
                       ) -> tuple[tuple[Optional[int], ...], ...]:
     """Per chain, old instruction index -> new (None: removed); chain 0's survivors come after ``shift``
-    instructions (a first-call prologue written in front of them)."""
+    instructions (what the encoding writes in front of them: ``EncodingPayload.leading``)."""
     maps = []
     for c, chain in enumerate(plan.chains or ()):
         new_index = shift if c == 0 else 0
@@ -410,13 +409,13 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
         growth = job.regions.growth()
         removed = {(copy.chain, copy.instruction) for p in placements for copy in p.copies}
         removed |= set(choice.removed) | {step for f in folds for step in f.removed}
-        prologue, guard, old_steps = encoding.prologue(job, removed)
+        payload, old_steps = encoding.payload(job, removed)
         removed |= old_steps
         released = tuple(v for v in choice.unread if constant_entry_of(plan, v) in dropped)
         edit = MethodEdit(method.label, method.plan_index, tuple(placements), tuple(growth),
                           tuple(sorted(removed)),
-                          _instruction_maps(plan, removed, len(prologue) + GUARD_INSTRUCTIONS if prologue else 0),
-                          tuple(folds), released, prologue=prologue, guard=guard, new_values=job.new_values.added(),
+                          _instruction_maps(plan, removed, payload.leading),
+                          tuple(folds), released, payload=payload, new_values=job.new_values.added(),
                           reencoded=tuple(reencoded), encoding=encoding.key)
         methods.append(_relaid(plan, edit, encoding) if options.relayout else edit)
 

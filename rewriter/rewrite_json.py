@@ -114,7 +114,7 @@ def rewrite_json(result: "RewriteResult") -> dict[str, Any]:
         "runtime": {"target": plan.options.runtime.value, "encoding": plan.options.encoding.key,
                     "converted": plan.converted,
                     "output_needs": plan.output_need.to_json() if plan.output_need is not None else None,
-                    "first_call_copies": sum(len(edit.prologue) for edit in plan.methods),
+                    "first_call_copies": sum(edit.payload.copies for edit in plan.methods),
                     "constant_entries_added": len(plan.constant_entries),
                     "reencoded": [{"method": r.method, "value": r.value, "name": r.name, "device": str(r.device),
                                    "nbytes": r.nbytes, "host_constant": r.source} for r in plan.reencoded],

@@ -61,7 +61,7 @@ def test_the_projects_rewrites_pass_in_the_real_runtime(name: str, fold: bool, r
     assert result.verdict.value == ("nothing moved" if legacy_15 else "pass"), _failed(result)
     assert result.runtime == "1.5.1" and result.delegates == ("XnnpackBackend",) and result.calls >= 3
     if runtime == "1.5" and not legacy_15:
-        assert result.probed == sum(len(e.prologue) for e in plan.methods) > 0
+        assert result.probed == sum(e.payload.copies for e in plan.methods) > 0
     assert {mv.method for mv in result.methods} == set(json.loads(json.dumps(
         [p.name for p in open_pte(source).program.execution_plan])))
 

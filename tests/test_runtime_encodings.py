@@ -137,8 +137,8 @@ def test_jumps_shift_past_the_prologue(tmp_path: Path) -> None:
     result = _rewrite(source, out, "1.5")
     before, after = _program(source).execution_plan[0], _program(out).execution_plan[0]  # type: ignore[index]
     edit = result.plan.methods[0]
-    shift = edit.prologue_length
-    assert shift == len(edit.prologue) + 2
+    shift = edit.leading_length
+    assert shift == edit.payload.copies + 2
     old = before.chains[0].instructions  # type: ignore[index]
     new = after.chains[0].instructions  # type: ignore[index]
     mapping = edit.instruction_maps[0]
@@ -156,7 +156,8 @@ def test_jumps_shift_past_the_prologue(tmp_path: Path) -> None:
 def test_each_method_gets_its_own_guard(tmp_path: Path) -> None:
     out = tmp_path / "out.pte"
     result = _rewrite(pte_path("v_f_multi_method_copy"), out, "1.5")
-    guards = [edit.guard for edit in result.plan.methods if edit.prologue]
+    guards = [edit.payload.guard for edit in result.plan.methods  # type: ignore[attr-defined]
+              if edit.payload.copies]
     assert len(guards) >= 2
     for plan in _program(out).execution_plan or ():
         prologue = first_call_prologue(plan)

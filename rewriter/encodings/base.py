@@ -7,7 +7,7 @@ of this package behind ``Encoding``; nothing outside it decides anything about i
 * **its runtime and its words**: ``runtime`` (the oldest release that loads what it writes), ``name``, ``when``
   and ``cannot_load`` (what an older runtime could not load: why a file needs this one);
 * **what it plans** for a moved constant, a folded value and a constant the other encoding holds (``admit``,
-  ``fold_refusal``, ``storage``, ``place``, ``place_fold``, ``convert``, ``prologue``): ``plan.py`` runs the
+  ``fold_refusal``, ``storage``, ``place``, ``place_fold``, ``convert``, ``payload``): ``plan.py`` runs the
   selection and the layout and asks the encoding to fill in the records;
 * **how it edits the method** (``held_tensor``, ``folded_tensor``, ``reencoded_tensor``,
   ``leading_instructions``): ``edit.py`` applies the records through these;
@@ -29,7 +29,8 @@ from pte_devconst.schema import model as m
 if TYPE_CHECKING:  # the plan's records: the encodings fill them in
     from ..model.analysis import ConstantVerdict
     from ..fold import FoldChain
-    from ..model.plan_model import FirstCallCopy, FoldPlacement, MethodEdit, MethodJob, Placement, Reencoded, Storage
+    from ..model.plan_model import (EncodingPayload, FoldPlacement, MethodEdit, MethodJob, Placement, Reencoded,
+                                    Storage)
 
 
 class Encoding:
@@ -97,11 +98,13 @@ class Encoding:
         converted goes to ``job.unconverted``, with its reason)."""
         return []
 
-    def prologue(self, job: "MethodJob", removed: set[tuple[int, int]]
-                 ) -> tuple[tuple["FirstCallCopy", ...], Optional[tuple[int, int]], set[tuple[int, int]]]:
-        """The instructions the encoding writes in front of chain 0: (its copies, its guard, the input's
-        instructions of such a prologue that go)."""
-        return (), None, set()
+    def payload(self, job: "MethodJob", removed: set[tuple[int, int]]
+                ) -> tuple["EncodingPayload", set[tuple[int, int]]]:
+        """What the encoding records of its own in the method's edit, from what it gathered while it placed
+        (``job.collected``): (its payload, the input's instructions it wrote itself that go).  The default: none."""
+        from ..model.plan_model import NO_PAYLOAD
+
+        return NO_PAYLOAD, set()
 
     def converted(self, placements: Sequence["Placement"], reencoded: Sequence["Reencoded"]) -> int:
         """How many constants a plan (its placements and re-encoded constants) takes over from another encoding (a
@@ -170,7 +173,7 @@ class EncodingCheck:
     def leading(self) -> int:
         """How many instructions the encoding wrote in front of chain 0."""
         edit = self.verifier.edit
-        return edit.prologue_length if edit is not None else 0
+        return edit.leading_length if edit is not None else 0
 
     @property
     def own_steps(self) -> frozenset[tuple[int, int]]:

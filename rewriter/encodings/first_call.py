@@ -23,14 +23,16 @@ from pte_devconst.program.effects import MethodEffects
 from pte_devconst.program.executorch import H2D_COPY
 from pte_devconst.program.kernel_effects import copy_slots
 from pte_devconst.program.layout import is_aligned
-from pte_devconst.program.prologue import first_call_copies, first_call_prologue
+from pte_devconst.program.prologue import GUARD_INSTRUCTIONS, first_call_copies, first_call_prologue
 from pte_devconst.program.regions import memory_device
 from pte_devconst.program.runtime import DeviceInitialData, Runtime, device_initial_data
 from pte_devconst.schema import model as m
 from pte_devconst.schema.span import Span
+from pte_devconst.util.record import record
 
-from ..model.plan_model import (FirstCallCopy, FoldPlacement, MethodEdit, MethodJob, NewConstantEntries, Placement,
-                          Reencoded, Storage, Unconverted, dropped_constants, skip_reason)
+from ..model.plan_model import (NO_PAYLOAD, EncodingPayload, FoldPlacement, MethodEdit, MethodJob,
+                                NewConstantEntries, Placement, Reencoded, Storage, Unconverted, dropped_constants,
+                                skip_reason)
 from .base import Encoding, EncodingCheck, Verifier
 
 if TYPE_CHECKING:
@@ -86,12 +88,12 @@ class FirstCallEncoding(Encoding):
         device = verdict.device
         assert device is not None, "a moved constant names its device"
         copy = _first_copy(verdict)
-        job.once.append(FirstCallCopy(verdict.value, copy.dst, _copy_args(job.plan, copy), device))
+        job.collected.append(FirstCallCopy(verdict.value, copy.dst, _copy_args(job.plan, copy), device))
         return Placement(
             method=verdict.method, value=verdict.value, name=verdict.name, device=device, nbytes=verdict.nbytes,
             memory_id=memory_id, offset=offset, initial_data_index=0, source_index=verdict.tensor.data_buffer_idx,
             external_key=None, copies=verdict.copies, delegate_args=verdict.delegate_args,
-            copies_per_call=verdict.copies_per_call, plan_index=job.method.plan_index, device_copy=copy.dst)
+            copies_per_call=verdict.copies_per_call, plan_index=job.method.plan_index, held_by=copy.dst)
 
     def place_fold(self, job: "MethodJob", chain: "FoldChain", target: int, memory_id: int, offset: int,
                    removed: tuple[tuple[int, int], ...]) -> "FoldPlacement":
@@ -104,11 +106,11 @@ class FirstCallEncoding(Encoding):
             entries = job.storage.new_entries
             assert entries is not None, "the first-call storage makes constant entries"
             host = job.new_values.add(host_constant(chain.result_tensor, entries.computed(chain.recipe)))
-        job.once.append(FirstCallCopy(host, target, (host, target, target), chain.device))
+        job.collected.append(FirstCallCopy(host, target, (host, target, target), chain.device))
         return FoldPlacement(method=chain.method, plan_index=job.method.plan_index, value=target,
                              appended=target >= len(job.plan.values or ()), chain=chain, memory_id=memory_id,
                              offset=offset, initial_data_index=0, external_key=None, removed=removed,
-                             first_call_source=host)
+                             filled_from=host)
 
     def convert(self, job: "MethodJob") -> list["Reencoded"]:
         """Each constant the method holds as device initial data (``MethodAnalysis.residents``) becomes a host
@@ -132,13 +134,14 @@ class FirstCallEncoding(Encoding):
                                    resident.device, resident.nbytes, host, entry,
                                    tensor.fqn if tensor.is_external else None, memory_id, offset,
                                    0 if tensor.is_external else tensor.data_buffer_idx))
-            job.once.append(FirstCallCopy(host, resident.value, (host, resident.value, resident.value),
+            job.collected.append(FirstCallCopy(host, resident.value, (host, resident.value, resident.value),
                                           resident.device))
         return found
 
-    def prologue(self, job: "MethodJob", removed: set[tuple[int, int]]
-                 ) -> tuple[tuple["FirstCallCopy", ...], Optional[tuple[int, int]], set[tuple[int, int]]]:
-        return rewritten_prologue(job, removed, job.once)
+    def payload(self, job: "MethodJob", removed: set[tuple[int, int]]
+                ) -> tuple[EncodingPayload, set[tuple[int, int]]]:
+        """The prologue that copies what ``place``, ``place_fold`` and ``convert`` gathered (``rewritten_prologue``)."""
+        return rewritten_prologue(job, removed, job.collected)
 
     def converted(self, placements: Sequence["Placement"], reencoded: Sequence["Reencoded"]) -> int:
         return len(reencoded)
@@ -163,17 +166,53 @@ class FirstCallEncoding(Encoding):
 
     def leading_instructions(self, edit: "MethodEdit", plan: m.ExecutionPlan) -> list[m.Instruction]:
         """The prologue (``program/prologue.py``): the guard's jump, the copies, the move that clears the guard."""
-        if not edit.prologue:
+        written = written_prologue(edit)
+        if written is None:
             return []
         op = plan.operator_index(H2D_COPY)
-        assert op is not None and edit.guard is not None, "the plan writes a prologue only with the copy kernel"
-        guard, cleared_from = edit.guard
-        return [m.JumpFalseCall(guard, edit.prologue_length),
-                *(m.KernelCall(op, copy.args) for copy in edit.prologue),
+        assert op is not None, "the plan writes a prologue only with the copy kernel"
+        guard, cleared_from = written.guard
+        return [m.JumpFalseCall(guard, written.leading),
+                *(m.KernelCall(op, copy.args) for copy in written.copied),
                 m.MoveCall(cleared_from, guard)]
 
     def checker(self, verifier: Verifier) -> EncodingCheck:
         return FirstCallCheck(verifier)
+
+
+# --- what it records in the plan --------------------------------------------------------------------------
+
+
+@record
+class FirstCallCopy:
+    """One copy of the first-call prologue a rewrite writes (``program/prologue.py``): ``_h2d_copy.out`` of host
+    constant ``src`` into ``dst``, device memory that holds it for the whole method."""
+
+    src: int
+    dst: int
+    args: tuple[int, ...]  # the kernel's arguments, its return slot included
+    device: m.Device
+
+
+@record
+class Prologue(EncodingPayload):
+    """The first-call prologue a method's edit writes at the start of chain 0: its copies and its guard."""
+
+    copied: tuple[FirstCallCopy, ...]
+    guard: tuple[int, int]  # (guard, cleared_from): the prologue's Bool values
+
+    @property
+    def leading(self) -> int:
+        return len(self.copied) + GUARD_INSTRUCTIONS
+
+    @property
+    def copies(self) -> int:
+        return len(self.copied)
+
+
+def written_prologue(edit: "MethodEdit") -> Optional[Prologue]:
+    """The prologue ``edit`` writes (None: none)."""
+    return edit.payload if isinstance(edit.payload, Prologue) else None
 
 
 # --- planning helpers ------------------------------------------------------------------------------------
@@ -220,10 +259,11 @@ def device_copy_tensor(tensor: m.Tensor, memory_id: int, offset: int, device: m.
 
 
 def rewritten_prologue(job: "MethodJob", removed: set[tuple[int, int]], added: Sequence["FirstCallCopy"]
-                       ) -> tuple[tuple["FirstCallCopy", ...], Optional[tuple[int, int]], set[tuple[int, int]]]:
-    """The first-call prologue a rewrite writes: (its copies, its guard, the input's prologue instructions that
-    go).  The input's prologue stays as it is when nothing of it changes; otherwise it is written again with the
-    copies it keeps first, then the ``added`` ones; a prologue left with no copy goes, guard and all."""
+                       ) -> tuple[EncodingPayload, set[tuple[int, int]]]:
+    """The first-call prologue a rewrite writes: (its ``Prologue``, or no payload; the input's prologue
+    instructions that go).  The input's prologue stays as it is when nothing of it changes; otherwise it is written
+    again with the copies it keeps first, then the ``added`` ones; a prologue left with no copy goes, guard and
+    all."""
 
     plan, old = job.plan, job.method.prologue
     instructions = ((plan.chains or ())[0].instructions or ()) if plan.chains else ()
@@ -240,18 +280,18 @@ def rewritten_prologue(job: "MethodJob", removed: set[tuple[int, int]], added: S
                 device = memory_device((plan.values or ())[slots.out], devices)
                 kept.append(FirstCallCopy(slots.source, slots.out, args, device))
         if not added and len(kept) == len(old.copies):
-            return (), None, set()
+            return NO_PAYLOAD, set()
     if not added and old is None:
-        return (), None, set()
+        return NO_PAYLOAD, set()
     old_steps = {(0, 0), (0, old.end - 1), *((0, k) for k in old.copies)} if old is not None else set()
     copies = tuple(kept + list(added))
     if not copies:
-        return (), None, old_steps
+        return NO_PAYLOAD, old_steps
     if old is not None:
         guard = (old.guard, old.cleared_from)
     else:
         guard = (job.new_values.add(m.Bool(True)), job.new_values.add(m.Bool(False)))
-    return copies, guard, old_steps
+    return Prologue(copies, guard), old_steps
 
 
 # --- the self-check --------------------------------------------------------------------------------------
@@ -306,10 +346,12 @@ class FirstCallCheck(EncodingCheck):
         old, edit = verifier.old, verifier.edit
         self.old_prologue = first_call_prologue(old)
         self.reencoded: dict[int, "Reencoded"] = {r.value: r for r in edit.reencoded} if edit else {}
-        length = edit.prologue_length if edit else 0
+        written = written_prologue(edit) if edit else None
+        self.written: tuple[FirstCallCopy, ...] = written.copied if written is not None else ()
+        length = edit.leading_length if edit else 0
         self.copy_steps = frozenset((0, k) for k in range(1, length - 1)) if length else frozenset()
         self.new_values = dict(edit.new_values) if edit else {}
-        self._rewritten = rewritten_input_steps(verifier, edit.prologue if edit else ())
+        self._rewritten = rewritten_input_steps(verifier, self.written)
 
     @property
     def own_steps(self) -> frozenset[tuple[int, int]]:
@@ -328,15 +370,16 @@ class FirstCallCheck(EncodingCheck):
 
     def check_leading(self, written: Sequence[m.Instruction]) -> None:
         v, edit = self.verifier, self.verifier.edit
-        if edit is None or not edit.prologue:
+        planned = written_prologue(edit) if edit is not None else None
+        if planned is None:
             super().check_leading(written)
             return
         found = first_call_prologue(v.new)
-        if found is None or found.end != edit.prologue_length or len(found.copies) != len(edit.prologue):
+        if found is None or found.end != planned.leading or len(found.copies) != len(planned.copied):
             raise v.fail("chain 0 does not start with a first-call prologue the runtime runs once only, of the "
                          "plan's length (its guard never clears or is used elsewhere, a jump lands inside it, a "
                          "source is no host constant, or a destination is written or shared)")
-        if (found.guard, found.cleared_from) != edit.guard:
+        if (found.guard, found.cleared_from) != planned.guard:
             raise v.fail("the first-call prologue's guard is not the plan's")
         guard, cleared = found.guard, found.cleared_from
         if self.new_values.get(guard, self._value(guard)) != m.Bool(True) \
@@ -360,11 +403,11 @@ class FirstCallCheck(EncodingCheck):
         assert edit is not None
         expected: dict[tuple[int, int], str] = {}
         for p in edit.placements:
-            if p.first_call:
+            if p.held_by is not None:
                 expected[(p.value, p.holder)] = f"moved constant {p.value}"
         for f in edit.folds:
-            if f.first_call_source is not None:
-                expected[(f.first_call_source, f.value)] = f"folded value {f.value}"
+            if f.filled_from is not None:
+                expected[(f.filled_from, f.value)] = f"folded value {f.value}"
         for r in edit.reencoded:
             expected[(r.source, r.value)] = f"re-encoded constant {r.value}"
         kept: set[tuple[int, ...]] = set()
@@ -405,7 +448,7 @@ class FirstCallCheck(EncodingCheck):
                 for value in written:
                     writers.setdefault(value, step.instruction)
         ends = set(v.new.inputs or ()) | set(v.new.outputs or ())
-        devices_of = {(copy.src, copy.dst): copy.device for copy in (v.edit.prologue if v.edit else ())}
+        devices_of = {(copy.src, copy.dst): copy.device for copy in self.written}
         for args in copies:
             slots = copy_slots(H2D_COPY, args)
             assert slots is not None, "checked by _check_accounted"
@@ -497,7 +540,7 @@ class FirstCallCheck(EncodingCheck):
 
         v = self.verifier
         where = f"folded value {fold.value}"
-        source = fold.first_call_source
+        source = fold.filled_from
         if source is None or new.has_initial_data:
             raise v.fail(f"{where} has initial data, or no host constant, although a first-call copy fills it")
         if not traced.steps:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 from pte_devconst.program.runtime import Runtime
 from pte_devconst.schema import model as m
 
-from ..model.plan_model import (FirstCallCopy, FoldPlacement, InitialData, MethodJob, Placement, Reencoded, Storage,
+from ..model.plan_model import (EncodingPayload, FoldPlacement, InitialData, MethodJob, Placement, Reencoded, Storage,
                           dropped_constants, existing_mutable_entries)
 from .base import Encoding, EncodingCheck, Verifier
 
@@ -93,8 +93,8 @@ class InitialDataEncoding(Encoding):
                              offset=offset, initial_data_index=index,
                              external_key=source.fqn if external else None, removed=removed)
 
-    def prologue(self, job: "MethodJob", removed: set[tuple[int, int]]
-                 ) -> tuple[tuple["FirstCallCopy", ...], Optional[tuple[int, int]], set[tuple[int, int]]]:
+    def payload(self, job: "MethodJob", removed: set[tuple[int, int]]
+                ) -> tuple[EncodingPayload, set[tuple[int, int]]]:
         """No prologue of its own; an input's first-call prologue whose copies all went (their constants moved
         here) goes with its guard (``first_call.rewritten_prologue``)."""
         from .first_call import rewritten_prologue

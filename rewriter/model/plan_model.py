@@ -9,10 +9,9 @@ that the encodings and the editor depend on the records, never on the planner (n
 
 from __future__ import annotations
 
-from typing import AbstractSet, Optional, Protocol
+from typing import AbstractSet, Any, Optional, Protocol
 
 from pte_devconst.program.layout import AppendedRegions, BufferGrowth
-from pte_devconst.program.prologue import GUARD_INSTRUCTIONS
 from pte_devconst.schema import model as m
 from pte_devconst.schema.model import Device
 from pte_devconst.util.errors import UnsupportedProgramError
@@ -50,38 +49,50 @@ class Placement:
     delegate_args: tuple[RewiredDelegateArg, ...]
     copies_per_call: int
     plan_index: int = 0
-    device_copy: Optional[int] = None  # 1.5: the device value the constant is copied into once, on the first call
+    held_by: Optional[int] = None  # the value its encoding keeps it in on the device (None: the constant itself)
 
     @property
     def bytes_per_call(self) -> int:
         return self.nbytes * self.copies_per_call
 
     @property
-    def first_call(self) -> bool:
-        """The 1.5 encoding: the constant stays on the host and a first-call prologue copies it to ``holder``."""
-        return self.device_copy is not None
+    def holder(self) -> int:
+        """The value that holds the constant in device memory: itself, or the value its encoding keeps it in."""
+        return self.value if self.held_by is None else self.held_by
+
+
+class EncodingPayload:
+    """What an encoding records in a method's edit besides the placements, folds and re-encoded constants (its
+    own instructions and values): opaque to every other module, made by ``Encoding.payload`` and read back by the
+    same encoding's ``leading_instructions`` and self-check.  The base says what a report may ask of any: how many
+    instructions it writes in front of chain 0 and how many copies those make."""
+
+    __slots__ = ()
 
     @property
-    def holder(self) -> int:
-        """The value that holds the constant in device memory: itself (1.6), or its device copy (1.5)."""
-        return self.value if self.device_copy is None else self.device_copy
+    def leading(self) -> int:
+        """Instructions the encoding writes at the start of chain 0 (0: none)."""
+        return 0
+
+    @property
+    def copies(self) -> int:
+        """Host-to-device copies among them (each run once per loaded method)."""
+        return 0
 
 
 @record
-class FirstCallCopy:
-    """One copy of the first-call prologue a rewrite writes (``program/prologue.py``): ``_h2d_copy.out`` of host
-    constant ``src`` into ``dst``, device memory that holds it for the whole method."""
+class NoPayload(EncodingPayload):
+    """An edit with nothing of its encoding's own."""
 
-    src: int
-    dst: int
-    args: tuple[int, ...]  # the kernel's arguments, its return slot included
-    device: Device
+
+NO_PAYLOAD = NoPayload()
 
 
 @record
 class ConstantEntry:
-    """A new entry of the constant segment (1.5 rewrites): the bytes of initial-data entry ``initial_data`` of
-    the input (a 1.6 constant re-encoded), or the bytes ``recipe`` computes (a folded value)."""
+    """A new entry of the constant segment (an encoding that keeps host constants: ``Storage.new_entries``): the
+    bytes of initial-data entry ``initial_data`` of the input (a constant re-encoded), or the bytes ``recipe``
+    computes (a folded value)."""
 
     index: int
     nbytes: int
@@ -91,9 +102,9 @@ class ConstantEntry:
 
 @record
 class Reencoded:
-    """A constant in the 1.6 encoding (device initial data) re-encoded for the 1.5 runtime: value ``value`` keeps
-    its device memory but no initial data, and the first-call prologue fills it from host constant ``source``
-    (a new value, reading constant entry ``entry``, or the .ptd by ``external_key``)."""
+    """A constant another encoding holds on its device, taken over by the chosen one (``Encoding.convert``): value
+    ``value`` keeps its device memory, filled from host constant ``source`` (a new value, reading constant entry
+    ``entry``, or the .ptd by ``external_key``) as the chosen encoding fills it."""
 
     method: str
     plan_index: int
@@ -124,7 +135,7 @@ class FoldPlacement:
     initial_data_index: int  # into mutable_data_segments[0].offsets; 0 for a copy of an external constant
     external_key: Optional[str]  # a copy of an external constant is loaded from the .ptd by this key
     removed: tuple[tuple[int, int], ...]  # (chain, instruction) of the kernels and copies that go with it
-    first_call_source: Optional[int] = None  # 1.5: the host constant copied into ``value`` on the first call
+    filled_from: Optional[int] = None  # the value its encoding fills ``value`` from (None: its own bytes)
 
     @property
     def device(self) -> Device:
@@ -170,16 +181,15 @@ class MethodEdit:
     # index becomes 0: an unbound tensor the runtime never dereferences)
     relocations: tuple[tuple[int, int, Optional[int]], ...] = ()  # (value, memory_id, new offset or None:
     # unplanned) for every other planned value of a relaid buffer whose place changes
-    prologue: tuple[FirstCallCopy, ...] = ()  # the first-call prologue written at the start of chain 0 (1.5)
-    guard: Optional[tuple[int, int]] = None  # (guard, cleared_from): the prologue's Bool values
-    new_values: tuple[tuple[int, m.EValue], ...] = ()  # values appended after the folds' (host constants, Bools)
+    payload: EncodingPayload = NO_PAYLOAD  # what the encoding writes of its own (opaque: ``EncodingPayload``)
+    new_values: tuple[tuple[int, m.EValue], ...] = ()  # values appended after the folds' (the encoding's own)
     reencoded: tuple[Reencoded, ...] = ()  # constants another encoding held that this one takes over
     encoding: str = ""  # the key of the encoding that filled it in (rewriter/encodings; "": the default)
 
     @property
-    def prologue_length(self) -> int:
-        """Instructions the written prologue takes at the start of chain 0 (0: none)."""
-        return len(self.prologue) + GUARD_INSTRUCTIONS if self.prologue else 0
+    def leading_length(self) -> int:
+        """Instructions the encoding writes at the start of chain 0 (0: none)."""
+        return self.payload.leading
 
     @property
     def bytes_per_call_saved(self) -> int:
@@ -285,9 +295,10 @@ class Storage:
 
 class MethodJob:
     """One method as its encoding fills in the plan: the method, where new regions go, the values it appends, the
-    program-wide storage, and what it collects (first-call copies, what it cannot convert)."""
+    program-wide storage, and what it collects (its own, for its payload; what it cannot convert)."""
 
-    __slots__ = ("method", "new_values", "once", "options", "plan", "program", "regions", "storage", "unconverted")
+    __slots__ = ("collected", "method", "new_values", "options", "plan", "program", "regions", "storage",
+                 "unconverted")
 
     def __init__(self, program: m.Program, method: MethodAnalysis, options: Selection, storage: Storage,
                  unconverted: list[Unconverted]) -> None:
@@ -298,13 +309,13 @@ class MethodJob:
         self.storage = storage
         self.regions = AppendedRegions(self.plan, method.label)  # program/layout.py: which buffer, which offset
         self.new_values = NewValues(len(self.plan.values or ()))
-        self.once: list[FirstCallCopy] = []  # the copies a first-call prologue makes
+        self.collected: list[Any] = []  # what the encoding gathers while it places (read by its ``payload``)
         self.unconverted = unconverted
 
 
 class NewValues:
     """The values a method's edit appends, numbered in the order they are taken (folded values, host constants,
-    the prologue's Bools)."""
+    the encoding's own values)."""
 
     def __init__(self, first: int) -> None:
         self.next = first
