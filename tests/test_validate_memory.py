@@ -52,12 +52,12 @@ torch.save(calls, sys.argv[2] + ".inputs.pt")
 """
 
 
-def _measured(*args: str) -> tuple[int, str, int]:
-    """(exit code, stdout, peak RSS in bytes of the largest process) of ``pte-devconst ARGS``."""
+def _measured(*args: str) -> tuple[int, str, str, int]:
+    """(exit code, stdout, stderr, peak RSS in bytes of the largest process) of ``pte-devconst ARGS``."""
     done = subprocess.run([sys.executable, "-c", MEASURE, sys.executable, "-m", "pte_devconst", *args],
                           capture_output=True, text=True, timeout=600)
-    *_, peak = done.stderr.strip().splitlines()
-    return done.returncode, done.stdout, int(peak)
+    *said, peak = done.stderr.strip().splitlines()
+    return done.returncode, done.stdout, "\n".join(said), int(peak)
 
 
 @pytest.fixture(scope="module")
@@ -84,9 +84,9 @@ def baseline() -> int:
 
 @pytest.mark.parametrize("runtime", ["1.6", "1.5"])
 def test_the_runner_holds_the_model_once(made: dict[str, Path], baseline: int, runtime: str) -> None:
-    code, out, peak = _measured("validate", str(made["original"]), str(made[runtime]), "--inputs",
-                                str(made["inputs"]), "--simulate-devices", "--calls", "3", "-q")
-    assert code == 0, out
+    code, out, err, peak = _measured("validate", str(made["original"]), str(made[runtime]), "--inputs",
+                                     str(made["inputs"]), "--simulate-devices", "--calls", "3", "-q")
+    assert code == 0, out + err
     size = max(made["original"].stat().st_size, made[runtime].stat().st_size)
     assert size > 40 << 20
     assert peak - baseline <= BOUND * size, (f"peak {peak:,} B is {(peak - baseline) / size:.2f}x the program "
@@ -132,7 +132,7 @@ def _planted(made: dict[str, Path], tmp_path: Path, how: str) -> Path:
 def test_a_planted_wrong_rewrite_still_fails(made: dict[str, Path], tmp_path: Path, how: str, engine: str) -> None:
     wrong = _planted(made, tmp_path, how)
     extra = ["--simulate-devices"] if engine == "runner" else ["--engine", "executorch"]
-    code, out, _ = _measured("validate", str(made["original"]), str(wrong), "--inputs", str(made["inputs"]),
-                             *extra, "--format", "json")
-    assert code == 1, out
+    code, out, err, _ = _measured("validate", str(made["original"]), str(wrong), "--inputs", str(made["inputs"]),
+                                  *extra, "--format", "json")
+    assert code == 1, out + err
     assert json.loads(out)["verdict"] == "fail"
