@@ -18,6 +18,22 @@ from .prologue import first_call_copies
 
 
 @record
+class Arrival:
+    """How a moved value reaches its device in the second version, as the file says: once, in one phase of a run
+    (``"load"``, ``"call 0"``), by the loader's initial data (the copy names the value itself) or by a copy kernel
+    the method runs (the copy names the holder as its destination).  ``validate`` checks each value against its
+    arrival without knowing which encoding wrote it."""
+
+    when: str  # "at load", "on the first call": what reports say
+    phase: str  # the phase of a run whose copies bring it
+    by_kernel: bool  # a copy kernel into the holder, not the loader's initial data
+
+
+AT_LOAD = Arrival("at load", "load", False)  # device initial data (program/runtime.py)
+ON_FIRST_CALL = Arrival("on the first call", "call 0", True)  # a first-call prologue's copy (program/prologue.py)
+
+
+@record
 class MovedValue:
     """A value the rewritten method keeps in device memory: a moved constant, or a folded value."""
 
@@ -25,7 +41,7 @@ class MovedValue:
     device: m.Device  # the device of its planned buffer (the CPU under host placement)
     folded: bool  # computed by the host (or new) in the original, not a constant there
     holder: int = -1  # the value holding its bytes in the second version (-1: ``value`` itself)
-    first_call: bool = False  # filled by a first-call prologue copy (1.5), not at load (1.6)
+    arrival: Arrival = AT_LOAD  # how its bytes reach the holder
     reencoded: bool = False  # held with initial data in the first version too: only the encoding changed
 
     @property
@@ -63,9 +79,9 @@ def moved_values(before: m.ExecutionPlan, after: m.ExecutionPlan, *, devices_onl
         old_src = values_before[src] if 0 <= src < len(values_before) else None
         old_dst = values_before[dst] if dst < len(values_before) else None
         if isinstance(old_dst, m.Tensor) and old_dst.has_initial_data:
-            moved.append(MovedValue(dst, device, False, dst, True, True))
+            moved.append(MovedValue(dst, device, False, dst, ON_FIRST_CALL, True))
         elif isinstance(old_src, m.Tensor) and old_src.is_constant:
-            moved.append(MovedValue(src, device, False, dst, True))
+            moved.append(MovedValue(src, device, False, dst, ON_FIRST_CALL))
         else:
-            moved.append(MovedValue(dst, device, True, dst, True))
+            moved.append(MovedValue(dst, device, True, dst, ON_FIRST_CALL))
     return moved

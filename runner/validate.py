@@ -22,7 +22,7 @@ outputs exactly, floating ones within ``rtol``/``atol`` when given, else within
   once per call, as in the usual program).
 
 Both kinds come from the two programs alone: a *moved constant* is a constant in
-the original that the rewrite plans in a non-CPU buffer with initial data, in the
+the original that the rewrite keeps in a non-CPU buffer for the whole method (``program/moves.py``), in the
 same method at the same value index; a *folded value* is planned the same way in
 the rewrite but in the original was a value the host computed (or is new).  Which
 of the original's values they stand for comes from the delegate-boundary
@@ -50,7 +50,7 @@ from pte_devconst.program.effects import MethodEffects
 from pte_devconst.program.kernel_effects import is_device_copy, list_items
 from pte_devconst.program.layout import layout_problems
 from pte_devconst.program.memory import storage_groups
-from pte_devconst.program.moves import moved_values
+from pte_devconst.program.moves import AT_LOAD, Arrival, moved_values
 from pte_devconst.program.regions import IntervalIndex, planned_region
 from pte_devconst.util.errors import PteDevconstError, UnsupportedProgramError
 from pte_devconst.util.exit_code import ExitCode
@@ -83,8 +83,8 @@ class MovedConstant:
     nbytes: int
     folded: bool = False  # a value the original computed on the host from constants (or a new value)
     holder: int = -1  # the rewrite's value that holds it in device memory (-1: ``value`` itself)
-    first_call: bool = False  # copied by a first-call prologue (1.5), not loaded as initial data (1.6)
-    reencoded: bool = False  # device initial data in the original: only the encoding changed
+    arrival: Arrival = AT_LOAD  # how it reaches its device (program/moves.py: the file says which encoding)
+    reencoded: bool = False  # resident in the original too: only the encoding changed
 
     @property
     def held_by(self) -> int:
@@ -258,7 +258,7 @@ class ValidationResult:
 
 def _constant_json(c: MovedConstant) -> dict[str, Any]:
     return {"value": c.value, "name": c.name, "device": c.device, "nbytes": c.nbytes, "kind": c.kind,
-            "held_by": c.held_by, "copied": "on the first call" if c.first_call else "at load"}
+            "held_by": c.held_by, "copied": c.arrival.when}
 
 
 def _call_json(c: CallComparison) -> dict[str, Any]:
@@ -283,7 +283,7 @@ def _tensor(values: Sequence[m.EValue], index: int) -> m.Tensor:
 
 
 def moved_constants(original: m.Program, rewritten: m.Program) -> dict[str, list[MovedConstant]]:
-    """Per method: values ``rewritten`` plans on a device with initial data that were constants in ``original``
+    """Per method: values ``rewritten`` keeps on a device for the whole method that were constants in ``original``
     (moved) or values the host computed there, or no value at all (folded): ``program/moves.py``."""
     result: dict[str, list[MovedConstant]] = {}
     for plan_a in original.execution_plan or ():
@@ -297,7 +297,7 @@ def moved_constants(original: m.Program, rewritten: m.Program) -> dict[str, list
             MovedConstant(name, moved.value, _tensor(values_b, moved.held_by).fqn if moved.folded else
                           _tensor(values_a, moved.value).fqn or _tensor(values_b, moved.held_by).fqn,
                           str(moved.device), _tensor(values_b, moved.held_by).nbytes, folded=moved.folded,
-                          holder=moved.holder, first_call=moved.first_call, reencoded=moved.reencoded)
+                          holder=moved.holder, arrival=moved.arrival, reencoded=moved.reencoded)
             for moved in moved_values(plan_a, plan_b)]
     return result
 
@@ -323,7 +323,7 @@ def _proof_check(original: m.ExecutionPlan, rewritten: m.ExecutionPlan,
 
 def _layout_problems(plan: m.ExecutionPlan) -> list[str]:
     """Every device buffer of ``plan`` checked by lifetimes (program/memory.py): values live at once share no
-    byte, and nothing shares a byte with a resident value (initial data)."""
+    byte, and nothing shares a byte with a resident value."""
     devices = plan.buffer_devices()
     device_ids = sorted(mid for mid, device in devices.items() if not device.is_cpu)
     if not device_ids:
@@ -631,10 +631,10 @@ def _check_method(name: str, before: RunResult, after: RunResult, moved: list[Mo
     checks.append(_observed_writes_check(before, after))
     checks.extend(static)
     what = "moved and folded values" if any(c.folded for c in moved) else "moved constants"
-    once, first_call_events = _copied_once(name, after, moved)
+    once, owed_copies = _copied_once(name, after, moved)
     folded = sum(1 for c in moved if c.folded)
     counted = plural(len(moved) - folded, "constant") + (f" and {plural(folded, 'folded value')}" if folded else "")
-    when = " and ".join(sorted({"on the first call" if c.first_call else "at load" for c in moved})) or "at load"
+    when = " and ".join(sorted({c.arrival.when for c in moved})) or AT_LOAD.when
     checks.append(_vacuous_if_none_moved(moved, Check.of(
         f"{what} copied to their device once", not once,
         "; ".join(once) or f"{counted}, {exact_bytes(sum(c.nbytes for c in moved))}, {when}")))
@@ -648,7 +648,7 @@ def _check_method(name: str, before: RunResult, after: RunResult, moved: list[Mo
         origins = {c.value for c in moved if not c.folded} | replaced_origins(a.delegate_calls, b.delegate_calls,
                                                                               resident)
         moved_before = sum(e.nbytes for e in _h2d(before.events, phase, name) if e.source_value in origins)
-        first_copies = first_call_events if i == 0 else []  # the one copy each first-call value is owed
+        first_copies = owed_copies.get(phase, [])  # the one copy each value arriving by a kernel here is owed
         owed = {id(e) for e in first_copies}
         still = [e for e in _h2d(after.events, phase, name)
                  if e.source_value in origins | set(resident) | {c.held_by for c in moved} and id(e) not in owed]
@@ -693,33 +693,44 @@ def _observed_writes_check(before: RunResult, after: RunResult) -> Check:
                     f"{plural(seen, 'read-only argument')} unchanged by their calls")
 
 
-def _copied_once(name: str, after: RunResult, moved: Sequence[MovedConstant]) -> tuple[list[str], list[CopyEvent]]:
-    """(problems, the first-call copies): each moved value reached its device exactly once over the load and every
-    call: as initial data at load (1.6), or by one copy on the first call and none later (1.5)."""
+def _copied_once(name: str, after: RunResult, moved: Sequence[MovedConstant]
+                 ) -> tuple[list[str], dict[str, list[CopyEvent]]]:
+    """(problems, per phase the copies its calls owe): each moved value reached its device exactly once over the
+    load and every call, as its arrival says (``program/moves.py``): one copy in its phase (the loader's initial
+    data of the value itself, or a copy kernel into its holder), and no copy kernel into its holder later."""
     problems: list[str] = []
-    first: list[CopyEvent] = []
-    load_events = _h2d(after.events, LOAD, name)
-    first_call = [e for e in _h2d(after.events, "call 0", name) if e.cause is Cause.H2D_KERNEL]
-    later = [e for i in range(1, len(after.calls)) for e in _h2d(after.events, f"call {i}", name)
-             if e.cause is Cause.H2D_KERNEL]
+    owed: dict[str, list[CopyEvent]] = {}
+    phases = [LOAD, *(f"call {i}" for i in range(len(after.calls)))]
+    events: dict[str, list[CopyEvent]] = {}
+
+    def copies_in(phase: str) -> list[CopyEvent]:
+        if phase not in events:
+            events[phase] = _h2d(after.events, phase, name)
+        return events[phase]
+
     for constant in moved:
         label = constant_label(value_name(constant.name, constant.value), constant.value)
-        if constant.first_call:
-            copies = [e for e in first_call if e.destination_value == constant.held_by]
-            again = [e for e in later if e.destination_value == constant.held_by]
+        arrival = constant.arrival
+        if arrival.by_kernel:
+            copies = [e for e in copies_in(arrival.phase)
+                      if e.cause is Cause.H2D_KERNEL and e.destination_value == constant.held_by]
+            later = phases[phases.index(arrival.phase) + 1:] if arrival.phase in phases else []
+            again = [e for phase in later for e in copies_in(phase)
+                     if e.cause is Cause.H2D_KERNEL and e.destination_value == constant.held_by]
             if len(copies) != 1 or again or copies[0].nbytes != constant.nbytes \
                     or copies[0].device != constant.device:
-                problems.append(f"{label}: {len(copies)} copies on the first call and {len(again)} after, "
+                problems.append(f"{label}: {len(copies)} copies {arrival.when} and {len(again)} after, "
                                 f"{sum(e.nbytes for e in copies + again)} B (expected 1 copy of {constant.nbytes} B "
-                                f"to {constant.device} on the first call)")
-            first.extend(copies)
+                                f"to {constant.device} {arrival.when})")
+            owed.setdefault(arrival.phase, []).extend(copies)
             continue
-        copies = [e for e in load_events if e.source_value == constant.value and e.cause is Cause.LOAD_INITIAL_DATA]
+        copies = [e for e in copies_in(arrival.phase)
+                  if e.source_value == constant.value and e.cause is Cause.LOAD_INITIAL_DATA]
         if len(copies) != 1 or copies[0].nbytes != constant.nbytes or copies[0].device != constant.device:
-            problems.append(f"{label}: {len(copies)} load copies, "
+            problems.append(f"{label}: {len(copies)} {arrival.phase} copies, "
                             f"{sum(e.nbytes for e in copies)} B (expected 1 copy of {constant.nbytes} B to "
                             f"{constant.device})")
-    return problems, first
+    return problems, owed
 
 
 def _vacuous_if_none_moved(moved: Sequence[MovedConstant], check: Check) -> Check:
