@@ -89,5 +89,36 @@ for style in ("copy", "legacy"):
               f"| {plan['after']:,} B | {peak['before']} B | {peak['after']} B |")
 PY
 cat "$out/seed.md"
+# Deployment size (issue 43): 1 GiB of moved constants (1,024 weights of 1 MiB), copy style, in both encodings, on
+# the card: the first call and the later ones apart (1.5 copies its constants on the first call), H2D bytes beside
+# the original's, and the validation's own wall time and peak memory (the largest process).
+python -c "import sys; sys.path.insert(0, '.'); from bench.synth import seed_program; from pte_devconst.schema.pte_writer import write_pte; p, c = seed_program(1024, 'copy', rows=65536); write_pte('$work/seed_1g.pte', p, c)"
+for runtime in 1.6 1.5; do
+  pte-devconst rewrite "$work/seed_1g.pte" -o "$work/seed_1g@$runtime.pte" --runtime "$runtime" -q
+  /usr/bin/time -f "%e %M" -o "$work/seed_1g@$runtime.time" pte-devconst validate "$work/seed_1g.pte" \
+    "$work/seed_1g@$runtime.pte" --opaque-delegates --calls 5 --format json > "$out/seed_1g@$runtime.json" \
+    || failed+=("seed_1g@$runtime")
+done
+python - "$out" "$work" > "$out/seed_1g.md" <<'PY'
+import json, sys
+from pathlib import Path
+out, work = Path(sys.argv[1]), Path(sys.argv[2])
+print("| 1 GiB, runtime | result | first call, before | after | later call, before | after | H2D first call, before "
+      "| after | H2D per later call, before | after | H2D at load, after | validate wall | validate peak RSS |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+for runtime in ("1.6", "1.5"):
+    doc = json.loads((out / f"seed_1g@{runtime}.json").read_text())
+    wall, peak_kib = (work / f"seed_1g@{runtime}.time").read_text().split()[-2:]
+    for method in doc["methods"]:
+        first, steady = method["calls"][0], method["calls"][1:]
+        ms = lambda side: sum(c["wall_s"][side] for c in steady) / len(steady) * 1e3
+        last = method["calls"][-1]
+        print(f"| {runtime} | {'PASS' if doc['passed'] else 'FAIL'} | {first['wall_s']['before'] * 1e3:.3f} ms "
+              f"| {first['wall_s']['after'] * 1e3:.3f} ms | {ms('before'):.3f} ms | {ms('after'):.3f} ms "
+              f"| {first['h2d_bytes']['before']:,} B | {first['h2d_bytes']['after']:,} B "
+              f"| {last['h2d_bytes']['before']:,} B | {last['h2d_bytes']['after']:,} B "
+              f"| {method['load_h2d_bytes']['after']:,} B | {float(wall):.1f} s | {int(peak_kib) / 1024:.0f} MiB |")
+PY
+cat "$out/seed_1g.md"
 python -m pytest -q -m gpu tests/test_runner_gpu.py 2>&1 | tee "$out/pytest-gpu.txt"
 if ((${#failed[@]})); then echo "validate FAILED: ${failed[*]}" >&2; exit 1; fi
