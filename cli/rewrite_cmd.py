@@ -174,15 +174,15 @@ def render_text(result: RewriteResult, view: View) -> None:
 
 def changes_line(result: RewriteResult) -> str:
     """What the rewrite changed in the file, in one line: instructions, constant and initial-data entries, and the
-    bytes per call it saves (a 1.5 rewrite's per-call copies move into the first-call prologue)."""
+    bytes per call it saves (an encoding's own copies in its words: ``EncodingPayload.copies_phrase``)."""
     from pte_devconst.rewriter.words import conversion_phrase
 
     plan = result.plan
     saved = f"{human_bytes(plan.bytes_per_call_saved)} fewer host-to-device bytes per call."
-    once = sum(edit.payload.copies for edit in plan.methods)
+    written = [edit.payload for edit in plan.methods if edit.payload.copies]
     converted = conversion_phrase(plan)
-    if once:
-        parts = [f"{plural(once, 'copy', 'copies')} in the first-call prologue (each run once, on the first call)"]
+    if written:  # the encoding's own copies, in its words
+        parts = [written[0].copies_phrase(sum(payload.copies for payload in written))]
         if plan.constant_entries:
             parts.append(f"{plural(len(plan.constant_entries), 'constant entry', 'constant entries')} added")
     else:

@@ -48,12 +48,12 @@ def _next_survivors(mapping: tuple[Optional[int], ...], new_length: int) -> list
 
 
 def _edit_chain(chain: m.Chain, chain_index: int, edit: "MethodEdit", rewired: dict[tuple[int, int], dict[int, int]],
-                prologue: list[m.Instruction]) -> m.Chain:
+                leading: list[m.Instruction]) -> m.Chain:
     mapping = edit.instruction_maps[chain_index]
     instructions = chain.instructions or ()
-    new_length = len(prologue) + sum(1 for new in mapping if new is not None)
+    new_length = len(leading) + sum(1 for new in mapping if new is not None)
     landing = _next_survivors(mapping, new_length)
-    out: list[m.Instruction] = list(prologue)
+    out: list[m.Instruction] = list(leading)
     for k, ins in enumerate(instructions):
         if mapping[k] is None:
             continue
@@ -69,7 +69,7 @@ def _edit_chain(chain: m.Chain, chain_index: int, edit: "MethodEdit", rewired: d
     stacktrace = chain.stacktrace
     if stacktrace is not None:
         kept = tuple(frames for k, frames in enumerate(stacktrace) if k >= len(mapping) or mapping[k] is not None)
-        stacktrace = (m.FrameList(()),) * len(prologue) + kept
+        stacktrace = (m.FrameList(()),) * len(leading) + kept
     return replace(chain, instructions=tuple(out) if chain.instructions is not None else None, stacktrace=stacktrace)
 
 
@@ -122,8 +122,8 @@ def edit_method(plan: m.ExecutionPlan, edit: "MethodEdit", constant_remap: Optio
         sizes[growth.memory_id] = growth.new_size
         if growth.added and not growth.device.is_cpu:
             devices.append(m.NonConstBufferDevice(growth.memory_id, growth.device.type, growth.device.index))
-    prologue = encoding.leading_instructions(edit, plan)
-    chains = tuple(_edit_chain(chain, c, edit, rewired, prologue if c == 0 else [])
+    leading = encoding.leading_instructions(edit, plan)
+    chains = tuple(_edit_chain(chain, c, edit, rewired, leading if c == 0 else [])
                    for c, chain in enumerate(plan.chains or ()))
     return replace(
         plan,

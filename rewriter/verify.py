@@ -254,7 +254,7 @@ def _no_reader_of(program: m.Program, dropped: set[int]) -> None:
 def _constant_remap(old: Optional[m.SubsegmentOffsets], new: Optional[m.SubsegmentOffsets],
                     plan: RewritePlan) -> Optional[dict[int, int]]:
     """Old constant index -> new, when the plan drops entries or adds them (None when the constant table is
-    unchanged).  New entries (1.5: host constants a first-call prologue copies) follow the kept ones."""
+    unchanged).  New entries (host constants the encoding added: ``Storage.new_entries``) follow the kept ones."""
     dropped = set(plan.dropped_constants)
     added = len(plan.constant_entries)
     if not dropped and not added:
@@ -386,7 +386,7 @@ class _MethodCheck(Verifier):
                 if new_index is not None:
                     continue
                 if self.encoded.removed_in_input(c, k):
-                    continue  # the encoding's own instructions in the input (a first-call prologue), rewritten
+                    continue  # the encoding's own instructions in the input, rewritten (``EncodingCheck``)
                 ins = instructions[k]
                 args = ins.args or () if isinstance(ins, m.KernelCall) else ()
                 name = ops[ins.op_index] if isinstance(ins, m.KernelCall) else ""
@@ -698,7 +698,7 @@ class _MethodCheck(Verifier):
         watched = resident | gone
         if not watched:
             return
-        skip = self.encoded.own_steps  # the encoding's own instructions (a prologue's copies), checked by it
+        skip = self.encoded.own_steps  # the encoding's own instructions, checked by it
         for value, reader in readers_in_order(self.new, watched):  # program/readers.py: every use, in order
             if reader.step in skip:
                 continue

@@ -29,6 +29,7 @@ from pte_devconst.program.runtime import DeviceInitialData, Runtime, device_init
 from pte_devconst.schema import model as m
 from pte_devconst.schema.span import Span
 from pte_devconst.util.record import record
+from pte_devconst.util.units import plural
 
 from ..model.plan_model import (NO_PAYLOAD, EncodingPayload, FoldPlacement, MethodEdit, MethodJob,
                                 NewConstantEntries, Placement, Reencoded, Storage, Unconverted, dropped_constants,
@@ -208,6 +209,9 @@ class Prologue(EncodingPayload):
     @property
     def copies(self) -> int:
         return len(self.copied)
+
+    def copies_phrase(self, count: int) -> str:
+        return f"{plural(count, 'copy', 'copies')} in the first-call prologue (each run once, on the first call)"
 
 
 def written_prologue(edit: "MethodEdit") -> Optional[Prologue]:

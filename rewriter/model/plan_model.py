@@ -16,6 +16,7 @@ from pte_devconst.schema import model as m
 from pte_devconst.schema.model import Device
 from pte_devconst.util.errors import UnsupportedProgramError
 from pte_devconst.util.record import record
+from pte_devconst.util.units import plural
 
 from .analysis import ConstantVerdict, DeviceCopy, MethodAnalysis, RewiredDelegateArg
 from ..fold import FoldChain, FoldRecipe
@@ -78,6 +79,11 @@ class EncodingPayload:
     def copies(self) -> int:
         """Host-to-device copies among them (each run once per loaded method)."""
         return 0
+
+    def copies_phrase(self, count: int) -> str:
+        """``4 copies written in front of the method, each run once``: what ``rewrite`` says of ``count`` such copies
+        (over every method's payload of this kind)."""
+        return f"{plural(count, 'copy', 'copies')} written in front of the method, each run once"
 
 
 @record
