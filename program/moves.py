@@ -11,6 +11,8 @@ constant itself), with ``holder``, the value that holds them in the second.
 from __future__ import annotations
 
 
+from typing import Callable
+
 from pte_devconst.schema import model as m
 from pte_devconst.util.record import record
 
@@ -49,10 +51,22 @@ class MovedValue:
         return self.value if self.holder < 0 else self.holder
 
 
+# What moved between two versions of a method, as one reader says (``validate`` takes one: the API's asks each
+# registered encoding, ``rewriter/encodings: moved_by_encodings``; alone, the runner reads both built-in ones).
+MovedReader = Callable[[m.ExecutionPlan, m.ExecutionPlan], list[MovedValue]]
+
+
 def moved_values(before: m.ExecutionPlan, after: m.ExecutionPlan, *, devices_only: bool = True) -> list[MovedValue]:
     """Values ``after`` keeps in device memory that ``before`` had as constants (moved) or as tensors without
     initial data, or not at all (folded); and 1.6 constants that ``after`` re-encodes as first-call copies.
     ``devices_only``: only those in a buffer on a non-CPU device."""
+    return resident_values(before, after, devices_only=devices_only) \
+        + first_call_values(before, after, devices_only=devices_only)
+
+
+def resident_values(before: m.ExecutionPlan, after: m.ExecutionPlan, *, devices_only: bool = True
+                    ) -> list[MovedValue]:
+    """``moved_values``'s planned device memory with initial data (arriving ``AT_LOAD``)."""
     values_before = before.values or ()
     values_after = after.values or ()
     devices = after.buffer_devices()  # once per method: a lookup per value is quadratic on a long device list
@@ -68,6 +82,16 @@ def moved_values(before: m.ExecutionPlan, after: m.ExecutionPlan, *, devices_onl
             moved.append(MovedValue(index, device, False))
         elif old is None or isinstance(old, m.Tensor):
             moved.append(MovedValue(index, device, True))
+    return moved
+
+
+def first_call_values(before: m.ExecutionPlan, after: m.ExecutionPlan, *, devices_only: bool = True
+                      ) -> list[MovedValue]:
+    """``moved_values``'s destinations of a first-call prologue's copies (arriving ``ON_FIRST_CALL``)."""
+    values_before = before.values or ()
+    values_after = after.values or ()
+    devices = after.buffer_devices()
+    moved = []
     already = first_call_copies(before)
     for dst, (src, _) in sorted(first_call_copies(after).items()):
         target = values_after[dst] if 0 <= dst < len(values_after) else None

@@ -35,7 +35,7 @@ from pte_devconst import paths
 from pte_devconst.paths import Programs
 from pte_devconst.program.etrecord import read_etrecord
 from pte_devconst.program.executorch import method_labels
-from pte_devconst.rewriter.encodings import Encoding, Runtime, encoding_for, required_runtime
+from pte_devconst.rewriter.encodings import Encoding, Runtime, encoding_for, moved_by_encodings, required_runtime
 from pte_devconst.rewriter.load import analyze_opened, opened
 from pte_devconst.rewriter.names import ProgramNames, match_names, name_opened, named_program, recorded_from_programs
 from pte_devconst.program.layout import DeviceMemory
@@ -486,7 +486,8 @@ def validate(original: ProgramLike, rewritten: ProgramLike, *, ptd: Optional[Pat
         data = paths.data_for(first, ptd)
         engine_result = validate_in_runtime(first, second, ptd=data,
                                             rewritten_ptd=paths.rewrite_data_for(second, data, rewritten_ptd),
-                                            inputs=inputs, calls=calls, methods=methods, progress=progress)
+                                            inputs=inputs, calls=calls, methods=methods, progress=progress,
+                                            moved_by=moved_by_encodings)
         return replace(engine_result, warnings=(*engine_result.warnings,
                                                   *_older_runtime_warnings(engine_result.runtime, (first, second))))
     from pte_devconst.runner.validate import validate as run_validation  # imports torch: only validate loads it
@@ -503,7 +504,7 @@ def validate(original: ProgramLike, rewritten: ProgramLike, *, ptd: Optional[Pat
                           inputs=inputs, expected=expected, calls=calls, rtol=rtol, atol=atol,
                           simulate_devices=simulate_devices, methods=methods, profile=profile,
                           opaque_delegates=opaque_delegates, progress=progress, output_names=output_names,
-                          value_names=value_names)
+                          value_names=value_names, moved_by=moved_by_encodings)
     if found is not None:
         result.warnings.extend(note for note in found[0].notes if note not in result.warnings)
     return result

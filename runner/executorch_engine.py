@@ -32,7 +32,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 import torch
 
 from pte_devconst.program.kernel_effects import copy_slots, is_device_copy
-from pte_devconst.program.moves import moved_values
+from pte_devconst.program.moves import MovedReader, moved_values
 from pte_devconst.schema import model as m
 from pte_devconst.schema.pte_file import ProgramBytes, open_pte
 from pte_devconst.schema.pte_writer import unchanged_segments
@@ -262,8 +262,10 @@ ProgramLike = Union[str, Path, ProgramBytes]
 def validate_in_runtime(original: ProgramLike, rewritten: ProgramLike, *, ptd: Optional[Path] = None,
                         rewritten_ptd: Optional[Path] = None, inputs: Any = None, calls: int = MIN_CALLS,
                         methods: Optional[Sequence[str]] = None,
-                        progress: Optional[Callable[[int, int, str], None]] = None) -> EngineValidation:
-    """Both programs, flipped, in the installed ExecuTorch runtime (module docstring)."""
+                        progress: Optional[Callable[[int, int, str], None]] = None,
+                        moved_by: MovedReader = moved_values) -> EngineValidation:
+    """Both programs, flipped, in the installed ExecuTorch runtime (module docstring); ``moved_by`` says what
+    moved (``program/moves.py: MovedReader``; the API passes the registered encodings' reading)."""
     import importlib.util
 
     from .runtime_backend import runtime_backends, runtime_version
@@ -307,7 +309,7 @@ def validate_in_runtime(original: ProgramLike, rewritten: ProgramLike, *, ptd: O
             skipped.append((method, error.what))
             continue
         method_calls = [given[k % len(given)] for k in range(calls)]
-        moved = len(moved_values(plans_a[method], plans_b[method]))
+        moved = len(moved_by(plans_a[method], plans_b[method]))
         runs = []
         for what, data, data_path in (("original", data_a, path_a), ("rewrite", data_b, path_b),
                                       *((("probed rewrite", data_probe, path_b),) if data_probe else ())):

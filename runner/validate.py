@@ -50,7 +50,7 @@ from pte_devconst.program.effects import MethodEffects
 from pte_devconst.program.kernel_effects import is_device_copy, list_items
 from pte_devconst.program.layout import layout_problems
 from pte_devconst.program.memory import storage_groups
-from pte_devconst.program.moves import AT_LOAD, Arrival, moved_values
+from pte_devconst.program.moves import AT_LOAD, Arrival, MovedReader, moved_values
 from pte_devconst.program.regions import IntervalIndex, planned_region
 from pte_devconst.util.errors import PteDevconstError, UnsupportedProgramError
 from pte_devconst.util.exit_code import ExitCode
@@ -282,9 +282,11 @@ def _tensor(values: Sequence[m.EValue], index: int) -> m.Tensor:
     return value
 
 
-def moved_constants(original: m.Program, rewritten: m.Program) -> dict[str, list[MovedConstant]]:
+def moved_constants(original: m.Program, rewritten: m.Program, reader: MovedReader = moved_values
+                    ) -> dict[str, list[MovedConstant]]:
     """Per method: values ``rewritten`` keeps on a device for the whole method that were constants in ``original``
-    (moved) or values the host computed there, or no value at all (folded): ``program/moves.py``."""
+    (moved) or values the host computed there, or no value at all (folded), as ``reader`` finds them
+    (``program/moves.py``; the API's asks the registered encodings)."""
     result: dict[str, list[MovedConstant]] = {}
     for plan_a in original.execution_plan or ():
         name = plan_a.name or ""
@@ -298,7 +300,7 @@ def moved_constants(original: m.Program, rewritten: m.Program) -> dict[str, list
                           _tensor(values_a, moved.value).fqn or _tensor(values_b, moved.held_by).fqn,
                           str(moved.device), _tensor(values_b, moved.held_by).nbytes, folded=moved.folded,
                           holder=moved.holder, arrival=moved.arrival, reencoded=moved.reencoded)
-            for moved in moved_values(plan_a, plan_b)]
+            for moved in reader(plan_a, plan_b)]
     return result
 
 
@@ -756,7 +758,8 @@ def validate(original: str | Path | ProgramBytes, rewritten: str | Path | Progra
              simulate_devices: bool = False, methods: Optional[Sequence[str]] = None, profile: bool = False,
              opaque_delegates: bool = False, progress: Optional[Callable[[int, int, str], None]] = None,
              output_names: Optional[Mapping[str, Sequence[Optional[str]]]] = None,
-             value_names: Optional[Mapping[str, Mapping[int, str]]] = None) -> ValidationResult:
+             value_names: Optional[Mapping[str, Mapping[int, str]]] = None,
+             moved_by: MovedReader = moved_values) -> ValidationResult:
     """Run both programs ``calls`` (>= 2) times per method on the same inputs and check the rewrite's promises.
 
     ``inputs``/``expected`` are paths to torch.save files (``{method: [call, ...]}``) or loaded objects;
@@ -771,6 +774,8 @@ def validate(original: str | Path | ProgramBytes, rewritten: str | Path | Progra
     ``progress(done, total, what)`` is called before each call of each program (``forward: original, call 2/3``).
     ``output_names`` (method -> each output's name, an ETRecord's) names the outputs in the checks' details, and
     ``value_names`` (method -> value index -> name) the moved constants the program leaves unnamed.
+    ``moved_by`` says what moved and how each value arrives (``program/moves.py: MovedReader``; the API passes
+    the registered encodings' own reading).
     """
     if calls < 2:
         raise PteDevconstError(f"validate needs --calls of at least 2 (load once, then steady calls), got {calls}")
@@ -778,7 +783,7 @@ def validate(original: str | Path | ProgramBytes, rewritten: str | Path | Progra
         raise PteDevconstError("--expected needs --inputs: the expected outputs belong to particular inputs, and "
                                "the synthetic random inputs used without --inputs cannot reproduce them")
     with open_pte(original) as a, open_pte(rewritten) as b:
-        moved = moved_constants(a.program, b.program)
+        moved = moved_constants(a.program, b.program, moved_by)
         for method, found in moved.items():
             known = (value_names or {}).get(method, {})
             found[:] = [replace(c, name=known[c.value]) if c.name is None and not c.folded and c.value in known

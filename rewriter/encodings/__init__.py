@@ -15,13 +15,15 @@ from __future__ import annotations
 from typing import Optional, Sequence, Union
 
 from pte_devconst.program.executorch import method_labels
+from pte_devconst.program.moves import MovedValue
 from pte_devconst.schema import model as m
 
 from .base import Encoding, EncodingCheck, Verifier
 from pte_devconst.program.runtime import DEFAULT_RUNTIME, Runtime, RuntimeNeed
 
 __all__ = ["DEFAULT_RUNTIME", "Encoding", "EncodingCheck", "Runtime", "RuntimeNeed", "Verifier", "encoding_for",
-           "encoding_named", "encodings", "register", "required_runtime", "runtime_choices", "unregister"]
+           "encoding_named", "encodings", "moved_by_encodings", "register", "required_runtime", "runtime_choices",
+           "unregister"]
 
 _REGISTERED: dict[Runtime, Encoding] = {}
 
@@ -83,6 +85,13 @@ def encoding_named(key: str) -> Encoding:
         if encoding.key == key:
             return encoding
     raise KeyError(f"no encoding {key!r} is registered")
+
+
+def moved_by_encodings(before: m.ExecutionPlan, after: m.ExecutionPlan) -> list[MovedValue]:
+    """What ``after`` keeps on a device that ``before`` did not, as each registered encoding recognises its own
+    (``Encoding.moved``), newest encoding first: what the API hands ``validate`` (``program/moves.py:
+    MovedReader``), so that a registered encoding is validated without the runner knowing it."""
+    return [value for encoding in reversed(encodings()) for value in encoding.moved(before, after)]
 
 
 def required_runtime(program: m.Program, labels: Optional[Sequence[str]] = None) -> RuntimeNeed:

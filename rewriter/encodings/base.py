@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
+from pte_devconst.program.moves import MovedValue
 from pte_devconst.program.runtime import DeviceInitialData, Runtime
 from pte_devconst.schema import model as m
 
@@ -66,6 +67,11 @@ class Encoding:
     def held(self, plan: m.ExecutionPlan) -> frozenset[int]:
         """The values of a method kept on a device in this encoding."""
         return frozenset()
+
+    def moved(self, before: m.ExecutionPlan, after: m.ExecutionPlan) -> list[MovedValue]:
+        """The values ``after`` keeps on a device in this encoding that ``before`` did not, each with how its bytes
+        arrive (``program/moves.py``): what ``validate`` expects copied once, and how it probes them."""
+        return []
 
     # --- planning -----------------------------------------------------------------------------------------
 

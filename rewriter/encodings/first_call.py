@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 from pte_devconst.program.effects import MethodEffects
 from pte_devconst.program.executorch import H2D_COPY
 from pte_devconst.program.kernel_effects import copy_slots
+from pte_devconst.program.moves import MovedValue, first_call_values
 from pte_devconst.program.layout import is_aligned
 from pte_devconst.program.prologue import GUARD_INSTRUCTIONS, first_call_copies, first_call_prologue
 from pte_devconst.program.regions import memory_device
@@ -63,6 +64,9 @@ class FirstCallEncoding(Encoding):
 
     def held(self, plan: m.ExecutionPlan) -> frozenset[int]:
         return frozenset(first_call_copies(plan))
+
+    def moved(self, before: m.ExecutionPlan, after: m.ExecutionPlan) -> list[MovedValue]:
+        return first_call_values(before, after)
 
     # --- planning -----------------------------------------------------------------------------------------
 

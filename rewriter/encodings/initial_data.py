@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Optional, Sequence
 
+from pte_devconst.program.moves import MovedValue, resident_values
 from pte_devconst.program.runtime import Runtime
 from pte_devconst.schema import model as m
 
@@ -34,6 +35,9 @@ class InitialDataEncoding(Encoding):
     runtime = Runtime(1, 6)
     name = "device initial data"
     when = "at load"
+
+    def moved(self, before: m.ExecutionPlan, after: m.ExecutionPlan) -> list[MovedValue]:
+        return resident_values(before, after)
 
     # --- planning -----------------------------------------------------------------------------------------
 
