@@ -648,7 +648,7 @@ def _judged(file: str, plan: RewritePlan, analysis: Analysis, derived: Sequence[
     ``--min-bytes`` (``plan.skipped``, ``plan.fold_skipped``, with ``skip_reason``'s words) and the unknown
     constants and copies that stay that ``skip_reason`` leaves out."""
     eligible = {(c.plan_index, c.value) for c in analysis.eligible}
-    # a constant copied once by a first-call prologue is no per-call copy (a 1.6 plan only changes its encoding)
+    # a constant an encoding already copies once is no per-call copy (a plan only changes its encoding)
     found = [(p, Finding(file, p.method, p.value, p.name, str(p.device), p.nbytes, p.copies_per_call))
              for p in plan.placements if p.copies_per_call]
     released = [(p, f) for p, f in found if (p.plan_index, p.value) not in eligible]  # moved once their kernels fold

@@ -26,8 +26,8 @@ from .plan import (ConstantEntry, InitialData, RewritePlan, entry_lengths, initi
 
 def _rebuild_constants(source: PteFile, plan: RewritePlan, ptd: Optional[PtdFile]
                        ) -> tuple[SegmentContent, tuple[int, ...], dict[int, int]]:
-    """The constant segment without the dropped entries and with the plan's new ones (1.5: host constants a
-    first-call prologue copies): (content, new offsets, old index -> new index)."""
+    """The constant segment without the dropped entries and with the plan's new ones (host constants the encoding
+    added: ``Storage.new_entries``): (content, new offsets, old index -> new index)."""
     program = source.program
     cs = program.constant_segment
     offsets = (cs.offsets or ()) if cs is not None else ()

@@ -332,7 +332,7 @@ class _MethodCheck(Verifier):
         self.stands_for: dict[int, set[int]] = {}  # folded value -> the input's values it replaces
         self.dead: set[int] = set()  # values only removed kernels wrote
         self._maps: list[tuple[Optional[int], ...]] = []  # per chain: old instruction -> new (None: removed)
-        # the value that holds each moved constant on its device (itself, or a first-call copy's destination)
+        # the value that holds each moved constant on its device (itself, or the value its encoding keeps it in)
         self.held: dict[int, Placement] = {p.holder: p for p in self.moved.values()}
         self.encoded = context.plan.options.encoding.checker(self)
     def fail(self, what: str) -> RewriteCheckError:
