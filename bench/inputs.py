@@ -2,9 +2,11 @@
 
 ``Inputs.cached()`` names the real inputs under bench/cache/ (git-ignored), which ``prepare`` builds on first
 use: the 1 GiB program with the real ExecuTorch 1.5.1 exporter (bench/export_big.py), its 4 MiB and 4 GiB
-variants and the analysis and seed programs with this project's writer (bench/synth.py), and the runner's
-big examples (examples/export_examples.py --big).  ``Inputs.tiny(folder)`` builds the same roles at a few
-KiB in seconds, without torch, so that tests/test_bench_smoke.py can run every section.
+variants and the analysis and seed programs with this project's writer (bench/synth.py), the runner's
+big examples (examples/export_examples.py --big), and the validate section's programs: XNNPACK ones of 20 MiB,
+256 MiB and 1 GiB (examples/xnnpack_device.py --set large) and a 4 GiB export of bench/export_big.py.
+``Inputs.tiny(folder)`` builds the same roles at a few KiB in seconds, without torch, so that
+tests/test_bench_smoke.py can run every section.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from bench.common import HERE, PY, ROOT, child_module
 CACHE = HERE / "cache"
 FIXTURES = ROOT / "tests" / "fixtures"
 SEED_KEYS = ("copy 10k", "copy 100k", "legacy 10k", "legacy 100k")
+XNNPACK = CACHE / "xnnpack"
+XNNPACK_LARGE = ("stack_20m", "stack_256m", "stack_1g")  # examples/xnnpack_device.py's LARGE set (section 10)
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,8 @@ class Inputs:
     analysis: dict[str, Path]  # "10k", "100k" (section 4)
     seed: dict[str, Path]  # SEED_KEYS (section 8)
     runner: dict[str, RunnerExample]  # "copy", "legacy" (section 6)
+    xnnpack: dict[str, RunnerExample]  # copy-style programs the installed runtime runs, by model name (section 10)
+    demo: dict[str, Path]  # copy-style programs only the runner runs (BackendWithCompilerDemo), by name (section 10)
     corpus_small: Path  # section 5's input
     corpus_other: Path  # section 5's diff partner
     out: Path
@@ -60,6 +66,9 @@ class Inputs:
             seed={key: CACHE / f"seed_{key.split()[0]}_{key.split()[1]}.pte" for key in SEED_KEYS},
             runner={style: RunnerExample(examples / f"mlp_big_{style}.pte", examples / f"mlp_big_{style}.inputs.pt",
                                          examples / f"mlp_big_{style}.expected.pt") for style in ("copy", "legacy")},
+            xnnpack={name: RunnerExample(XNNPACK / f"{name}_copy.pte", XNNPACK / f"{name}_copy.inputs.pt",
+                                         XNNPACK / f"{name}_copy.expected.pt") for name in XNNPACK_LARGE},
+            demo={"big_1g": CACHE / "big_1g.pte", "big_4g_export": CACHE / "big_4g_export.pte"},
             corpus_small=FIXTURES / "corpus" / "v_a_dtypes_copy.pte",
             corpus_other=FIXTURES / "corpus" / "v_b_dtypes_legacy.pte",
             out=CACHE / "out")
@@ -70,7 +79,8 @@ class Inputs:
 
         The exported program's stand-in is the seed's shape (bench/synth.py ``seed_program``): one first
         dimension for every tensor, as ``scaled_copy`` needs, and eligible constants like the export's.
-        The runner's examples are committed fold fixtures with their inputs and expected outputs.
+        The runner's examples are committed fold fixtures with their inputs and expected outputs; the validate
+        section's are the committed XNNPACK-as-device MLP and a committed demo-backend corpus program.
         """
         from bench.synth import scaled_copy, write_analysis_program, write_seed_program
 
@@ -90,11 +100,15 @@ class Inputs:
             write_seed_program(str(seed[key]), 20 if size == "10k" else 200, style)
         fold = FIXTURES / "fold"
         models = ROOT / "examples" / "models"  # small programs that move constants without --fold (section 6)
+        xnnpack = FIXTURES / "xnnpack_device"  # a real XNNPACK-as-cuda:0 export the runtime runs (section 10)
         return cls(
             big_1g=big, big_4g=folder / "big_4g.pte", big_4m=folder / "big_4m.pte", big_100m=folder / "big_100m.pte",
             big_t=fold / "steps_copy.pte", fold_tiny=fold / "steps_copy.pte", analysis=analysis, seed=seed,
             runner={style: RunnerExample(models / f"mlp_{style}.pte", models / f"mlp_{style}.inputs.pt",
                                          models / f"mlp_{style}.expected.pt") for style in ("copy", "legacy")},
+            xnnpack={"mlp": RunnerExample(xnnpack / "mlp_copy.pte", xnnpack / "mlp_copy.inputs.pt",
+                                          xnnpack / "mlp_copy.expected.pt")},
+            demo={"v_a_dtypes_copy": FIXTURES / "corpus" / "v_a_dtypes_copy.pte"},
             corpus_small=FIXTURES / "corpus" / "v_a_dtypes_copy.pte",
             corpus_other=FIXTURES / "corpus" / "v_b_dtypes_legacy.pte",
             out=folder / "out", startup_warmups=0, layout_sizes=(20, 200, 2_000))
@@ -115,7 +129,7 @@ def prepare(inputs: Inputs, sections: set[str]) -> None:
     # is set, as it is on these machines).
     subprocess.run([PY, "-m", "compileall", "-q", *(str(ROOT / d) for d in ("schema", "program", "rewriter", "cli",
                                                                               "runner", "pte_devconst"))], check=True)
-    if not inputs.big_1g.exists() and sections & {"rewrite", "dryrun", "executorch", "seed"}:
+    if not inputs.big_1g.exists() and sections & {"rewrite", "dryrun", "executorch", "seed", "validate"}:
         print("exporting the 1 GiB program with ExecuTorch 1.5.1 (about 1.5 minutes, 2.5 GB RAM)...", flush=True)
         _export_big(inputs.big_1g)
     if not inputs.big_4g.exists() and sections & {"rewrite", "dryrun"}:
@@ -142,3 +156,16 @@ def prepare(inputs: Inputs, sections: set[str]) -> None:
         subprocess.run([PY, str(ROOT / "examples" / "export_examples.py"), "--big", "--only", "mlp_big_copy",
                         "--only", "mlp_big_legacy", "--out", str(inputs.runner["copy"].pte.parent)],
                        check=True, cwd=ROOT)
+    big_4g_export = inputs.demo.get("big_4g_export")
+    if "validate" in sections and big_4g_export is not None and not big_4g_export.exists():
+        # big_4g is the 1 GiB program scaled by this project's writer: its delegate blob still says 512 rows, so
+        # nothing can run it.  The runner needs the real export: 2048 parameters of 512x1024.
+        print("exporting the 4 GiB program with ExecuTorch 1.5.1 (about 1 minute, 9 GB RAM)...", flush=True)
+        _export_big(big_4g_export, "--params", "2048")
+    missing = [name for name, example in inputs.xnnpack.items()
+               if not (example.pte.exists() and example.inputs.exists() and example.expected.exists())]
+    if "validate" in sections and missing:
+        print(f"exporting {', '.join(missing)} with XNNPACK as the cuda:0 delegate (about 1.5 minutes, 4.6 GB RAM)...",
+              flush=True)
+        subprocess.run([PY, str(ROOT / "examples" / "xnnpack_device.py"), str(XNNPACK), "--set", "large",
+                        *(arg for name in missing for arg in ("--only", name))], check=True, cwd=ROOT)

@@ -232,7 +232,7 @@ def test_seed_section(tiny: Inputs) -> None:
 
 
 SUMMARY_PREFIX = {"rewrite": "1.", "dryrun": "2.", "executorch": "3.", "analysis": "4.", "startup": "5.", "fold": "7.",
-                  "layout": "9."}
+                  "layout": "9.", "validate": "10."}
 
 
 @pytest.mark.slow
@@ -245,6 +245,11 @@ def test_every_section_at_tiny_size(name: str, tiny: Inputs) -> None:
         assert any(line.startswith("| mlp_big_copy |") and "passed" in line for line in report.lines)
     if name == "startup":
         assert "top-level imports in all: 0 us" not in "\n".join(report.lines)
+    if name == "validate":  # every pair passed, with each engine, and the runtime ran the program once
+        text = "\n".join(report.lines)
+        assert "installed runtime: load + 1 call" in text and "**error**" not in text
+        rows = [line for line in report.lines if "| validate " in line]
+        assert len(rows) == 5 and all(row.endswith("| PASS |") for row in rows)
 
 
 @pytest.mark.slow
@@ -255,4 +260,51 @@ def test_the_whole_tiny_run_writes_a_report(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     text = results.read_text()
     headings = [line for line in text.splitlines() if line.startswith("## ")]
-    assert headings[0] == "## Summary" and [h.split()[1] for h in headings[1:]] == [f"{i}." for i in range(1, 10)]
+    assert headings[0] == "## Summary" and [h.split()[1] for h in headings[1:]] == [f"{i}." for i in range(1, 11)]
+
+
+def test_validate_section_reads_and_renders_without_running(tiny: Inputs) -> None:
+    """Section 10's parts that run no process: its command lines, verdicts, ratios and rows (the section itself
+    starts a dozen processes that import torch: ``-m slow``)."""
+    from bench.sections import validate as section
+
+    example = tiny.xnnpack["mlp"]
+    runner = section.validate_cmd(example.pte, tiny.out / "r.pte", section.RUNNER, example.inputs, example.expected)
+    engine = section.validate_cmd(example.pte, tiny.out / "r.pte", section.ENGINE, example.inputs, example.expected)
+    assert "--simulate-devices" in runner and "-e" in runner and "--engine" not in runner
+    assert engine[-2:] == ["--engine", "executorch"] and "-e" not in engine and "-i" in engine
+    assert section.verdict_of('{"verdict": "pass"}') == "pass" and section.verdict_of("oops") == "unreadable"
+    assert section.size_text(20 << 20) == "20.0 MiB" and section.size_text(3 << 29) == "1.5 GiB"
+    assert section.failure("pte-devconst validate a b failed (2): a warning\npte-devconst: error: a | b\n") == \
+        "exit 2: pte-devconst: error: a / b"  # the line that says why, never a table's cell separator
+
+    def figures(walls: list[float], rss_mib: list[float], outcome: str = "pass") -> section.Figures:
+        made = section.Figures()
+        for wall, rss in zip(walls, rss_mib):
+            made.add(wall, rss * 1024, outcome)
+        return made
+
+    size = 100 << 20
+    program = section.Program(
+        "m", size, {"1.6": size, "1.5": size}, figures([1, 1], [300, 300]), figures([2, 2], [400, 400]),
+        {("1.6", section.RUNNER): figures([30, 20], [400, 450]), ("1.6", section.ENGINE): figures([10, 10], [500, 500]),
+         ("1.5", section.RUNNER): figures([9, 9], [350, 350], "fail"), ("1.5", section.ENGINE): section.Figures()}, 2)
+    program.runs["1.5", section.ENGINE].error = "died"
+    assert program.time_ratio("1.6").values == [3.0, 2.0] and not program.time_ratio("1.5").values
+    assert program.memory(("1.6", section.RUNNER)).values == [1.0, 1.5]
+    rows = program.rows()
+    assert len(rows) == 5 and "installed runtime" in rows[0] and "1.00 x (1.00-1.00) met" in rows[0]
+    assert "2.50 x (2.00-3.00) **missed**" in rows[1] and rows[1].endswith("| PASS |")  # runner / engine, wall
+    assert rows[3].endswith("| **FAIL** |") and "**error**: died" in rows[4]
+    broken = section.Program("b", size, {"1.6": size}, section.Figures(), None,
+                             {("1.6", section.RUNNER): section.Figures()}, 0)
+    broken.fail(section.setup([[sys.executable, "-m", "bench.children.runtime_once"]]))  # exits 2 with its usage
+    assert broken.rows()[0].endswith("| **error**: setup exit 2: usage: python -m bench.children.runtime_once"
+                                     " {stage SRC DST,run PTE INPUTS,baseline} |")
+    report = Report()
+    section.summarise(report, [program], [])
+    assert [t for t, *_ in report.summary] == [
+        "10. validate runner / --engine executorch, wall, m (rewrite 1.6)",
+        "10. validate (runner) peak RSS above baseline / file, m",
+        "10. validate (executorch) peak RSS above baseline / file, m"]
+    assert [ok for *_, ok in report.summary] == [False, True, False]

@@ -9,7 +9,7 @@ from typing import Callable
 
 from bench.common import Report
 from bench.inputs import Inputs
-from bench.sections import analysis, dryrun, executorch, fold, layout, rewrite, runner, seed, startup
+from bench.sections import analysis, dryrun, executorch, fold, layout, rewrite, runner, seed, startup, validate
 
 Section = Callable[[int, Report, Inputs], None]
 
@@ -23,4 +23,5 @@ SECTIONS: dict[str, Section] = {
     "fold": fold.run,
     "seed": seed.run,
     "layout": layout.run,
+    "validate": validate.run,
 }
