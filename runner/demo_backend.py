@@ -117,7 +117,8 @@ class DemoBackendExecutor(DelegateExecutor):
                 raise RunnerError(f"BackendWithCompilerDemo op demo::{op.name} (debug handle {op.debug_handle}) "
                                   f"gave {previous.numel()} x {previous.dtype}, the blob says {op.numel} x "
                                   f"{op.dtype}: the runner cannot infer this delegate's wiring", where=context.where)
-            results.append(previous)
-        for arg, result in zip(outputs, results[-1:] if chained else results):
+            if not chained:  # a chain's intermediate results are dropped as it goes: it returns its last one
+                results.append(previous)
+        for arg, result in zip(outputs, [previous] if chained else results):
             context.output(arg, result)
 

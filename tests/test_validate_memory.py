@@ -136,3 +136,26 @@ def test_a_planted_wrong_rewrite_still_fails(made: dict[str, Path], tmp_path: Pa
                                   *extra, "--format", "json")
     assert code == 1, out + err
     assert json.loads(out)["verdict"] == "fail"
+
+
+# The runner's own executors hold a model once too: the bench's chain ``x + p0 + ... + p47`` (48 weights of 2 MiB,
+# BackendWithCompilerDemo on cuda:0, exported by bench/export_big.py), run in-process.  The demo executor kept
+# every intermediate sum of the chain: another copy of the model per call (1.90x at 1 GiB).
+TORCH_ONLY = "import torch; import pte_devconst.cli.app, pte_devconst.runner.validate"
+
+
+def test_an_executor_chain_holds_the_model_once(tmp_path: Path) -> None:
+    original, rewritten = tmp_path / "chain.pte", tmp_path / "chain.v16.pte"
+    subprocess.run([sys.executable, "-m", "bench.export_big", str(original), "--params", "48", "--rows", "512"],
+                   check=True, capture_output=True, timeout=600, cwd=ROOT)
+    subprocess.run([sys.executable, "-m", "pte_devconst", "rewrite", str(original), "-o", str(rewritten), "-q"],
+                   check=True, capture_output=True, timeout=600)
+    done = subprocess.run([sys.executable, "-c", MEASURE, sys.executable, "-c", TORCH_ONLY], capture_output=True,
+                          text=True, timeout=600)
+    baseline = int(done.stderr.strip().splitlines()[-1])
+    code, out, err, peak = _measured("validate", str(original), str(rewritten), "--simulate-devices", "-q")
+    assert code == 0, out + err
+    size = max(original.stat().st_size, rewritten.stat().st_size)
+    assert size > 40 << 20
+    assert peak - baseline <= BOUND * size, (f"peak {peak:,} B is {(peak - baseline) / size:.2f}x the program "
+                                             f"({size:,} B) above the imports ({baseline:,} B)")
