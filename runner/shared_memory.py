@@ -128,15 +128,31 @@ _BY_BASE: dict[int, "weakref.ref[Region]"] = {}
 
 
 def _register(region: Region) -> None:
-    if region.size:
+    """Register ``region`` until it is closed or collected.  A map's address is reused once it is gone, so a
+    region leaves the registry when it goes: a stale entry at a lower address would hide a live region above it
+    from ``locate``, and its arguments would travel by value (a 256 MiB validation then held 1.3 GB a process)."""
+    if not region.size:
+        return
+    if region.base not in _BY_BASE:
         bisect.insort(_BASES, region.base)
-        _BY_BASE[region.base] = weakref.ref(region)
+    ref = weakref.ref(region)
+    _BY_BASE[region.base] = ref
+    weakref.finalize(region, _forget, region.base, ref)
+
+
+def _forget(base: int, ref: "weakref.ref[Region]") -> None:
+    """Drop the entry at ``base`` if it is still ``ref``'s (a newer region at the same address keeps its own)."""
+    if _BY_BASE.get(base) is ref:
+        del _BY_BASE[base]
+        position = bisect.bisect_left(_BASES, base)
+        if position < len(_BASES) and _BASES[position] == base:
+            del _BASES[position]
 
 
 def _unregister(region: Region) -> None:
-    if _BY_BASE.get(region.base) is not None and _BY_BASE[region.base]() is region:
-        del _BY_BASE[region.base]
-        _BASES.remove(region.base)
+    found = _BY_BASE.get(region.base)
+    if found is not None and found() is region:
+        _forget(region.base, found)
 
 
 def span(tensor: torch.Tensor) -> tuple[int, int]:
