@@ -36,8 +36,15 @@ app.entry()
 """
 
 
+def _interruptible() -> None:
+    """In the child: Ctrl-C's default disposition.  A suite started in the background (``cmd &`` in a script, as a
+    CI harness may) has SIGINT ignored, which children inherit, and Python then installs no handler at all."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _child(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code, str(EXAMPLE)], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", code, str(EXAMPLE)], capture_output=True, text=True, timeout=120,
+                          preexec_fn=_interruptible)
 
 
 @pytest.mark.parametrize("code", [DURING_IMPORTS, BEFORE_THE_COMMAND], ids=["during-imports", "before-the-command"])
@@ -51,14 +58,15 @@ def test_a_program_importing_the_package_keeps_pythons_handler() -> None:
     gets its KeyboardInterrupt."""
     done = subprocess.run([sys.executable, "-c", "import signal, pte_devconst.cli.app; "
                            "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler"],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, preexec_fn=_interruptible)
     assert done.returncode == 0, done.stderr
 
 
 def test_the_real_command_interrupted_early_never_shows_a_traceback() -> None:
     """The script itself, interrupted a little after it started: either it finished, or one line and 130."""
     process = subprocess.Popen([sys.executable, "-m", "pte_devconst", "inspect", str(EXAMPLE)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=_interruptible)
     time.sleep(0.15)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)
