@@ -159,8 +159,17 @@ def load_torch_file(path: str | Path, what: str) -> Any:
     except FileNotFoundError:
         raise PteDevconstError(f"{what} file not found", file=str(path)) from None
     except Exception as error:  # noqa: BLE001 - pickle/zip errors of many kinds
-        raise PteDevconstError(f"cannot read {what} (expected a torch.save file): "
-                               f"{' '.join(str(error).split())[:200]}", file=str(path)) from None
+        raise PteDevconstError(f"cannot read {what} (expected a torch.save file of tensors): "
+                               f"{_load_failure(str(error))}", file=str(path)) from None
+
+
+def _load_failure(message: str) -> str:
+    """What torch.load said, short: of a weights-only refusal the unpickler's own reason, not torch's advice to
+    load the file with ``weights_only=False`` (which would run whatever code the file holds)."""
+    if "WeightsUnpickler error:" in message:
+        reason = " ".join(message.split("WeightsUnpickler error:", 1)[1].split("Check the documentation")[0].split())
+        return f"torch.load with weights_only=True refused it ({reason[:160] or 'no reason given'})"
+    return " ".join(message.split())[:200]
 
 
 def save_outputs(result: RunResult, path: str | Path) -> None:

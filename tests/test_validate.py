@@ -433,3 +433,17 @@ def test_times_are_not_shown_as_a_comparison(tmp_path: Path) -> None:
     assert "time per call (mean" not in text
     assert re.search(r"time per call, calls 2 and later \(mean\): original [\d.]+ ms, rewritten [\d.]+ ms; the "
                      r"programs ran one after the other, so this is no comparison of their speed", text), text
+
+
+def test_an_inputs_file_that_is_no_torch_file_says_why_without_torchs_advice() -> None:
+    """torch.load's refusal ends in advice to load the file with weights_only=False (which runs the file's code);
+    the error quotes the unpickler's reason instead, cut nowhere mid-sentence."""
+    pte = EXAMPLES / "mlp_copy.pte"
+    result = CliRunner().invoke(app, ["validate", str(pte), str(pte), "--inputs", str(EXAMPLES.parent.parent /
+                                                                                      "README.md"),
+                                      "--simulate-devices"])
+    assert result.exit_code == 2
+    (line,) = result.stderr.splitlines()
+    assert "cannot read inputs (expected a torch.save file of tensors): torch.load with weights_only=True refused " \
+           "it (" in line and line.endswith(")")
+    assert "weights_only` set to `False" not in line
