@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from ._lazy import lazy_exports
 
-__version__ = "0.3.1"  # the one place: pyproject.toml's version, --version and every report read it
+__version__ = "0.4.0"  # the one place: pyproject.toml's version, --version and every report read it
 
 # The public API: the functions, the records they return and the errors they raise.  Everything here is imported
 # on first use; none of it imports torch.
