@@ -202,7 +202,9 @@ def runtime_clause(plan: Any) -> str:
 
 def needs_line(result: RewriteResult) -> str:
     """The one line ``--quiet`` still prints when the project's config does not name the runtime it deploys."""
-    return f"{result.output or result.input}: {runtime_clause(result.plan)}"
+    if result.output:
+        return f"{result.output}: {runtime_clause(result.plan)}"
+    return f"{result.input}: its rewrite (a dry run: nothing written) {runtime_clause(result.plan)}"
 
 
 def _removed_kind(plan: Any) -> str:

@@ -103,3 +103,12 @@ def test_plain_lines_have_no_trailing_spaces() -> None:
     assert without_trailing_spaces("title   \nrow  \x1b[0m  \nlast  ") == "title\nrow\x1b[0m\nlast"
     done = _cli("check", EXAMPLES / "mlp_legacy.pte", EXAMPLES / "transformer_legacy.pte")
     assert [line for line in done.stdout.splitlines() if line != line.rstrip()] == []
+
+
+def test_a_quiet_dry_run_says_the_rewrite_needs_the_runtime_not_the_input() -> None:
+    """``rewrite -q --dry-run`` wrote nothing: its one line says what the rewrite would need, never that the input
+    (which loads in 1.5) needs 1.6."""
+    done = _cli("-q", "rewrite", MLP, "--dry-run")
+    assert done.returncode == 0
+    assert done.stderr == (f"{MLP}: its rewrite (a dry run: nothing written) needs ExecuTorch >= 1.6 (device "
+                           "initial data; for a 1.5 runtime: --runtime 1.5)\n")
