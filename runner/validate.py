@@ -810,6 +810,7 @@ def validate(original: str | Path | ProgramBytes, rewritten: str | Path | Progra
                 f"{', '.join(map(repr, running))} (has: {', '.join(map(repr, expected_data)) or 'nothing'}): "
                 "nothing would be compared with them", file=expected_path)
     results, skipped = [], []
+    warnings: list[str] = []
     for name in names:
         if input_data is None:
             call_inputs = [synthetic_inputs(plans[name])]
@@ -818,6 +819,9 @@ def validate(original: str | Path | ProgramBytes, rewritten: str | Path | Progra
             continue
         else:
             call_inputs = calls_from(input_data, name, "inputs", str(inputs) if isinstance(inputs, (str, Path)) else "")
+            if len(call_inputs) > calls:  # said, not silently dropped: a user's later calls may be the ones that matter
+                warnings.append(f"method {name!r}: the inputs hold {len(call_inputs)} calls and validate ran the first "
+                                f"{calls} (--calls {len(call_inputs)} runs them all)")
         expected_calls, expected_missing = None, None
         if expected_data is not None:
             if isinstance(expected_data, dict) and name not in expected_data:
@@ -850,6 +854,5 @@ def validate(original: str | Path | ProgramBytes, rewritten: str | Path | Progra
             "no output was compared with the expected outputs: every output depends on opaque delegates "
             f"({', '.join(backends)}), whose outputs are stand-ins, not the model's; run where their backends "
             "execute, or validate without --expected", file=expected_path)
-    warnings: list[str] = []
     return ValidationResult(str(original), str(rewritten), simulate_devices, calls, results, skipped, warnings,
                             opaque_delegates, rtol, atol)

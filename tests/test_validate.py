@@ -447,3 +447,19 @@ def test_an_inputs_file_that_is_no_torch_file_says_why_without_torchs_advice() -
     assert "cannot read inputs (expected a torch.save file of tensors): torch.load with weights_only=True refused " \
            "it (" in line and line.endswith(")")
     assert "weights_only` set to `False" not in line
+
+
+def test_inputs_with_more_calls_than_run_are_said(tmp_path: Path) -> None:
+    """An inputs file of 3 calls validated with the default 2: a warning says the third did not run, and how to
+    run it; with --calls 3 nothing is said."""
+    from pte_devconst.runner.validate import validate as run_validation
+
+    source = Path(__file__).parent / "fixtures" / "xnnpack_device" / "mlp_copy.pte"
+    inputs = source.with_name("mlp_copy.inputs.pt")
+    out = tmp_path / "out.pte"
+    rewrite_file(source, out, durable=False)
+    two = run_validation(source, out, inputs=inputs, simulate_devices=True, opaque_delegates=True)
+    assert two.warnings == ["method 'forward': the inputs hold 3 calls and validate ran the first 2 (--calls 3 runs "
+                            "them all)"]
+    three = run_validation(source, out, inputs=inputs, simulate_devices=True, opaque_delegates=True, calls=3)
+    assert three.warnings == [] and three.passed
