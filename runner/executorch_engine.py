@@ -40,7 +40,7 @@ from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.util.record import record
 from pte_devconst.util.units import human_bytes, plural
 
-from .run import resolve_inputs
+from .run import program_size, resolve_inputs
 from .staging import staged_program
 from .validate import Check, Status, Verdict, same_bits
 
@@ -204,10 +204,6 @@ class Staged:
 # --- running ----------------------------------------------------------------------------------------------------
 
 
-def _size(source: ProgramLike) -> int:
-    return len(source) if isinstance(source, ProgramBytes) else Path(source).stat().st_size
-
-
 def _same(a: Any, b: Any) -> bool:
     """Equal bit for bit: tensors by their bytes (``validate.same_bits``), floats NaN-aware, anything else by ==."""
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
@@ -313,10 +309,11 @@ def validate_in_runtime(original: ProgramLike, rewritten: ProgramLike, *, ptd: O
         runs = []
         for what, data, data_path in (("original", data_a, path_a), ("rewrite", data_b, path_b),
                                       *((("probed rewrite", data_probe, path_b),) if data_probe else ())):
-            def report(index: int, what: str = what, start: int = done) -> None:
+            def report(index: int, what: str = what, start: int = done,
+                       size: str = human_bytes(program_size(data.source))) -> None:
                 if progress is not None:
                     progress(start + index, steps, f"{method}: {what}, call {index + 1}/{calls} (a program of "
-                                                   f"{human_bytes(_size(data.source))})")
+                                                   f"{size})")
             runs.append(_run(data, data_path, method, method_calls, what, report))
             done += calls
         difference = _first_difference(runs[0], runs[1])

@@ -408,17 +408,19 @@ class LoadedMethod:
             # the call.  A backend that binds its arguments otherwise than the program's reading (a blob's ids,
             # a wrong declaration) shows here, whatever the analysis took on trust (fetched after the call).
             # An argument whose bytes a written one shares (an output planned over an input) is written by design.
-            by_value = {arg.index: arg for arg in args}
             read_positions = frozenset(read or ())
             written = [span(arg.value) for position, arg in enumerate(args)
                        if position not in read_positions and isinstance(arg.value, torch.Tensor)]
-            for index, before in as_called.items():
-                value = by_value[index].value
-                if isinstance(value, torch.Tensor) and not any(
-                        start < end_w and start_w < end for start, end in (span(value),) for start_w, end_w in written):
-                    position = next(p for p, arg in enumerate(args) if arg.index == index)
-                    self._write_checks.append((chain, pc, call.delegate_index, delegate.backend_id, index, position,
-                                               before, tensor_digest(value)))
+            seen: set[int] = set()
+            for position, arg in enumerate(args):
+                before = as_called.get(arg.index)
+                if before is None or arg.index in seen or not isinstance(arg.value, torch.Tensor):
+                    continue
+                seen.add(arg.index)  # a value passed twice is looked at once, at its first position
+                start, end = span(arg.value)
+                if not any(start < end_w and start_w < end for start_w, end_w in written):
+                    self._write_checks.append((chain, pc, call.delegate_index, delegate.backend_id, arg.index,
+                                               position, before, tensor_digest(arg.value)))
         if site is not None:
             self.derivation.delegate(self.rv, site.inputs, site.outputs)
         if self.transcript is not None:

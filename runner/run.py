@@ -246,14 +246,15 @@ def run_program(pte_path: str | Path | ProgramBytes, *, ptd_path: Optional[str |
         # A large program's arenas and maps go now, not at some later collection: the next program a validation
         # runs (the rewrite after the original) must not find them still held (``shared_memory.py``).  A small
         # one's wait: a collection costs tens of milliseconds, more than running it.
-        if _size(pte_path) >= COLLECT_FROM:
+        if program_size(pte_path) >= COLLECT_FROM:
             gc.collect()
 
 
 COLLECT_FROM = 16 << 20
 
 
-def _size(pte_path: str | Path | ProgramBytes) -> int:
+def program_size(pte_path: str | Path | ProgramBytes) -> int:
+    """A program's size in bytes: its file's, or the bytes held in memory (0 for a file that cannot be read)."""
     if isinstance(pte_path, ProgramBytes):
         return len(pte_path)
     try:
