@@ -10,6 +10,7 @@ import random
 from pathlib import Path
 from typing import Callable, Collection, Iterator, Optional, Sequence
 
+from pte_devconst.program.prologue import first_call_prologue
 from pte_devconst.schema import model as m
 from pte_devconst.schema.pte_file import open_pte
 from pte_devconst.schema.pte_writer import unchanged_segments, write_pte
@@ -252,3 +253,34 @@ def large_constant(source: Path, out: Path, rows: int) -> Path:
                       constant_segment=replace(program.constant_segment, offsets=new_offsets))
     write_pte(out, program, [SegmentContent.of(constants), SegmentContent.of(delegate)])
     return out
+
+
+def moved_spans(path: Path) -> list[tuple[int, int]]:
+    """(file offset, size) of each moved constant's bytes in a rewrite of a one-method program: device initial data
+    (1.6) or a first-call copy's host source (1.5)."""
+    with open_pte(path) as pte:
+        plan = pte.program.execution_plan[0]
+        values = plan.values or ()
+        sources = [values[k] for k in (i.args[0] for i in (plan.chains[0].instructions or ())  # type: ignore[index]
+                                       [1:first_call_prologue(plan).end - 1])] if first_call_prologue(plan) else []
+        held = [v for v in values if isinstance(v, m.Tensor) and v.has_initial_data
+                and v.allocation_info is not None and v.allocation_info.memory_id == 2]
+        spans = [pte.tensor_span(t) for t in (sources or held)]
+    return [(s.offset, s.size) for s in spans if s is not None]
+
+
+def swapped_moved_constants(source: Path, out: Path) -> Path:
+    """A 1.6 rewrite with the data of two moved constants of one shape swapped (each reads the other's bytes)."""
+    def swap(program: m.Program) -> m.Program:
+        plan = program.execution_plan[0]  # type: ignore[index]
+        values = list(plan.values or ())
+        held = [i for i, v in enumerate(values) if isinstance(v, m.Tensor) and v.has_initial_data
+                and v.allocation_info is not None and v.allocation_info.memory_id == 2]
+        a, b = next((a, b) for a in held for b in held if a < b and values[a].sizes == values[b].sizes)  # type: ignore[union-attr]
+        ta, tb = values[a], values[b]
+        assert isinstance(ta, m.Tensor) and isinstance(tb, m.Tensor)
+        values[a], values[b] = (m.replace(ta, data_buffer_idx=tb.data_buffer_idx),
+                                m.replace(tb, data_buffer_idx=ta.data_buffer_idx))
+        return m.replace(program, execution_plan=(m.replace(plan, values=tuple(values)),))
+
+    return edit_program(source, out, swap)

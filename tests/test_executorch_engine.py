@@ -20,7 +20,7 @@ import pytest
 
 from cli_runner import invoke
 from conftest import EXAMPLES, pte_path
-from forge import edit_program, flip_byte
+from forge import edit_program, flip_byte, moved_spans, swapped_moved_constants
 from pte_devconst import api
 from pte_devconst.program.prologue import first_call_prologue
 from pte_devconst.runner.executorch_engine import flip, guarded_copies
@@ -113,25 +113,11 @@ def test_a_conversion_passes_against_its_input_and_the_original(tmp_path: Path) 
 # --- wrong rewrites fail --------------------------------------------------------------------------------------
 
 
-def _moved_spans(path: Path) -> list[tuple[int, int]]:
-    """(file offset, size) of each moved constant's bytes: device initial data (1.6) or a first-call copy's host
-    source (1.5)."""
-    with open_pte(path) as pte:
-        plan = pte.program.execution_plan[0]
-        values = plan.values or ()
-        sources = [values[k] for k in (i.args[0] for i in (plan.chains[0].instructions or ())  # type: ignore[index]
-                                       [1:first_call_prologue(plan).end - 1])] if first_call_prologue(plan) else []
-        held = [v for v in values if isinstance(v, m.Tensor) and v.has_initial_data
-                and v.allocation_info is not None and v.allocation_info.memory_id == 2]
-        spans = [pte.tensor_span(t) for t in (sources or held)]
-    return [(s.offset, s.size) for s in spans if s is not None]
-
-
 @pytest.mark.parametrize("runtime", ["1.6", "1.5"])
 def test_a_flipped_byte_in_a_moved_constant_fails(runtime: str, tmp_path: Path) -> None:
     source, good = FIXTURES / "mlp_copy.pte", tmp_path / "good.pte"
     api.rewrite(source, good, runtime=runtime)
-    offset, size = max(_moved_spans(good), key=lambda span: span[1])
+    offset, size = max(moved_spans(good), key=lambda span: span[1])
     wrong = flip_byte(good, tmp_path / "wrong.pte", offset + size // 2, 0x40)
     result = _engine(source, wrong, "mlp_copy")
     assert result.verdict.value == "fail"
@@ -143,20 +129,7 @@ def test_a_flipped_byte_in_a_moved_constant_fails(runtime: str, tmp_path: Path) 
 def test_two_moved_constants_swapped_fail(tmp_path: Path) -> None:
     source, good = FIXTURES / "kv_cache_copy.pte", tmp_path / "good.pte"
     api.rewrite(source, good)
-
-    def swap(program: m.Program) -> m.Program:
-        plan = program.execution_plan[0]  # type: ignore[index]
-        values = list(plan.values or ())
-        held = [i for i, v in enumerate(values) if isinstance(v, m.Tensor) and v.has_initial_data
-                and v.allocation_info is not None and v.allocation_info.memory_id == 2]
-        a, b = next((a, b) for a in held for b in held if a < b and values[a].sizes == values[b].sizes)  # type: ignore[union-attr]
-        ta, tb = values[a], values[b]
-        assert isinstance(ta, m.Tensor) and isinstance(tb, m.Tensor)
-        values[a], values[b] = (m.replace(ta, data_buffer_idx=tb.data_buffer_idx),
-                                m.replace(tb, data_buffer_idx=ta.data_buffer_idx))
-        return m.replace(program, execution_plan=(m.replace(plan, values=tuple(values)),))
-
-    wrong = edit_program(good, tmp_path / "swapped.pte", swap)
+    wrong = swapped_moved_constants(good, tmp_path / "swapped.pte")
     result = _engine(source, wrong, "kv_cache_copy")
     assert result.verdict.value == "fail" and "outputs bit-identical in the ExecuTorch runtime" in _failed(result)
 

@@ -11,7 +11,6 @@ byte in a moved constant, or two moved constants' data swapped, still fails.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ import pytest
 
 pytest.importorskip("executorch.runtime")
 
-from pte_devconst.schema.pte_file import open_pte  # noqa: E402
+from forge import flip_byte, moved_spans, swapped_moved_constants  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BOUND = 1.5  # peak above the imports, in programs
@@ -93,38 +92,12 @@ def test_the_runner_holds_the_model_once(made: dict[str, Path], baseline: int, r
                                              f"({size:,} B) above the imports ({baseline:,} B)")
 
 
-def _moved_spans(path: Path) -> list[tuple[int, int]]:
-    """(offset, size) in the file of each constant the 1.6 rewrite keeps as device initial data."""
-    with open_pte(path) as pte:
-        (plan,) = pte.program.execution_plan
-        spans = [pte.tensor_span(v) for v in plan.values or () if getattr(v, "allocation_info", None) is not None
-                 and v.has_initial_data]
-        return [(s.offset, s.size) for s in spans if s is not None]
-
-
 def _planted(made: dict[str, Path], tmp_path: Path, how: str) -> Path:
-    out = tmp_path / f"{how}.pte"
-    shutil.copyfile(made["1.6"], out)
-    spans = sorted(_moved_spans(made["1.6"]), key=lambda s: -s[1])
-    with open(out, "r+b") as handle:
-        if how == "flipped":
-            offset, size = spans[0]
-            handle.seek(offset + size // 2)
-            byte = handle.read(1)[0]
-            handle.seek(offset + size // 2)
-            handle.write(bytes([byte ^ 0x10]))
-        else:  # the two largest moved constants of one size, their data swapped
-            (a, size), (b, other) = spans[0], spans[1]
-            assert size == other
-            handle.seek(a)
-            first = handle.read(size)
-            handle.seek(b)
-            second = handle.read(size)
-            handle.seek(a)
-            handle.write(second)
-            handle.seek(b)
-            handle.write(first)
-    return out
+    """The 1.6 rewrite with a byte of its largest moved constant flipped, or two moved constants' data swapped."""
+    if how == "swapped":
+        return swapped_moved_constants(made["1.6"], tmp_path / "swapped.pte")
+    offset, size = max(moved_spans(made["1.6"]), key=lambda span: span[1])
+    return flip_byte(made["1.6"], tmp_path / "flipped.pte", offset + size // 2, 0x10)
 
 
 @pytest.mark.parametrize("how", ["flipped", "swapped"])
