@@ -7,8 +7,8 @@ DelegateCall of it (``call0``, ``call1``, ...).  A method is that one call: its 
 (the same dtypes, sizes, dim orders and dynamism), the call's inputs are the method's inputs and its outputs
 the method's outputs.  Outputs are planned in one host buffer, which the runtime copies out; an input the call
 only reads has no planned memory, so the runtime reads it where the caller keeps it (no copy of a weight per
-call).  Nothing here runs anything: it is a pure function of the program, written with the project's own
-writer (``schema/pte_writer.py``).
+call).  Nothing here runs anything: it is a pure function of the program, written to a file by the project's own
+writer (``runner/staging.py``, ``schema/pte_writer.py``).
 
 Named data: a delegate finds its data by key at init (XNNPACK names its weights by their SHA-256), and the
 program does not say which delegate uses which key; an entry goes into the new program when its key's bytes
@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from pte_devconst.program.dataflow import DelegateCallSite
 from pte_devconst.schema import model as m
-from pte_devconst.schema.pte_writer import ComputedPiece, SegmentContent, layout_pte, pte_bytes
+from pte_devconst.schema.pte_writer import ComputedPiece, SegmentContent
 from pte_devconst.util.errors import UnsupportedProgramError
 from pte_devconst.util.record import record
 
@@ -48,10 +48,6 @@ class DelegateProgram:
     program: m.Program
     contents: tuple[SegmentContent, ...]
     methods: Mapping[tuple[int, ...], CallMethod]
-
-    def to_bytes(self) -> bytes:
-        """The program's file, laid out and written by the project's writer."""
-        return pte_bytes(layout_pte(self.program, self.contents), self.contents)
 
 
 def _literal(value: m.EValue, where: str) -> Any:

@@ -79,9 +79,6 @@ class Region:
             except (OSError, ValueError):
                 pass
 
-    def close(self) -> None:
-        _unregister(self)
-
 
 def _close_fd(fd: int) -> None:
     try:
@@ -128,7 +125,7 @@ _BY_BASE: dict[int, "weakref.ref[Region]"] = {}
 
 
 def _register(region: Region) -> None:
-    """Register ``region`` until it is closed or collected.  A map's address is reused once it is gone, so a
+    """Register ``region`` until it is collected.  A map's address is reused once it is gone, so a
     region leaves the registry when it goes: a stale entry at a lower address would hide a live region above it
     from ``locate``, and its arguments would travel by value (a 256 MiB validation then held 1.3 GB a process)."""
     if not region.size:
@@ -147,12 +144,6 @@ def _forget(base: int, ref: "weakref.ref[Region]") -> None:
         position = bisect.bisect_left(_BASES, base)
         if position < len(_BASES) and _BASES[position] == base:
             del _BASES[position]
-
-
-def _unregister(region: Region) -> None:
-    found = _BY_BASE.get(region.base)
-    if found is not None and found() is region:
-        _forget(region.base, found)
 
 
 def span(tensor: torch.Tensor) -> tuple[int, int]:

@@ -23,11 +23,12 @@ from pte_devconst.rewriter import rewrite_file
 from pte_devconst.runner import RunnerError, run_program
 from pte_devconst.runner.delegates import Execution, OpaquePolicy
 from pte_devconst.runner import one_delegate
+from pte_devconst.runner.staging import staged_program
 from pte_devconst.runner.one_delegate import delegate_program, named_keys_in
 from pte_devconst.runner.validate import validate
 from pte_devconst.program.dataflow import delegate_call_sites
 from pte_devconst.schema import model as m
-from pte_devconst.schema.pte_file import ProgramBytes, open_pte
+from pte_devconst.schema.pte_file import open_pte
 from test_report_schema import SCHEMA_FILE, assert_valid
 
 XNNPACK = Path(__file__).resolve().parent / "fixtures" / "xnnpack"
@@ -178,7 +179,7 @@ def test_the_one_delegate_program_holds_the_blob_its_call_and_the_named_data_it_
         keys = tuple(e.key for e in pte.program.named_data or ())
         sites = delegate_call_sites(plan)
         built = delegate_program(delegate.id, blob, {}, sites, plan.values, pte.named_data, keys + ("unused",))
-    with open_pte(ProgramBytes(built.to_bytes(), "<one delegate>")) as one:
+    with staged_program(built.program, built.contents) as path, open_pte(path) as one:  # as the executor loads it
         (method,) = one.program.execution_plan
         assert bytes(one.delegate_blob(method.delegates[0])) == blob
         assert [e.key for e in one.program.named_data or ()] == [k for k in keys if k.encode() in blob]
