@@ -26,7 +26,6 @@ from typing import Any, Callable, Hashable, Mapping, Optional, Sequence
 
 from pte_devconst.program.effects import MethodEffects
 from pte_devconst.program.layout import planned_device_bytes
-from pte_devconst.program.moves import moved_values
 from pte_devconst.program.regions import memory_device, value_nbytes
 from pte_devconst.program.transfers import copies_per_call, per_call_transfers
 from pte_devconst.schema import model as m
@@ -40,7 +39,7 @@ from pte_devconst.schema.span import Span
 from pte_devconst.util.record import record
 
 from pte_devconst.rewriter.model.analysis import analyze_program
-from pte_devconst.rewriter.encodings import RuntimeNeed, required_runtime
+from pte_devconst.rewriter.encodings import RuntimeNeed, moved_by_encodings, required_runtime
 from pte_devconst.rewriter.flows import MethodFlows, diff_residents, program_flows
 from pte_devconst.rewriter.fold import Tracer
 from pte_devconst.inventory.summary import segment_roles
@@ -203,7 +202,7 @@ class ProgramDiff:
     h2d_bytes_per_call_after: int
     device_bytes_before: int = 0  # planned device memory (program/memory.py), all methods
     device_bytes_after: int = 0
-    constants_moved: int = 0  # constants of the first the second plans with initial data (program/moves.py)
+    constants_moved: int = 0  # constants of the first the second keeps on a device (each encoding's ``moved``)
     flows: tuple[MethodFlows, ...] = ()  # the first program's per-call copies, and which the second removed
     notes: tuple[str, ...] = ()  # what the names say of themselves (--etrecord of another program)
     runtime_before: Optional[RuntimeNeed] = None  # what loads each file (program_diff always says)
@@ -636,7 +635,7 @@ def diff_files(a: PteFile, b: PteFile, progress: Optional[Callable[[int, int, st
                        device_bytes_before=planned_device_bytes(a.program),
                        device_bytes_after=planned_device_bytes(b.program),
                        constants_moved=sum(1 for n in names if n in plans_a and n in plans_b
-                                           for v in moved_values(plans_a[n], plans_b[n], devices_only=False)
+                                           for v in moved_by_encodings(plans_a[n], plans_b[n], devices_only=False)
                                            if not v.folded and not v.reencoded),
                        flows=flows, runtime_before=required_runtime(a.program),
                        runtime_after=required_runtime(b.program))

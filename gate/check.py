@@ -76,7 +76,7 @@ class Finding:
     @property
     def weight(self) -> int:
         """What a report measures it by: its bytes per call when it is copied per call, else the bytes it holds (a
-        tensor of device initial data a runtime cannot load)."""
+        tensor a runtime cannot load)."""
         return self.bytes_per_call if self.copies_per_call else self.nbytes
 
 
@@ -148,7 +148,7 @@ class FileCheck:
     device_memory: Optional[DeviceMemory] = None  # planned device memory now and after the rewrite
     accepted: tuple[Finding, ...] = ()  # findings (or stays, or unknown) the project accepts, each with its reason
     runtime_need: Optional[RuntimeNeed] = None  # the oldest runtime that loads the file as it is
-    # each tensor the project's runtime (--runtime) cannot load (device initial data for 1.5), with its fix
+    # each tensor the project's runtime (--runtime) cannot load (``RuntimeNeed.tensors``), with its fix
     runtime_findings: tuple[Finding, ...] = ()
 
     @property
@@ -616,7 +616,7 @@ def _runtime_findings(file: str, need: RuntimeNeed, plan: RewritePlan, options: 
         return ()
     unconverted = {(u.method, u.value): u.reason for u in plan.unconverted}
     found = []
-    for tensor in need.device_initial_data:
+    for tensor in need.tensors:
         reason = runtime_reason(options.encoding, unconverted.get((tensor.method, tensor.value)))
         found.append(Finding(file, tensor.method, tensor.value, f"value {tensor.value}", str(tensor.device),
                              tensor.nbytes, 0, reason))

@@ -154,7 +154,8 @@ class MethodSummary:
     folds: tuple[FoldSummary, ...] = ()
     # some copy is of a dynamic tensor, counted at its planned bound: h2d_bytes_per_call bounds what a call copies
     h2d_per_call_is_bound: bool = False
-    first_call_h2d_bytes: int = 0  # what a first-call prologue copies once, on the first call (1.5 encoding)
+    # what a run-once region copies once, on the first call (program/once.py); the report's published key
+    first_call_h2d_bytes: int = 0
 
 
 @record
@@ -297,11 +298,11 @@ def summarize(source: PteFile, analysis: Analysis, names: Optional["ProgramNames
                   for k, i in enumerate(plan.outputs or ())), len(values), instructions, operators,
             tuple(delegates), buffers, constants, tuple(initial), method.style, method.h2d_bytes_per_call,
             tuple(copies_of.get(method.plan_index, ())), chains, any(t.bound for t in method.transfers),
-            method.first_call_bytes))
+            method.once_bytes))
     roles = segment_roles(program)
     segments = tuple(SegmentSummary(i, roles.get(i, "unused"), source.segment_base + s.offset, s.size)
                      for i, s in enumerate(program.segments or ()))
-    eligible = [c for c in analysis.eligible if c.copies_per_call]  # a first-call copy is no per-call copy
+    eligible = [c for c in analysis.eligible if c.copies_per_call]  # a copy made once is no per-call copy
     return ProgramSummary(
         source.path, source.size, source.flatbuffer_size, program.version, segments, tuple(methods),
         tuple(e.key or "" for e in program.named_data or ()), len(eligible),

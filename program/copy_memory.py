@@ -145,12 +145,12 @@ class CopyMemory:
         ``views``: static views of D that follow the constant (``method_context.DeviceCopy.views``): their reads are
         among ``readers`` and they are D's bytes under another name, not another value there.
 
-        ``once``: the copy is in a first-call prologue (``program/prologue.py``): it runs before everything on
-        the first call and never again, so the readers of every later call read what it wrote then.  Removing
-        it keeps that only if nothing else ever writes D or uses D's memory (``_first_call_problem``).
+        ``once``: the copy is in a run-once region (``program/once.py``): it runs before everything on the first
+        call and never again, so the readers of every later call read what it wrote then.  Removing it keeps
+        that only if nothing else ever writes D or uses D's memory (``_once_problem``).
         """
         if once:
-            return self._other_write(self.effects.position(copy), dst) or self._first_call_problem(dst, views | {dst})
+            return self._other_write(self.effects.position(copy), dst) or self._once_problem(dst, views | {dst})
         early = [r for r in readers if r <= copy]
         if early:
             return ("its device copy is read before the _h2d_copy runs",
@@ -186,9 +186,9 @@ class CopyMemory:
                         "without the copy that write would land on the resident constant")
         return None
 
-    def _first_call_problem(self, dst: int, own: frozenset[int]) -> Optional[Problem]:
+    def _once_problem(self, dst: int, own: frozenset[int]) -> Optional[Problem]:
         """Another value on D's bytes that anything uses (but D and its views that follow it: ``own``), or a method
-        input or output there: a first-call copy's bytes must stay in D for every later call."""
+        input or output there: what a copy made once wrote must stay in D for every later call."""
         region = self.regions[dst]
         if region is None:
             return None
@@ -203,13 +203,13 @@ class CopyMemory:
             if i < len(group.keys):
                 other = group.keys[i][4]
                 return ("its device copy's memory is also another value's",
-                        f"value {other} shares memory with its first-call device copy (value {dst}, buffer "
+                        f"value {other} shares memory with its device copy made once (value {dst}, buffer "
                         f"{memory_id} [{start}, {end})), which must hold the constant for every call")
         outputs = self.output_index.get(memory_id)
         for other in outputs.overlapping(start, end) if outputs is not None else ():
             if other not in own:
                 return ("its device copy's memory is also a method output's",
-                        f"value {other}, a method output, shares memory with its first-call device copy "
+                        f"value {other}, a method output, shares memory with its device copy made once "
                         f"(value {dst})")
         return None
 

@@ -161,8 +161,8 @@ class MethodEffects:
 
 def settled_conditions(effects: MethodEffects) -> dict[int, bool]:
     """The ``Bool`` values that hold the same value at every point of every call: a literal that nothing writes, or
-    that only MoveCalls from settled Bools of the same value write (a first-call guard that a ``true`` is moved
-    into never clears, so its jump never skips anything).  Linear in the writes, times the length of a chain of
+    that only MoveCalls from settled Bools of the same value write (a run-once region's flag that a ``true`` is
+    moved into never clears, so its jump never skips anything).  Linear in the writes, times the length of a chain of
     such moves."""
     values = effects.values
     settled = {index: bool(value.bool_val) for index, value in enumerate(values) if isinstance(value, m.Bool)}

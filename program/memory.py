@@ -15,9 +15,9 @@ sure).  A ``MoveCall`` makes its destination the same tensor as its source (the 
 copies the EValue, and the binding outlives the call), and ``et_view`` points its out at its input's bytes
 (``kernel_effects.kernel_alias``): the two are one group too, and the alias's uses are the
 group's.  A group lives for the hull of its members' lifetimes.  A group is **resident** (alive for the whole
-method, across calls) when it holds initial data (a moved or folded constant, a mutable buffer), when a
-first-call prologue copies a constant into it (``prologue.py``), or when its first use in a call is a read: it
-carries state from the last call.  A group nothing uses is **dead**: it needs
+method, across calls) when it holds initial data (a moved or folded constant, a mutable buffer), when a run-once
+region writes it (``once.py``: written on the first call, read on every call), or when its first use in a call is
+a read: it carries state from the last call.  A group nothing uses is **dead**: it needs
 no bytes.
 """
 
@@ -30,7 +30,7 @@ from pte_devconst.schema import model as m
 from pte_devconst.util.record import record
 
 from .effects import MethodEffects
-from .prologue import first_call_copies
+from .once import once_region
 from .regions import IntervalMap, Region, planned_region
 
 
@@ -152,10 +152,10 @@ def storage_groups(effects: MethodEffects, memory_ids: Iterable[int],
     """The storage groups of the given planned buffers, keyed by memory id (module docstring).
 
     ``resident`` names values that must live for the whole method besides those with initial data and the
-    destinations of a first-call prologue's copies (``program/prologue.py``: written on the first call only,
-    read on every call).
+    values a run-once region writes (``program/once.py``: written on the first call only, read on every call).
     """
-    resident = resident | frozenset(first_call_copies(effects.plan))
+    region = once_region(effects.plan, lambda: effects)
+    resident = resident | (region.written if region is not None else frozenset())
     wanted = set(memory_ids)
     values = effects.values
     regions = {i: r for i, v in enumerate(values) if (r := planned_region(v)) is not None and r.memory_id in wanted}

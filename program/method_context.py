@@ -25,7 +25,7 @@ from pte_devconst.program.effects import MethodEffects, Step
 from pte_devconst.program.kernel_effects import DEVICE_COPY_ARGS, copy_slots
 from pte_devconst.program.readers import Reader, ReaderKind
 from pte_devconst.program.memory import view_reads
-from pte_devconst.program.prologue import FirstCallPrologue, first_call_prologue
+from pte_devconst.program.once import OnceRegion, once_region
 from pte_devconst.program.regions import memory_device
 from pte_devconst.program.transfers import Transfer, copies_per_call, per_call_transfers
 from pte_devconst.program.transfers import work as transfer_work
@@ -69,7 +69,7 @@ def _printable(name: str) -> str:
 @record
 class DeviceCopy:
     """An ``_h2d_copy.out`` kernel that copies a constant into a device tensor: on every call, or (``once``) in a
-    first-call prologue, on the first call only (``program/prologue.py``)."""
+    run-once region, on the first call only (``program/once.py``)."""
 
     chain: int
     instruction: int
@@ -229,9 +229,9 @@ class MethodContext:
         self._transfers: Optional[tuple[tuple[Transfer, ...], tuple[DelegateCallSite, ...]]] = None
         self._copies: dict[int, int] = {}
         self._buffer_devices: Optional[Mapping[int, Device]] = None
-        self.prologue: Optional[FirstCallPrologue] = first_call_prologue(plan, self.effects)
-        if self.prologue is not None:
-            budget.spend(len(self.prologue.copies))
+        self.once: Optional[OnceRegion] = once_region(plan, self.effects)
+        if self.once is not None:
+            budget.spend(len(self.once.written))
 
     def buffer_devices(self) -> Mapping[int, Device]:
         """Planned buffer -> device (``ExecutionPlan.buffer_devices``), once per method."""
@@ -250,7 +250,7 @@ class MethodContext:
         if self._transfers is None:
             self.budget.spend(transfer_work(self.plan))
             sites = self.sites()
-            self._transfers = (tuple(per_call_transfers(self.plan, sites, self.prologue)), sites)
+            self._transfers = (tuple(per_call_transfers(self.plan, sites, self.once)), sites)
             self._copies = copies_per_call(self._transfers[0])
         return self._transfers
 
@@ -267,8 +267,8 @@ class MethodContext:
         return self._copies.get(value, 0)
 
     def runs_once(self, step: tuple[int, int]) -> bool:
-        """Whether the instruction at ``step`` is in the method's first-call prologue."""
-        return self.prologue is not None and self.prologue.runs_once(*step)
+        """Whether the instruction at ``step`` is in the method's run-once region."""
+        return self.once is not None and self.once.runs_once(*step)
 
     def views_of(self, value: int) -> list[tuple[int, tuple[int, int]]]:
         """Reads of ``value``'s memory through static views (``program/memory.py``, computed once per method)."""

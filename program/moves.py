@@ -2,21 +2,24 @@
 method that the first did not (``diff`` counts them; ``validate`` checks each is copied to its device once and
 never per call).
 
-Two encodings keep a value in device memory (``program/runtime.py``): planned device memory with initial data
-(1.6: filled at load), or planned device memory a first-call prologue fills from a host constant (1.5:
-``program/prologue.py``).  A moved value is named by the value of the first version whose bytes it holds (the
-constant itself), with ``holder``, the value that holds them in the second.
+The file says how a value's bytes reach device memory that holds them for the whole method, in two ways only:
+the loader fills planned memory with its initial data (at load), or a copy kernel the method runs once fills it
+(on the first call: a run-once region's copy of a host constant, ``program/once.py``).  Which encoding wrote a
+file is the encodings' to say (``rewriter/encodings: moved_by_encodings``, each reading its own); ``moved_values``
+reads both ways from the format's and the runtime's semantics alone.  A moved value is named by the value of the
+first version whose bytes it holds (the constant itself), with ``holder``, the value that holds them in the
+second.
 """
 
 from __future__ import annotations
 
 
-from typing import Callable
+from typing import Callable, Mapping
 
 from pte_devconst.schema import model as m
 from pte_devconst.util.record import record
 
-from .prologue import first_call_copies
+from .once import copies_made_once
 
 
 @record
@@ -31,8 +34,8 @@ class Arrival:
     by_kernel: bool  # a copy kernel into the holder, not the loader's initial data
 
 
-AT_LOAD = Arrival("at load", "load", False)  # device initial data (program/runtime.py)
-ON_FIRST_CALL = Arrival("on the first call", "call 0", True)  # a first-call prologue's copy (program/prologue.py)
+AT_LOAD = Arrival("at load", "load", False)  # planned memory the loader fills with its initial data
+COPIED_ONCE = Arrival("on the first call", "call 0", True)  # a copy kernel that runs once (program/once.py)
 
 
 @record
@@ -52,20 +55,20 @@ class MovedValue:
 
 
 # What moved between two versions of a method, as one reader says (``validate`` takes one: the API's asks each
-# registered encoding, ``rewriter/encodings: moved_by_encodings``; alone, the runner reads both built-in ones).
+# registered encoding, ``rewriter/encodings: moved_by_encodings``; alone, the runner reads ``moved_values``).
 MovedReader = Callable[[m.ExecutionPlan, m.ExecutionPlan], list[MovedValue]]
 
 
 def moved_values(before: m.ExecutionPlan, after: m.ExecutionPlan, *, devices_only: bool = True) -> list[MovedValue]:
     """Values ``after`` keeps in device memory that ``before`` had as constants (moved) or as tensors without
-    initial data, or not at all (folded); and 1.6 constants that ``after`` re-encodes as first-call copies.
-    ``devices_only``: only those in a buffer on a non-CPU device."""
-    return resident_values(before, after, devices_only=devices_only) \
-        + first_call_values(before, after, devices_only=devices_only)
+    initial data, or not at all (folded), filled at load or by a copy made once; and tensors with initial data in
+    ``before`` that ``after`` copies once instead.  ``devices_only``: only those in a buffer on a non-CPU device."""
+    return loaded_values(before, after, devices_only=devices_only) \
+        + copied_values(before, after, copies_made_once(before), copies_made_once(after), devices_only=devices_only)
 
 
-def resident_values(before: m.ExecutionPlan, after: m.ExecutionPlan, *, devices_only: bool = True
-                    ) -> list[MovedValue]:
+def loaded_values(before: m.ExecutionPlan, after: m.ExecutionPlan, *, devices_only: bool = True
+                  ) -> list[MovedValue]:
     """``moved_values``'s planned device memory with initial data (arriving ``AT_LOAD``)."""
     values_before = before.values or ()
     values_after = after.values or ()
@@ -85,15 +88,17 @@ def resident_values(before: m.ExecutionPlan, after: m.ExecutionPlan, *, devices_
     return moved
 
 
-def first_call_values(before: m.ExecutionPlan, after: m.ExecutionPlan, *, devices_only: bool = True
-                      ) -> list[MovedValue]:
-    """``moved_values``'s destinations of a first-call prologue's copies (arriving ``ON_FIRST_CALL``)."""
+def copied_values(before: m.ExecutionPlan, after: m.ExecutionPlan, copies_before: Mapping[int, tuple[int, int]],
+                  copies_after: Mapping[int, tuple[int, int]], *, devices_only: bool = True,
+                  arrival: Arrival = COPIED_ONCE) -> list[MovedValue]:
+    """The destinations of ``copies_after`` (destination -> (source, instruction): copies ``after`` makes once)
+    that ``copies_before`` did not fill from the same source (arriving by ``arrival``)."""
     values_before = before.values or ()
     values_after = after.values or ()
     devices = after.buffer_devices()
     moved = []
-    already = first_call_copies(before)
-    for dst, (src, _) in sorted(first_call_copies(after).items()):
+    already = copies_before
+    for dst, (src, _) in sorted(copies_after.items()):
         target = values_after[dst] if 0 <= dst < len(values_after) else None
         if not isinstance(target, m.Tensor) or target.allocation_info is None or already.get(dst, (-1,))[0] == src:
             continue
@@ -103,9 +108,9 @@ def first_call_values(before: m.ExecutionPlan, after: m.ExecutionPlan, *, device
         old_src = values_before[src] if 0 <= src < len(values_before) else None
         old_dst = values_before[dst] if dst < len(values_before) else None
         if isinstance(old_dst, m.Tensor) and old_dst.has_initial_data:
-            moved.append(MovedValue(dst, device, False, dst, ON_FIRST_CALL, True))
+            moved.append(MovedValue(dst, device, False, dst, arrival, True))
         elif isinstance(old_src, m.Tensor) and old_src.is_constant:
-            moved.append(MovedValue(src, device, False, dst, ON_FIRST_CALL))
+            moved.append(MovedValue(src, device, False, dst, arrival))
         else:
-            moved.append(MovedValue(dst, device, True, dst, ON_FIRST_CALL))
+            moved.append(MovedValue(dst, device, True, dst, arrival))
     return moved

@@ -28,15 +28,15 @@ over bytes, and records where the bytes each instruction reads were *defined*:
   copied) goes one way; any other goes both ways, the two paths' bytes merged where they meet (forward jumps
   through an undo log, loops iterated until nothing changes, at most ``LOOP_LIMIT`` times).
 * **Calls.**  Calls run in sequence on one loaded method (``calls_needed``: two, three when a method has
-  jumps): buffers keep their bytes, values their bindings and booleans (so a first-call prologue is seen to
+  jumps): buffers keep their bytes, values their bindings and booleans (so a run-once region is seen to
   run once, and a write to a resident value by the next call).
 
 ``prove_same_reads`` runs the input and the rewrite and compares, call by call, every surviving kernel and
 delegate argument, jump condition and method output: it must read the same definitions (the same constant,
 input, or write of the same input instruction, as many calls ago), modulo the rewrite's legitimate changes,
 which need no rule of their own: a moved constant's readers read the constant where they read a device copy of
-it (the copy holds the constant's definition), and in the first-call encoding they read the prologue's copy of
-it.  A folded value stands for the input's definition it replaces (``stands_for``, or inferred when not given).
+it (the copy holds the constant's definition), or the copy of it a run-once region made (``once.py``).  A folded
+value stands for the input's definition it replaces (``stands_for``, or inferred when not given).
 
 Cost: each storage is an interval map (sorted segment starts), so a read or write is O(log n + pieces); merges
 at jumps cost the writes since the jump.  Every step is charged to a budget proportional to the two programs'
@@ -59,10 +59,10 @@ from pte_devconst.util.record import record
 from .dataflow import Declared, delegate_call_sites
 from .kernel_effects import (copy_slots, is_device_copy, kernel_alias, kernel_writes, list_items, updated_in_place,
                              updates_in_place)
-from .prologue import first_call_copies, first_call_prologue
+from .once import copies_made_once, once_length
 from .regions import IntervalMap, value_nbytes
 
-CALLS = 3  # calls replayed when a method has jumps: the first (a prologue runs), and two that see state carried over
+CALLS = 3  # calls replayed when a method has jumps: the first (a run-once region runs), and two that see what it left
 STEADY_CALLS = 2  # without jumps every call runs the same instructions: from the second on, each reads the same
 LOOP_LIMIT = 32  # iterations of one loop in one call before the proof gives up
 WORK_PER_ITEM = 512  # budget: steps per value, instruction and argument, per call and program
@@ -833,13 +833,6 @@ class _Replay:
 
 # --- which instruction of the rewrite is which of the input ---------------------------------------------------
 
-def prologue_length(plan: m.ExecutionPlan) -> int:
-    """The number of instructions of chain 0 that form a first-call prologue (``prologue.py``, the one
-    recogniser; 0: none)."""
-    found = first_call_prologue(plan)
-    return found.end if found is not None else 0
-
-
 def _same_instruction(a: m.Instruction, b: m.Instruction, ops_a: Sequence[str], ops_b: Sequence[str]) -> bool:
     """Whether ``b`` (the rewrite's) can be ``a`` (the input's): a jump's target and a delegate's arguments may
     differ (they are what the proof compares)."""
@@ -856,14 +849,16 @@ def _same_instruction(a: m.Instruction, b: m.Instruction, ops_a: Sequence[str], 
     return a == b
 
 
-def match_instructions(original: m.ExecutionPlan, rewrite: m.ExecutionPlan, budget: Optional[Budget] = None
-                       ) -> list[list[Optional[int]]]:
+def match_instructions(original: m.ExecutionPlan, rewrite: m.ExecutionPlan, budget: Optional[Budget] = None,
+                       leading: Optional[tuple[int, int]] = None) -> list[list[Optional[int]]]:
     """Per chain of ``rewrite``: for each instruction, the index of the input's instruction it is (None: new).
 
-    The rewrite removes kernels and may start chain 0 with a first-call prologue: the prologue is new, the input's
-    own prologue (if any) counts as removed (a conversion rewrites or drops it), and the rest is matched in order,
-    skipping the input's kernels the rewrite removed.
+    The rewrite removes kernels and may start chain 0 with instructions of its own: ``leading`` (the input's count,
+    the rewrite's) says how many; the rewrite's are new, the input's count as removed (a conversion rewrites or
+    drops them), and the rest is matched in order, skipping the input's kernels the rewrite removed.  Without
+    ``leading``, each program's run-once region (``once.py``) is what leads it.
     """
+    skip_a, skip_b = leading if leading is not None else (once_length(original), once_length(rewrite))
     ops_a = [op.qualified_name for op in original.operators or ()]
     ops_b = [op.qualified_name for op in rewrite.operators or ()]
     chains_a, chains_b = original.chains or (), rewrite.chains or ()
@@ -871,9 +866,9 @@ def match_instructions(original: m.ExecutionPlan, rewrite: m.ExecutionPlan, budg
     for c, chain_b in enumerate(chains_b):
         instructions_b = chain_b.instructions or ()
         instructions_a = (chains_a[c].instructions or ()) if c < len(chains_a) else ()
-        skip = prologue_length(rewrite) if c == 0 else 0
+        skip = skip_b if c == 0 else 0
         mapping: list[Optional[int]] = [None] * skip
-        i = prologue_length(original) if c == 0 else 0  # the input's prologue: removed, whatever replaces it
+        i = skip_a if c == 0 else 0  # the input's leading instructions: removed, whatever replaces them
         for b in instructions_b[skip:]:
             j = i
             while j < len(instructions_a) and not _same_instruction(instructions_a[j], b, ops_a, ops_b) \
@@ -920,15 +915,15 @@ def _new_data(original: m.ExecutionPlan, rewrite: m.ExecutionPlan) -> frozenset[
 
 
 def reencoded_sources(original: m.ExecutionPlan, rewrite: m.ExecutionPlan) -> dict[int, Origin]:
-    """What each host constant the rewrite's first-call prologue copies into a value that held initial data in the
-    input stands for: that value's load-time data (a conversion from device initial data to first-call copies).
+    """What each host constant the rewrite's run-once region copies into a value that held initial data in the input
+    stands for: that value's load-time data (a constant the rewrite copies once where the input loaded it).
 
     Read from the two programs alone, so the self-check and ``validate`` prove a conversion the same way.  Not
     ``constant``: the input's initial data lay in device memory a delegate may write, and so does its copy."""
     before = original.values or ()
     after = rewrite.values or ()
     found: dict[int, Origin] = {}
-    for dst, (src, _) in first_call_copies(rewrite).items():
+    for dst, (src, _) in copies_made_once(rewrite).items():
         old_dst = before[dst] if 0 <= dst < len(before) else None
         old_src = before[src] if 0 <= src < len(before) else None
         held = isinstance(old_dst, m.Tensor) and old_dst.has_initial_data

@@ -43,7 +43,7 @@ from pte_devconst.util.named_enum import NamedEnum
 from pte_devconst.util.record import record
 
 from .kernel_effects import copy_slots
-from .prologue import FirstCallPrologue, first_call_prologue
+from .once import OnceRegion, once_region
 from .regions import memory_device, value_nbytes
 
 
@@ -142,26 +142,26 @@ def _costliest_path(instructions: Sequence[m.Instruction], cost: dict[int, int],
 
 
 def per_call_transfers(plan: m.ExecutionPlan, sites: Optional[Sequence[DelegateCallSite]] = None,
-                       prologue: Optional[FirstCallPrologue] = None) -> list[Transfer]:
+                       region: Optional[OnceRegion] = None) -> list[Transfer]:
     """Every host-to-device copy one call of ``plan`` makes, in program order (see the module docstring).
 
-    ``sites``: ``dataflow.delegate_call_sites(plan)``, when the caller has it already.  The copies of a first-call
-    prologue (``program/prologue.py``) are not made per call: ``first_call_transfers`` lists them.
+    ``sites``: ``dataflow.delegate_call_sites(plan)``, when the caller has it already.  The copies inside the
+    method's run-once region (``program/once.py``) are not made per call: ``once_transfers`` lists them.
     """
-    return _transfers(plan, sites, prologue)[0]
+    return _transfers(plan, sites, region)[0]
 
 
-def first_call_transfers(plan: m.ExecutionPlan, prologue: Optional[FirstCallPrologue] = None) -> list[Transfer]:
-    """The host-to-device copies of the method's first-call prologue: made once per loaded method, on its first
-    call (none when the method has no prologue)."""
-    return _transfers(plan, None, prologue)[1]
+def once_transfers(plan: m.ExecutionPlan, region: Optional[OnceRegion] = None) -> list[Transfer]:
+    """The host-to-device copies inside the method's run-once region: made once per loaded method, on its first
+    call (none when the method has no such region)."""
+    return _transfers(plan, None, region)[1]
 
 
 def _transfers(plan: m.ExecutionPlan, sites: Optional[Sequence[DelegateCallSite]],
-               prologue: Optional[FirstCallPrologue]) -> tuple[list[Transfer], list[Transfer]]:
-    """(per-call transfers, first-call transfers) of ``plan``."""
-    if prologue is None:
-        prologue = first_call_prologue(plan)
+               region: Optional[OnceRegion]) -> tuple[list[Transfer], list[Transfer]]:
+    """(per-call transfers, transfers made once) of ``plan``."""
+    if region is None:
+        region = once_region(plan)
     once: list[Transfer] = []
     values = plan.values or ()
     ops = [op.qualified_name for op in plan.operators or ()]
@@ -183,7 +183,7 @@ def _transfers(plan: m.ExecutionPlan, sites: Optional[Sequence[DelegateCallSite]
                 if slots is not None and slots.to_device:  # its return slots are never written: no residence moves
                     copy = Transfer(TransferKind.H2D_KERNEL, c, k, slots.source, value_nbytes(values[slots.source]),
                                     where.of(slots.out))
-                    (once if prologue is not None and prologue.runs_once(c, k) else found).append(copy)
+                    (once if region is not None and region.runs_once(c, k) else found).append(copy)
             elif isinstance(instruction, m.DelegateCall) and 0 <= instruction.delegate_index < len(targets):
                 site = by_step[(c, k)]
                 target = targets[instruction.delegate_index]
@@ -212,8 +212,8 @@ def _transfers(plan: m.ExecutionPlan, sites: Optional[Sequence[DelegateCallSite]
 
 
 def copies_per_call(transfers: Iterable[Transfer]) -> dict[int, int]:
-    """How many times one call copies each value host-to-device: its per-call transfers, counted (a first-call
-    prologue's copies are made once, not per call).  The one count every report uses: a constant's verdict, a
+    """How many times one call copies each value host-to-device: its per-call transfers, counted (the copies of a
+    run-once region are made once, not per call).  The one count every report uses: a constant's verdict, a
     fold chain's, a diff's folded value."""
     counts: dict[int, int] = {}
     for t in transfers:

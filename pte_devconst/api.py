@@ -257,8 +257,8 @@ def rewrite(pte: ProgramLike, output: Optional[PathLike] = None, *, ptd: Optiona
 
     ``runtime`` picks the encoding for the ExecuTorch release that will load the output: ``"1.6"`` (the
     default) gives each moved constant device memory with initial data, what 1.6's ``skip_h2d_for_constants``
-    writes; ``"1.5"`` keeps it on the host and copies it once, on the first call (a guarded prologue of copies
-    that 1.5 runtimes run; ``docs/file-format.md``).  ``result.plan.output_runtime`` is what the output needs.
+    writes; ``"1.5"`` keeps it on the host and copies it once, on the first call (copies that 1.5 runtimes run
+    once; ``docs/file-format.md``, "Runtime encodings").  ``result.plan.output_runtime`` is what the output needs.
 
     Writes ``output`` (default ``<stem>.devconst.pte`` next to ``pte``) atomically and re-reads it
     before returning; ``dry_run`` only plans.  External constants need ``ptd`` (default: ``NAME.ptd``
@@ -467,7 +467,7 @@ def validate(original: ProgramLike, rewritten: ProgramLike, *, ptd: Optional[Pat
 
     ``engine="executorch"`` runs both programs, flipped to the CPU, in the installed ExecuTorch runtime (the
     ``executorch`` extra) instead, and returns an ``EngineValidation``: outputs bit for bit over ``calls`` (at
-    least 3) calls per method, and each first-call copy held to running once (``runner/executorch_engine.py``).
+    least 3) calls per method, and each copy made once held to running once (``runner/executorch_engine.py``).
     """
     if engine not in ENGINES:
         raise PteDevconstError(f"--engine: unknown engine {engine!r} (choose one of: {', '.join(ENGINES)})")
@@ -512,7 +512,7 @@ def validate(original: ProgramLike, rewritten: ProgramLike, *, ptd: Optional[Pat
 
 def _older_runtime_warnings(installed: str, programs: Sequence[Union[Path, ProgramBytes]]) -> list[str]:
     """What ``--engine executorch`` cannot prove with an installed runtime older than a program needs on a device:
-    the flip runs it on the CPU, where an older loader fills device initial data like any host buffer, so the
+    the flip runs it on the CPU, where an older loader fills initial data like any host buffer, so the
     outputs and the once-copy are proven, and that this runtime loads the file on a device is not."""
     release = Runtime.read(installed)
     if release is None:
@@ -565,7 +565,7 @@ def check(files: Union[ProgramLike, Iterable[ProgramLike], Programs], *,
     also one named explicitly.  ``files`` may also be ``programs(..., refuse=False)``'s result (then ``ptd``,
     ``exclude`` and ``exclude_root`` were applied there), and ``options`` the plan's options resolved already.
     ``runtime`` is the ExecuTorch release the project deploys (None: 1.6): the findings are what ``rewrite
-    --runtime`` of it would move, and with ``"1.5"`` a file only a 1.6 runtime loads (device initial data) fails
+    --runtime`` of it would move, and with ``"1.5"`` a file only a 1.6 runtime loads (``Encoding.needs``) fails
     too (``FileCheck.runtime_findings``).
     """
     if options is None:

@@ -20,9 +20,9 @@ if TYPE_CHECKING:
     from pte_devconst.inventory.summary import MethodSummary, ProgramSummary
     from pte_devconst.program.labels import constant_label, name_cell, value_name
     from pte_devconst.program.layout import BufferGrowth, DeviceMemory
-    from pte_devconst.program.runtime import DEFAULT_RUNTIME, Runtime, RuntimeNeed
+    from pte_devconst.program.runtime import DEFAULT_RUNTIME, Runtime
     from pte_devconst.rewriter.derived import reason_kind
-    from pte_devconst.rewriter.encodings import Encoding, encodings
+    from pte_devconst.rewriter.encodings import Encoding, RuntimeNeed, encodings
     from pte_devconst.rewriter.flows import Flow, MethodFlows
     from pte_devconst.rewriter.plan import FoldGain, RewriteOptions, RewritePlan
     from pte_devconst.rewriter.request import RewriteRequest, VerifyMode
@@ -42,7 +42,7 @@ _HOMES = {
     "MethodSummary": "inventory.summary", "ProgramSummary": "inventory.summary",
     "constant_label": "program.labels", "name_cell": "program.labels", "value_name": "program.labels",
     "BufferGrowth": "program.layout", "DeviceMemory": "program.layout",
-    "DEFAULT_RUNTIME": "program.runtime", "Runtime": "program.runtime", "RuntimeNeed": "program.runtime",
+    "DEFAULT_RUNTIME": "program.runtime", "Runtime": "program.runtime", "RuntimeNeed": "rewriter.encodings",
     "reason_kind": "rewriter.derived", "Encoding": "rewriter.encodings", "encodings": "rewriter.encodings",
     "Flow": "rewriter.flows", "MethodFlows": "rewriter.flows",
     "FoldGain": "rewriter.plan", "RewriteOptions": "rewriter.plan", "RewritePlan": "rewriter.plan",

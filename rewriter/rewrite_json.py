@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any, Optional
 from pte_devconst.util.jsonable import to_jsonable
 from pte_devconst.program.labels import value_name
 
+from .encodings import report_fields
+
 
 if TYPE_CHECKING:
     from .model.analysis import ConstantVerdict, MethodAnalysis
@@ -114,7 +116,7 @@ def rewrite_json(result: "RewriteResult") -> dict[str, Any]:
         "runtime": {"target": plan.options.runtime.value, "encoding": plan.options.encoding.key,
                     "converted": plan.converted,
                     "output_needs": plan.output_need.to_json() if plan.output_need is not None else None,
-                    "first_call_copies": sum(edit.payload.copies for edit in plan.methods),
+                    **report_fields(plan.methods),
                     "constant_entries_added": len(plan.constant_entries),
                     "reencoded": [{"method": r.method, "value": r.value, "name": r.name, "device": str(r.device),
                                    "nbytes": r.nbytes, "host_constant": r.source} for r in plan.reencoded],

@@ -508,7 +508,7 @@ class _MethodCheck(Verifier):
                 if before != after and not (moved or folded):
                     raise self.fail(f"{where}: argument {pos} changed from value {before} to {after}, but value "
                                     f"{before} was neither written only by removed copies of moved value {after} "
-                                    "(or of the constant its first-call copy holds) nor a value it folds")
+                                    "(or of the constant its device copy holds) nor a value it folds")
             return
         if old != new:
             raise self.fail(f"{where} changed")

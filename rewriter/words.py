@@ -31,25 +31,25 @@ def older_advice(need: RuntimeNeed, command: str = "") -> str:
 
 
 def loads_line(need: RuntimeNeed) -> str:
-    """``inspect``: ``Loads in ExecuTorch >= 1.6 (device initial data: 4 tensors); for a 1.5 runtime:
-    pte-devconst rewrite --runtime 1.5.``"""
-    if need.device_initial_data:
+    """``inspect``: ``Loads in ExecuTorch >= 1.6 (<why>: 4 tensors); for a 1.5 runtime: pte-devconst rewrite
+    --runtime 1.5.``"""
+    if need.tensors:
         advice = older_advice(need, "pte-devconst rewrite ")
-        return (f"Loads in {need.minimum} ({need.why}: {plural(len(need.device_initial_data), 'tensor')})"
+        return (f"Loads in {need.minimum} ({need.why}: {plural(len(need.tensors), 'tensor')})"
                 + (f"; {advice}" if advice else "") + ".")
     return f"Loads in ExecuTorch {need.runtime.value} runtimes and newer."
 
 
 def needs_phrase(need: Optional[RuntimeNeed]) -> str:
-    """``ExecuTorch >= 1.6 (device initial data)``: what a file needs, and why when an older runtime refuses it."""
+    """``ExecuTorch >= 1.6 (<why>)``: what a file needs, and why when an older runtime refuses it."""
     assert need is not None, "every plan and report says what loads its file"
     return f"{need.minimum} ({need.why})" if need.why else need.minimum
 
 
 def output_clause(plan: "RewritePlan") -> str:
-    """``rewrite``: what loads the output and how it was encoded, e.g. ``needs ExecuTorch >= 1.6 (device initial
-    data; for a 1.5 runtime: --runtime 1.5)`` or ``needs ExecuTorch >= 1.5 (first-call copies; --runtime 1.6
-    copies at load instead, for 1.6 runtimes)``."""
+    """``rewrite``: what loads the output and how it was encoded, e.g. ``needs ExecuTorch >= 1.6 (<its name>; for a
+    1.5 runtime: --runtime 1.5)`` or ``needs ExecuTorch >= 1.5 (<its name>; --runtime 1.6 copies at load instead,
+    for 1.6 runtimes)``: each encoding's own words."""
     need = plan.output_need
     assert need is not None, "make_plan says what loads the output"
     target = plan.options.encoding
@@ -58,7 +58,7 @@ def output_clause(plan: "RewritePlan") -> str:
                 f"{target.runtime.value} encoding cannot take)")
     if need.runtime < target.runtime:  # nothing in the file needs what the target runtime adds
         return f"needs {need.minimum}"
-    if need.device_initial_data and _older(need.runtime) is not None:
+    if need.tensors and _older(need.runtime) is not None:
         return f"needs {need.minimum} ({target.name}; {older_advice(need)})"
     newer = [e for e in encodings() if e.runtime > target.runtime]
     if newer:
@@ -68,7 +68,7 @@ def output_clause(plan: "RewritePlan") -> str:
 
 
 def conversion_phrase(plan: "RewritePlan") -> str:
-    """``4 constants converted to first-call copies (for 1.5)``: a plan that changes the encoding of constants
+    """``4 constants converted to <its name> (for 1.5)``: a plan that changes the encoding of constants
     another encoding held (empty: it converts none)."""
     count = plan.converted
     if not count:
@@ -87,9 +87,8 @@ def fix_command(runtime: Runtime, fold: bool = False, file: str = "FILE") -> str
 
 def runtime_reason(target: Encoding, cannot: Optional[str] = None) -> str:
     """Why a tensor fails a project that deploys ``target``'s runtime (``check``'s runtime finding): ``only
-    ExecuTorch >=
-    1.6 loads device initial data; rewrite --runtime 1.5 copies it once, on the first call, instead`` (``cannot``:
-    why the project's encoding cannot take it)."""
+    ExecuTorch >= 1.6 loads <what the target refuses>; rewrite --runtime 1.5 copies it once, <when>, instead``
+    (``cannot``: why the project's encoding cannot take it)."""
     runtime = target.runtime
     refused = target.refuses or "it"
     newer = [e for e in encodings() if e.runtime > runtime]

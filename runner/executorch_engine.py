@@ -12,11 +12,12 @@ carries over between calls; host-only methods of one loaded program share arenas
 interleaved), in the child process that runs the runtime (``isolated.py``: a backend that crashes is an error
 naming the call, never a dead command).  Outputs are compared bit for bit (a NaN equals the same NaN).
 
-**Once.**  The rewrite's first-call copies of constants (the copies in the region a leading guard skips from
-the second call on) become accumulating adds in a third run (``probe``): ``add.out(dst, src, alpha=1)``.  A fresh
-arena holds zeros, so a copy that runs once leaves the constant there and the outputs equal the original's; a
-copy that runs again (a guard that never clears) doubles it and they differ.  A constant kept as device initial
-data has no copy to probe: the loader fills it, and the flip loads it into the host arena the same way.
+**Once.**  Every copy kernel of a constant into the holder of a moved value that arrives by a copy kernel (what
+``moved_by`` says moved: the API asks the encodings, each reading its own files) becomes an accumulating add in a
+third run (``probe``): ``add.out(dst, src, alpha=1)``.  A fresh arena holds zeros, so a copy that runs once leaves
+the constant there and the outputs equal the original's; a copy that runs again (on every call, or on a later
+call than the first) doubles it and they differ.  A value the loader fills has no copy to probe: the flip loads
+it into the host arena the same way.
 
 What it does not prove: the device allocator and the device copy kernels (the flip replaces both), and what a
 device backend does with device memory.  ``--engine runner`` (the default) simulates devices and counts every
@@ -145,49 +146,53 @@ def flip(program: m.Program) -> tuple[m.Program, FlipChanges]:
     return m.replace(program, execution_plan=tuple(plans)), FlipChanges(buffers, tensors, copies)
 
 
-def guarded_copies(plan: m.ExecutionPlan) -> list[tuple[int, int, int]]:
-    """(instruction, source, out) of each copy of a constant inside the region a leading guard skips after the first
-    call (chain 0; before the flip): a ``JumpFalseCall`` on a ``Bool`` first, the copies before its destination.
-    Read from the structure alone, not from the tool's recogniser: a guard that never clears is exactly what the
-    probe must catch."""
-    chains = plan.chains or ()
-    instructions = (chains[0].instructions or ()) if chains else ()
+def probed_copies(original: Optional[m.ExecutionPlan], plan: m.ExecutionPlan, moved_by: MovedReader = moved_values
+                  ) -> list[tuple[int, int, int, int]]:
+    """(chain, instruction, source, out) of each copy kernel of ``plan`` (before the flip), wherever it is, that
+    copies a constant into the holder of a value ``moved_by`` says arrives by a copy kernel (``Arrival.by_kernel``):
+    what must run once.  The reader says what the file claims, not whether it holds: a copy that runs on every
+    call is exactly what the probe must catch.  None (``original``): no method of that name, nothing moved."""
+    if original is None:
+        return []
+    holders = {value.held_by for value in moved_by(original, plan) if value.arrival.by_kernel}
+    if not holders:
+        return []
     values = plan.values or ()
-    if not instructions or not isinstance(instructions[0], m.JumpFalseCall):
-        return []
-    guard = instructions[0].cond_value_index
-    if not (0 <= guard < len(values) and isinstance(values[guard], m.Bool)):
-        return []
     ops = [op.qualified_name for op in plan.operators or ()]
     found = []
-    for k in range(1, min(instructions[0].destination_instruction, len(instructions))):
-        ins = instructions[k]
-        slots = copy_slots(ops[ins.op_index], ins.args or ()) \
-            if isinstance(ins, m.KernelCall) and 0 <= ins.op_index < len(ops) else None
-        source = values[slots.source] if slots is not None and 0 <= slots.source < len(values) else None
-        if slots is not None and isinstance(source, m.Tensor) and source.is_constant:
-            found.append((k, slots.source, slots.out))
+    for c, chain in enumerate(plan.chains or ()):
+        for k, ins in enumerate(chain.instructions or ()):
+            slots = copy_slots(ops[ins.op_index], ins.args or ()) \
+                if isinstance(ins, m.KernelCall) and 0 <= ins.op_index < len(ops) else None
+            if slots is None or slots.out not in holders:
+                continue
+            source = values[slots.source] if 0 <= slots.source < len(values) else None
+            if isinstance(source, m.Tensor) and source.is_constant:
+                found.append((c, k, slots.source, slots.out))
     return found
 
 
-def probe(program: m.Program, flipped: m.Program) -> tuple[m.Program, int]:
-    """``flipped`` (``program`` after ``flip``) with each first-call copy of a constant of ``program``
-    (``guarded_copies``) an accumulating add: ``add.out(out, source, alpha=1, out)``."""
+def probe(original: m.Program, program: m.Program, flipped: m.Program, moved_by: MovedReader = moved_values
+          ) -> tuple[m.Program, int]:
+    """``flipped`` (``program`` after ``flip``) with each copy of ``program`` that must run once
+    (``probed_copies``, against ``original``'s method of the same name) an accumulating add:
+    ``add.out(out, source, alpha=1, out)``."""
+    originals = {plan.name or "": plan for plan in original.execution_plan or ()}
     plans, probed = [], 0
     for before, plan in zip(program.execution_plan or (), flipped.execution_plan or ()):
-        copies = guarded_copies(before)
+        copies = probed_copies(originals.get(before.name or ""), before, moved_by)
         if not copies:
             plans.append(plan)
             continue
         operators = (*(plan.operators or ()), PROBE)
         values = (*(plan.values or ()), m.Int(1))
         add, one = len(operators) - 1, len(values) - 1
-        chains = list(plan.chains or ())
-        instructions = list(chains[0].instructions or ())
-        for k, source, out in copies:
-            instructions[k] = m.KernelCall(add, (out, source, one, out, out))
-        chains[0] = m.replace(chains[0], instructions=tuple(instructions))
-        plans.append(m.replace(plan, operators=operators, values=values, chains=tuple(chains)))
+        chains = [list(chain.instructions or ()) for chain in plan.chains or ()]
+        for c, k, source, out in copies:
+            chains[c][k] = m.KernelCall(add, (out, source, one, out, out))
+        plans.append(m.replace(plan, operators=operators, values=values,
+                               chains=tuple(m.replace(chain, instructions=tuple(instructions))
+                                            for chain, instructions in zip(plan.chains or (), chains))))
         probed += len(copies)
     return m.replace(flipped, execution_plan=tuple(plans)), probed
 
@@ -282,7 +287,7 @@ def validate_in_runtime(original: ProgramLike, rewritten: ProgramLike, *, ptd: O
                 "this program; --engine runner can (its delegate executors, or opaque stand-ins)")
         flipped_a, changes_a = flip(first.program)
         flipped_b, changes_b = flip(second.program)
-        probed_b, probed = probe(second.program, flipped_b)
+        probed_b, probed = probe(first.program, second.program, flipped_b, moved_by)
         data_a, data_b = Staged(original, flipped_a), Staged(rewritten, flipped_b)
         data_probe = Staged(rewritten, probed_b) if probed else None
         plans_a = {plan.name or "": plan for plan in first.program.execution_plan or ()}
@@ -318,7 +323,7 @@ def validate_in_runtime(original: ProgramLike, rewritten: ProgramLike, *, ptd: O
             done += calls
         difference = _first_difference(runs[0], runs[1])
         checks = [Check.of(OUTPUTS_CHECK, difference is None, difference or f"{calls} calls, every output")]
-        copied_once = guarded_copies(plans_b[method])
+        copied_once = probed_copies(plans_a[method], plans_b[method], moved_by)
         if data_probe is not None and copied_once:
             again = _first_difference(runs[0], runs[2])
             checks.append(Check.of(ONCE_CHECK, again is None,

@@ -295,7 +295,7 @@ def _convert(value: Any, type_name: str) -> Any:
     return value
 
 
-def _guarded(name: str, kernel: Kernel) -> Kernel:
+def _failing_cleanly(name: str, kernel: Kernel) -> Kernel:
     """One of the runner's own kernels, failing on a malformed call (too few arguments, mismatched
     shapes) with one error naming the operator, as an ExecuTorch kernel fails its KernelRuntimeContext."""
 
@@ -314,12 +314,12 @@ def resolve_kernel(operator_: m.Operator, where: str) -> Kernel:
     name = operator_.qualified_name
     builtin = BUILTIN_KERNELS.get(name)
     if builtin is not None:
-        return _guarded(name, builtin)
+        return _failing_cleanly(name, builtin)
     if name.startswith(PRIM_PREFIX):
         prim = _prim(name)
         if prim is None:
             raise RunnerError(f"unknown operator {name}: the runner does not implement this prim op", where=where)
-        return _guarded(name, prim)
+        return _failing_cleanly(name, prim)
     quantized = out_kernel(name)
     if quantized is not None:
         return TorchKernel.bind(name, *quantized)

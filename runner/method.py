@@ -117,8 +117,8 @@ class LoadedMethod:
         self._write_checks: list[tuple[int, int, int, str, int, int, torch.Tensor, torch.Tensor]] = []
         self.observed_writes: list[ObservedWrite] = []  # over every call so far
         self.observed_arguments = 0  # read-only arguments digested after their calls, over every call
-        # value -> the value an _h2d_copy last filled it from: kept across calls, as the bytes are (a first-call
-        # prologue's copies fill their destinations on the first call only)
+        # value -> the value an _h2d_copy last filled it from: kept across calls, as the bytes are (a run-once
+        # region's copies fill their destinations on the first call only)
         self.h2d_source: dict[int, int] = {}
         self.kernels: dict[int, Kernel] = {}
         for chain in plan.chains or ():

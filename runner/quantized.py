@@ -17,7 +17,7 @@ ExecuTorch's ``kernels/quantized/quantized.yaml`` declares, and computed in the 
 * **embedding_byte**: ``((float)w - (float)zero_point) * (float)scale`` per row (and per group of columns
   when the scales are 2-d).
 * **choose_qparams** (per tensor, and per token in [-128, 127]): float min and max (widened to include 0),
-  ``scale = ((double)max - min) / (qmax - qmin)`` with the kernel's guards for a zero or tiny scale, and
+  ``scale = ((double)max - min) / (qmax - qmin)`` with the kernel's checks for a zero or tiny scale, and
   the zero point nudged from the side with the smaller error, as ``calculate_scale_and_zero_point`` does.
 * **embedding_2bit / embedding_4bit** (``embeddingxb.cpp``): the packed values unpacked (4-bit high nibble
   first, 2-bit low bits first, offset by 8 or 2), then ``((float)w - (float)zero_point) * (float)scale``.

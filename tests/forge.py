@@ -10,7 +10,7 @@ import random
 from pathlib import Path
 from typing import Callable, Collection, Iterator, Optional, Sequence
 
-from pte_devconst.program.prologue import first_call_prologue
+from pte_devconst.rewriter.encodings.first_call import first_call_prologue
 from pte_devconst.schema import model as m
 from pte_devconst.schema.pte_file import open_pte
 from pte_devconst.schema.pte_writer import unchanged_segments, write_pte

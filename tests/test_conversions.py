@@ -16,7 +16,7 @@ import pytest
 
 from conftest import EXAMPLES, pte_path
 from pte_devconst import api
-from pte_devconst.program.prologue import first_call_prologue
+from pte_devconst.rewriter.encodings.first_call import first_call_prologue
 from pte_devconst.schema import model as m
 from pte_devconst.schema.pte_file import open_pte
 from pte_devconst.util.exit_code import ExitCode

@@ -22,8 +22,8 @@ from cli_runner import invoke
 from conftest import EXAMPLES, pte_path
 from forge import edit_program, flip_byte, moved_spans, swapped_moved_constants
 from pte_devconst import api
-from pte_devconst.program.prologue import first_call_prologue
-from pte_devconst.runner.executorch_engine import flip, guarded_copies
+from pte_devconst.rewriter.encodings.first_call import first_call_prologue
+from pte_devconst.runner.executorch_engine import flip, probed_copies
 from pte_devconst.runner.isolated import RuntimeDied, worker
 from pte_devconst.schema import model as m
 from pte_devconst.schema.pte_file import open_pte
@@ -192,7 +192,8 @@ def test_the_flip_moves_every_placement_to_the_cpu() -> None:
     assert "et_copy::_h2d_copy.out" not in [op.qualified_name for op in plan.operators or ()]
     assert changes.buffers == 1 and changes.copies == 6 and changes.tensors > 0
     with open_pte(FIXTURES / "mlp_copy.pte") as pte:
-        assert guarded_copies(pte.program.execution_plan[0]) == []  # per-call copies: no first-call region
+        plan = pte.program.execution_plan[0]  # type: ignore[index]
+        assert probed_copies(plan, plan) == []  # per-call copies, nothing moved: nothing to probe
 
 
 def test_without_executorch_one_line_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

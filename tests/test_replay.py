@@ -35,8 +35,8 @@ from pte_devconst import api
 from pte_devconst.program import dataflow, effects, kernel_effects, memory
 from pte_devconst.program.layout import layout_problems
 from pte_devconst.program.memory import storage_groups, view_reads
-from pte_devconst.program.replay import (Budget, Origin, budget_for, prologue_length, match_instructions,
-                                         prove_same_reads)
+from pte_devconst.program.once import once_length
+from pte_devconst.program.replay import Budget, Origin, budget_for, match_instructions, prove_same_reads
 from pte_devconst.program import method_context
 from pte_devconst.rewriter import rewrite as rewrite_module
 from pte_devconst.program.layout import BufferGrowth
@@ -311,7 +311,7 @@ def _first_call(plan: m.ExecutionPlan, guard_value: bool = True, move_to: dict[i
 def test_the_first_call_encoding_is_proven_across_calls() -> None:
     original = _plan(MLP)
     encoded = _first_call(original)
-    assert prologue_length(encoded) == 6
+    assert once_length(encoded) == 6
     assert match_instructions(original, encoded) == [[None] * 6 + [2, 5, 6]]
     assert prove_same_reads(original, encoded) is None
 

@@ -20,9 +20,9 @@ from conftest import CASES, EXAMPLES, ptd_path, pte_path
 from selfcheck_helpers import corrupt_apply, refused, use_plan
 from pte_devconst import api
 from pte_devconst.program.executorch import H2D_COPY
-from pte_devconst.program.prologue import first_call_copies, first_call_prologue
+from pte_devconst.rewriter.encodings.first_call import first_call_copies, first_call_prologue
 from pte_devconst.rewriter.encodings import Runtime, required_runtime
-from pte_devconst.program.transfers import TransferKind, first_call_transfers, per_call_transfers
+from pte_devconst.program.transfers import TransferKind, once_transfers, per_call_transfers
 from pte_devconst.schema import model as m
 from pte_devconst.schema.pte_file import PteFile, open_pte
 from pte_devconst.util.exit_code import ExitCode
@@ -52,7 +52,7 @@ def test_inputs_load_in_1_5_and_a_default_rewrite_needs_1_6(tmp_path: Path) -> N
     assert required_runtime(_program(source)).runtime == Runtime(1, 5)
     result = _rewrite(source, tmp_path / "out.pte", "1.6")
     need = required_runtime(_program(tmp_path / "out.pte"))
-    assert need.runtime == Runtime(1, 6) and len(need.device_initial_data) == 4
+    assert need.runtime == Runtime(1, 6) and len(need.tensors) == 4
     assert result.plan.output_need == need
     assert need.describe() == "ExecuTorch >= 1.6: device initial data (4 tensors)"
 
@@ -90,7 +90,7 @@ def test_first_call_encoding_loads_in_1_5_and_copies_once(name: str, tmp_path: P
         # per call: none of the moved constants crosses; once: every one of them does
         per_call = {t.value for t in per_call_transfers(after) if t.kind is TransferKind.H2D_KERNEL}
         assert not per_call & {p.value for p in moved}
-        assert sorted(t.value for t in first_call_transfers(after)) == sorted(p.value for p in moved)
+        assert sorted(t.value for t in once_transfers(after)) == sorted(p.value for p in moved)
         # each destination is device memory that no other value shares
         devices = after.buffer_devices()
         for p in moved:

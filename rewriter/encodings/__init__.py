@@ -3,6 +3,10 @@
 * ``initial_data.py`` (ExecuTorch 1.6, the default): device memory with initial data, copied at load.
 * ``first_call.py`` (ExecuTorch 1.5): a host constant copied once, on the first call, by a guarded prologue.
 
+The registry and the encodings' modules are the only code that names an encoding's mechanism; program/ states
+the runtime's semantics (``program/once.py``: a run-once region; ``program/moves.py``: how bytes arrive), and every
+other module asks an encoding (``tests/test_encodings.py`` holds that true).
+
 To add an encoding: a module with an ``Encoding`` subclass (``base.py`` says what each hook decides), registered
 with ``register`` (here, in ``_builtin``, for one that ships).  Commands, the API, the config file, the gate and
 every report then offer and name it through this module; nothing else changes (tests/test_encodings.py registers
@@ -12,18 +16,21 @@ What a file needs: ``required_runtime``.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 from pte_devconst.program.executorch import method_labels
 from pte_devconst.program.moves import MovedValue
 from pte_devconst.schema import model as m
 
-from .base import Encoding, EncodingCheck, Verifier
-from pte_devconst.program.runtime import DEFAULT_RUNTIME, Runtime, RuntimeNeed
+from .base import Encoding, EncodingCheck, NeededTensor, RuntimeNeed, Verifier
+from pte_devconst.program.runtime import DEFAULT_RUNTIME, Runtime
 
-__all__ = ["DEFAULT_RUNTIME", "Encoding", "EncodingCheck", "Runtime", "RuntimeNeed", "Verifier", "encoding_for",
-           "encoding_named", "encodings", "moved_by_encodings", "register", "required_runtime", "runtime_choices",
-           "unregister"]
+if TYPE_CHECKING:
+    from ..model.plan_model import MethodEdit
+
+__all__ = ["DEFAULT_RUNTIME", "Encoding", "EncodingCheck", "NeededTensor", "Runtime", "RuntimeNeed", "Verifier",
+           "encoding_for", "encoding_named", "encodings", "moved_by_encodings", "register", "report_fields",
+           "required_runtime", "runtime_choices", "unregister"]
 
 _REGISTERED: dict[Runtime, Encoding] = {}
 
@@ -87,23 +94,31 @@ def encoding_named(key: str) -> Encoding:
     raise KeyError(f"no encoding {key!r} is registered")
 
 
-def moved_by_encodings(before: m.ExecutionPlan, after: m.ExecutionPlan) -> list[MovedValue]:
+def moved_by_encodings(before: m.ExecutionPlan, after: m.ExecutionPlan, *, devices_only: bool = True
+                       ) -> list[MovedValue]:
     """What ``after`` keeps on a device that ``before`` did not, as each registered encoding recognises its own
     (``Encoding.moved``), newest encoding first: what the API hands ``validate`` (``program/moves.py:
-    MovedReader``), so that a registered encoding is validated without the runner knowing it."""
-    return [value for encoding in reversed(encodings()) for value in encoding.moved(before, after)]
+    MovedReader``), so that a registered encoding is validated without the runner knowing it, and what ``diff``
+    counts (``devices_only=False``: CPU buffers too)."""
+    return [value for encoding in reversed(encodings())
+            for value in encoding.moved(before, after, devices_only=devices_only)]
+
+
+def report_fields(methods: Sequence[MethodEdit]) -> dict[str, object]:
+    """Every registered encoding's own fields of a rewrite's JSON ``runtime`` object (``Encoding.report_fields``),
+    oldest first."""
+    return {key: value for encoding in encodings() for key, value in encoding.report_fields(methods).items()}
 
 
 def required_runtime(program: m.Program, labels: Optional[Sequence[str]] = None) -> RuntimeNeed:
-    """The oldest runtime that loads ``program``: the first encoding's runtime, oldest first, that can load all of
-    it, with what the older ones could not load.  Linear in its values per encoding."""
+    """The oldest runtime that loads ``program``: the runtime of the newest encoding that finds in it what only its
+    runtime loads (``Encoding.needs``), with those tensors and its name; else the oldest.  Linear in its values
+    per encoding."""
     if labels is None:
         labels = method_labels(program)[0]
     found = encodings()
-    blocked = None
-    for encoding in found:
-        cannot = encoding.cannot_load(program, labels)
-        if not cannot:
-            return RuntimeNeed(encoding.runtime, *(blocked or ((), "")))
-        blocked = (tuple(cannot), encoding.refuses)
-    return RuntimeNeed(found[-1].runtime, *(blocked or ((), "")))
+    for encoding in reversed(found):
+        needed = encoding.needs(program, labels)
+        if needed:
+            return RuntimeNeed(encoding.runtime, tuple(needed), encoding.name)
+    return RuntimeNeed(found[0].runtime)

@@ -5,7 +5,7 @@ ExecuTorch runtime loads the file (``docs/file-format.md``, "Runtime encodings")
 of this package behind ``Encoding``; nothing outside it decides anything about it:
 
 * **its runtime and its words**: ``runtime`` (the oldest release that loads what it writes), ``name``, ``when``
-  and ``cannot_load`` (what an older runtime could not load: why a file needs this one);
+  and ``needs`` (what of a file no older runtime loads: why a file needs this one);
 * **what it plans** for a moved constant, a folded value and a constant the other encoding holds (``admit``,
   ``fold_refusal``, ``storage``, ``place``, ``place_fold``, ``convert``, ``payload``): ``plan.py`` runs the
   selection and the layout and asks the encoding to fill in the records;
@@ -23,8 +23,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from pte_devconst.program.moves import MovedValue
-from pte_devconst.program.runtime import DeviceInitialData, Runtime
+from pte_devconst.program.runtime import Runtime
 from pte_devconst.schema import model as m
+from pte_devconst.util.record import record
 
 
 if TYPE_CHECKING:  # the plan's records: the encodings fill them in
@@ -57,9 +58,9 @@ class Encoding:
         """``copied once, at load``."""
         return f"copied once, {self.when}"
 
-    def cannot_load(self, program: m.Program, labels: Sequence[str]) -> list[DeviceInitialData]:
-        """The tensors of ``program`` this encoding's runtime cannot load (none: it loads every file this tool
-        reads or writes)."""
+    def needs(self, program: m.Program, labels: Sequence[str]) -> list["NeededTensor"]:
+        """The tensors of ``program`` kept in this encoding's way that no older runtime loads (none: every
+        runtime this tool writes for loads what it writes)."""
         return []
 
     # --- a file already in it ---------------------------------------------------------------------------
@@ -68,9 +69,12 @@ class Encoding:
         """The values of a method kept on a device in this encoding."""
         return frozenset()
 
-    def moved(self, before: m.ExecutionPlan, after: m.ExecutionPlan) -> list[MovedValue]:
+    def moved(self, before: m.ExecutionPlan, after: m.ExecutionPlan, *, devices_only: bool = True
+              ) -> list[MovedValue]:
         """The values ``after`` keeps on a device in this encoding that ``before`` did not, each with how its bytes
-        arrive (``program/moves.py``): what ``validate`` expects copied once, and how it probes them."""
+        arrive (``program/moves.py``): what ``validate`` expects copied once, and how it probes them
+        (``devices_only``: only those in a buffer on a non-CPU device).  A reader of its own files: it reports
+        what a file claims even where the claim is broken (a flag that never clears), so validate can fail it."""
         return []
 
     # --- planning -----------------------------------------------------------------------------------------
@@ -112,6 +116,11 @@ class Encoding:
 
         return NO_PAYLOAD, set()
 
+    def report_fields(self, methods: Sequence["MethodEdit"]) -> dict[str, object]:
+        """The fields of its own that every rewrite's JSON ``runtime`` object carries, whichever encoding wrote it
+        (the report's schema lists them): none by default."""
+        return {}
+
     def converted(self, placements: Sequence["Placement"], reencoded: Sequence["Reencoded"]) -> int:
         """How many constants a plan (its placements and re-encoded constants) takes over from another encoding (a
         conversion), for every summary."""
@@ -143,6 +152,47 @@ class Encoding:
 
     def __repr__(self) -> str:
         return f"<encoding {self.key} for ExecuTorch {self.runtime.value}>"
+
+
+@record
+class NeededTensor:
+    """A tensor that only a newer runtime loads (``Encoding.needs``): why a file needs that runtime."""
+
+    method: str  # the method's label
+    value: int
+    device: m.Device
+    nbytes: int
+    external: bool  # filled from a .ptd entry, not from the program's own segments
+
+
+@record
+class RuntimeNeed:
+    """The oldest runtime that loads a program, and what makes it so (what every older one cannot load)."""
+
+    runtime: Runtime
+    tensors: tuple[NeededTensor, ...] = ()
+    why: str = ""  # what the older runtimes cannot load, in a few words (the needing encoding's ``name``)
+
+    @property
+    def minimum(self) -> str:
+        return self.runtime.minimum
+
+    def describe(self) -> str:
+        """One line: the minimum and why (``ExecuTorch >= 1.6: <why> (4 tensors)``)."""
+        if self.tensors:
+            count = len(self.tensors)
+            return f"{self.minimum}: {self.why} ({count} tensor{'' if count == 1 else 's'})"
+        return self.minimum
+
+    def loads_in(self, runtime: Runtime) -> bool:
+        """Whether a runtime of release ``runtime`` (or newer) loads the program."""
+        return runtime >= self.runtime
+
+    def to_json(self) -> dict[str, object]:
+        # "device_initial_data": the published report's key (cli/report.schema.json) for ``tensors``
+        return {"minimum": self.runtime.value, "reason": self.describe(),
+                "device_initial_data": [{"method": d.method, "value": d.value, "device": str(d.device),
+                                         "bytes": d.nbytes, "external": d.external} for d in self.tensors]}
 
 
 class Verifier:

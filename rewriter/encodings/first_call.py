@@ -1,12 +1,13 @@
 """The ExecuTorch 1.5 encoding: a moved constant stays on the host and is copied once, on the first call.
 
 A 1.5 loader cannot fill device memory with initial data, so the constant keeps its host bytes and its
-``_h2d_copy.out`` moves into a *first-call prologue* at the start of chain 0 (``program/prologue.py`` says the
-shape and recognises it), guarded by a Bool that the prologue's last instruction clears: the copies run on the
-first call of a loaded method and never again, into device memory nothing else uses (``program/memory.py`` keeps
-it resident).  Only instruction types and the copy kernel that copy-style programs already have are written, so a
-runtime built with selective registration runs it; a method without the copy kernel (legacy style) keeps its
-constants as they are, each with its reason.
+``_h2d_copy.out`` moves into a *first-call prologue* at the start of chain 0, guarded by a Bool that the prologue's
+last instruction clears: the copies run on the first call of a loaded method and never again, into device memory
+nothing else uses.  To the rest of the tool a prologue is a run-once region (``program/once.py``, recognised from
+the runtime's semantics alone: its copies are made once, and ``program/memory.py`` keeps what it writes resident);
+what makes one this encoding's is said here (``first_call_prologue``).  Only instruction types and the copy
+kernel that copy-style programs already have are written, so a runtime built with selective registration runs it;
+a method without the copy kernel (legacy style) keeps its constants as they are, each with its reason.
 
 Conversion from device initial data (``initial_data.py``): such a constant becomes a host constant (a new
 constant entry holding its initial data, or the same .ptd key) that the prologue copies into it; its
@@ -21,12 +22,12 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from pte_devconst.program.effects import MethodEffects
 from pte_devconst.program.executorch import H2D_COPY
-from pte_devconst.program.kernel_effects import copy_slots
-from pte_devconst.program.moves import MovedValue, first_call_values
+from pte_devconst.program.kernel_effects import copy_slots, is_h2d_copy
+from pte_devconst.program.moves import MovedValue, copied_values
 from pte_devconst.program.layout import is_aligned
-from pte_devconst.program.prologue import GUARD_INSTRUCTIONS, first_call_copies, first_call_prologue
+from pte_devconst.program.once import OnceRegion, once_region
 from pte_devconst.program.regions import memory_device
-from pte_devconst.program.runtime import DeviceInitialData, Runtime, device_initial_data
+from pte_devconst.program.runtime import Runtime
 from pte_devconst.schema import model as m
 from pte_devconst.schema.span import Span
 from pte_devconst.util.record import record
@@ -55,18 +56,15 @@ class FirstCallEncoding(Encoding):
     when = "on the first call"
     refuses = "device initial data"
 
-    def cannot_load(self, program: m.Program, labels: Sequence[str]) -> list[DeviceInitialData]:
-        """Device initial data: a 1.5 loader writes host bytes straight into the device pointer."""
-        found: list[DeviceInitialData] = []
-        for plan, label in zip(program.execution_plan or (), labels):
-            found.extend(device_initial_data(plan, label))
-        return found
-
     def held(self, plan: m.ExecutionPlan) -> frozenset[int]:
         return frozenset(first_call_copies(plan))
 
-    def moved(self, before: m.ExecutionPlan, after: m.ExecutionPlan) -> list[MovedValue]:
-        return first_call_values(before, after)
+    def moved(self, before: m.ExecutionPlan, after: m.ExecutionPlan, *, devices_only: bool = True
+              ) -> list[MovedValue]:
+        """The destinations of the copies ``after``'s prologue-shaped chain 0 claims to make once (``claimed_copies``:
+        a guard that never clears still claims them, so validate probes them and fails the file) that ``before``'s
+        prologue did not really make."""
+        return copied_values(before, after, first_call_copies(before), claimed_copies(after), devices_only=devices_only)
 
     # --- planning -----------------------------------------------------------------------------------------
 
@@ -151,6 +149,9 @@ class FirstCallEncoding(Encoding):
     def converted(self, placements: Sequence["Placement"], reencoded: Sequence["Reencoded"]) -> int:
         return len(reencoded)
 
+    def report_fields(self, methods: Sequence["MethodEdit"]) -> dict[str, object]:
+        return {"first_call_copies": sum(edit.payload.copies for edit in methods if isinstance(edit.payload, Prologue))}
+
     # --- editing the method -----------------------------------------------------------------------------
 
     def held_tensor(self, tensor: m.Tensor, placement: "Placement") -> m.Tensor:
@@ -183,6 +184,98 @@ class FirstCallEncoding(Encoding):
 
     def checker(self, verifier: Verifier) -> EncodingCheck:
         return FirstCallCheck(verifier)
+
+
+# --- its shape ------------------------------------------------------------------------------------------------
+
+# The instructions of a prologue around its copies: the guard's jump before them, the move that clears it after.
+GUARD_INSTRUCTIONS = 2
+
+
+@record
+class FirstCallPrologue:
+    """A recognised prologue of chain 0: a run-once region (``program/once.py``) of this encoding's shape."""
+
+    guard: int  # the Bool value the jump tests: true until the first call clears it
+    cleared_from: int  # the Bool(false) value the MoveCall copies into the guard
+    end: int  # the jump's destination: chain 0's first instruction after the prologue
+    copies: tuple[int, ...]  # chain 0 indices of its _h2d_copy.out kernels, in order
+
+
+def first_call_prologue(plan: m.ExecutionPlan, region: Optional[OnceRegion] = None,
+                        effects: Optional[MethodEffects] = None) -> Optional[FirstCallPrologue]:
+    """The method's first-call prologue, or None.  Strict, so that "runs once, and what it copied stays" is
+    certain whenever it answers: a run-once region (``region``, found when not given: the guard really clears,
+    nothing enters it, what it writes stays) whose last instruction is the move that clears the guard and whose
+    others are ``_h2d_copy.out`` kernels, one per destination, each of a host constant that nothing writes, no
+    method input or output.  Linear in the method."""
+    region = region if region is not None else once_region(plan)
+    if region is None or region.move != region.end - 1 or region.end < GUARD_INSTRUCTIONS + 1:
+        return None
+    instructions = (plan.chains or ())[0].instructions or ()
+    values, ops = plan.values or (), plan.operators or ()
+    ends = set(plan.inputs or ()) | set(plan.outputs or ())
+    sources: set[int] = set()
+    destinations: set[int] = set()
+    copies = tuple(range(1, region.end - 1))
+    for k in copies:
+        ins = instructions[k]
+        if not isinstance(ins, m.KernelCall) or not 0 <= ins.op_index < len(ops) \
+                or not is_h2d_copy(ops[ins.op_index].qualified_name):
+            return None
+        slots = copy_slots(ops[ins.op_index].qualified_name, ins.args or ())
+        source = values[slots.source] if slots is not None and 0 <= slots.source < len(values) else None
+        if slots is None or not isinstance(source, m.Tensor) or not source.is_constant or slots.out in destinations \
+                or {slots.source, slots.out} & ends or slots.source == slots.out:
+            return None  # not a host constant, two copies into one destination, a method input or output
+        sources.add(slots.source)
+        destinations.add(slots.out)
+    if sources & (effects if effects is not None else MethodEffects(plan)).written_anywhere():
+        return None
+    return FirstCallPrologue(region.flag, region.cleared_from, region.end, copies)
+
+
+def first_call_copies(plan: m.ExecutionPlan, prologue: Optional[FirstCallPrologue] = None
+                      ) -> dict[int, tuple[int, int]]:
+    """Destination value -> (source value, chain 0 instruction) of each copy the prologue makes."""
+    prologue = prologue if prologue is not None else first_call_prologue(plan)
+    if prologue is None:
+        return {}
+    instructions = (plan.chains or ())[0].instructions or ()
+    found: dict[int, tuple[int, int]] = {}
+    for k in prologue.copies:
+        ins = instructions[k]
+        assert isinstance(ins, m.KernelCall), "first_call_prologue holds copies only"
+        slots = copy_slots(H2D_COPY, ins.args or ())
+        assert slots is not None, "first_call_prologue holds copies with a source and an out"
+        found.setdefault(slots.out, (slots.source, k))
+    return found
+
+
+def claimed_copies(plan: m.ExecutionPlan) -> dict[int, tuple[int, int]]:
+    """Destination -> (source, instruction) of each copy of a constant that a chain 0 shaped like a prologue (a
+    jump on a Bool first, a move into it last) puts before the jump's destination, whether or not the guard
+    really clears: what the file claims to copy once.  Lenient where ``first_call_prologue`` is strict."""
+    chains = plan.chains or ()
+    instructions = (chains[0].instructions or ()) if chains else ()
+    values = tuple(plan.values or ())
+    if not instructions or not isinstance(instructions[0], m.JumpFalseCall):
+        return {}
+    guard, end = instructions[0].cond_value_index, min(instructions[0].destination_instruction, len(instructions))
+    last = instructions[end - 1] if end >= 2 else None
+    if not (0 <= guard < len(values) and isinstance(values[guard], m.Bool)) or not isinstance(last, m.MoveCall) \
+            or last.move_to != guard:
+        return {}
+    ops = [op.qualified_name for op in plan.operators or ()]
+    found: dict[int, tuple[int, int]] = {}
+    for k in range(1, end - 1):
+        ins = instructions[k]
+        slots = copy_slots(ops[ins.op_index], ins.args or ()) \
+            if isinstance(ins, m.KernelCall) and 0 <= ins.op_index < len(ops) else None
+        source = values[slots.source] if slots is not None and 0 <= slots.source < len(values) else None
+        if slots is not None and slots.to_device and isinstance(source, m.Tensor) and source.is_constant:
+            found.setdefault(slots.out, (slots.source, k))
+    return found
 
 
 # --- what it records in the plan --------------------------------------------------------------------------
@@ -273,7 +366,8 @@ def rewritten_prologue(job: "MethodJob", removed: set[tuple[int, int]], added: S
     again with the copies it keeps first, then the ``added`` ones; a prologue left with no copy goes, guard and
     all."""
 
-    plan, old = job.plan, job.method.prologue
+    plan = job.plan
+    old = first_call_prologue(plan, job.method.once) if job.method.once is not None else None
     instructions = ((plan.chains or ())[0].instructions or ()) if plan.chains else ()
     kept = []
     if old is not None:

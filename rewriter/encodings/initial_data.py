@@ -15,13 +15,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from pte_devconst.program.moves import MovedValue, resident_values
+from pte_devconst.program.moves import MovedValue, loaded_values
+from pte_devconst.program.regions import memory_device, value_nbytes
 from pte_devconst.program.runtime import Runtime
 from pte_devconst.schema import model as m
 
 from ..model.plan_model import (EncodingPayload, FoldPlacement, InitialData, MethodJob, Placement, Reencoded, Storage,
                           dropped_constants, existing_mutable_entries)
-from .base import Encoding, EncodingCheck, Verifier
+from .base import Encoding, EncodingCheck, NeededTensor, Verifier
 
 if TYPE_CHECKING:
     from ..model.analysis import ConstantVerdict
@@ -36,8 +37,18 @@ class InitialDataEncoding(Encoding):
     name = "device initial data"
     when = "at load"
 
-    def moved(self, before: m.ExecutionPlan, after: m.ExecutionPlan) -> list[MovedValue]:
-        return resident_values(before, after)
+    def needs(self, program: m.Program, labels: Sequence[str]) -> list[NeededTensor]:
+        """Device initial data: a 1.5 loader writes host bytes straight into the device pointer
+        (``load_mutable_subsegment_into``), which is undefined for device memory; 1.6 copies them with the
+        device's allocator."""
+        found: list[NeededTensor] = []
+        for plan, label in zip(program.execution_plan or (), labels):
+            found.extend(device_initial_data(plan, label))
+        return found
+
+    def moved(self, before: m.ExecutionPlan, after: m.ExecutionPlan, *, devices_only: bool = True
+              ) -> list[MovedValue]:
+        return loaded_values(before, after, devices_only=devices_only)
 
     # --- planning -----------------------------------------------------------------------------------------
 
@@ -151,6 +162,20 @@ class InitialDataEncoding(Encoding):
 
     def checker(self, verifier: Verifier) -> EncodingCheck:
         return InitialDataCheck(verifier)
+
+
+def device_initial_data(plan: m.ExecutionPlan, label: str) -> list[NeededTensor]:
+    """The tensors of one method that the loader fills at load in device memory (the buffer's device counts:
+    that is where the loader's pointer points, whatever the tensor's own tag says)."""
+    devices = plan.buffer_devices()
+    found = []
+    for index, value in enumerate(plan.values or ()):
+        if not isinstance(value, m.Tensor) or not value.has_initial_data:
+            continue
+        device = memory_device(value, devices)  # planned (has_initial_data): its buffer's device
+        if not device.is_cpu:
+            found.append(NeededTensor(label, index, device, value_nbytes(value), value.is_external))
+    return found
 
 
 def _kept(tensor: m.Tensor) -> tuple[object, ...]:

@@ -38,11 +38,11 @@ from pte_devconst.program.dataflow import Declared, DelegateCallSite
 from pte_devconst.program.executorch import H2D_COPY, method_labels, method_name
 from pte_devconst.program.kernel_effects import is_h2d_copy
 from pte_devconst.program.labels import value_name
-from pte_devconst.program.prologue import FirstCallPrologue
+from pte_devconst.program.once import OnceRegion
 from pte_devconst.program.readers import Reader, ReaderKind, collect_readers
 from pte_devconst.program.regions import memory_device
 from pte_devconst.schema.devices import delegate_target_device
-from pte_devconst.program.transfers import Transfer, first_call_transfers
+from pte_devconst.program.transfers import Transfer, once_transfers
 from pte_devconst.schema import model as m
 from pte_devconst.schema.model import CPU, Device
 from pte_devconst.util.gc_pause import gc_paused
@@ -91,8 +91,8 @@ class ConstantVerdict:
     delegate_args: tuple[RewiredDelegateArg, ...] = ()
     plan_index: int = 0
     pending_device: Optional[Device] = None  # unknown: the device it would move to once its .ptd is given
-    # host-to-device copies of it one call makes (``program/transfers.py``'s count; a first-call prologue's copy
-    # is made once per loaded method, not per call)
+    # host-to-device copies of it one call makes (``program/transfers.py``'s count; a run-once region's copy is
+    # made once per loaded method, not per call)
     copies_per_call: int = 0
 
     @property
@@ -112,7 +112,7 @@ class ConstantVerdict:
 
     @property
     def verdict(self) -> str:
-        """``eligible:cuda:0``, ``copied once:cuda:0`` (a first-call prologue copies it: no per-call copy),
+        """``eligible:cuda:0``, ``copied once:cuda:0`` (a run-once region copies it: no per-call copy),
         ``unknown: <why>`` or ``not eligible: <reason>; <reason>``."""
         if self.device is not None:
             return f"copied once:{self.device}" if self.copied_once else f"eligible:{self.device}"
@@ -130,7 +130,7 @@ class ConstantVerdict:
 
     @property
     def copied_once(self) -> bool:
-        """Copied to its device by a first-call prologue only (the 1.5 runtime encoding of a moved constant)."""
+        """Copied to its device by copies made once only (a run-once region's, ``program/once.py``)."""
         return bool(self.copies) and all(copy.once for copy in self.copies)
 
 
@@ -177,14 +177,14 @@ class MethodAnalysis:
     transfers: tuple[Transfer, ...] = ()  # every host-to-device copy of one call (program/transfers.py)
     call_sites: tuple[DelegateCallSite, ...] = ()  # each DelegateCall's inputs/outputs (program/dataflow.py)
     folds: Optional[MethodFolds] = None  # chains of host kernels from constants to device readers (fold/)
-    prologue: Optional[FirstCallPrologue] = None  # the first-call prologue (program/prologue.py), if any
-    first_call: tuple[Transfer, ...] = ()  # the host-to-device copies the prologue makes, once per loaded method
-    residents: tuple[ResidentConstant, ...] = ()  # constants in the 1.6 encoding (device initial data)
+    once: Optional[OnceRegion] = None  # the run-once region of chain 0 (program/once.py), if any
+    once_transfers: tuple[Transfer, ...] = ()  # the host-to-device copies it makes, once per loaded method
+    residents: tuple[ResidentConstant, ...] = ()  # planned device memory filled with a constant at load
 
     @property
-    def first_call_bytes(self) -> int:
-        """What the first call copies host-to-device besides every call's copies (the prologue)."""
-        return sum(t.nbytes for t in self.first_call)
+    def once_bytes(self) -> int:
+        """What the first call copies host-to-device besides every call's copies (the run-once region's)."""
+        return sum(t.nbytes for t in self.once_transfers)
 
     @property
     def eligible(self) -> tuple[ConstantVerdict, ...]:
@@ -374,8 +374,8 @@ def analyze_program(program: m.Program, external: Optional[ExternalData] = None,
             style = MethodStyle.LEGACY if on_device else MethodStyle.CPU
         methods.append(MethodAnalysis(method_name(plan.name, plan_index), plan_index, constants,
                                       tuple(delegates.values()), sum(t.nbytes for t in transfers), style, label,
-                                      transfers, sites, method_folds(ctx, constants), ctx.prologue,
-                                      tuple(first_call_transfers(plan, ctx.prologue)) if ctx.prologue else (),
+                                      transfers, sites, method_folds(ctx, constants), ctx.once,
+                                      tuple(once_transfers(plan, ctx.once)) if ctx.once else (),
                                       _residents(ctx)))
     refusal = None
     if _shares_mutable_buffers(program):

@@ -269,7 +269,7 @@ def existing_mutable_entries(program: m.Program) -> int:
 
 @record
 class Unconverted:
-    """A tensor of the input that only a newer runtime loads (device initial data) and the chosen encoding leaves
+    """A tensor of the input that only a newer runtime loads (``Encoding.needs``) and the chosen encoding leaves
     so: it keeps the output needing that runtime."""
 
     method: str
