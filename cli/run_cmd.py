@@ -16,7 +16,7 @@ from pte_devconst.cli.runner_options import (InputsOption, OpaqueOption, Profile
 from pte_devconst.util.units import exact_bytes, plural
 
 if TYPE_CHECKING:  # the runner imports torch: only when the command runs
-    from pte_devconst.runner.run import RunResult
+    from pte_devconst.types import RunResult
 
 MAX_CALL_COLUMNS = 6
 
@@ -38,7 +38,7 @@ def copy_rows(result: RunResult, separator: str = ", ") -> tuple[list[str], list
 
     ``separator`` goes between a cell's count and bytes: a newline keeps terminal columns narrow.
     """
-    from pte_devconst.runner.copies import CopyTotals
+    from pte_devconst.types import CopyTotals
 
     def _cell(totals: Any) -> str:
         return copies_text(totals.count, totals.nbytes, separator)
@@ -66,7 +66,7 @@ def copy_rows(result: RunResult, separator: str = ", ") -> tuple[list[str], list
 
 def output_rows(outputs: Sequence[Any], names: Sequence[Optional[str]] = ()) -> list[list[str]]:
     """One row per output; with ``names`` (an ETRecord's) a name column after the position (``-``: none)."""
-    from pte_devconst.runner.run import OutputSummary
+    from pte_devconst.types import OutputSummary
 
     rows = []
     for position, value in enumerate(outputs):

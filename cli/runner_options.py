@@ -52,7 +52,7 @@ def delegates_note(delegates: Sequence[Any], label: str = "delegates") -> list[s
 
 def caller_memory_note(bound: Sequence[Any]) -> list[str]:
     """A line for the delegate outputs the program leaves unplanned and the runner binds (none otherwise)."""
-    from pte_devconst.runner.memory import CallerRole
+    from pte_devconst.types import CallerRole
 
     outputs = [c for c in bound if c.role is CallerRole.DELEGATE_OUTPUT]
     if not outputs:

@@ -20,8 +20,8 @@ from pte_devconst.util.exit_code import ExitCode, worst_exit
 from pte_devconst.util.units import exact_bytes, listing, plural
 
 if TYPE_CHECKING:  # the runner imports torch: only when the command runs
-    from pte_devconst.runner.executorch_engine import EngineValidation
-    from pte_devconst.runner.validate import MethodValidation, ValidationResult
+    from pte_devconst.cli.app import GlobalOptions
+    from pte_devconst.types import MethodValidation, ValidationResult
 
 SUMMARY_COLUMNS = ["", "original", "rewritten"]
 CHECK_COLUMNS = ["check", "result", "detail"]
@@ -34,6 +34,9 @@ def _ms(values: list[float]) -> str:
 
 
 def summary_rows(mv: MethodValidation) -> list[list[str]]:
+    """The method's bytes before and after, as the runner counted them (none where the runtime engine ran it)."""
+    if mv.runs is None or not mv.calls:
+        return []
     last = mv.calls[-1]
     moved = [c for c in mv.moved if not c.folded]
     folded = [c for c in mv.moved if c.folded]
@@ -83,24 +86,27 @@ def text_marks() -> dict[str, Any]:
             "skipped": Text("skipped", style="yellow")}
 
 
-def check_rows(mv: Any, marks: dict[str, Any]) -> list[list[Any]]:
-    """One row per check of a method (the runner's ``MethodValidation`` or the engine's ``EngineMethod``)."""
+def check_rows(mv: MethodValidation, marks: dict[str, Any]) -> list[list[Any]]:
+    """One row per check of a method."""
     return [[c.name, marks[c.status.value], c.detail] for c in mv.checks]
 
 
 def notes(mv: MethodValidation) -> list[str]:
     """Lines under a method's tables: which delegates ran how, the calls' times, and each boundary difference
-    (capped)."""
+    (capped); none where the runtime engine ran the method (it measures none of these)."""
+    runs = mv.runs
+    if runs is None:
+        return []
     lines = []
     named = [f"{c.name} (v{c.value})" for c in mv.moved if c.name]
     if named:  # the names an ETRecord gave them; the JSON lists every one
         lines.append(f"moved: {listing(named, MOVED_NAMES_SHOWN)}")
-    before, after = mv.original.delegates, mv.rewritten.delegates
+    before, after = runs[0].delegates, runs[1].delegates
     if before == after:
         lines += delegates_note(before)
     else:
         lines += delegates_note(before, "delegates (original)") + delegates_note(after, "delegates (rewritten)")
-    lines += caller_memory_note(mv.rewritten.caller_memory)
+    lines += caller_memory_note(runs[1].caller_memory)
     if mv.calls:
         lines.append(timing_note(mv))
     if mv.opaque_backends:
@@ -113,16 +119,36 @@ def notes(mv: MethodValidation) -> list[str]:
     return lines
 
 
-def skipped_lines(result: Any) -> list[str]:
+def skipped_lines(result: ValidationResult) -> list[str]:
     return [f"method {name} not validated: {why}" for name, why in result.skipped_methods]
 
 
-def verdict_line(result: Any) -> str:
+def verdict_line(result: ValidationResult) -> str:
     """The verdict in capitals, and what it means when nothing moved (no vacuous PASS)."""
-    from pte_devconst.runner.validate import NOTHING_MOVED, Verdict
+    from pte_devconst.types import NOTHING_MOVED, Verdict
 
     word = result.verdict.value.upper()
     return f"{word}: {NOTHING_MOVED}" if result.verdict is Verdict.NOTHING_MOVED else word
+
+
+def ran_line(result: ValidationResult) -> str:
+    """How both programs ran: ``2 calls each, simulated devices``, or in the installed runtime."""
+    if result.engine is not None:
+        return (f"{result.calls:,} calls each in the installed ExecuTorch runtime ({result.engine.runtime}), both "
+                "flipped to the CPU")
+    return f"{result.calls:,} calls each, {'simulated' if result.simulated else 'real'} devices"
+
+
+def engine_lines(result: ValidationResult) -> list[str]:
+    """The runtime engine's facts: what it ran for real and what the flips changed (none for the runner)."""
+    engine = result.engine
+    if engine is None:
+        return []
+    probed = plural(engine.probed, "first-call copy", "first-call copies")
+    return [f"delegates run for real: {', '.join(engine.delegates) or 'none'}",
+            f"flip of the original: {engine.flip_original.describe()}",
+            f"flip of the rewrite: {engine.flip_rewritten.describe()}"
+            + (f"; {probed} probed" if engine.probed else "")]
 
 
 def render_text(result: ValidationResult, view: View) -> None:
@@ -132,13 +158,18 @@ def render_text(result: ValidationResult, view: View) -> None:
     from rich.text import Text
 
     console = stdout_console()
-    devices = "simulated devices" if result.simulated else "real devices"
     console.print(f"[bold]{markup_safe(result.original)}[/] vs [bold]{markup_safe(result.rewritten)}[/]: "
-                  f"{result.calls:,} calls each, {devices}", soft_wrap=True)
+                  f"{markup_safe(ran_line(result))}", soft_wrap=True)
+    for line in engine_lines(result):
+        console.print(Text(printable(line)), soft_wrap=True)
     marks = text_marks()
     for mv in result.methods:
-        console.print(table(f"method {mv.method}", SUMMARY_COLUMNS, summary_rows(mv), right=SUMMARY_COLUMNS[1:]))
-        console.print(table(None, CHECK_COLUMNS, check_rows(mv, marks)))
+        title: Optional[str] = f"method {mv.method}"
+        summary = summary_rows(mv)
+        if summary:
+            console.print(table(title, SUMMARY_COLUMNS, summary, right=SUMMARY_COLUMNS[1:]))
+            title = None
+        console.print(table(title, CHECK_COLUMNS, check_rows(mv, marks)))
         for line in notes(mv):
             console.print(Text(printable(line)), soft_wrap=True)
     for line in skipped_lines(result):
@@ -148,14 +179,17 @@ def render_text(result: ValidationResult, view: View) -> None:
 
 
 def render_markdown(result: ValidationResult, view: View) -> list[str]:
+    facts = engine_lines(result)
     lines = [f"### pte-devconst validate: {md_code(Path(result.original).name)} → "
              f"{md_code(Path(result.rewritten).name)}", "",
-             f"{result.calls:,} calls each, {'simulated' if result.simulated else 'real'} devices: "
-             f"**{md_text(verdict_line(result))}**", ""]
+             f"{md_text(ran_line(result))}: **{md_text(verdict_line(result))}**", ""]
+    lines += [f"* {md_text(line)}" for line in facts] + ([""] if facts else [])
     lines += [f"> **warning:** {md_text(w)}" for w in result.warnings] + ([""] if result.warnings else [])
     for mv in result.methods:
-        lines += [f"#### method {md_code(mv.method)}", "", markdown_table(SUMMARY_COLUMNS, summary_rows(mv)), "",
-                  markdown_table(CHECK_COLUMNS, check_rows(mv, MARKDOWN_MARKS)), ""]
+        summary = summary_rows(mv)
+        lines += [f"#### method {md_code(mv.method)}", ""]
+        lines += [markdown_table(SUMMARY_COLUMNS, summary), ""] if summary else []
+        lines += [markdown_table(CHECK_COLUMNS, check_rows(mv, MARKDOWN_MARKS)), ""]
         lines += [f"* {md_text(line)}" for line in notes(mv)] + ([""] if notes(mv) else [])
     return lines + [f"* {md_text(line)}" for line in skipped_lines(result)]
 
@@ -164,51 +198,6 @@ VALIDATE = Renderers["ValidationResult"]("validate", text=render_text, markdown=
                                          json=lambda result: result.to_json(), what="pair")
 
 
-# --- --engine executorch --------------------------------------------------------------------------------------
-
-
-def _engine_head(result: EngineValidation) -> list[str]:
-    """What ran and what the flip changed, in lines."""
-    return [f"{result.original} vs {result.rewritten}: {result.calls:,} calls each in the installed ExecuTorch "
-            f"runtime ({result.runtime}), both flipped to the CPU",
-            f"delegates run for real: {', '.join(result.delegates) or 'none'}",
-            f"flip of the original: {result.flip_original.describe()}",
-            f"flip of the rewrite: {result.flip_rewritten.describe()}"
-            + (f"; {plural(result.probed, 'first-call copy', 'first-call copies')} probed" if result.probed else "")]
-
-
-def render_engine_text(result: EngineValidation, view: View) -> None:
-    if view.quiet:
-        typer.echo(result.verdict.value.upper())
-        return
-    from rich.text import Text
-
-    console = stdout_console()
-    for line in _engine_head(result):
-        console.print(Text(printable(line)), soft_wrap=True)
-    marks = text_marks()
-    for mv in result.methods:
-        console.print(table(f"method {mv.method}", CHECK_COLUMNS, check_rows(mv, marks)))
-    for line in skipped_lines(result):
-        console.print(Text(printable(line)), soft_wrap=True)
-    style = VERDICT_STYLES.get(result.verdict.value, "bold yellow")
-    console.print(printable(verdict_line(result)), style=style, markup=False, soft_wrap=True)
-
-
-def render_engine_markdown(result: EngineValidation, view: View) -> list[str]:
-    head = _engine_head(result)
-    lines = [f"### pte-devconst validate (ExecuTorch {md_text(result.runtime)}): "
-             f"{md_code(Path(result.original).name)} → {md_code(Path(result.rewritten).name)}", "",
-             f"**{md_text(verdict_line(result))}**", ""] + [f"* {md_text(line)}" for line in head[1:]] + [""]
-    for mv in result.methods:
-        lines += [f"#### method {md_code(mv.method)}", "",
-                  markdown_table(CHECK_COLUMNS, [[name, mark, md_text(detail)]
-                                                 for name, mark, detail in check_rows(mv, MARKDOWN_MARKS)]), ""]
-    return lines + [f"* method {md_code(name)} not validated: {md_text(why)}" for name, why in result.skipped_methods]
-
-
-VALIDATE_ENGINE = Renderers["EngineValidation"]("validate", text=render_engine_text, markdown=render_engine_markdown,
-                                                json=lambda result: result.to_json(), what="pair")
 class Engine(str, Enum):
     """What runs the two programs (``--engine``): the choices its help and its errors list."""
 
@@ -222,7 +211,7 @@ ENGINE_HELP = ("What runs the two programs: runner (the project's torch runner: 
                'needs pip install "pte-devconst[executorch]").')
 
 
-def warn(result: Any) -> None:
+def warn(result: ValidationResult) -> None:
     for warning in result.warnings:
         typer.echo(f"pte-devconst: warning: {printable(warning)}", err=True)
 
@@ -280,7 +269,7 @@ def pairs_of(programs: Sequence[Path], inputs: Optional[Path], expected: Optiona
     return [Pair(a, b, _beside(a, ".inputs.pt", inputs), _beside(a, ".expected.pt", expected)) for a, b in pairs], []
 
 
-def summary_line(results: Sequence[Any], failed: int) -> str:
+def summary_line(results: Sequence[ValidationResult], failed: int) -> str:
     """Several pairs in one line: how many passed, failed, moved nothing, or could not be validated."""
     counts = {verdict: sum(1 for r in results if r.verdict.value == verdict)
               for verdict in ("pass", "fail", "nothing moved")}
@@ -340,52 +329,88 @@ def validate_command(
     moved between the two programs (there is no rewrite to vouch for); 2 on bad input (with several pairs: a
     pair that could not be validated; the others still are).
     """
+    engine = engine_choice.value
+    _refuse_early(engine, calls, ((inputs, "inputs"), (expected, "expected outputs"), (ptd, "data (.ptd)"),
+                                  (rewritten_ptd, "data (.ptd)"), (etrecord, "ETRecord")))
+    options = global_options(ctx)
+    view = View(options.quiet, options.verbose)
+    output = Output(VALIDATE, resolve(VALIDATE, fmt, json_flag, view), view)
+    pairs, problems = pairs_of(programs, inputs, expected)
+    output.several = len(pairs) + len(problems) > 1 or programs[0].is_dir()
+    if output.several and (ptd is not None or rewritten_ptd is not None):
+        raise PteDevconstError("--ptd and --rewritten-ptd name the data of one pair; with several, each program "
+                               "takes its own by the .ptd rule (NAME.ptd next to NAME.pte)")
+    settings = Settings(ptd, rewritten_ptd, calls, rtol, atol, simulate_devices, tuple(method or ()), profile,
+                        opaque_delegates, etrecord, engine,
+                        beside_expected=engine != "executorch" or expected is not None)
+    results, failed = _validate_pairs(pairs, problems, settings, output, options, bool(progress))
+    _finish(output, results, failed, options.quiet)
+
+
+def _refuse_early(engine: str, calls: int, files: tuple[tuple[Optional[Path], str], ...]) -> None:
+    """Mistakes in the options, reported at once, before torch or the runtime is imported (seconds)."""
+    from pte_devconst.cli import preflight
+
+    preflight.before_running("validate", engine, files)
+    if calls < 2:
+        raise PteDevconstError(f"validate needs --calls of at least 2 (load once, then steady calls), got {calls}")
+
+
+@record
+class Settings:
+    """What every pair is validated with: the options of ``api.validate`` that are not the pair's own."""
+
+    ptd: Optional[Path]
+    rewritten_ptd: Optional[Path]
+    calls: int
+    rtol: Optional[float]
+    atol: Optional[float]
+    simulate_devices: bool
+    methods: tuple[str, ...]  # none: every method with inputs
+    profile: bool
+    opaque_delegates: bool
+    etrecord: Optional[Path]
+    engine: str
+    # The real runtime compares the two programs with each other: NAME.expected.pt found beside a program is the
+    # runner's, not asked for (--expected named with the engine is refused by the API).
+    beside_expected: bool = True
+
+
+def _validate_pair(pair: Pair, settings: Settings, label: str, quiet: bool, forced: bool) -> ValidationResult:
+    """One pair through the API, after the preflight's hint, with a progress bar (loading torch takes seconds)."""
     from pte_devconst import api
     from pte_devconst.cli import preflight
     from pte_devconst.cli.progress import steps_progress
 
-    engine = engine_choice.value
+    hint = preflight.before_validating(pair.original, pair.rewritten, settings.ptd, settings.rewritten_ptd,
+                                       settings.simulate_devices, settings.engine)
+    if hint and not quiet:
+        typer.echo(f"pte-devconst: hint: {printable(hint)}", err=True)
+    with steps_progress(label, quiet, forced=forced) as advance:
+        return api.validate(pair.original, pair.rewritten, ptd=settings.ptd, rewritten_ptd=settings.rewritten_ptd,
+                            inputs=pair.inputs, expected=pair.expected if settings.beside_expected else None,
+                            calls=settings.calls, rtol=settings.rtol, atol=settings.atol,
+                            simulate_devices=settings.simulate_devices, methods=settings.methods or None,
+                            profile=settings.profile, opaque_delegates=settings.opaque_delegates, progress=advance,
+                            etrecord=settings.etrecord, engine=settings.engine)
 
-    # Mistakes in the options are reported at once, before torch or the runtime is imported (seconds).
-    preflight.before_running("validate", engine, ((inputs, "inputs"), (expected, "expected outputs"),
-                                                  (ptd, "data (.ptd)"), (rewritten_ptd, "data (.ptd)"),
-                                                  (etrecord, "ETRecord")))
-    if calls < 2:
-        raise PteDevconstError(f"validate needs --calls of at least 2 (load once, then steady calls), got {calls}")
-    options = global_options(ctx)
-    view = View(options.quiet, options.verbose)
-    renderers: Renderers[Any] = VALIDATE_ENGINE if engine == "executorch" else VALIDATE
-    output = Output(renderers, resolve(renderers, fmt, json_flag, view), view)
-    pairs, problems = pairs_of(programs, inputs, expected)
-    several = len(pairs) + len(problems) > 1 or programs[0].is_dir()
-    if several and (ptd is not None or rewritten_ptd is not None):
-        raise PteDevconstError("--ptd and --rewritten-ptd name the data of one pair; with several, each program "
-                               "takes its own by the .ptd rule (NAME.ptd next to NAME.pte)")
-    output.several = several
-    results: list[Any] = []  # ValidationResult, or EngineValidation with --engine executorch
+
+def _validate_pairs(pairs: Sequence[Pair], problems: Sequence[str], settings: Settings,
+                    output: Output[ValidationResult], options: GlobalOptions, forced: bool
+                    ) -> tuple[list[ValidationResult], int]:
+    """Every pair validated and added to ``output`` as it comes: (the results, how many could not be validated).
+    With several pairs, one that cannot be validated is one error line, and the others are still validated."""
     failed = 0
     for problem in problems:
         fail(PteDevconstError(problem), options.debug)
         failed += 1
-    # The real runtime compares the two programs with each other: NAME.expected.pt found beside a program is the
-    # runner's, not asked for (--expected named with the engine is refused by the API).
-    beside_expected = engine != "executorch" or expected is not None
+    results: list[ValidationResult] = []
     for index, pair in enumerate(pairs):
-        label = f"validating {pair.original.name}" + (f" ({index + 1}/{len(pairs)})" if several else "")
+        label = f"validating {pair.original.name}" + (f" ({index + 1}/{len(pairs)})" if output.several else "")
         try:
-            hint = preflight.before_validating(pair.original, pair.rewritten, ptd, rewritten_ptd, simulate_devices,
-                                               engine)
-            if hint and not options.quiet:
-                typer.echo(f"pte-devconst: hint: {printable(hint)}", err=True)
-            with steps_progress(label, options.quiet, forced=bool(progress)) as advance:  # loading torch takes seconds
-                result = api.validate(pair.original, pair.rewritten, ptd=ptd, rewritten_ptd=rewritten_ptd,
-                                      inputs=pair.inputs, expected=pair.expected if beside_expected else None,
-                                      calls=calls, rtol=rtol, atol=atol,
-                                      simulate_devices=simulate_devices, methods=method or None, profile=profile,
-                                      opaque_delegates=opaque_delegates, progress=advance, etrecord=etrecord,
-                                      engine=engine)
+            result = _validate_pair(pair, settings, label, options.quiet, forced)
         except (ReportedError, OSError) as error:
-            if not several:
+            if not output.several:
                 raise
             fail(error, options.debug)  # one line; the other pairs are still validated
             failed += 1
@@ -394,8 +419,13 @@ def validate_command(
             warn(result)
         results.append(result)
         output.add(result)
+    return results, failed
+
+
+def _finish(output: Output[ValidationResult], results: Sequence[ValidationResult], failed: int, quiet: bool) -> None:
+    """The report closed, several pairs summed up in one line, and the exit code: the worst pair's."""
     output.close()
-    if several and not options.quiet and output.fmt is Format.TEXT:
+    if output.several and not quiet and output.fmt is Format.TEXT:
         echo_lines([summary_line(results, failed)])
     code = worst_exit([r.verdict.exit_code for r in results] + [ExitCode.ERROR] * bool(failed))
     if code != ExitCode.OK:

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     # run's and validate's results load torch: importable by name, kept out of __all__ so that
     # ``from pte_devconst import *`` works without the runner extra.
     from .runner.run import RunResult as RunResult
-    from .runner.validate import ValidationResult as ValidationResult
+    from .runner.verdict import ValidationResult as ValidationResult
     from .util.errors import FormatError, InternalError, OutputError, PteDevconstError, UnsupportedProgramError
 
 _ERRORS = ("PteDevconstError", "FormatError", "UnsupportedProgramError", "OutputError", "InternalError")
@@ -53,7 +53,7 @@ __getattr__ = lazy_exports(__name__, {
     **{name: "api" for name in __all__ if name != "__version__"},
     **{name: "util.errors" for name in _ERRORS},
     "ProgramSummary": "inventory.summary", "ProgramDiff": "compare.diff", "RewriteResult": "rewriter.rewrite",
-    "RunResult": "runner.run", "ValidationResult": "runner.validate",
+    "RunResult": "runner.run", "ValidationResult": "runner.verdict",
 })
 
 

@@ -57,8 +57,7 @@ if TYPE_CHECKING:  # only for annotations: what a command does not use loads whe
     from pte_devconst.inventory.summary import ProgramSummary
     from pte_devconst.rewriter.rewrite import RewriteResult
     from pte_devconst.runner.run import RunResult
-    from pte_devconst.runner.executorch_engine import EngineValidation
-    from pte_devconst.runner.validate import ValidationResult
+    from pte_devconst.runner.verdict import ValidationResult
 
 PathLike = Union[str, "os.PathLike[str]"]
 # What runs ``validate``'s two programs: the project's torch runner, or the installed ExecuTorch runtime.
@@ -453,21 +452,24 @@ def validate(original: ProgramLike, rewritten: ProgramLike, *, ptd: Optional[Pat
              methods: Optional[Sequence[str]] = None, profile: bool = False,
              opaque_delegates: bool = False, progress: Optional[Callable[[int, int, str], None]] = None,
              etrecord: Optional[NamesLike] = None, engine: str = "runner"
-             ) -> "Union[ValidationResult, EngineValidation]":
+             ) -> "ValidationResult":
     """Run both programs on the same inputs and check the rewrite's promises (imports torch).
 
     ``inputs``/``expected`` are torch.save files (or loaded objects); ``calls`` (>= 2) per program;
     ``rtol``/``atol`` compare floating outputs that need not be bit-identical (None: torch.testing's default for
     the output's dtype; integer and bool outputs compare exactly); ``methods`` (default: every method
-    with inputs).  ``result.passed`` is the verdict.  The .ptd rule applies: ``ptd`` defaults to
-    ``NAME.ptd`` next to the original, ``rewritten_ptd`` to the rewrite's own sibling, else to the
-    original's data (a rewrite keeps external bytes in the same .ptd).  ``progress(done, total, what)`` is
-    called before each call of each program.  Either program may be held in memory (bytes, ``et``).
-    ``etrecord`` names the moved constants (``result.methods[].moved[].name``).
+    with inputs).  ``result.verdict`` is the verdict (``result.passed``: no check failed).  The .ptd rule
+    applies: ``ptd`` defaults to ``NAME.ptd`` next to the original, ``rewritten_ptd`` to the rewrite's own
+    sibling, else to the original's data (a rewrite keeps external bytes in the same .ptd).
+    ``progress(done, total, what)`` is called before each call of each program.  Either program may be held in
+    memory (bytes, ``et``).  ``etrecord`` names the moved constants (``result.methods[].moved[].name``).
 
     ``engine="executorch"`` runs both programs, flipped to the CPU, in the installed ExecuTorch runtime (the
-    ``executorch`` extra) instead, and returns an ``EngineValidation``: outputs bit for bit over ``calls`` (at
-    least 3) calls per method, and each copy made once held to running once (``runner/executorch_engine.py``).
+    ``executorch`` extra) instead: outputs bit for bit over ``calls`` (at least 3) calls per method, and each
+    copy made once held to running once (``runner/executorch_engine.py``).  Either engine returns the one
+    ``ValidationResult`` (``runner/verdict.py``): the same checks, verdict and JSON, with what only the runtime ran
+    (its version, the flips, the probes) in ``result.engine`` and what only the runner measured in each
+    ``result.methods[]``'s runs (``None``/empty for the runtime).
     """
     if engine not in ENGINES:
         raise PteDevconstError(f"--engine: unknown engine {engine!r} (choose one of: {', '.join(ENGINES)})")
@@ -488,8 +490,9 @@ def validate(original: ProgramLike, rewritten: ProgramLike, *, ptd: Optional[Pat
                                             rewritten_ptd=paths.rewrite_data_for(second, data, rewritten_ptd),
                                             inputs=inputs, calls=calls, methods=methods, progress=progress,
                                             moved_by=moved_by_encodings)
-        return replace(engine_result, warnings=(*engine_result.warnings,
-                                                  *_older_runtime_warnings(engine_result.runtime, (first, second))))
+        assert engine_result.engine is not None  # the runtime's facts: its version
+        engine_result.warnings.extend(_older_runtime_warnings(engine_result.engine.runtime, (first, second)))
+        return engine_result
     from pte_devconst.runner.validate import validate as run_validation  # imports torch: only validate loads it
 
     first, second = _program(original, "original"), _program(rewritten, "rewritten")

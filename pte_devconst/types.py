@@ -29,10 +29,9 @@ if TYPE_CHECKING:
     from pte_devconst.rewriter.rewrite import RewriteResult
     from pte_devconst.rewriter.words import conversion_phrase, loads_line, needs_phrase, older_advice, output_clause
     from pte_devconst.runner.copies import CopyTotals
-    from pte_devconst.runner.executorch_engine import EngineValidation
     from pte_devconst.runner.memory import CallerRole
     from pte_devconst.runner.run import OutputSummary, RunResult
-    from pte_devconst.runner.validate import NOTHING_MOVED, MethodValidation, ValidationResult, Verdict
+    from pte_devconst.runner.verdict import NOTHING_MOVED, EngineFacts, MethodValidation, ValidationResult, Verdict
 
 # name -> the module (under pte_devconst) that defines it
 _HOMES = {
@@ -49,14 +48,14 @@ _HOMES = {
     "RewriteRequest": "rewriter.request", "VerifyMode": "rewriter.request", "RewriteResult": "rewriter.rewrite",
     "conversion_phrase": "rewriter.words", "loads_line": "rewriter.words", "needs_phrase": "rewriter.words",
     "older_advice": "rewriter.words", "output_clause": "rewriter.words",
-    "CopyTotals": "runner.copies", "EngineValidation": "runner.executorch_engine", "CallerRole": "runner.memory",
+    "CopyTotals": "runner.copies", "CallerRole": "runner.memory",
     "OutputSummary": "runner.run", "RunResult": "runner.run",
-    "NOTHING_MOVED": "runner.validate", "MethodValidation": "runner.validate",
-    "ValidationResult": "runner.validate", "Verdict": "runner.validate",
+    "NOTHING_MOVED": "runner.verdict", "EngineFacts": "runner.verdict", "MethodValidation": "runner.verdict",
+    "ValidationResult": "runner.verdict", "Verdict": "runner.verdict",
 }
 
 __all__ = ["Acceptance", "BufferGrowth", "CallerRole", "CheckReport", "CopyTotals", "DEFAULT_RUNTIME",
-           "DeviceMemory", "Diagnostic", "Encoding", "EngineValidation", "FileCheck", "Finding", "Flow", "FoldGain",
+           "DeviceMemory", "Diagnostic", "Encoding", "EngineFacts", "FileCheck", "Finding", "Flow", "FoldGain",
            "GateRule", "MethodDiff", "MethodFlows", "MethodSummary", "MethodValidation", "NOTHING_MOVED",
            "OutputSummary", "ProgramDiff", "ProgramSummary", "RULES", "RewriteOptions", "RewritePlan",
            "RewriteRequest", "RewriteResult", "RunResult", "Runtime", "RuntimeNeed", "ValidationResult", "Verdict",

@@ -43,7 +43,8 @@ from pte_devconst.util.units import human_bytes, plural
 
 from .run import program_size, resolve_inputs
 from .staging import staged_program
-from .validate import Check, Status, Verdict, same_bits
+from .validate import moved_constants, same_bits
+from .verdict import Check, EngineFacts, FlipChanges, MethodValidation, Status, ValidationResult
 
 HOST_COPY = m.Operator("aten::alias_copy", "out")  # what a flip runs where the program copies to or from a device
 PROBE = m.Operator("aten::add", "out")  # add.out(self, other, *, alpha, out) -> out
@@ -51,73 +52,6 @@ MIN_CALLS = 3  # the first call, and two that see what it left
 OUTPUTS_CHECK = "outputs bit-identical in the ExecuTorch runtime"
 ONCE_CHECK = "moved constants copied once (accumulating probe)"
 INSTALL = 'pip install "pte-devconst[executorch]"'
-
-
-@record
-class FlipChanges:
-    """What a flip changed in one program, for the report."""
-
-    buffers: int  # planned buffers that were on a device
-    tensors: int  # tensors whose device tag said a device
-    copies: int  # et_copy kernels made host copies (instructions)
-
-    def describe(self) -> str:
-        return (f"{plural(self.buffers, 'device buffer')} to host memory, {plural(self.tensors, 'tensor')} "
-                f"tagged CPU, {plural(self.copies, 'device copy', 'device copies')} made host copies")
-
-    def to_json(self) -> dict[str, int]:
-        return {"buffers": self.buffers, "tensors": self.tensors, "copies": self.copies}
-
-
-@record
-class EngineMethod:
-    """One method's rows: the plain comparison and the probe."""
-
-    method: str
-    calls: int
-    checks: tuple[Check, ...]
-    moved: int  # constants the rewrite keeps on a device in this method
-
-    @property
-    def passed(self) -> bool:
-        return all(check.passed for check in self.checks)
-
-
-@record
-class EngineValidation:
-    """What ``validate --engine executorch`` found for one pair."""
-
-    original: str
-    rewritten: str
-    runtime: str  # the installed executorch's version
-    calls: int
-    methods: tuple[EngineMethod, ...]
-    delegates: tuple[str, ...]  # the backends that ran for real, in the runtime
-    flip_original: FlipChanges
-    flip_rewritten: FlipChanges
-    probed: int  # first-call copies made accumulating adds
-    skipped_methods: tuple[tuple[str, str], ...] = ()
-    warnings: tuple[str, ...] = ()
-
-    @property
-    def passed(self) -> bool:
-        return all(method.passed for method in self.methods)
-
-    @property
-    def verdict(self) -> Verdict:
-        if not self.passed:
-            return Verdict.FAIL
-        return Verdict.PASS if any(method.moved for method in self.methods) else Verdict.NOTHING_MOVED
-
-    def to_json(self) -> dict[str, Any]:
-        return {"original": self.original, "rewritten": self.rewritten, "engine": "executorch",
-                "runtime": {"executorch": self.runtime}, "passed": self.passed, "verdict": self.verdict.value,
-                "exit_code": int(self.verdict.exit_code), "calls": self.calls, "delegates": list(self.delegates),
-                "flip": {"original": self.flip_original.to_json(), "rewritten": self.flip_rewritten.to_json()},
-                "probed_copies": self.probed, "warnings": list(self.warnings),
-                "skipped_methods": [{"method": name, "reason": why} for name, why in self.skipped_methods],
-                "methods": [{"method": mv.method, "passed": mv.passed, "calls": mv.calls, "moved": mv.moved,
-                             "checks": [c.to_json() for c in mv.checks]} for mv in self.methods]}
 
 
 # --- the flip and the probe -----------------------------------------------------------------------------------
@@ -264,9 +198,10 @@ def validate_in_runtime(original: ProgramLike, rewritten: ProgramLike, *, ptd: O
                         rewritten_ptd: Optional[Path] = None, inputs: Any = None, calls: int = MIN_CALLS,
                         methods: Optional[Sequence[str]] = None,
                         progress: Optional[Callable[[int, int, str], None]] = None,
-                        moved_by: MovedReader = moved_values) -> EngineValidation:
+                        moved_by: MovedReader = moved_values) -> ValidationResult:
     """Both programs, flipped, in the installed ExecuTorch runtime (module docstring); ``moved_by`` says what
-    moved (``program/moves.py: MovedReader``; the API passes the registered encodings' reading)."""
+    moved (``program/moves.py: MovedReader``; the API passes the registered encodings' reading).  The result is
+    ``validate``'s one record, with what this engine ran in its ``engine`` facts."""
     import importlib.util
 
     from .runtime_backend import runtime_backends, runtime_version
@@ -292,6 +227,7 @@ def validate_in_runtime(original: ProgramLike, rewritten: ProgramLike, *, ptd: O
         data_probe = Staged(rewritten, probed_b) if probed else None
         plans_a = {plan.name or "": plan for plan in first.program.execution_plan or ()}
         plans_b = {plan.name or "": plan for plan in second.program.execution_plan or ()}
+        moved = moved_constants(first.program, second.program, moved_by)
     chosen = list(methods) if methods else list(plans_a)
     results, skipped = [], []
     path_a = str(ptd) if ptd is not None else None
@@ -310,7 +246,6 @@ def validate_in_runtime(original: ProgramLike, rewritten: ProgramLike, *, ptd: O
             skipped.append((method, error.what))
             continue
         method_calls = [given[k % len(given)] for k in range(calls)]
-        moved = len(moved_by(plans_a[method], plans_b[method]))
         runs = []
         for what, data, data_path in (("original", data_a, path_a), ("rewrite", data_b, path_b),
                                       *((("probed rewrite", data_probe, path_b),) if data_probe else ())):
@@ -321,22 +256,30 @@ def validate_in_runtime(original: ProgramLike, rewritten: ProgramLike, *, ptd: O
                                                    f"{size})")
             runs.append(_run(data, data_path, method, method_calls, what, report))
             done += calls
-        difference = _first_difference(runs[0], runs[1])
-        checks = [Check.of(OUTPUTS_CHECK, difference is None, difference or f"{calls} calls, every output")]
-        copied_once = probed_copies(plans_a[method], plans_b[method], moved_by)
-        if data_probe is not None and copied_once:
-            again = _first_difference(runs[0], runs[2])
-            checks.append(Check.of(ONCE_CHECK, again is None,
-                                   f"a first-call copy ran again: {again}" if again else
-                                   f"{plural(len(copied_once), 'first-call copy', 'first-call copies')} made "
-                                   f"accumulating adds: each ran once in {calls} calls"))
-        elif moved:
-            checks.append(Check(ONCE_CHECK, Status.PASS, f"{plural(moved, 'value')} kept as device initial data: "
-                                "loaded once, no copy of them runs"))
-        else:
-            checks.append(Check(ONCE_CHECK, Status.SKIPPED, "nothing moved in this method"))
-        results.append(EngineMethod(method, calls, tuple(checks), moved))
+        checks = _checks(runs, calls, probed_copies(plans_a[method], plans_b[method], moved_by), len(moved[method]))
+        results.append(MethodValidation(method, moved[method], checks))
     if not results and not skipped:
         raise PteDevconstError("no method to validate")
-    return EngineValidation(str(original), str(rewritten), runtime_version(), calls, tuple(results), tuple(used),
-                            changes_a, changes_b, probed, tuple(skipped))
+    return ValidationResult(str(original), str(rewritten), False, calls, results, skipped,
+                            engine=EngineFacts(runtime_version(), tuple(used), changes_a, changes_b, probed))
+
+
+def _checks(runs: Sequence[list[list[Any]]], calls: int, copied_once: Sequence[tuple[int, ...]], moved: int
+            ) -> list[Check]:
+    """One method's rows: the rewrite's outputs against the original's, and each copy made once held to running
+    once.  ``runs``: the outputs of the original, the rewrite and, where copies were probed, the probed rewrite;
+    ``copied_once``: the rewrite's copies that must run once (``probed_copies``); ``moved``: how many values moved."""
+    difference = _first_difference(runs[0], runs[1])
+    checks = [Check.of(OUTPUTS_CHECK, difference is None, difference or f"{calls} calls, every output")]
+    if len(runs) > 2 and copied_once:
+        again = _first_difference(runs[0], runs[2])
+        checks.append(Check.of(ONCE_CHECK, again is None,
+                               f"a first-call copy ran again: {again}" if again else
+                               f"{plural(len(copied_once), 'first-call copy', 'first-call copies')} made "
+                               f"accumulating adds: each ran once in {calls} calls"))
+    elif moved:
+        checks.append(Check(ONCE_CHECK, Status.PASS, f"{plural(moved, 'value')} kept as device initial data: "
+                            "loaded once, no copy of them runs"))
+    else:
+        checks.append(Check(ONCE_CHECK, Status.SKIPPED, "nothing moved in this method"))
+    return checks

@@ -35,8 +35,7 @@ Delegates that neither an executor nor the installed ExecuTorch runtime executes
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import field, replace
-from enum import Enum
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping, Optional, Sequence
 
@@ -50,11 +49,9 @@ from pte_devconst.program.effects import MethodEffects
 from pte_devconst.program.kernel_effects import is_device_copy, list_items
 from pte_devconst.program.layout import layout_problems
 from pte_devconst.program.memory import storage_groups
-from pte_devconst.program.moves import AT_LOAD, Arrival, MovedReader, moved_values
+from pte_devconst.program.moves import AT_LOAD, MovedReader, moved_values
 from pte_devconst.program.regions import IntervalIndex, planned_region
 from pte_devconst.util.errors import PteDevconstError, UnsupportedProgramError
-from pte_devconst.util.exit_code import ExitCode
-from pte_devconst.util.named_enum import NamedEnum
 from pte_devconst.util.record import record
 from pte_devconst.util.units import exact_bytes, listing, plural
 from pte_devconst.program.replay import calls_needed, prove_same_reads
@@ -63,216 +60,15 @@ from pte_devconst.schema.pte_file import ProgramBytes, PteFile, open_pte
 from .copies import LOAD, Cause, CopyEvent, Direction
 from .delegates import OpaquePolicy
 from pte_devconst.program.dtypes import dtype_name
-from .profiling import ProfiledCopies
 from .run import RunResult, calls_from, load_torch_file, run_program, synthetic_inputs
-from .transcript import BoundaryDifference, Resident, compare_transcripts, replaced_origins, summarize
+from .transcript import compare_transcripts, replaced_origins, summarize
+from .verdict import (Boundary, CallComparison, Check, MethodValidation, MovedConstant, Status, Tolerance,
+                      ValidationResult, name_at)
 from pte_devconst.program.labels import constant_label, value_name
 
-MAX_DIFFERENCES_IN_JSON = 100
 BOUNDARY_CHECK = "delegate boundaries match"
 EXPECTED_CHECK = "outputs match expected"
 MISSING_ENTRY = "the expected outputs have no entry for method"
-
-
-@record
-class MovedConstant:
-    method: str
-    value: int
-    name: Optional[str]
-    device: str
-    nbytes: int
-    folded: bool = False  # a value the original computed on the host from constants (or a new value)
-    holder: int = -1  # the rewrite's value that holds it in device memory (-1: ``value`` itself)
-    arrival: Arrival = AT_LOAD  # how it reaches its device (program/moves.py: the file says which encoding)
-    reencoded: bool = False  # resident in the original too: only the encoding changed
-
-    @property
-    def held_by(self) -> int:
-        return self.value if self.holder < 0 else self.holder
-
-    @property
-    def resident(self) -> Resident:
-        return Resident(self.device, self.folded, self.value)
-
-    @property
-    def kind(self) -> str:
-        if self.reencoded:
-            return "re-encoded"
-        return "folded" if self.folded else "moved"
-
-
-class Status(str, Enum):
-    PASS = "pass"
-    FAIL = "fail"
-    SKIPPED = "skipped"  # not checked, for the reason in the detail; never fails validate
-
-
-class Verdict(NamedEnum):
-    """What a validation says in one word, with its exit code (docs/cli.md, "Exit codes")."""
-
-    PASS = "pass"  # every check passed, and something moved
-    FAIL = "fail"  # a check failed
-    NOTHING_MOVED = "nothing moved"  # no check failed, but nothing moved: there is no rewrite to vouch for
-
-    @property
-    def exit_code(self) -> ExitCode:
-        return {Verdict.PASS: ExitCode.OK, Verdict.FAIL: ExitCode.FINDINGS}.get(self, ExitCode.UNKNOWN)
-
-
-NOTHING_MOVED = ("no constant of the first program lives in device memory in the second, so there is no rewrite "
-                 "to validate (is the second file the first one's rewrite?)")
-
-
-@record
-class Check:
-    name: str
-    status: Status
-    detail: str
-
-    @classmethod
-    def of(cls, name: str, ok: bool, detail: str) -> "Check":
-        return cls(name, Status.PASS if ok else Status.FAIL, detail)
-
-    @property
-    def passed(self) -> bool:
-        """False only for a failed check: a skipped one does not fail validate."""
-        return self.status is not Status.FAIL
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "status": self.status.value, "passed": self.passed, "detail": self.detail}
-
-
-@record
-class CallComparison:
-    """One call of one method, before and after."""
-
-    index: int
-    h2d_before: int
-    h2d_after: int
-    moved_bytes_copied_before: int  # what the original copied this call of the moved or folded values
-    d2h_before: int
-    d2h_after: int
-    wall_s_before: float
-    wall_s_after: float
-    max_abs_diff: float
-    profiled_before: Optional[ProfiledCopies] = None  # torch.profiler's memcpy totals (--profile, real GPU)
-    profiled_after: Optional[ProfiledCopies] = None
-    derived_before: int = 0  # H2D bytes computed from constants alone (runner/derivation.py)
-    derived_after: int = 0
-
-
-@record
-class Boundary:
-    """The delegate-boundary comparison of one method: how much was compared and every difference."""
-
-    delegate_calls: int
-    arguments: int
-    differences: list[BoundaryDifference]
-
-    def to_json(self, method: str) -> dict[str, Any]:
-        return {"delegate_calls": self.delegate_calls, "arguments": self.arguments,
-                "differences": [{**d.to_json(), "line": d.line(method)}
-                                for d in self.differences[:MAX_DIFFERENCES_IN_JSON]],
-                "differences_total": len(self.differences)}
-
-
-@record
-class MethodValidation:
-    method: str
-    moved: list[MovedConstant]
-    bit_identical_required: bool
-    calls: list[CallComparison]
-    load_h2d_before: int
-    load_h2d_after: int
-    checks: list[Check]
-    boundary: Boundary
-    original: RunResult = field(repr=False)
-    rewritten: RunResult = field(repr=False)
-    opaque_backends: list[str] = field(default_factory=list)  # their outputs are stand-ins
-    tolerances: list[tuple[int, Tolerance]] = field(default_factory=list)  # (output, how it compares)
-    output_names: tuple[Optional[str], ...] = ()  # the user's name of each output (an ETRecord's), None if unknown
-
-    @property
-    def passed(self) -> bool:
-        return all(check.passed for check in self.checks)
-
-    def difference_lines(self) -> list[str]:
-        return [d.line(self.method) for d in self.boundary.differences]
-
-
-@record
-class ValidationResult:
-    original: str
-    rewritten: str
-    simulated: bool
-    calls: int
-    methods: list[MethodValidation]
-    skipped_methods: list[tuple[str, str]] = field(default_factory=list)  # (method, why it was not run)
-    warnings: list[str] = field(default_factory=list)
-    opaque_forced: bool = False  # --opaque-delegates
-    rtol: Optional[float] = None  # given; None: each floating dtype's default
-    atol: Optional[float] = None
-
-    @property
-    def passed(self) -> bool:
-        """No check failed (``verdict`` also says whether anything moved)."""
-        return all(method.passed for method in self.methods)
-
-    @property
-    def verdict(self) -> Verdict:
-        if not self.passed:
-            return Verdict.FAIL
-        return Verdict.PASS if any(mv.moved for mv in self.methods) else Verdict.NOTHING_MOVED
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "original": self.original, "rewritten": self.rewritten, "passed": self.passed,
-            "verdict": self.verdict.value, "exit_code": int(self.verdict.exit_code),
-            "devices": "simulated" if self.simulated else "real", "calls": self.calls,
-            "opaque_delegates": "all" if self.opaque_forced else "missing executors",
-            "warnings": list(self.warnings),
-            "tolerance": {"rtol": self.rtol, "atol": self.atol,
-                          "rule": "integer and bool outputs exactly; floating outputs within rtol/atol when given, "
-                                  "else torch.testing.assert_close's defaults for their dtype"},
-            "skipped_methods": [{"method": name, "reason": why} for name, why in self.skipped_methods],
-            "methods": [{
-                "method": mv.method, "passed": mv.passed, "bit_identical_required": mv.bit_identical_required,
-                "opaque_backends": list(mv.opaque_backends),
-                "delegates": {"original": [d.to_json() for d in mv.original.delegates],
-                              "rewritten": [d.to_json() for d in mv.rewritten.delegates]},
-                "caller_memory": {"original": [c.to_json() for c in mv.original.caller_memory],
-                                  "rewritten": [c.to_json() for c in mv.rewritten.caller_memory]},
-                "moved_constants": [_constant_json(c) for c in mv.moved],
-                "load_h2d_bytes": {"before": mv.load_h2d_before, "after": mv.load_h2d_after},
-                "device_peak_bytes": {"before": mv.original.device_peak_bytes,
-                                      "after": mv.rewritten.device_peak_bytes},
-                "calls": [_call_json(c) for c in mv.calls],
-                "boundary": mv.boundary.to_json(mv.method),
-                "checks": [c.to_json() for c in mv.checks],
-                "output_tolerances": [{"output": position, "name": _name_at(mv.output_names, position),
-                                       "bit_identical": mv.bit_identical_required,
-                                       **tolerance.to_json()} for position, tolerance in mv.tolerances],
-            } for mv in self.methods],
-        }
-
-
-def _constant_json(c: MovedConstant) -> dict[str, Any]:
-    return {"value": c.value, "name": c.name, "device": c.device, "nbytes": c.nbytes, "kind": c.kind,
-            "held_by": c.held_by, "copied": c.arrival.when}
-
-
-def _call_json(c: CallComparison) -> dict[str, Any]:
-    profiled = None
-    if c.profiled_before is not None or c.profiled_after is not None:
-        profiled = {"before": c.profiled_before.to_json() if c.profiled_before else None,
-                    "after": c.profiled_after.to_json() if c.profiled_after else None}
-    return {"call": c.index, "h2d_bytes": {"before": c.h2d_before, "after": c.h2d_after,
-                                           "moved_constants_before": c.moved_bytes_copied_before,
-                                           "constant_derived_before": c.derived_before,
-                                           "constant_derived_after": c.derived_after},
-            "d2h_bytes": {"before": c.d2h_before, "after": c.d2h_after},
-            "wall_s": {"before": c.wall_s_before, "after": c.wall_s_after}, "max_abs_diff": c.max_abs_diff,
-            "profiler": profiled}
 
 
 def _tensor(values: Sequence[m.EValue], index: int) -> m.Tensor:
@@ -446,31 +242,6 @@ DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.complex128: (1e-7, 1e-7)}
 
 
-@record
-class Tolerance:
-    """How one output is compared when it need not be bit-identical: exactly, or within ``rtol``/``atol``."""
-
-    dtype: str
-    rtol: float = 0.0
-    atol: float = 0.0
-    exact: bool = False  # integer and bool outputs (and dtypes torch gives no tolerance): equal values
-    given: bool = False  # --rtol/--atol, not the dtype's default
-
-    def describe(self) -> str:
-        if self.exact:
-            return f"{self.dtype} exactly"
-        source = "given" if self.given else "dtype default"
-        return f"{self.dtype} within rtol={self.rtol:g}, atol={self.atol:g} ({source})"
-
-    def to_json(self) -> dict[str, Any]:
-        if self.exact:
-            source = "exact"
-        else:
-            source = "given" if self.given else "dtype default"
-        return {"dtype": self.dtype, "exact": self.exact, "rtol": None if self.exact else self.rtol,
-                "atol": None if self.exact else self.atol, "source": source}
-
-
 def output_tolerance(dtype: torch.dtype, rtol: Optional[float], atol: Optional[float]) -> Tolerance:
     """The tolerance for an output of ``dtype``: exact unless floating; ``rtol``/``atol`` override the defaults.
 
@@ -545,13 +316,9 @@ def _h2d(events: Sequence[CopyEvent], phase: str, method: str) -> list[CopyEvent
     return [e for e in events if e.phase == phase and e.method == method and e.direction is Direction.H2D]
 
 
-def _name_at(names: Sequence[Optional[str]], position: int) -> Optional[str]:
-    return names[position] if 0 <= position < len(names) else None
-
-
 def _output(position: int, names: Sequence[Optional[str]] = ()) -> str:
     """'output 0', or 'output 0 (logits)' where the output has a name."""
-    name = _name_at(names, position)
+    name = name_at(names, position)
     return f"output {position} ({name})" if name else f"output {position}"
 
 
@@ -674,7 +441,7 @@ def _check_method(name: str, before: RunResult, after: RunResult, moved: list[Mo
             f"{exact_bytes(last.h2d_before)} -> {exact_bytes(last.h2d_after)} per call" if last else "no calls"))))
     tolerances = [(p, output_tolerance(x.dtype, rtol, atol)) for p, x in
                   enumerate(before.calls[0].outputs if before.calls else ()) if isinstance(x, torch.Tensor)]
-    return MethodValidation(name, moved, exact, calls, before.load.h2d.nbytes, after.load.h2d.nbytes, checks,
+    return MethodValidation(name, moved, checks, exact, calls, before.load.h2d.nbytes, after.load.h2d.nbytes,
                             boundary, before, after, opaque_backends, tolerances, tuple(output_names))
 
 
@@ -777,11 +544,62 @@ def validate(original: str | Path | ProgramBytes, rewritten: str | Path | Progra
     ``moved_by`` says what moved and how each value arrives (``program/moves.py: MovedReader``; the API passes
     the registered encodings' own reading).
     """
+    _refuse_options(calls, inputs, expected)
+    pair = _read_pair(original, rewritten, methods, moved_by, value_names)
+    input_data = load_torch_file(inputs, "inputs") if isinstance(inputs, (str, Path)) else inputs
+    expected_data = load_torch_file(expected, "expected outputs") if isinstance(expected, (str, Path)) else expected
+    expected_path = str(expected) if isinstance(expected, (str, Path)) else None
+    _refuse_expected_without_entries(expected_data, pair.names, input_data, methods, expected_path)
+    common: dict[str, Any] = dict(calls=calls, simulate_devices=simulate_devices, profile=profile, transcript=True,
+                                  opaque=OpaquePolicy.ALWAYS if opaque_delegates else OpaquePolicy.MISSING)
+    results, skipped = [], []
+    warnings: list[str] = []
+    for index, name in enumerate(pair.names):
+        if input_data is None:
+            call_inputs = [synthetic_inputs(pair.plans[name])]
+        elif isinstance(input_data, dict) and name not in input_data and methods is None:
+            skipped.append((name, "the inputs file has no entry for it"))
+            continue
+        else:
+            call_inputs = _given_inputs(input_data, name, inputs, calls, warnings)
+        expected_calls, expected_missing = _expected_for(expected_data, name, methods, expected_path)
+        before, after = _run_both((original, rewritten), (ptd, rewritten_ptd or ptd), name, call_inputs,
+                                  _reporters(progress, index, len(pair.names), name, calls), common)
+        stand_ins = outputs_depending_on(pair.plans[name], set(before.opaque_delegates) | set(after.opaque_delegates))
+        results.append(_check_method(name, before, after, pair.moved[name], pair.exact[name], expected_calls, rtol,
+                                     atol, expected_missing=expected_missing, stand_ins=stand_ins,
+                                     static=pair.static[name], output_names=(output_names or {}).get(name, ())))
+    if not results:
+        raise PteDevconstError("the inputs name none of the program's methods", file=str(inputs))
+    _refuse_nothing_compared(results, expected_data, expected_path)
+    return ValidationResult(str(original), str(rewritten), simulate_devices, calls, results, skipped, warnings,
+                            opaque_delegates, rtol, atol)
+
+
+def _refuse_options(calls: int, inputs: Any, expected: Any) -> None:
     if calls < 2:
         raise PteDevconstError(f"validate needs --calls of at least 2 (load once, then steady calls), got {calls}")
     if expected is not None and inputs is None:
         raise PteDevconstError("--expected needs --inputs: the expected outputs belong to particular inputs, and "
                                "the synthetic random inputs used without --inputs cannot reproduce them")
+
+
+@record
+class PairTables:
+    """What ``validate`` reads of both programs' tables before anything runs, per method validated."""
+
+    names: list[str]  # the methods validated, in the original's order
+    moved: dict[str, list[MovedConstant]]
+    plans: dict[str, m.ExecutionPlan]  # the original's
+    exact: dict[str, bool]  # both run the same arithmetic (``_compute_signature``): outputs bit-identical
+    static: dict[str, list[Check]]  # ``static_checks``
+
+
+def _read_pair(original: str | Path | ProgramBytes, rewritten: str | Path | ProgramBytes,
+               methods: Optional[Sequence[str]], moved_by: MovedReader,
+               value_names: Optional[Mapping[str, Mapping[int, str]]]) -> PairTables:
+    """Both programs opened once: what moved (named by ``value_names`` where the program leaves a constant
+    unnamed), the methods to validate (each in both programs), and what the tables decide of each."""
     with open_pte(original) as a, open_pte(rewritten) as b:
         moved = moved_constants(a.program, b.program, moved_by)
         for method, found in moved.items():
@@ -792,60 +610,73 @@ def validate(original: str | Path | ProgramBytes, rewritten: str | Path | Progra
         for name in names:
             if name not in moved:
                 raise PteDevconstError(f"method {name!r} is not in both programs", file=str(rewritten))
-        signatures = {name: (_compute_signature(a.program.plan(name), a), _compute_signature(b.program.plan(name), b))
-                      for name in names}
         plans = {name: a.program.plan(name) for name in names}
+        exact = {name: _compute_signature(plans[name], a) == _compute_signature(b.program.plan(name), b)
+                 for name in names}
         declared = _declared_by_method(a), _declared_by_method(b)
         static = {name: static_checks(plans[name], b.program.plan(name), moved[name],
                                       (declared[0].get(name), declared[1].get(name))) for name in names}
-    input_data = load_torch_file(inputs, "inputs") if isinstance(inputs, (str, Path)) else inputs
-    expected_data = load_torch_file(expected, "expected outputs") if isinstance(expected, (str, Path)) else expected
-    expected_path = str(expected) if isinstance(expected, (str, Path)) else None
-    policy = OpaquePolicy.ALWAYS if opaque_delegates else OpaquePolicy.MISSING
-    if isinstance(expected_data, dict):
-        running = [n for n in names if methods is not None or not isinstance(input_data, dict) or n in input_data]
-        if running and not any(n in expected_data for n in running):
-            raise PteDevconstError(
-                f"the expected outputs have no entry for {'method' if len(running) == 1 else 'any of the methods'} "
-                f"{', '.join(map(repr, running))} (has: {', '.join(map(repr, expected_data)) or 'nothing'}): "
-                "nothing would be compared with them", file=expected_path)
-    results, skipped = [], []
-    warnings: list[str] = []
-    for name in names:
-        if input_data is None:
-            call_inputs = [synthetic_inputs(plans[name])]
-        elif isinstance(input_data, dict) and name not in input_data and methods is None:
-            skipped.append((name, "the inputs file has no entry for it"))
-            continue
-        else:
-            call_inputs = calls_from(input_data, name, "inputs", str(inputs) if isinstance(inputs, (str, Path)) else "")
-            if len(call_inputs) > calls:  # said, not silently dropped: a user's later calls may be the ones that matter
-                warnings.append(f"method {name!r}: the inputs hold {len(call_inputs)} calls and validate ran the first "
-                                f"{calls} (--calls {len(call_inputs)} runs them all)")
-        expected_calls, expected_missing = None, None
-        if expected_data is not None:
-            if isinstance(expected_data, dict) and name not in expected_data:
-                if methods is not None:
-                    raise PteDevconstError(f"the expected outputs have no entry for method {name!r} (has: "
-                                           f"{', '.join(map(str, expected_data))})", file=expected_path)
-                expected_missing = (f"{MISSING_ENTRY} {name!r}: its outputs were not compared with them")
-            else:
-                expected_calls = [tuple(c) for c in calls_from(expected_data, name, "expected outputs")]
-        common: dict[str, Any] = dict(method=name, inputs=call_inputs, calls=calls, simulate_devices=simulate_devices,
-                                      profile=profile, opaque=policy, transcript=True)
-        position = names.index(name) * 2 * calls
-        before = run_program(original, ptd_path=ptd, on_call=_reporter(progress, position, len(names) * 2 * calls,
-                                                                       f"{name}: original", calls), **common)
-        after = run_program(rewritten, ptd_path=rewritten_ptd or ptd,
-                            on_call=_reporter(progress, position + calls, len(names) * 2 * calls,
-                                              f"{name}: rewritten", calls), **common)
-        exact = signatures[name][0] == signatures[name][1]
-        stand_ins = outputs_depending_on(plans[name], set(before.opaque_delegates) | set(after.opaque_delegates))
-        results.append(_check_method(name, before, after, moved[name], exact, expected_calls, rtol, atol,
-                                     expected_missing=expected_missing, stand_ins=stand_ins, static=static[name],
-                                     output_names=(output_names or {}).get(name, ())))
-    if not results:
-        raise PteDevconstError("the inputs name none of the program's methods", file=str(inputs))
+    return PairTables(names, moved, plans, exact, static)
+
+
+def _refuse_expected_without_entries(expected_data: Any, names: Sequence[str], input_data: Any,
+                                     methods: Optional[Sequence[str]], expected_path: Optional[str]) -> None:
+    """Expected outputs that hold no entry for any method that will run would be compared with nothing."""
+    if not isinstance(expected_data, dict):
+        return
+    running = [n for n in names if methods is not None or not isinstance(input_data, dict) or n in input_data]
+    if running and not any(n in expected_data for n in running):
+        raise PteDevconstError(
+            f"the expected outputs have no entry for {'method' if len(running) == 1 else 'any of the methods'} "
+            f"{', '.join(map(repr, running))} (has: {', '.join(map(repr, expected_data)) or 'nothing'}): "
+            "nothing would be compared with them", file=expected_path)
+
+
+def _given_inputs(input_data: Any, name: str, inputs: Any, calls: int, warnings: list[str]) -> list[Any]:
+    """The calls the inputs give method ``name``; more of them than ``calls`` is said in ``warnings``."""
+    call_inputs = calls_from(input_data, name, "inputs", str(inputs) if isinstance(inputs, (str, Path)) else "")
+    if len(call_inputs) > calls:  # said, not silently dropped: a user's later calls may be the ones that matter
+        warnings.append(f"method {name!r}: the inputs hold {len(call_inputs)} calls and validate ran the first "
+                        f"{calls} (--calls {len(call_inputs)} runs them all)")
+    return call_inputs
+
+
+def _expected_for(expected_data: Any, name: str, methods: Optional[Sequence[str]], expected_path: Optional[str]
+                  ) -> tuple[Optional[list[tuple[Any, ...]]], Optional[str]]:
+    """(the expected outputs of each call of method ``name``, why there are none where some were given)."""
+    if expected_data is None:
+        return None, None
+    if isinstance(expected_data, dict) and name not in expected_data:
+        if methods is not None:
+            raise PteDevconstError(f"the expected outputs have no entry for method {name!r} (has: "
+                                   f"{', '.join(map(str, expected_data))})", file=expected_path)
+        return None, f"{MISSING_ENTRY} {name!r}: its outputs were not compared with them"
+    return [tuple(c) for c in calls_from(expected_data, name, "expected outputs")], None
+
+
+def _reporters(progress: Optional[Callable[[int, int, str], None]], index: int, methods: int, name: str, calls: int
+               ) -> tuple[Optional[Callable[[int, str], None]], Optional[Callable[[int, str], None]]]:
+    """``run_program``'s ``on_call`` for the original and the rewrite of the ``index``-th of ``methods`` methods."""
+    total = methods * 2 * calls
+    return (_reporter(progress, index * 2 * calls, total, f"{name}: original", calls),
+            _reporter(progress, (index * 2 + 1) * calls, total, f"{name}: rewritten", calls))
+
+
+def _run_both(programs: tuple[str | Path | ProgramBytes, str | Path | ProgramBytes],
+              data: tuple[Optional[str | Path], Optional[str | Path]], name: str, call_inputs: list[Any],
+              on_call: tuple[Optional[Callable[[int, str], None]], Optional[Callable[[int, str], None]]],
+              common: dict[str, Any]) -> tuple[RunResult, RunResult]:
+    """Method ``name`` of the original, then of the rewrite, on the same inputs (never both held at once)."""
+    before = run_program(programs[0], ptd_path=data[0], on_call=on_call[0], method=name, inputs=call_inputs,
+                         **common)
+    after = run_program(programs[1], ptd_path=data[1], on_call=on_call[1], method=name, inputs=call_inputs,
+                        **common)
+    return before, after
+
+
+def _refuse_nothing_compared(results: Sequence[MethodValidation], expected_data: Any,
+                             expected_path: Optional[str]) -> None:
+    """Expected outputs given, and no output compared with them: every output depends on opaque delegates."""
     if expected_data is not None and not any(c.name == EXPECTED_CHECK and c.status is not Status.SKIPPED
                                              and not c.detail.startswith(MISSING_ENTRY)
                                              for mv in results for c in mv.checks):
@@ -854,5 +685,3 @@ def validate(original: str | Path | ProgramBytes, rewritten: str | Path | Progra
             "no output was compared with the expected outputs: every output depends on opaque delegates "
             f"({', '.join(backends)}), whose outputs are stand-ins, not the model's; run where their backends "
             "execute, or validate without --expected", file=expected_path)
-    return ValidationResult(str(original), str(rewritten), simulate_devices, calls, results, skipped, warnings,
-                            opaque_delegates, rtol, atol)

@@ -25,6 +25,7 @@ from pte_devconst import api
 from pte_devconst.rewriter.encodings.first_call import first_call_prologue
 from pte_devconst.runner.executorch_engine import flip, probed_copies
 from pte_devconst.runner.isolated import RuntimeDied, worker
+from pte_devconst.runner.verdict import ValidationResult
 from pte_devconst.schema import model as m
 from pte_devconst.schema.pte_file import open_pte
 from pte_devconst.util.errors import PteDevconstError
@@ -38,12 +39,12 @@ def _inputs(name: str) -> Path:
     return FIXTURES / f"{name}.inputs.pt"
 
 
-def _engine(original: Path, rewritten: Path, name: str) -> "api.EngineValidation":  # type: ignore[name-defined]
+def _engine(original: Path, rewritten: Path, name: str) -> ValidationResult:
     return api.validate(original, rewritten, inputs=_inputs(name), engine="executorch")
 
 
-def _failed(result: object) -> dict[str, str]:
-    return {c.name: c.detail for mv in result.methods for c in mv.checks if not c.passed}  # type: ignore[attr-defined]
+def _failed(result: ValidationResult) -> dict[str, str]:
+    return {c.name: c.detail for mv in result.methods for c in mv.checks if not c.passed}
 
 
 # --- correct rewrites pass ------------------------------------------------------------------------------------
@@ -59,9 +60,11 @@ def test_the_projects_rewrites_pass_in_the_real_runtime(name: str, fold: bool, r
     result = _engine(source, out, name)
     legacy_15 = name.endswith("_legacy") and runtime == "1.5"  # a 1.5 runtime cannot skip a legacy copy
     assert result.verdict.value == ("nothing moved" if legacy_15 else "pass"), _failed(result)
-    assert result.runtime == "1.5.1" and result.delegates == ("XnnpackBackend",) and result.calls >= 3
+    engine = result.engine
+    assert engine is not None and engine.runtime == "1.5.1" and engine.delegates == ("XnnpackBackend",)
+    assert result.calls >= 3 and all(mv.runs is None for mv in result.methods)  # the runner measured nothing
     if runtime == "1.5" and not legacy_15:
-        assert result.probed == sum(e.payload.copies for e in plan.methods) > 0
+        assert engine.probed == sum(e.payload.copies for e in plan.methods) > 0
     assert {mv.method for mv in result.methods} == set(json.loads(json.dumps(
         [p.name for p in open_pte(source).program.execution_plan])))
 
@@ -227,6 +230,22 @@ def test_the_json_report_follows_the_schema(tmp_path: Path) -> None:
     jsonschema.validate(document, SCHEMA)
     assert done.exit_code == 0 and document["engine"] == "executorch" and document["probed_copies"] == 8
     assert [m["method"] for m in document["methods"]] == ["encode", "forward"]
+
+
+def test_both_engines_return_one_record_with_one_verdict_rule(tmp_path: Path) -> None:
+    """One ``ValidationResult`` whichever engine ran the pair: the same per-method record, verdict and exit code,
+    the runtime's facts in ``engine``, the runner's measurements in each method's ``runs``."""
+    source, out = FIXTURES / "mlp_copy.pte", tmp_path / "out.pte"
+    api.rewrite(source, out, runtime="1.5")
+    runner = api.validate(source, out, inputs=_inputs("mlp_copy"), simulate_devices=True, calls=3)
+    engine = _engine(source, out, "mlp_copy")
+    assert type(runner) is type(engine) is ValidationResult
+    assert runner.engine is None and engine.engine is not None
+    assert [type(mv) for mv in runner.methods] == [type(mv) for mv in engine.methods]
+    assert runner.verdict is engine.verdict and runner.verdict.value == "pass" and runner.verdict.exit_code == 0
+    assert [c.held_by for c in runner.methods[0].moved] == [c.held_by for c in engine.methods[0].moved]
+    assert runner.methods[0].runs is not None and engine.methods[0].runs is None
+    assert "engine" not in runner.to_json() and engine.to_json()["engine"] == "executorch"
 
 
 def test_two_folders_validate_in_the_real_runtime_and_their_json_follows_the_schema(tmp_path: Path) -> None:
