@@ -85,14 +85,14 @@ def once_region(plan: m.ExecutionPlan, effects: Optional[Callable[[], MethodEffe
         return None
     if {flag, cleared_from} & (set(plan.inputs or ()) | set(plan.outputs or ())):
         return None
-    own = {(0, 0), (0, move)}  # the jump and the move that clears the flag
-    if any(reader.step not in own for _, reader in readers_in_order(plan, {flag, cleared_from})):
-        return None  # anything else that uses the flag's values (program/readers.py)
     if any(isinstance(ins, m.JumpFalseCall) and 1 <= ins.destination_instruction < end for ins in instructions):
         return None  # a jump into the region would run it again
-    inputs = set(plan.inputs or ())
-    if inputs and any(r.step[0] == 0 and 1 <= r.step[1] < end for _, r in readers_in_order(plan, inputs)):
-        return None  # it would keep what the first call's inputs gave
+    own = {(0, 0), (0, move)}  # the jump and the move that clears the flag
+    for value, reader in readers_in_order(plan, {flag, cleared_from} | set(plan.inputs or ())):
+        if value in (flag, cleared_from) and reader.step not in own:
+            return None  # anything else that uses the flag's values (program/readers.py)
+        if value not in (flag, cleared_from) and reader.step[0] == 0 and 1 <= reader.step[1] < end:
+            return None  # a method input read inside it: it would keep what the first call's inputs gave
     found = effects() if effects is not None else MethodEffects(plan)
     inside = [writes for step, writes in zip(found.steps, found.writes)
               if step.chain == 0 and 1 <= step.instruction < end]

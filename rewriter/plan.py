@@ -13,7 +13,7 @@ Where in device memory (which buffer, which offset, laid out again or appended) 
 from __future__ import annotations
 
 from dataclasses import field, replace
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Sequence
 
 from pte_devconst.schema import model as m
 from pte_devconst.util.errors import PteDevconstError
@@ -389,35 +389,9 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
         by_plan.setdefault(verdict.plan_index, []).append(verdict)
     for method in analysis.methods:
         job = MethodJob(program, method, options, storage, unconverted)
-        plan = job.plan
-        placements = []
-        for verdict in by_plan.get(method.plan_index, []):
-            assert verdict.device is not None, "a moved constant is eligible: it names its device"
-            memory_id, offset = job.regions.region(verdict.device, verdict.nbytes)
-            placements.append(encoding.place(job, verdict, memory_id, offset))
-        choice = choices.get(method.plan_index, _FoldChoice((), frozenset(), (), ()))
-        folds = []
-        for chain, target in choice.chains:
-            memory_id, offset = job.regions.region(chain.device, chain.nbytes)
-            if target is None:
-                target = job.new_values.take()
-            kernels = tuple((s.chain, s.instruction) for s in chain.steps if (s.chain, s.instruction) in choice.removed)
-            folds.append(encoding.place_fold(job, chain, target, memory_id, offset,
-                                             tuple(sorted(kernels + tuple((c.chain, c.instruction)
-                                                                          for c in chain.copies)))))
-        reencoded = encoding.convert(job)
-        growth = job.regions.growth()
-        removed = {(copy.chain, copy.instruction) for p in placements for copy in p.copies}
-        removed |= set(choice.removed) | {step for f in folds for step in f.removed}
-        payload, old_steps = encoding.payload(job, removed)
-        removed |= old_steps
-        released = tuple(v for v in choice.unread if constant_entry_of(plan, v) in dropped)
-        edit = MethodEdit(method.label, method.plan_index, tuple(placements), tuple(growth),
-                          tuple(sorted(removed)),
-                          _instruction_maps(plan, removed, payload.leading),
-                          tuple(folds), released, payload=payload, new_values=job.new_values.added(),
-                          reencoded=tuple(reencoded), encoding=encoding.key)
-        methods.append(_relaid(plan, edit, encoding) if options.relayout else edit)
+        edit = _method_edit(job, encoding, by_plan.get(method.plan_index, []),
+                            choices.get(method.plan_index, _FoldChoice((), frozenset(), (), ())), dropped)
+        methods.append(_relaid(job.plan, edit, encoding) if options.relayout else edit)
 
     lengths = entry_lengths(program) if dropped else {}
     new_entries = storage.new_entries
@@ -427,6 +401,38 @@ def make_plan(program: m.Program, analysis: Analysis, options: RewriteOptions = 
                        new_entries.entries() if new_entries is not None else (), tuple(kept_for_runtime),
                        _output_need(program, tuple(methods), encoding), tuple(unconverted),
                        () if policy.fresh_mutable else _dropped_initial_data(program, tuple(methods)))
+
+
+def _method_edit(job: MethodJob, encoding: Encoding, chosen: Sequence[ConstantVerdict], choice: _FoldChoice,
+                 dropped: tuple[int, ...]) -> MethodEdit:
+    """One method's edit: its chosen constants and folds laid out in new regions, the encoding filling in the
+    records (``place``, ``place_fold``, ``convert``, ``payload``); the copies and kernels that go, and the map of
+    the instructions that stay."""
+    plan, method = job.plan, job.method
+    placements = []
+    for verdict in chosen:
+        assert verdict.device is not None, "a moved constant is eligible: it names its device"
+        memory_id, offset = job.regions.region(verdict.device, verdict.nbytes)
+        placements.append(encoding.place(job, verdict, memory_id, offset))
+    folds = []
+    for chain, target in choice.chains:
+        memory_id, offset = job.regions.region(chain.device, chain.nbytes)
+        if target is None:
+            target = job.new_values.take()
+        kernels = tuple((s.chain, s.instruction) for s in chain.steps if (s.chain, s.instruction) in choice.removed)
+        folds.append(encoding.place_fold(job, chain, target, memory_id, offset,
+                                         tuple(sorted(kernels + tuple((c.chain, c.instruction)
+                                                                      for c in chain.copies)))))
+    reencoded = encoding.convert(job)
+    growth = job.regions.growth()
+    removed = {(copy.chain, copy.instruction) for p in placements for copy in p.copies}
+    removed |= set(choice.removed) | {step for f in folds for step in f.removed}
+    payload, old_steps = encoding.payload(job, removed)
+    removed |= old_steps
+    released = tuple(v for v in choice.unread if constant_entry_of(plan, v) in dropped)
+    return MethodEdit(method.label, method.plan_index, tuple(placements), tuple(growth), tuple(sorted(removed)),
+                      _instruction_maps(plan, removed, payload.leading), tuple(folds), released, payload=payload,
+                      new_values=job.new_values.added(), reencoded=tuple(reencoded), encoding=encoding.key)
 
 
 def _dropped_initial_data(program: m.Program, methods: tuple[MethodEdit, ...]) -> tuple[int, ...]:

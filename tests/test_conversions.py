@@ -188,3 +188,13 @@ def test_a_conversion_keeps_initial_data_offsets_in_order(tmp_path: Path) -> Non
         (lists,) = pte.program.mutable_data_segments or ()
         offsets = list(lists.offsets or ())
     assert offsets == sorted(offsets), offsets
+
+
+def test_validate_fails_a_guard_that_never_clears(tmp_path: Path) -> None:
+    """The first-call encoding's reader of its own files still names the copies of a prologue whose guard never
+    clears (what the file claims to copy once), so the runner holds them to running once and fails the file."""
+    made = _hand_made(tmp_path, "never_clears", never_clears)
+    result = api.validate(EXAMPLES / "mlp_copy.pte", made, inputs=EXAMPLES / "mlp_copy.inputs.pt", calls=3,
+                          simulate_devices=True)
+    assert not result.passed
+    assert sum(len(mv.moved) for mv in result.methods) == 4  # the four claimed copies, each expected once
