@@ -12,12 +12,12 @@ from pte_devconst.cli.formats import Output, Renderers, View, format_option, res
 from pte_devconst.cli.mermaid import diagrams
 from pte_devconst.cli.output import (EtrecordOption, JsonFlag, echo_lines, markdown_table, markup_safe, md_code,
                                      md_text, stdout_console, table)
-from pte_devconst.program.labels import constant_label, name_cell
+from pte_devconst.types import constant_label, name_cell
 from pte_devconst.util.exit_code import ExitCode
 from pte_devconst.util.units import human_bytes, plural
 
 if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
-    from pte_devconst.compare.diff import MethodDiff, ProgramDiff
+    from pte_devconst.types import MethodDiff, ProgramDiff
 
 ROW_LIMIT = 40  # text output; JSON always has everything
 

@@ -3,27 +3,26 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Annotated, Iterable, Iterator, Optional
 
 import typer
 
 from pte_devconst.cli.app import command, for_each_program, global_options, warn_empty
 from pte_devconst.cli.formats import Output, Renderers, View, format_option, resolve
-from pte_devconst.rewriter.encodings import RuntimeNeed
 from pte_devconst.cli.mermaid import diagrams
-from pte_devconst.cli.output import (DataOption, EtrecordOption, JsonFlag, ProgramsArgument, fold_hint, markdown_table,
-                                     markup_safe, md_code, md_name, md_text, memory_change, no_programs_given,
-                                     printable, reasons_line, shape_text, stdout_console, table)
-from pte_devconst.program.labels import constant_label, name_cell
+from pte_devconst.cli.output import (DataOption, EtrecordOption, FitTable, JsonFlag, ProgramsArgument, fold_hint,
+                                     markdown_table, markup_safe, md_code, md_name, md_text, memory_change,
+                                     no_programs_given, printable, reasons_line, shape_text, stdout_console, table)
+from pte_devconst.types import constant_label, name_cell
 from pte_devconst.util.exit_code import ExitCode
 from pte_devconst.util.units import exact_bytes, human_bytes, listing, plural
 
 if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
     from pte_devconst.api import InspectReport
-    from pte_devconst.inventory.summary import MethodSummary
+    from pte_devconst.types import MethodSummary, PerCallCopySummary, RuntimeNeed, ValueSummary
 
 
-def _io(values: Iterable[Any]) -> str:
+def _io(values: Iterable[ValueSummary]) -> str:
     """``tokens (v93): int64[1, 4], float32[]``: each input or output, with its name and value index where it has
     a name (an ETRecord's), else its type alone."""
     parts = []
@@ -56,7 +55,7 @@ def _per_call(method: MethodSummary) -> str:
     return ("<= " if method.h2d_per_call_is_bound else "") + human_bytes(method.h2d_bytes_per_call)
 
 
-def _method_tables(method: MethodSummary) -> Iterator[Any]:
+def _method_tables(method: MethodSummary) -> Iterator[FitTable]:
     yield table(None, ["method", "style", "values", "instructions", "H2D/call (est.)"],
                 [[method.name, method.style, method.values, method.instructions,
                   _per_call(method)]], right=["values", "instructions", "H2D/call (est.)"])
@@ -91,7 +90,7 @@ def _method_tables(method: MethodSummary) -> Iterator[Any]:
                     right=["v", "bytes/call"])
 
 
-def _stays(method: MethodSummary) -> list[Any]:
+def _stays(method: MethodSummary) -> list[PerCallCopySummary]:
     return [c for c in method.per_call_copies if c.status == "stays"]
 
 
@@ -152,7 +151,7 @@ def closing_lines(report: InspectReport) -> list[str]:
 def runtime_line(need: Optional[RuntimeNeed]) -> str:
     """``Loads in ExecuTorch >= 1.6 (device initial data: 4 tensors); ...``: the runtime a file needs, and how to
     get the other encoding (``rewriter/words.py``)."""
-    from pte_devconst.rewriter.words import loads_line
+    from pte_devconst.types import loads_line
 
     assert need is not None, "summarize says what loads the file"
     return loads_line(need)

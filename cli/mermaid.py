@@ -19,7 +19,7 @@ from pte_devconst.util.units import human_bytes, listing, plural
 from pte_devconst.cli.output import printable
 
 if TYPE_CHECKING:
-    from pte_devconst.rewriter.flows import Flow, MethodFlows
+    from pte_devconst.types import Flow, MethodFlows
 
 GROUPS_SHOWN = 4  # per side; the others are one node
 NAMES_SHOWN = 3  # per group; "and N more"

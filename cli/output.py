@@ -20,14 +20,13 @@ from typing import TYPE_CHECKING, Annotated, Any, Iterable, Iterator, Optional, 
 
 import typer
 
-from pte_devconst.program.labels import name_cell
+from pte_devconst.types import name_cell
 from pte_devconst.util.units import human_bytes, plural
 
 if TYPE_CHECKING:  # rich is imported when something is printed, not at start-up
     from rich.console import Console
 
-    from pte_devconst.program.layout import DeviceMemory
-    from pte_devconst.rewriter.plan import FoldGain
+    from pte_devconst.types import DeviceMemory, FoldGain, ProgramNames
 
 JSON_FORMAT_VERSION = 1
 
@@ -65,13 +64,13 @@ def md_name(name: str, value: int) -> "MarkdownText":
     return MarkdownText("-") if cell == "-" else md_code(cell)
 
 
-def names_notes(names: Any) -> tuple[str, ...]:
+def names_notes(names: Optional[ProgramNames]) -> tuple[str, ...]:
     """What a report says of its names (a ``ProgramNames``, or None): an ETRecord of another program, the constants
     it could not name."""
     return tuple(names.notes) if names is not None else ()
 
 
-def no_programs_given(ctx: Any, config: bool = False, config_path: Optional[Path] = None) -> Exception:
+def no_programs_given(ctx: typer.Context, config: bool = False, config_path: Optional[Path] = None) -> Exception:
     """The usage error of a command given no program, the same words for every command (``config``: the
     command also takes them from the config file's ``paths``)."""
     from pte_devconst.cli.app import UsageError
@@ -173,7 +172,7 @@ def reasons_line(reasons: Iterable[str]) -> str:
     """Why copies stay, after a sentence that counted them: one kind of reason as it is (``32 bytes is below
     --min-bytes 64``), several each with its count (``read by host kernel aten::mul.out (2); transposed on the host
     (1)``), never a count glued to a reason's own words (``1 32 bytes``, ``12 legacy style: ...``)."""
-    from pte_devconst.rewriter.derived import reason_kind
+    from pte_devconst.types import reason_kind
 
     counts: dict[str, int] = {}
     for reason in reasons:

@@ -17,13 +17,14 @@ if TYPE_CHECKING:
     from pte_devconst.compare.diff import MethodDiff, ProgramDiff
     from pte_devconst.gate.check import Acceptance, CheckReport, Diagnostic, FileCheck, Finding
     from pte_devconst.gate.rules import RULES, GateRule
-    from pte_devconst.inventory.summary import MethodSummary, ProgramSummary
+    from pte_devconst.inventory.summary import MethodSummary, PerCallCopySummary, ProgramSummary, ValueSummary
     from pte_devconst.program.labels import constant_label, name_cell, value_name
     from pte_devconst.program.layout import BufferGrowth, DeviceMemory
     from pte_devconst.program.runtime import DEFAULT_RUNTIME, Runtime
     from pte_devconst.rewriter.derived import reason_kind
     from pte_devconst.rewriter.encodings import Encoding, RuntimeNeed, encodings
     from pte_devconst.rewriter.flows import Flow, MethodFlows
+    from pte_devconst.rewriter.names import ProgramNames
     from pte_devconst.rewriter.plan import FoldGain, RewriteOptions, RewritePlan
     from pte_devconst.rewriter.request import RewriteRequest, VerifyMode
     from pte_devconst.rewriter.rewrite import RewriteResult
@@ -38,12 +39,13 @@ _HOMES = {
     "MethodDiff": "compare.diff", "ProgramDiff": "compare.diff",
     "Acceptance": "gate.check", "CheckReport": "gate.check", "Diagnostic": "gate.check", "FileCheck": "gate.check",
     "Finding": "gate.check", "RULES": "gate.rules", "GateRule": "gate.rules",
-    "MethodSummary": "inventory.summary", "ProgramSummary": "inventory.summary",
+    "MethodSummary": "inventory.summary", "PerCallCopySummary": "inventory.summary",
+    "ProgramSummary": "inventory.summary", "ValueSummary": "inventory.summary",
     "constant_label": "program.labels", "name_cell": "program.labels", "value_name": "program.labels",
     "BufferGrowth": "program.layout", "DeviceMemory": "program.layout",
     "DEFAULT_RUNTIME": "program.runtime", "Runtime": "program.runtime", "RuntimeNeed": "rewriter.encodings",
     "reason_kind": "rewriter.derived", "Encoding": "rewriter.encodings", "encodings": "rewriter.encodings",
-    "Flow": "rewriter.flows", "MethodFlows": "rewriter.flows",
+    "Flow": "rewriter.flows", "MethodFlows": "rewriter.flows", "ProgramNames": "rewriter.names",
     "FoldGain": "rewriter.plan", "RewriteOptions": "rewriter.plan", "RewritePlan": "rewriter.plan",
     "RewriteRequest": "rewriter.request", "VerifyMode": "rewriter.request", "RewriteResult": "rewriter.rewrite",
     "conversion_phrase": "rewriter.words", "loads_line": "rewriter.words", "needs_phrase": "rewriter.words",
@@ -54,13 +56,13 @@ _HOMES = {
     "ValidationResult": "runner.verdict", "Verdict": "runner.verdict",
 }
 
-__all__ = ["Acceptance", "BufferGrowth", "CallerRole", "CheckReport", "CopyTotals", "DEFAULT_RUNTIME",
-           "DeviceMemory", "Diagnostic", "Encoding", "EngineFacts", "FileCheck", "Finding", "Flow", "FoldGain",
-           "GateRule", "MethodDiff", "MethodFlows", "MethodSummary", "MethodValidation", "NOTHING_MOVED",
-           "OutputSummary", "ProgramDiff", "ProgramSummary", "RULES", "RewriteOptions", "RewritePlan",
-           "RewriteRequest", "RewriteResult", "RunResult", "Runtime", "RuntimeNeed", "ValidationResult", "Verdict",
-           "VerifyMode", "constant_label", "conversion_phrase", "encodings", "loads_line", "name_cell",
-           "needs_phrase", "older_advice", "output_clause", "reason_kind", "value_name"]
+__all__ = ["Acceptance", "BufferGrowth", "CallerRole", "CheckReport", "CopyTotals", "DEFAULT_RUNTIME", "DeviceMemory",
+           "Diagnostic", "Encoding", "EngineFacts", "FileCheck", "Finding", "Flow", "FoldGain", "GateRule",
+           "MethodDiff", "MethodFlows", "MethodSummary", "MethodValidation", "NOTHING_MOVED", "OutputSummary",
+           "PerCallCopySummary", "ProgramDiff", "ProgramNames", "ProgramSummary", "RULES", "RewriteOptions",
+           "RewritePlan", "RewriteRequest", "RewriteResult", "RunResult", "Runtime", "RuntimeNeed", "ValidationResult",
+           "ValueSummary", "Verdict", "VerifyMode", "constant_label", "conversion_phrase", "encodings", "loads_line",
+           "name_cell", "needs_phrase", "older_advice", "output_clause", "reason_kind", "value_name"]
 __getattr__ = lazy_exports("pte_devconst", _HOMES)
 
 
