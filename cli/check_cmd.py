@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional, Sequence
 
 import typer
 
@@ -30,13 +30,12 @@ from pte_devconst.cli.output import (DataOption, DeviceOption, EtrecordOption, J
                                      is_stream, memory_change, printable, reasons_line, stdout_console,
                                      table, write_report)
 from pte_devconst.cli.progress import files_progress
-from pte_devconst.program.labels import constant_label
+from pte_devconst.types import constant_label
 from pte_devconst.util.exit_code import ExitCode
 from pte_devconst.util.units import exact_bytes, human_bytes, listing, plural
 
 if TYPE_CHECKING:  # the analysis is imported when the command runs, not at start-up
-    from pte_devconst.gate.check import Acceptance, CheckReport, Diagnostic, FileCheck, Finding
-    from pte_devconst.gate.rules import GateRule
+    from pte_devconst.types import Acceptance, CheckReport, Diagnostic, FileCheck, Finding, GateRule, Runtime
 
 
 # Every format renders the check's diagnostics (``CheckReport.diagnostics``: one per file and rule, in the rule's
@@ -51,8 +50,8 @@ def _measure(d: Diagnostic) -> str:
     return "bytes/call" if d.per_call else "bytes"
 
 
-def _item_cells(d: Diagnostic, code: Any = lambda text: text, text: Any = lambda text: text) -> tuple[
-        list[str], list[list[Any]]]:
+def _item_cells(d: Diagnostic, code: Callable[[str], str] = lambda text: text,
+                text: Callable[[str], str] = lambda text: text) -> tuple[list[str], list[list[str]]]:
     """A diagnostic's items as table columns and rows (a "why" column when the items' reasons differ; one reason
     shared by all is ``_shared_reason``'s)."""
     why = any(x.reason for x in d.items) and not _shared_reason(d)
@@ -108,10 +107,9 @@ def _summary(report: CheckReport) -> str:
 def runtime_line(report: CheckReport) -> Optional[str]:
     """Which runtime the checked files need: ``Loads in ExecuTorch >= 1.5: 3 files; >= 1.6: 1 file (a.pte)``, and how
     to make them load in an older one (``rewriter/words.py``)."""
-    from pte_devconst.rewriter.encodings import encodings
-    from pte_devconst.rewriter.words import older_advice
+    from pte_devconst.types import encodings, older_advice
 
-    needs: dict[Any, list[str]] = {}
+    needs: dict[Runtime, list[str]] = {}
     newest = None
     for f in report.files:
         if f.runtime_need is not None:
@@ -265,12 +263,12 @@ def render_concise(report: CheckReport, view: View) -> str:
 STATUS_MARKS = {"ok": "✅ ok", "findings": "❌", "unknown": "❔", "error": "⛔"}
 
 
-def device_memory_columns(files: Sequence[FileCheck]) -> list[tuple[str, Any]]:
+def device_memory_columns(files: Sequence[FileCheck]) -> list[tuple[str, Callable[[FileCheck], str]]]:
     """The summary's device-memory columns (before, after), where the report carries them."""
     if not any(f.device_memory for f in files):
         return []
 
-    def side(name: str) -> Any:
+    def side(name: str) -> Callable[[FileCheck], str]:
         return lambda f: (human_bytes(getattr(f.device_memory, name))
                           if f.device_memory and (f.device_memory.before or f.device_memory.after) else "-")
     return [("device memory now", side("before")), ("after a rewrite", side("after"))]
@@ -467,7 +465,7 @@ def sarif_document(report: CheckReport, view: Optional[View] = None) -> dict[str
     """SARIF 2.1.0 for code scanning: one result per diagnostic on a file (a stable fingerprint per file and rule);
     what is reported once for the whole check as notifications."""
     from pte_devconst import __version__
-    from pte_devconst.gate.rules import RULES
+    from pte_devconst.types import RULES
 
     diagnostics = _diagnostics(report)[0]
     results = [_sarif_result(report, RULES, d) for d in diagnostics if d.file and not d.rule.once]
@@ -618,24 +616,37 @@ def check_command(
         report = api.check(chosen, strict=strict if strict is not None else bool(settings.strict),
                            progress=(lambda done, total, name: advance(done, name)) if advance else None,
                            etrecord=names, accept=settings.accept, options=plan_options)
-    if report.device_problems:  # a --device no program uses is a bad option value: one line, no report
+    say_problems(report, options.quiet, named=names is not None)
+    show_report(report, shown, view, written)
+    if report.exit_code != 0:
+        raise typer.Exit(report.exit_code)
+
+
+def say_problems(report: CheckReport, quiet: bool, named: bool) -> None:
+    """What the check says on stderr before its report: a --device no program uses (a bad option value: one line,
+    no report, exit 2), each file it could not check, its warnings (not with --quiet), and each accepted finding
+    that matched nothing (``named``: the constants have names, from an ETRecord)."""
+    if report.device_problems:
         typer.echo(printable(f"pte-devconst: error: {'; '.join(report.device_problems)}"), err=True)
         raise typer.Exit(ExitCode.ERROR)
     for failed in report.errors:
         typer.echo(printable(f"pte-devconst: error: {failed.error}"), err=True)
-    if not options.quiet:
+    if not quiet:
         for warning in report.warnings:
             typer.echo(printable(f"pte-devconst: warning: {warning}"), err=True)
     for unused in report.unused_accepts:
         typer.echo(printable(f"pte-devconst: warning: {unused.origin}: accepted finding matched nothing "
-                             f"({unused.describe()}){what_would_match(report, unused, names is not None)}"),
+                             f"({unused.describe()}){what_would_match(report, unused, named)}"),
                    err=True)
+
+
+def show_report(report: CheckReport, shown: Format, view: View, written: Sequence[tuple[Format, str]]) -> None:
+    """The report in the chosen format, then the same report in each ``--report FORMAT=FILE`` (the CI gate's
+    summary and SARIF, from one check)."""
     output = Output(CHECK, shown, view)
     output.add(report)
     output.close()
-    for fmt_written, file in written:  # the same report, kept in files (the CI gate's summary and SARIF)
+    for fmt_written, file in written:
         kept = Output(CHECK, fmt_written, view)
         kept.add(report)
         write_report(file, kept.blocks())
-    if report.exit_code != 0:
-        raise typer.Exit(report.exit_code)

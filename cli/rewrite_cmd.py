@@ -6,8 +6,9 @@ One program (``-o`` names its output) or several (files, patterns, folders): eac
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
 
 import typer
 
@@ -19,15 +20,14 @@ from pte_devconst.cli.output import (DataOption, DeviceOption, EtrecordOption, J
                                      device_memory_line, echo_lines, fold_hint, markdown_table, markup_safe, md_code,
                                      md_text, names_notes, printable, stderr_console, stdout_console, table)
 from pte_devconst.cli.progress import rewrite_progress
-from pte_devconst.program.labels import constant_label, name_cell, value_name
-from pte_devconst.rewriter.request import VerifyMode
+from pte_devconst.types import VerifyMode, constant_label, name_cell, value_name
 from pte_devconst.util.errors import DeviceNotUsedError, PteDevconstError
 from pte_devconst.util.exit_code import ExitCode, worst_exit
 from pte_devconst.util.units import exact_bytes, human_bytes, listing, plural
 
 if TYPE_CHECKING:  # the rewriter is imported when the command runs, not at start-up
-    from pte_devconst.rewriter.rewrite import RewriteResult
-    from pte_devconst.program.layout import BufferGrowth
+    from pte_devconst.paths import Programs
+    from pte_devconst.types import BufferGrowth, RewriteOptions, RewritePlan, RewriteRequest, RewriteResult
 
 
 def fold_rows(result: RewriteResult) -> list[list[Any]]:
@@ -46,7 +46,7 @@ def fold_rows(result: RewriteResult) -> list[list[Any]]:
 FOLD_COLUMNS = ["method", "v", "from", "kernels", "device", "bytes", "H2D saved/call"]
 
 
-def cost_line(plan: Any) -> str:
+def cost_line(plan: RewritePlan) -> str:
     """What folding costs: device memory for the whole method, and the bytes the file gains."""
     parts = []
     for duplicates, what in ((False, ("folded value", "")),
@@ -85,7 +85,7 @@ def _not_moved_rows(result: RewriteResult) -> list[list[Any]]:
     rows += [[s.verdict.method, s.verdict.value, name_cell(s.verdict.name, s.verdict.value), s.verdict.nbytes, s.reason]
              for s in plan.skipped + plan.kept_for_runtime]
     if plan.unconverted:
-        from pte_devconst.rewriter.words import needs_phrase
+        from pte_devconst.types import needs_phrase
 
         need = needs_phrase(plan.output_need)
         rows += [[u.method, u.value, name_cell(u.name, u.value), u.nbytes, f"stays as it is (needs {need}): "
@@ -175,7 +175,7 @@ def render_text(result: RewriteResult, view: View) -> None:
 def changes_line(result: RewriteResult) -> str:
     """What the rewrite changed in the file, in one line: instructions, constant and initial-data entries, and the
     bytes per call it saves (an encoding's own copies in its words: ``EncodingPayload.copies_phrase``)."""
-    from pte_devconst.rewriter.words import conversion_phrase
+    from pte_devconst.types import conversion_phrase
 
     plan = result.plan
     saved = f"{human_bytes(plan.bytes_per_call_saved)} fewer host-to-device bytes per call."
@@ -192,10 +192,10 @@ def changes_line(result: RewriteResult) -> str:
     return "; ".join(parts + ([converted] if converted else [])) + "; " + saved
 
 
-def runtime_clause(plan: Any) -> str:
+def runtime_clause(plan: RewritePlan) -> str:
     """``needs ExecuTorch >= 1.6 (device initial data; for a 1.5 runtime: --runtime 1.5)``: what loads the output,
     and how to get the other encoding (``rewriter/words.py``)."""
-    from pte_devconst.rewriter.words import output_clause
+    from pte_devconst.types import output_clause
 
     return output_clause(plan)
 
@@ -207,7 +207,7 @@ def needs_line(result: RewriteResult) -> str:
     return f"{result.input}: its rewrite (a dry run: nothing written) {runtime_clause(result.plan)}"
 
 
-def _removed_kind(plan: Any) -> str:
+def _removed_kind(plan: RewritePlan) -> str:
     """What the rewrite removes: copies, and with folds the host kernels that only served them."""
     return "copy and host kernel instruction" if plan.folds else "copy instruction"
 
@@ -240,7 +240,7 @@ def concise_line(result: RewriteResult, view: Optional[View] = None) -> str:
     if plan.is_empty:
         where = "; no file written" if result.output is not None and not result.written else ""
         return printable(f"{result.input}: nothing to move{where}{unjudged}")
-    from pte_devconst.rewriter.words import conversion_phrase
+    from pte_devconst.types import conversion_phrase
 
     if result.output is None:
         where = "dry run, nothing written"
@@ -380,28 +380,12 @@ def rewrite_command(
     shown = Output(REWRITE, resolve(REWRITE, fmt, json_flag, view), view)
     # Resolved once for every program: the plan's options (devices parsed), the names' source, the verify mode.
     plan_options = settings.plan_options(device, min_bytes, fold, duplicate_shared, runtime)
-    chosen_runtime = runtime is not None or settings.runtime is not None  # else the summary says what loads it
-    names = api.names_from(settings.etrecord_path(etrecord))
-
-    logged = progress if progress is not None else bool(settings.progress)  # lines in a CI log too
-    positions: dict[Path, tuple[int, int]] = {}
-
-    def rewrite_one(file: Path, destination: Optional[Path], data: Optional[Path]) -> RewriteResult:
-        request = api.rewrite_request(file, destination, ptd=data, paired=True, dry_run=dry_run, in_place=in_place,
-                                      fsync=fsync, verify=verify, options=plan_options, names=names)
-        with rewrite_progress(str(file), _size(file), options.quiet, forced=logged,
-                              position=positions.get(file)) as bar:
-            try:
-                return api.rewrite_program(request, progress=bar.progress if bar else None,
-                                           phase=bar.phase if bar else None)
-            except DeviceNotUsedError as error:  # the API's words name its parameter; here, the option
-                raise as_option(error, plan_options) from None
-
-    def say_needs(result: RewriteResult) -> None:
-        """-q prints no report, but still what loads the output, unless the project's config chose the runtime."""
-        if options.quiet and shown.fmt is Format.TEXT and not chosen_runtime and result.changed:
-            typer.echo(printable(needs_line(result)), err=True)
-
+    request = functools.partial(api.rewrite_request, paired=True, dry_run=dry_run, in_place=in_place, fsync=fsync,
+                                verify=verify, options=plan_options,
+                                names=api.names_from(settings.etrecord_path(etrecord)))
+    rewrites = Rewrites(request, plan_options, shown, options.quiet, options.debug,
+                        logged=progress if progress is not None else bool(settings.progress),  # lines in a CI log too
+                        chosen_runtime=runtime is not None or settings.runtime is not None)
     # as ruff's --force-exclude, the config's exclude also leaves out files named on the command line
     chosen = api.programs(given, ptd or (), skip_rewrites=not in_place, exclude=settings.exclude,
                           exclude_root=settings.root)
@@ -410,50 +394,97 @@ def rewrite_command(
         shown.several = True
         shown.close(skipped_inputs=list(chosen.left_out))
         return
-    if chosen.single:  # one program: its result alone, its errors as they are
-        (file,) = chosen.paths
-        result = rewrite_one(file, output, chosen.data.get(file))
-        shown.add(result)
-        shown.close()
-        say_needs(result)
-        unused_devices(plan_options, [result.devices])
-        code = outcome_code([result], exit_on_change)
-        if code is not ExitCode.OK:
-            raise typer.Exit(code)
-        return
+    code = (rewrite_single if chosen.single else rewrite_several)(rewrites, chosen, output, exit_on_change)
+    if code is not ExitCode.OK:
+        raise typer.Exit(code)
+
+
+class Rewrites:
+    """The programs of one ``rewrite`` command, rewritten one at a time with what the command resolved once
+    (``request``: ``api.rewrite_request`` with every setting but the program, its destination and its data), each
+    with its progress, and shown in ``shown``; ``used`` gathers the devices each program uses."""
+
+    __slots__ = ("request", "plan_options", "shown", "quiet", "debug", "logged", "chosen_runtime", "positions", "used")
+
+    def __init__(self, request: Callable[..., RewriteRequest], plan_options: RewriteOptions,
+                 shown: Output[RewriteResult], quiet: bool, debug: bool, *, logged: bool, chosen_runtime: bool
+                 ) -> None:
+        self.request = request
+        self.plan_options = plan_options
+        self.shown = shown
+        self.quiet = quiet
+        self.debug = debug
+        self.logged = logged  # progress lines also where stderr is no terminal
+        self.chosen_runtime = chosen_runtime  # else the summary says what loads the output
+        self.positions: dict[Path, tuple[int, int]] = {}  # each program's place among several (progress lines)
+        self.used: list[tuple[str, ...]] = []
+
+    def one(self, file: Path, destination: Optional[Path], data: Optional[Path]) -> RewriteResult:
+        """Rewrite ``file``; a ``--device`` it uses none of is an error in the command line's words."""
+        from pte_devconst import api
+
+        request = self.request(file, destination, ptd=data)
+        with rewrite_progress(str(file), _size(file), self.quiet, forced=self.logged,
+                              position=self.positions.get(file)) as bar:
+            try:
+                return api.rewrite_program(request, progress=bar.progress if bar else None,
+                                           phase=bar.phase if bar else None)
+            except DeviceNotUsedError as error:  # the API's words name its parameter; here, the option
+                raise as_option(error, self.plan_options) from None
+
+    def one_of_several(self, item: Path, data: Optional[Path]) -> Optional[RewriteResult]:
+        """Rewrite one of several programs: one that uses none of the devices is skipped with a warning (another
+        may use them)."""
+        try:
+            result = self.one(item, None, data)
+        except DeviceNotUsedError as error:
+            self.used.append(error.used)
+            if not self.quiet:
+                typer.echo(printable(f"pte-devconst: warning: {error}"), err=True)
+            return None
+        self.used.append(result.devices)
+        return result
+
+    def show(self, result: Optional[RewriteResult]) -> None:
+        if result is not None:
+            self.shown.add(result)
+            self.say_needs(result)
+
+    def say_needs(self, result: RewriteResult) -> None:
+        """-q prints no report, but still what loads the output, unless the project's config chose the runtime."""
+        if self.quiet and self.shown.fmt is Format.TEXT and not self.chosen_runtime and result.changed:
+            typer.echo(printable(needs_line(result)), err=True)
+
+
+def rewrite_single(rewrites: Rewrites, chosen: Programs, output: Optional[Path], exit_on_change: bool) -> ExitCode:
+    """One program: its result alone, its errors as they are."""
+    (file,) = chosen.paths
+    result = rewrites.one(file, output, chosen.data.get(file))
+    rewrites.shown.add(result)
+    rewrites.shown.close()
+    rewrites.say_needs(result)
+    unused_devices(rewrites.plan_options, [result.devices])
+    return outcome_code([result], exit_on_change)
+
+
+def rewrite_several(rewrites: Rewrites, chosen: Programs, output: Optional[Path], exit_on_change: bool) -> ExitCode:
+    """Several programs, each to its default name (or in place): one that fails is one line on stderr and the
+    others are still rewritten (exit 2)."""
     if output is not None:
         raise PteDevconstError(f"--output names one output, but {plural(len(chosen.paths), 'program')} were given; "
                                "rewrite several to their default names (NAME.devconst.pte) or with --in-place")
+    shown = rewrites.shown
     shown.several = True
-    positions.update((path, (index + 1, len(chosen.paths))) for index, path in enumerate(chosen.paths))
-    used: list[tuple[str, ...]] = []
-
-    def rewrite_many(item: Path) -> Optional[RewriteResult]:
-        try:
-            result = rewrite_one(item, None, chosen.data.get(item))
-        except DeviceNotUsedError as error:  # another program may use the device: this one is skipped
-            used.append(error.used)
-            if not options.quiet:
-                typer.echo(printable(f"pte-devconst: warning: {error}"), err=True)
-            return None
-        used.append(result.devices)
-        return result
-
-    def show(result: Optional[RewriteResult]) -> None:
-        if result is not None:
-            shown.add(result)
-            say_needs(result)
-
-    results, failed = for_each_program(chosen.items, rewrite_many, show, options.debug)
+    rewrites.positions.update((path, (index + 1, len(chosen.paths))) for index, path in enumerate(chosen.paths))
+    results, failed = for_each_program(chosen.items, lambda item: rewrites.one_of_several(item, chosen.data.get(item)),
+                                       rewrites.show, rewrites.debug)
     shown.close(skipped_inputs=list(chosen.left_out))
-    if chosen.left_out and not options.quiet and shown.fmt in (Format.TEXT, Format.CONCISE):
+    if chosen.left_out and not rewrites.quiet and shown.fmt in (Format.TEXT, Format.CONCISE):
         echo_lines(chosen.left_out)
-    unused_devices(plan_options, used)
+    unused_devices(rewrites.plan_options, rewrites.used)
     if failed:
-        raise typer.Exit(ExitCode.ERROR)
-    code = outcome_code([r for r in results if r is not None], exit_on_change)
-    if code is not ExitCode.OK:
-        raise typer.Exit(code)
+        return ExitCode.ERROR
+    return outcome_code([r for r in results if r is not None], exit_on_change)
 
 
 def outcome_code(results: list[RewriteResult], exit_on_change: bool) -> ExitCode:
@@ -468,7 +499,7 @@ def outcome_code(results: list[RewriteResult], exit_on_change: bool) -> ExitCode
     return worst_exit(codes)
 
 
-def unused_devices(plan_options: Any, used: list[tuple[str, ...]]) -> None:
+def unused_devices(plan_options: RewriteOptions, used: list[tuple[str, ...]]) -> None:
     """A ``--device`` that no program rewritten uses is an error (exit 2), as in ``check``: a typo must not pass."""
     if plan_options.devices is None:
         return
@@ -481,7 +512,7 @@ def unused_devices(plan_options: Any, used: list[tuple[str, ...]]) -> None:
         raise typer.Exit(ExitCode.ERROR)
 
 
-def as_option(error: DeviceNotUsedError, plan_options: Any) -> DeviceNotUsedError:
+def as_option(error: DeviceNotUsedError, plan_options: RewriteOptions) -> DeviceNotUsedError:
     """The API's "the devices selected (cuda:9) are none the program uses" in the command line's words."""
     selected = ",".join(sorted(str(d) for d in plan_options.devices or ()))
     return DeviceNotUsedError(f"--device {selected}: the program uses none of the devices selected (it uses "
