@@ -154,6 +154,21 @@ def warn_empty(folders: Sequence[str], quiet: bool = False) -> None:
         typer.echo(f"pte-devconst: warning: {printable(folder)}: no .pte file in this directory", err=True)
 
 
+class HelpedCommand(typer.core.TyperCommand):
+    """A command whose options' help may name what a registry holds (``config.SHOWN_HELP``: ``--runtime`` names the
+    registered encodings): that help is composed when ``--help`` prints it, so the registry loads for the reader of
+    the help, not for every command that only builds its options."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        from pte_devconst.cli.config import SHOWN_HELP
+
+        for param in self.params:
+            compose = next((SHOWN_HELP[o] for o in param.opts if o in SHOWN_HELP), None)
+            if compose is not None and isinstance(param, typer.core.TyperOption):
+                param.help = compose()
+        super().format_help(ctx, formatter)
+
+
 def command(*args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """``app.command`` that turns every error escaping the command into one line and exit 2."""
 
@@ -184,7 +199,7 @@ def command(*args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Callabl
             except Exception as error:  # noqa: BLE001 - the one place errors become exit codes
                 raise fail(error, debug) from None
 
-        return app.command(*args, **kwargs)(guarded)
+        return app.command(*args, cls=HelpedCommand, **kwargs)(guarded)
 
     return decorate
 

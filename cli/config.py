@@ -17,18 +17,17 @@ import os
 import sys
 from dataclasses import field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
 
 import typer
 
 from pte_devconst.cli.formats import Format
-from pte_devconst.rewriter.encodings import DEFAULT_RUNTIME
+from pte_devconst.types import DEFAULT_RUNTIME
 from pte_devconst.util.errors import PteDevconstError
 from pte_devconst.util.record import record
 
 if TYPE_CHECKING:
-    from pte_devconst.gate.check import Acceptance
-    from pte_devconst.rewriter.plan import RewriteOptions
+    from pte_devconst.types import Acceptance, RewriteOptions
 
 TABLE = "pte-devconst"
 # key -> (type, description); `accept` entries are checked by _acceptances.
@@ -49,12 +48,28 @@ ConfigOption = Annotated[Optional[str], typer.Option(
     "--config", metavar="FILE", help="Read the settings from this file (a pyproject.toml's [tool.pte-devconst], or a "
     "TOML file's top level) instead of the pyproject.toml found from the working folder up.")]
 IsolatedOption = Annotated[bool, typer.Option("--isolated", help="Ignore every configuration file.")]
+RUNTIME_HELP = ("The ExecuTorch release the programs must load in; it chooses how a moved constant is kept on the "
+                "device.")
+RUNTIME_MORE = f"See docs/cli.md. [default: {DEFAULT_RUNTIME}, or runtime in the config]"
 RuntimeOption = Annotated[Optional[str], typer.Option(
-    "--runtime", metavar="VERSION", show_default=False,
-    help="The ExecuTorch release the programs must load in; it chooses how a moved constant is kept on the device. "
-    "1.6: device memory with initial data, copied at load (what 1.6's skip_h2d_for_constants writes). 1.5: it "
-    "stays on the host and a guarded prologue copies it once, on the first call (1.5 runtimes cannot copy initial "
-    f"data into device memory). See docs/cli.md. [default: {DEFAULT_RUNTIME}, or runtime in the config]")]
+    "--runtime", metavar="VERSION", show_default=False, help=f"{RUNTIME_HELP} {RUNTIME_MORE}")]
+
+
+def runtime_help() -> str:
+    """``--runtime``'s help as ``--help`` prints it: each registered encoding, newest first, in its own words (its
+    runtime, ``name``, ``copied``, what its runtime ``refuses``), so that an encoding registered later is offered
+    with no word of it here."""
+    from pte_devconst.types import encodings
+
+    kept = [f"{e.runtime.value}: {e.name}, {e.copied}"
+            + (f" ({e.runtime.value} runtimes cannot load {e.refuses})" if e.refuses else "") + "."
+            for e in reversed(encodings())]
+    return " ".join([RUNTIME_HELP, *kept, RUNTIME_MORE])
+
+
+# Option -> its whole help, composed when --help prints it (app.HelpedCommand): the registry it names loads for the
+# reader of the help, not at every start; until then (shell completion) the option's own help stands.
+SHOWN_HELP: dict[str, Callable[[], str]] = {"--runtime": runtime_help}
 ACCEPT_KEYS = {"program": str, "method": str, "constant": str, "value": int, "reason": str}
 
 
@@ -111,7 +126,7 @@ class Config:
             device_option="--device" if device or not self.device else f"{self.path}: device",
             runtime=encoding)
 
-    def programs(self, files: Optional[list[str]], ctx: Any) -> list[str]:
+    def programs(self, files: Optional[list[str]], ctx: typer.Context) -> list[str]:
         """The programs a command works on: those named, else ``paths``; neither is click's usage error."""
         given = files or self.files()
         if not given:
@@ -214,7 +229,7 @@ def parse(table: dict[str, Any], path: Path, pyproject: bool = True) -> Config:
 
 
 def _acceptances(entries: list[Any], path: Path, pyproject: bool) -> tuple["Acceptance", ...]:
-    from pte_devconst.gate.check import Acceptance
+    from pte_devconst.types import Acceptance
 
     accepted = []
     for index, entry in enumerate(entries):
