@@ -56,14 +56,11 @@ RuntimeOption = Annotated[Optional[str], typer.Option(
 
 
 def runtime_help() -> str:
-    """``--runtime``'s help as ``--help`` prints it: each registered encoding, newest first, in its own words (its
-    runtime, ``name``, ``copied``, what its runtime ``refuses``), so that an encoding registered later is offered
-    with no word of it here."""
+    """``--runtime``'s help as ``--help`` prints it: each registered encoding, newest first, in its own words
+    (``Encoding.described``), so that an encoding registered later is offered with no word of it here."""
     from pte_devconst.types import encodings
 
-    kept = [f"{e.runtime.value}: {e.name}, {e.copied}"
-            + (f" ({e.runtime.value} runtimes cannot load {e.refuses})" if e.refuses else "") + "."
-            for e in reversed(encodings())]
+    kept = [f"{e.runtime.value}: {e.described}." for e in reversed(encodings())]
     return " ".join([RUNTIME_HELP, *kept, RUNTIME_MORE])
 
 

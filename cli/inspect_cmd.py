@@ -143,14 +143,14 @@ def closing_lines(report: InspectReport) -> list[str]:
     once = [m for m in summary.methods if m.first_call_h2d_bytes]
     if once:
         lines.append(f"{human_bytes(sum(m.first_call_h2d_bytes for m in once))} of constants copied to a device once, "
-                     "on the first call (a first-call prologue).")
+                     "on the first call (a region of the method that runs once).")
     lines.append(runtime_line(summary.runtime_need))
     return lines
 
 
 def runtime_line(need: Optional[RuntimeNeed]) -> str:
-    """``Loads in ExecuTorch >= 1.6 (device initial data: 4 tensors); ...``: the runtime a file needs, and how to
-    get the other encoding (``rewriter/words.py``)."""
+    """``Loads in ExecuTorch >= 1.6 (...: 4 tensors); ...``: the runtime a file needs, and how to get another
+    encoding, in the encodings' words (``rewriter/words.py``)."""
     from pte_devconst.types import loads_line
 
     assert need is not None, "summarize says what loads the file"

@@ -193,8 +193,8 @@ def changes_line(result: RewriteResult) -> str:
 
 
 def runtime_clause(plan: RewritePlan) -> str:
-    """``needs ExecuTorch >= 1.6 (device initial data; for a 1.5 runtime: --runtime 1.5)``: what loads the output,
-    and how to get the other encoding (``rewriter/words.py``)."""
+    """``needs ExecuTorch >= 1.6 (...; for a 1.5 runtime: --runtime 1.5)``: what loads the output, and how to get
+    another encoding, in the encodings' words (``rewriter/words.py``)."""
     from pte_devconst.types import output_clause
 
     return output_clause(plan)

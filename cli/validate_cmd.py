@@ -55,7 +55,7 @@ def summary_rows(mv: MethodValidation) -> list[list[str]]:
 def timing_note(mv: MethodValidation) -> str:
     """The calls' times, said as what they are: the two programs ran one after the other in one process (never
     both loaded: that would hold the model twice), so whichever ran first also warmed the process up, and the
-    times are no A/B benchmark.  The first call is left out (it loads lazily, and copies a 1.5 prologue's)."""
+    times are no A/B benchmark.  The first call is left out (it loads lazily, and makes the copies that run once)."""
     steady = mv.calls[1:] or mv.calls
     return (f"time per call, calls 2 and later (mean): original {_ms([c.wall_s_before for c in steady])}, rewritten "
             f"{_ms([c.wall_s_after for c in steady])}; the programs ran one after the other, so this is no "
@@ -144,7 +144,7 @@ def engine_lines(result: ValidationResult) -> list[str]:
     engine = result.engine
     if engine is None:
         return []
-    probed = plural(engine.probed, "first-call copy", "first-call copies")
+    probed = plural(engine.probed, engine.probed_copy)
     return [f"delegates run for real: {', '.join(engine.delegates) or 'none'}",
             f"flip of the original: {engine.flip_original.describe()}",
             f"flip of the rewrite: {engine.flip_rewritten.describe()}"
@@ -207,7 +207,7 @@ class Engine(str, Enum):
 
 ENGINE_HELP = ("What runs the two programs: runner (the project's torch runner: simulated or real devices, every "
                "copy counted, the delegate boundaries compared) or executorch (the installed ExecuTorch runtime, "
-               "both programs flipped to the CPU: outputs bit for bit, each first-call copy held to running once; "
+               "both programs flipped to the CPU: outputs bit for bit, each copy that must run once held to it; "
                'needs pip install "pte-devconst[executorch]").')
 
 
@@ -320,8 +320,8 @@ def validate_command(
         = Engine.RUNNER,
 ) -> None:
     """Check that a rewrite computes the same outputs, gives every delegate call the same bytes, and copies
-    each moved constant once: at load (--runtime 1.6 rewrites), or on the first call and never again
-    (--runtime 1.5 rewrites).
+    each moved constant once, when the rewrite's runtime encoding says (at load, or on the first call), and never
+    again.
 
     Delegates that neither an executor nor the installed ExecuTorch runtime (XNNPACK) executes run as opaque
     stand-ins. Several pairs are validated in one process

@@ -32,6 +32,10 @@ class Arrival:
     when: str  # "at load", "on the first call": what reports say
     phase: str  # the phase of a run whose copies bring it
     by_kernel: bool  # a copy kernel into the holder, not the loader's initial data
+    # What reports call one copy that brings it ("run-once copy"), and what they call a value kept without one
+    # ("initial data"): the encoding that wrote the file gives its own words (``Encoding.moved``).
+    copy: str = "run-once copy"
+    kept: str = "initial data"
 
 
 AT_LOAD = Arrival("at load", "load", False)  # planned memory the loader fills with its initial data
@@ -67,9 +71,9 @@ def moved_values(before: m.ExecutionPlan, after: m.ExecutionPlan, *, devices_onl
         + copied_values(before, after, copies_made_once(before), copies_made_once(after), devices_only=devices_only)
 
 
-def loaded_values(before: m.ExecutionPlan, after: m.ExecutionPlan, *, devices_only: bool = True
-                  ) -> list[MovedValue]:
-    """``moved_values``'s planned device memory with initial data (arriving ``AT_LOAD``)."""
+def loaded_values(before: m.ExecutionPlan, after: m.ExecutionPlan, *, devices_only: bool = True,
+                  arrival: Arrival = AT_LOAD) -> list[MovedValue]:
+    """``moved_values``'s planned device memory with initial data (arriving by ``arrival``: at load)."""
     values_before = before.values or ()
     values_after = after.values or ()
     devices = after.buffer_devices()  # once per method: a lookup per value is quadratic on a long device list
@@ -82,9 +86,9 @@ def loaded_values(before: m.ExecutionPlan, after: m.ExecutionPlan, *, devices_on
         if devices_only and device.is_cpu or isinstance(old, m.Tensor) and old.has_initial_data:
             continue
         if isinstance(old, m.Tensor) and old.is_constant:
-            moved.append(MovedValue(index, device, False))
+            moved.append(MovedValue(index, device, False, arrival=arrival))
         elif old is None or isinstance(old, m.Tensor):
-            moved.append(MovedValue(index, device, True))
+            moved.append(MovedValue(index, device, True, arrival=arrival))
     return moved
 
 

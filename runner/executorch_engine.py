@@ -33,7 +33,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 import torch
 
 from pte_devconst.program.kernel_effects import copy_slots, is_device_copy
-from pte_devconst.program.moves import MovedReader, moved_values
+from pte_devconst.program.moves import COPIED_ONCE, MovedReader, moved_values
 from pte_devconst.schema import model as m
 from pte_devconst.schema.pte_file import ProgramBytes, open_pte
 from pte_devconst.schema.pte_writer import unchanged_segments
@@ -44,7 +44,7 @@ from pte_devconst.util.units import human_bytes, plural
 from .run import program_size, resolve_inputs
 from .staging import staged_program
 from .validate import moved_constants, same_bits
-from .verdict import Check, EngineFacts, FlipChanges, MethodValidation, Status, ValidationResult
+from .verdict import Check, EngineFacts, FlipChanges, MethodValidation, MovedConstant, Status, ValidationResult
 
 HOST_COPY = m.Operator("aten::alias_copy", "out")  # what a flip runs where the program copies to or from a device
 PROBE = m.Operator("aten::add", "out")  # add.out(self, other, *, alpha, out) -> out
@@ -104,6 +104,13 @@ def probed_copies(original: Optional[m.ExecutionPlan], plan: m.ExecutionPlan, mo
             if isinstance(source, m.Tensor) and source.is_constant:
                 found.append((c, k, slots.source, slots.out))
     return found
+
+
+def copy_word(moved: Sequence[MovedConstant]) -> str:
+    """What the reports call a copy of ``moved`` that must run once: the word of the encoding that wrote them, or
+    the runtime's ("run-once copy") when the values' encodings disagree."""
+    words = {c.arrival.copy for c in moved if c.arrival.by_kernel}
+    return words.pop() if len(words) == 1 else COPIED_ONCE.copy
 
 
 def probe(original: m.Program, program: m.Program, flipped: m.Program, moved_by: MovedReader = moved_values
@@ -256,29 +263,33 @@ def validate_in_runtime(original: ProgramLike, rewritten: ProgramLike, *, ptd: O
                                                    f"{size})")
             runs.append(_run(data, data_path, method, method_calls, what, report))
             done += calls
-        checks = _checks(runs, calls, probed_copies(plans_a[method], plans_b[method], moved_by), len(moved[method]))
+        checks = _checks(runs, calls, probed_copies(plans_a[method], plans_b[method], moved_by), moved[method])
         results.append(MethodValidation(method, moved[method], checks))
     if not results and not skipped:
         raise PteDevconstError("no method to validate")
     return ValidationResult(str(original), str(rewritten), False, calls, results, skipped,
-                            engine=EngineFacts(runtime_version(), tuple(used), changes_a, changes_b, probed))
+                            engine=EngineFacts(runtime_version(), tuple(used), changes_a, changes_b, probed,
+                                               copy_word([c for values in moved.values() for c in values])))
 
 
-def _checks(runs: Sequence[list[list[Any]]], calls: int, copied_once: Sequence[tuple[int, ...]], moved: int
-            ) -> list[Check]:
+def _checks(runs: Sequence[list[list[Any]]], calls: int, copied_once: Sequence[tuple[int, ...]],
+            moved: Sequence[MovedConstant]) -> list[Check]:
     """One method's rows: the rewrite's outputs against the original's, and each copy made once held to running
     once.  ``runs``: the outputs of the original, the rewrite and, where copies were probed, the probed rewrite;
-    ``copied_once``: the rewrite's copies that must run once (``probed_copies``); ``moved``: how many values moved."""
+    ``copied_once``: the rewrite's copies that must run once (``probed_copies``); ``moved``: what moved, each with
+    its arrival, whose words (the encoding's) the rows use."""
     difference = _first_difference(runs[0], runs[1])
     checks = [Check.of(OUTPUTS_CHECK, difference is None, difference or f"{calls} calls, every output")]
     if len(runs) > 2 and copied_once:
         again = _first_difference(runs[0], runs[2])
+        copy = copy_word(moved)
         checks.append(Check.of(ONCE_CHECK, again is None,
-                               f"a first-call copy ran again: {again}" if again else
-                               f"{plural(len(copied_once), 'first-call copy', 'first-call copies')} made "
-                               f"accumulating adds: each ran once in {calls} calls"))
+                               f"a {copy} ran again: {again}" if again else
+                               f"{plural(len(copied_once), copy)} made accumulating adds: each ran once in {calls} "
+                               "calls"))
     elif moved:
-        checks.append(Check(ONCE_CHECK, Status.PASS, f"{plural(moved, 'value')} kept as device initial data: "
+        kept = " and ".join(sorted({c.arrival.kept for c in moved}))
+        checks.append(Check(ONCE_CHECK, Status.PASS, f"{plural(len(moved), 'value')} kept as {kept}: "
                             "loaded once, no copy of them runs"))
     else:
         checks.append(Check(ONCE_CHECK, Status.SKIPPED, "nothing moved in this method"))

@@ -2,7 +2,7 @@
 
 Two engines run a validation: the project's torch runner (``validate.py``: simulated or real devices, every copy
 counted, the delegate boundaries compared) and the installed ExecuTorch runtime (``executorch_engine.py``: both
-programs flipped to the CPU, outputs bit for bit, each first-call copy probed).  Both return a ``ValidationResult``:
+programs flipped to the CPU, outputs bit for bit, each copy made once probed).  Both return a ``ValidationResult``:
 per method (``MethodValidation``) what moved and the ``Check`` rows, and the ``Verdict`` those say, with its exit
 code.  What only one engine measures is optional in it: the runner's runs of each method (per call, at load, at
 the delegate boundaries: ``MethodValidation.runs``), and the runtime's version, flips and probes (``EngineFacts``,
@@ -262,13 +262,14 @@ class FlipChanges:
 @record
 class EngineFacts:
     """What ``validate --engine executorch`` ran: the installed runtime, the backends it ran for real, what the flip
-    changed in each program, and how many first-call copies became accumulating probes."""
+    changed in each program, and how many copies made once became accumulating probes."""
 
     runtime: str  # the installed executorch's version
     delegates: tuple[str, ...]
     flip_original: FlipChanges
     flip_rewritten: FlipChanges
-    probed: int  # first-call copies made accumulating adds
+    probed: int  # copies made once turned into accumulating adds
+    probed_copy: str = "run-once copy"  # what reports call one of them (the encoding's word)
 
     def to_json(self) -> dict[str, Any]:
         return {"engine": "executorch", "runtime": {"executorch": self.runtime}, "delegates": list(self.delegates),

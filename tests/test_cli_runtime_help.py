@@ -28,12 +28,13 @@ def _help(command: str) -> str:
 def test_the_help_names_every_encoding(command: str) -> None:
     text = _help(command)
     for encoding in encodings():
-        assert f"{encoding.runtime.value}: {encoding.name}, {encoding.copied}" in text
+        assert f"{encoding.runtime.value}: {encoding.described}." in text
     assert "[default: 1.6, or runtime in the config]" in text
 
 
 def test_a_registered_encoding_is_in_the_help(toy: "ToyEncoding") -> None:  # noqa: F811 - the fixture
-    assert f"1.7: {toy.name}, {toy.copied}." in _help("rewrite")
+    assert f"1.7: {toy.described}." in _help("rewrite")
+    assert toy.name in toy.described and toy.when in toy.described  # the default sentence: its own words
 
 
 def test_starting_a_command_loads_no_encoding_registry() -> None:

@@ -22,7 +22,7 @@ from typing import Any, Optional, Sequence
 from pte_devconst.program.effects import MethodEffects
 from pte_devconst.program.executorch import H2D_COPY
 from pte_devconst.program.kernel_effects import copy_slots
-from pte_devconst.program.moves import MovedValue, copied_values
+from pte_devconst.program.moves import COPIED_ONCE, MovedValue, copied_values
 from pte_devconst.program.once import copies_made_once, once_region
 from pte_devconst.program.regions import memory_device, value_nbytes
 from pte_devconst.program.runtime import Runtime
@@ -34,6 +34,7 @@ from pte_devconst.schema import model as m
 from pte_devconst.util.record import record
 
 MOVE_AT = 1  # the region's MoveCall comes first: what tells the toy's region from any other
+TOY_COPIED = replace(COPIED_ONCE, copy="toy copy")  # how its values arrive, in its own words
 
 
 @record
@@ -97,7 +98,8 @@ class ToyEncoding(Encoding):
 
     def moved(self, before: m.ExecutionPlan, after: m.ExecutionPlan, *, devices_only: bool = True
               ) -> list[MovedValue]:
-        return copied_values(before, after, toy_copies(before), toy_copies(after), devices_only=devices_only)
+        return copied_values(before, after, toy_copies(before), toy_copies(after), devices_only=devices_only,
+                             arrival=TOY_COPIED)
 
     def admit(self, verdict: ConstantVerdict) -> Optional[str]:
         if verdict.copied_once:

@@ -58,6 +58,13 @@ class Encoding:
         """``copied once, at load``."""
         return f"copied once, {self.when}"
 
+    @property
+    def described(self) -> str:
+        """How it keeps a moved constant, in a sentence for ``--runtime``'s help (default: its name, when it copies
+        and what its runtime cannot load)."""
+        refuses = f" ({self.runtime.value} runtimes cannot load {self.refuses})" if self.refuses else ""
+        return f"{self.name}, {self.copied}{refuses}"
+
     def needs(self, program: m.Program, labels: Sequence[str]) -> list["NeededTensor"]:
         """The tensors of ``program`` kept in this encoding's way that no older runtime loads (none: every
         runtime this tool writes for loads what it writes)."""

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 from pte_devconst.program.effects import MethodEffects
 from pte_devconst.program.executorch import H2D_COPY
 from pte_devconst.program.kernel_effects import copy_slots, is_h2d_copy
-from pte_devconst.program.moves import MovedValue, copied_values
+from pte_devconst.program.moves import COPIED_ONCE, MovedValue, copied_values
 from pte_devconst.program.layout import is_aligned
 from pte_devconst.program.once import OnceRegion, once_region
 from pte_devconst.program.regions import memory_device
@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     from ..model.analysis import ConstantVerdict, DeviceCopy
     from ..fold import FoldChain, Traced
 
+# How a value it keeps reaches its device, in the reports' words (validate's rows name its copies so).
+COPIED = replace(COPIED_ONCE, copy="first-call copy")
 LEGACY = ("legacy style: its delegate copies it itself, which a 1.5 runtime cannot skip (--runtime 1.6 can)")
 NO_COPY_KERNEL = (f"legacy style: no {H2D_COPY} kernel in the method to copy it once with (a new operator could "
                   "be missing from a runtime built with selective registration; --runtime 1.6 can)")
@@ -55,6 +57,8 @@ class FirstCallEncoding(Encoding):
     name = "first-call copies"
     when = "on the first call"
     refuses = "device initial data"
+    described = ("it stays on the host and a guarded prologue copies it once, on the first call (1.5 runtimes "
+                 "cannot copy initial data into device memory)")
 
     def held(self, plan: m.ExecutionPlan) -> frozenset[int]:
         return frozenset(first_call_copies(plan))
@@ -64,7 +68,8 @@ class FirstCallEncoding(Encoding):
         """The destinations of the copies ``after``'s prologue-shaped chain 0 claims to make once (``claimed_copies``:
         a guard that never clears still claims them, so validate probes them and fails the file) that ``before``'s
         prologue did not really make."""
-        return copied_values(before, after, first_call_copies(before), claimed_copies(after), devices_only=devices_only)
+        return copied_values(before, after, first_call_copies(before), claimed_copies(after), devices_only=devices_only,
+                             arrival=COPIED)
 
     # --- planning -----------------------------------------------------------------------------------------
 

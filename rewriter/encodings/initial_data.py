@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from pte_devconst.program.moves import MovedValue, loaded_values
+from pte_devconst.program.moves import AT_LOAD, MovedValue, loaded_values
 from pte_devconst.program.regions import memory_device, value_nbytes
 from pte_devconst.program.runtime import Runtime
 from pte_devconst.schema import model as m
@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from ..model.analysis import ConstantVerdict
     from ..fold import FoldChain, Traced
 
+# How a value it keeps reaches its device, in the reports' words (validate's rows name it so).
+LOADED = replace(AT_LOAD, kept="device initial data")
+
 
 class InitialDataEncoding(Encoding):
     """Device memory with initial data, copied at load (module docstring)."""
@@ -36,6 +39,7 @@ class InitialDataEncoding(Encoding):
     runtime = Runtime(1, 6)
     name = "device initial data"
     when = "at load"
+    described = "device memory with initial data, copied at load (what 1.6's skip_h2d_for_constants writes)"
 
     def needs(self, program: m.Program, labels: Sequence[str]) -> list[NeededTensor]:
         """Device initial data: a 1.5 loader writes host bytes straight into the device pointer
@@ -48,7 +52,7 @@ class InitialDataEncoding(Encoding):
 
     def moved(self, before: m.ExecutionPlan, after: m.ExecutionPlan, *, devices_only: bool = True
               ) -> list[MovedValue]:
-        return loaded_values(before, after, devices_only=devices_only)
+        return loaded_values(before, after, devices_only=devices_only, arrival=LOADED)
 
     # --- planning -----------------------------------------------------------------------------------------
 
