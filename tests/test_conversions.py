@@ -143,7 +143,7 @@ HAND_MADE: dict[str, tuple[Edit, Optional[int]]] = {
 @pytest.mark.parametrize("runtime", ["1.5", "1.6"])
 @pytest.mark.parametrize("name", sorted(HAND_MADE))
 def test_hand_made_first_call_files_get_one_answer(name: str, runtime: str, tmp_path: Path) -> None:
-    """Not recognised as a first-call prologue (program/prologue.py is strict), each is a program with per-call
+    """Not recognised as a first-call prologue (first_call_prologue is strict), each is a program with per-call
     copies behind a jump: check, rewrite --dry-run and rewrite agree on what moves, and a rewrite that moves
     something is correct (validate against the hand-made file), never an internal error."""
     edit, copied = HAND_MADE[name]

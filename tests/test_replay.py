@@ -319,7 +319,7 @@ def test_the_first_call_encoding_is_proven_across_calls() -> None:
 @pytest.mark.parametrize("how, wrong", [
     ("the guard stored false: the prologue never runs (and is no prologue: its copies are the input's)",
      (dict(guard_value=False), "chain 0 instruction 0, call 1: runs in the input but not in the rewrite")),
-    # program/prologue.py does not call it a prologue (a destination shares bytes): its copies are the input's,
+    # first_call_prologue does not call it a prologue (a destination shares bytes): its copies are the input's,
     # skipped from the second call on
     ("a device copy on the delegate's output: the copy is there for the first call only",
      (dict(move_to={9: 3328}), "chain 0 instruction 0, call 2: runs in the input but not in the rewrite")),

@@ -212,7 +212,7 @@ def test_validate_fails_a_first_call_copy_that_runs_every_call(tmp_path: Path) -
     result = api.validate(EXAMPLES / "mlp_copy.pte", tmp_path / "forged.pte",
                           inputs=EXAMPLES / "mlp_copy.inputs.pt", calls=3, simulate_devices=True)
     failed = {c.name for mv in result.methods for c in mv.checks if not c.passed}
-    # program/prologue.py calls it no prologue (a destination is written again): nothing was moved, and the rows
+    # first_call_prologue calls it no prologue (a destination is written again): nothing was moved, and the rows
     # that compare the copies and the reads fail it
     assert not result.passed
     assert {"every read sees what the input's sees (byte replay)",

@@ -176,7 +176,7 @@ class FirstCallEncoding(Encoding):
                                                  fully_qualified_name=info.fully_qualified_name))
 
     def leading_instructions(self, edit: "MethodEdit", plan: m.ExecutionPlan) -> list[m.Instruction]:
-        """The prologue (``program/prologue.py``): the guard's jump, the copies, the move that clears the guard."""
+        """The prologue (``first_call_prologue``): the guard's jump, the copies, the move that clears the guard."""
         written = written_prologue(edit)
         if written is None:
             return []
@@ -288,7 +288,7 @@ def claimed_copies(plan: m.ExecutionPlan) -> dict[int, tuple[int, int]]:
 
 @record
 class FirstCallCopy:
-    """One copy of the first-call prologue a rewrite writes (``program/prologue.py``): ``_h2d_copy.out`` of host
+    """One copy of the first-call prologue a rewrite writes (``first_call_prologue``): ``_h2d_copy.out`` of host
     constant ``src`` into ``dst``, device memory that holds it for the whole method."""
 
     src: int
@@ -435,7 +435,7 @@ class FirstCallCheck(EncodingCheck):
     it claims to have done):
 
     * **The prologue is what the runtime runs once.**  Chain 0 of the output starts with a prologue that
-      ``program/prologue.py`` recognises (the guard clears, nothing enters it, host-constant sources, destinations
+      ``first_call_prologue`` recognises (the guard clears, nothing enters it, host-constant sources, destinations
       nothing else writes or shares), of the plan's length, on the plan's guard: its copies run on the first call
       and never again.  The instructions are read from the output, not rebuilt with the writer's code.
     * **Each copy is accounted for** by exactly one change of the plan: a moved constant into its device copy, a
