@@ -659,7 +659,7 @@ def _reporters(progress: Optional[Callable[[int, int, str], None]], index: int, 
     """``run_program``'s ``on_call`` for the original and the rewrite of the ``index``-th of ``methods`` methods."""
     total = methods * 2 * calls
     return (_reporter(progress, index * 2 * calls, total, f"{name}: original", calls),
-            _reporter(progress, (index * 2 + 1) * calls, total, f"{name}: rewritten", calls))
+            _reporter(progress, (index * 2 + 1) * calls, total, f"{name}: rewrite", calls))
 
 
 def _run_both(programs: tuple[str | Path | ProgramBytes, str | Path | ProgramBytes],

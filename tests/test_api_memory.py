@@ -112,7 +112,7 @@ def test_validate_runs_both_programs_from_memory(exported) -> None:
                           progress=lambda done, total, what: seen.append(f"{done}/{total} {what}"))
     assert result.passed, result.to_json()
     assert seen[0].startswith("0/4 forward: original, call 1/2 (the load copied ")
-    assert seen[-1].startswith("3/4 forward: rewritten, call 2/2 (the call before copied ")
+    assert seen[-1].startswith("3/4 forward: rewrite, call 2/2 (the call before copied ")
 
 
 @pytest.mark.parametrize("bad, expected", [

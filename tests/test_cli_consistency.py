@@ -205,7 +205,7 @@ def test_progress_on_long_runner_work_when_asked(rewritten: Path) -> None:
         asked.stderr.splitlines()
     assert any(line.startswith("validating mlp_copy.pte: forward: original, call 2/2 (the call before copied ")
                for line in asked.stderr.splitlines())
-    assert "validating mlp_copy.pte: forward: rewritten, call 2/2 (the call before copied 256 B to devices, " \
+    assert "validating mlp_copy.pte: forward: rewrite, call 2/2 (the call before copied 256 B to devices, " \
         "128 B back) (4/4)" in asked.stderr.splitlines()
     ran = invoke("run", MLP, "--simulate-devices", "--calls", "3", "--progress")
     assert ran.exit_code == 0
