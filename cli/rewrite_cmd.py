@@ -96,6 +96,35 @@ def _not_moved_rows(result: RewriteResult) -> list[list[Any]]:
                    for s in plan.fold_skipped]
 
 
+# Above this many rows, the constants of one method left in place for the same reason are one row (how many, their
+# bytes): a legacy-style model rewritten for 1.5 would otherwise list each of its weights with the same sentence.
+GROUP_ABOVE = 40
+
+
+def grouped_rows(rows: list[list[Any]]) -> tuple[list[list[Any]], int]:
+    """``rows`` (method, value, name, bytes, why) with those of one method and one reason made one row when there
+    are more than ``GROUP_ABOVE``, in the order each reason first appears; and how many constants were grouped."""
+    if len(rows) <= GROUP_ABOVE:
+        return rows, 0
+    groups: dict[tuple[str, str], list[list[Any]]] = {}
+    for row in rows:
+        groups.setdefault((row[0], row[4]), []).append(row)
+    found: list[list[Any]] = []
+    grouped = 0
+    for (method, why), members in groups.items():
+        if len(members) == 1:
+            found.append(members[0])
+            continue
+        grouped += len(members)
+        found.append([method, "", plural(len(members), "constant"), sum(row[3] for row in members), why])
+    return found, grouped
+
+
+def grouped_note(grouped: int) -> str:
+    return (f"{plural(grouped, 'constant')} left in place for a reason they share are counted in one row per method "
+            "and reason (--format json lists each)")
+
+
 MOVED_COLUMNS = ["method", "v", "name", "device", "bytes", "H2D saved/call"]
 
 
@@ -152,10 +181,13 @@ def render_text(result: RewriteResult, view: View) -> None:
             console.print(printable(f"note: {note}"), markup=False, soft_wrap=True)
         if plan.folds:
             console.print(cost_line(plan))
-    not_moved = [[m, v, name, human_bytes(nbytes), why] for m, v, name, nbytes, why in _not_moved_rows(result)]
+    rows, grouped = grouped_rows(_not_moved_rows(result))
+    not_moved = [[m, v, name, human_bytes(nbytes), why] for m, v, name, nbytes, why in rows]
     if not_moved:
         console.print(table("left in place", ["method", "v", "name", "bytes", "why"], not_moved,
                             right=["v", "bytes"]))
+    if grouped:
+        console.print(grouped_note(grouped), markup=False, soft_wrap=True)
     hint = fold_hint(result.fold_gain)
     if hint:
         console.print(hint, markup=False)
@@ -296,12 +328,14 @@ def render_markdown(result: RewriteResult, view: View) -> list[str]:
                   f"{human_bytes(result.input_size)}), re-read and checked"
                   + (" (every byte)." if result.verified is VerifyMode.FULL else ".")]
     lines += [line for note in names_notes(result.names) for line in ("", f"> note: {md_text(note)}")]
-    not_moved = _not_moved_rows(result)
+    not_moved, grouped = grouped_rows(_not_moved_rows(result))
     if not_moved:
         lines += ["", "**Left in place:**", "",
                   markdown_table(["method", "value", "name", "bytes", "why"],
-                                 [[md_code(m), v, md_code(name) if name != "-" else "-", exact_bytes(nbytes),
-                                   md_text(why)] for m, v, name, nbytes, why in not_moved])]
+                                 [[md_code(m), v, md_code(name) if name != "-" and v != "" else name,
+                                   exact_bytes(nbytes), md_text(why)] for m, v, name, nbytes, why in not_moved])]
+    if grouped:
+        lines += ["", md_text(grouped_note(grouped)) + "."]
     if result.changed:
         lines += [""] + diagrams(result.flows, "Constants copied host-to-device on every call, before and after "
                                  "the rewrite:")

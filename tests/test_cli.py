@@ -196,3 +196,21 @@ def test_lines_naming_a_file_stay_whole_in_a_narrow_terminal(work_copy) -> None:
                                 "runtime: --runtime 1.5)."), rewrite[-1]
     diff = invoke("diff", pte, out, env=narrow).stdout.splitlines()
     assert diff[0] == f"{pte} -> {out}", diff[0]
+
+
+def test_many_constants_left_for_one_reason_are_one_row(tmp_path: Path) -> None:
+    """A legacy-style model rewritten for 1.5 keeps each weight for the same reason: the text and markdown reports
+    count them in one row per method and reason, and the JSON still lists each one."""
+    import json
+
+    source = Path(__file__).resolve().parent / "fixtures" / "xnnpack_device" / "deep_legacy.pte"
+    out = tmp_path / "out.pte"
+    text = invoke("rewrite", source, "-o", out, "--runtime", "1.5")
+    assert text.exit_code == 0, text.stderr
+    document = json.loads(invoke("rewrite", source, "-o", out, "--runtime", "1.5", "--format", "json").stdout)
+    kept = document["runtime"]["kept_for_runtime"]
+    assert len(kept) > 40  # enough to group
+    assert f"{len(kept)} constants" in text.stdout and len(text.stdout.splitlines()) < 20
+    assert f"{len(kept)} constants left in place for a reason they share" in text.stdout
+    markdown = invoke("rewrite", source, "-o", out, "--runtime", "1.5", "--format", "markdown").stdout
+    assert f"| {len(kept)} constants |" in markdown and markdown.count("legacy style") == 1
