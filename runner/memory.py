@@ -70,6 +70,7 @@ class ProgramData:
         self._constants: dict[tuple[int, ...], torch.Tensor] = {}
         self._named_keys: Optional[tuple[str, ...]] = None
         self._file_region: Optional[Region] = None
+        self._ptd_region: Optional[Region] = None
 
     def _file(self) -> Optional[Region]:
         """The program's file mapped copy-on-write (``shared_memory.file_region``); None for a program in memory."""
@@ -126,9 +127,13 @@ class ProgramData:
                                        or tuple(layout.dim_order or ()) != tuple(tensor.dim_order or ())):
                 raise FormatError(f"the .ptd entry {key!r} has a different dtype, shape or dim_order than the program",
                                   file=self.ptd.path, where=where)
-            data = self.ptd.tensor_bytes(key)
-            assert data is not None  # the entry was found just above
-            self._external[key] = host_bytes(data)
+            span = self.ptd.span(key)
+            assert span is not None  # the entry was found just above
+            if self._ptd_region is None and self.ptd.fd >= 0:
+                self._ptd_region = file_region(self.ptd.fd, len(self.ptd.data))
+            # A view of the mapped .ptd, as the .pte's constants are (``_segment``): never a copy of the entry.
+            self._external[key] = self._ptd_region.tensor[span.offset: span.end] if self._ptd_region is not None \
+                else host_bytes(self.ptd.data[span.offset: span.end])
         return self._external[key]
 
     def load_initial_data(self, tensor: m.Tensor, destination: torch.Tensor, where: str) -> None:

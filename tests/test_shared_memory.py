@@ -62,3 +62,27 @@ def test_a_file_region_maps_copy_on_write_and_gives_pages_back(tmp_path) -> None
     assert torch.equal(mapped, data)
     shared_memory.release(mapped)  # pages given back: the contents are still the file's
     assert torch.equal(mapped, data)
+
+
+def test_a_ptd_constant_is_a_view_of_the_mapped_ptd_not_a_copy() -> None:
+    """An EXTERNAL constant's bytes are a view of the .ptd mapped copy-on-write (as the .pte's constants are of the
+    .pte): located in a region, so it travels to the runtime's child by descriptor, and never copied per key."""
+    from pathlib import Path
+
+    from pte_devconst.runner.memory import ProgramData
+    from pte_devconst.schema import model as m
+    from pte_devconst.schema.ptd_file import open_ptd
+    from pte_devconst.schema.pte_file import open_pte
+
+    folder = Path(__file__).resolve().parent / "fixtures" / "xnnpack_more"
+    with open_pte(folder / "ext_copy.pte") as pte, open_ptd(folder / "ext_copy.ptd") as ptd:
+        data = ProgramData(pte, ptd)
+        external = [v for plan in pte.program.execution_plan or () for v in plan.values or ()
+                    if isinstance(v, m.Tensor) and v.is_external and v.fqn]
+        assert external
+        for tensor in external:
+            view = data.external(tensor, "test")
+            span = ptd.span(tensor.fqn or "")
+            assert span is not None and bytes(view.numpy()) == bytes(ptd.data[span.offset: span.end])
+            found = locate(view)
+            assert found is not None  # inside the mapped .ptd, not a copy of it
