@@ -43,7 +43,7 @@ from pte_devconst.util.units import human_bytes, plural
 
 from .run import program_size, resolve_inputs
 from .staging import staged_program
-from .validate import moved_constants, same_bits
+from .validate import moved_constants, same_bits, swapped_checks
 from .verdict import Check, EngineFacts, FlipChanges, MethodValidation, MovedConstant, Status, ValidationResult
 
 HOST_COPY = m.Operator("aten::alias_copy", "out")  # what a flip runs where the program copies to or from a device
@@ -235,6 +235,7 @@ def validate_in_runtime(original: ProgramLike, rewritten: ProgramLike, *, ptd: O
         plans_a = {plan.name or "": plan for plan in first.program.execution_plan or ()}
         plans_b = {plan.name or "": plan for plan in second.program.execution_plan or ()}
         moved = moved_constants(first.program, second.program, moved_by)
+        swapped = swapped_checks(first.program, second.program, moved, moved_by)
     chosen = list(methods) if methods else list(plans_a)
     results, skipped = [], []
     path_a = str(ptd) if ptd is not None else None
@@ -263,7 +264,8 @@ def validate_in_runtime(original: ProgramLike, rewritten: ProgramLike, *, ptd: O
                                                    f"{size})")
             runs.append(_run(data, data_path, method, method_calls, what, report))
             done += calls
-        checks = _checks(runs, calls, probed_copies(plans_a[method], plans_b[method], moved_by), moved[method])
+        checks = _checks(runs, calls, probed_copies(plans_a[method], plans_b[method], moved_by), moved[method]) \
+            + ([swapped[method]] if method in swapped else [])
         results.append(MethodValidation(method, moved[method], checks))
     if not results and not skipped:
         raise PteDevconstError("no method to validate")

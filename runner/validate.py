@@ -71,6 +71,23 @@ EXPECTED_CHECK = "outputs match expected"
 MISSING_ENTRY = "the expected outputs have no entry for method"
 
 
+SWAPPED_CHECK = "the rewrite keeps on its devices what the original does"
+
+
+def swapped_checks(original: m.Program, rewritten: m.Program, moved: Mapping[str, Sequence[MovedConstant]],
+                   reader: MovedReader = moved_values) -> dict[str, Check]:
+    """When nothing moved from the first program to the second but something did the other way, the two were most
+    likely given in the wrong order: a failing row per method that moved backwards, the same in both engines
+    (rather than "nothing moved", which asks whether the second is the first one's rewrite)."""
+    if any(moved.values()):
+        return {}
+    return {method: Check(SWAPPED_CHECK, Status.FAIL,
+                          f"the first program keeps {plural(len(back), 'value')} in device memory that the second "
+                          f"does not ({listing([c.name or f'value {c.held_by}' for c in back])}): the two look "
+                          "swapped (validate takes ORIGINAL REWRITTEN)")
+            for method, back in moved_constants(rewritten, original, reader).items() if back}
+
+
 def _tensor(values: Sequence[m.EValue], index: int) -> m.Tensor:
     """``values[index]``, a tensor: moved_values names tensors only (a constant before, planned after)."""
     value = values[index]
@@ -614,8 +631,10 @@ def _read_pair(original: str | Path | ProgramBytes, rewritten: str | Path | Prog
         exact = {name: _compute_signature(plans[name], a) == _compute_signature(b.program.plan(name), b)
                  for name in names}
         declared = _declared_by_method(a), _declared_by_method(b)
+        swapped = swapped_checks(a.program, b.program, moved, moved_by)
         static = {name: static_checks(plans[name], b.program.plan(name), moved[name],
-                                      (declared[0].get(name), declared[1].get(name))) for name in names}
+                                      (declared[0].get(name), declared[1].get(name)))
+                  + ([swapped[name]] if name in swapped else []) for name in names}
     return PairTables(names, moved, plans, exact, static)
 
 

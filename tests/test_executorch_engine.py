@@ -185,6 +185,26 @@ def test_a_swapped_first_call_destination_fails(tmp_path: Path) -> None:
 # --- what the engine needs, and what it refuses ----------------------------------------------------------------
 
 
+@pytest.mark.parametrize("runtime", ["1.6", "1.5"])
+def test_a_pair_given_in_the_wrong_order_fails_in_both_engines_with_one_row(runtime: str, tmp_path: Path) -> None:
+    """The rewrite first, the original second: nothing moved forwards but something moved back.  Both engines fail
+    it with the same row (the runner used to fail on its copy counters alone, the engine to say "nothing moved");
+    the same pair in the right order passes, and an identical copy is still "nothing moved"."""
+    source, out = FIXTURES / "mlp_copy.pte", tmp_path / "out.pte"
+    api.rewrite(source, out, runtime=runtime)
+    rows = []
+    for engine in ("runner", "executorch"):
+        result = api.validate(out, source, inputs=_inputs("mlp_copy"), engine=engine,
+                              **({"simulate_devices": True} if engine == "runner" else {}))
+        assert result.verdict.name == "FAIL"
+        rows.append(_failed(result).get("the rewrite keeps on its devices what the original does"))
+        assert api.validate(source, out, inputs=_inputs("mlp_copy"), engine=engine,
+                            **({"simulate_devices": True} if engine == "runner" else {})).passed
+    assert rows[0] is not None and rows[0] == rows[1] and "look swapped" in rows[0]
+    same = api.validate(source, source, inputs=_inputs("mlp_copy"), engine="executorch")
+    assert same.verdict.name == "NOTHING_MOVED"
+
+
 def test_the_flip_moves_every_placement_to_the_cpu() -> None:
     with open_pte(FIXTURES / "mlp_copy.pte") as pte:
         flipped, changes = flip(pte.program)
