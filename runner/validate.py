@@ -83,7 +83,7 @@ def swapped_checks(original: m.Program, rewritten: m.Program, moved: Mapping[str
         return {}
     return {method: Check(SWAPPED_CHECK, Status.FAIL,
                           f"the first program keeps {plural(len(back), 'value')} in device memory that the second "
-                          f"does not ({listing([c.name or f'value {c.held_by}' for c in back])}): the two look "
+                          f"does not ({listing([value_name(c.name, c.held_by) for c in back])}): the two look "
                           "swapped (validate takes ORIGINAL REWRITTEN)")
             for method, back in moved_constants(rewritten, original, reader).items() if back}
 
