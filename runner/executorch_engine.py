@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Collection, Iterable, Mapping, Optional, Sequence, Union
 
 import torch
 
 from pte_devconst.program.kernel_effects import copy_slots, is_device_copy
-from pte_devconst.program.moves import COPIED_ONCE, MovedReader, moved_values
+from pte_devconst.program.moves import COPIED_ONCE, MovedReader, MovedValue, moved_values
 from pte_devconst.schema import model as m
 from pte_devconst.schema.pte_file import ProgramBytes, open_pte
 from pte_devconst.schema.pte_writer import unchanged_segments
@@ -80,15 +80,16 @@ def flip(program: m.Program) -> tuple[m.Program, FlipChanges]:
     return m.replace(program, execution_plan=tuple(plans)), FlipChanges(buffers, tensors, copies)
 
 
-def probed_copies(original: Optional[m.ExecutionPlan], plan: m.ExecutionPlan, moved_by: MovedReader = moved_values
-                  ) -> list[tuple[int, int, int, int]]:
+def kernel_holders(moved: Iterable[Union[MovedValue, MovedConstant]]) -> frozenset[int]:
+    """The values holding what ``moved`` says arrives by a copy kernel (``Arrival.by_kernel``)."""
+    return frozenset(value.held_by for value in moved if value.arrival.by_kernel)
+
+
+def probed_copies(plan: m.ExecutionPlan, holders: Collection[int]) -> list[tuple[int, int, int, int]]:
     """(chain, instruction, source, out) of each copy kernel of ``plan`` (before the flip), wherever it is, that
-    copies a constant into the holder of a value ``moved_by`` says arrives by a copy kernel (``Arrival.by_kernel``):
-    what must run once.  The reader says what the file claims, not whether it holds: a copy that runs on every
-    call is exactly what the probe must catch.  None (``original``): no method of that name, nothing moved."""
-    if original is None:
-        return []
-    holders = {value.held_by for value in moved_by(original, plan) if value.arrival.by_kernel}
+    copies a constant into one of ``holders`` (``kernel_holders`` of what moved): what must run once.  What moved
+    says what the file claims, not whether it holds: a copy that runs on every call is exactly what the probe must
+    catch."""
     if not holders:
         return []
     values = plan.values or ()
@@ -113,15 +114,13 @@ def copy_word(moved: Sequence[MovedConstant]) -> str:
     return words.pop() if len(words) == 1 else COPIED_ONCE.copy
 
 
-def probe(original: m.Program, program: m.Program, flipped: m.Program, moved_by: MovedReader = moved_values
-          ) -> tuple[m.Program, int]:
-    """``flipped`` (``program`` after ``flip``) with each copy of ``program`` that must run once
-    (``probed_copies``, against ``original``'s method of the same name) an accumulating add:
-    ``add.out(out, source, alpha=1, out)``."""
-    originals = {plan.name or "": plan for plan in original.execution_plan or ()}
-    plans, probed = [], 0
+def probe(program: m.Program, flipped: m.Program, probed: Mapping[str, Sequence[tuple[int, int, int, int]]]
+          ) -> m.Program:
+    """``flipped`` (``program`` after ``flip``) with each copy of ``program`` that must run once (``probed``: per
+    method, its ``probed_copies``) an accumulating add: ``add.out(out, source, alpha=1, out)``."""
+    plans = []
     for before, plan in zip(program.execution_plan or (), flipped.execution_plan or ()):
-        copies = probed_copies(originals.get(before.name or ""), before, moved_by)
+        copies = probed.get(before.name or "", ())
         if not copies:
             plans.append(plan)
             continue
@@ -134,8 +133,7 @@ def probe(original: m.Program, program: m.Program, flipped: m.Program, moved_by:
         plans.append(m.replace(plan, operators=operators, values=values,
                                chains=tuple(m.replace(chain, instructions=tuple(instructions))
                                             for chain, instructions in zip(plan.chains or (), chains))))
-        probed += len(copies)
-    return m.replace(flipped, execution_plan=tuple(plans)), probed
+    return m.replace(flipped, execution_plan=tuple(plans))
 
 
 @record
@@ -229,13 +227,15 @@ def validate_in_runtime(original: ProgramLike, rewritten: ProgramLike, *, ptd: O
                 "this program; --engine runner can (its delegate executors, or opaque stand-ins)")
         flipped_a, changes_a = flip(first.program)
         flipped_b, changes_b = flip(second.program)
-        probed_b, probed = probe(first.program, second.program, flipped_b, moved_by)
+        moved = moved_constants(first.program, second.program, moved_by)  # read once: the probe and the rows
+        swapped = swapped_checks(first.program, second.program, moved, moved_by)
+        copied_once = {name: probed_copies(second.program.plan(name), kernel_holders(values))
+                       for name, values in moved.items()}
+        probed = sum(len(copies) for copies in copied_once.values())
         data_a, data_b = Staged(original, flipped_a), Staged(rewritten, flipped_b)
-        data_probe = Staged(rewritten, probed_b) if probed else None
+        data_probe = Staged(rewritten, probe(second.program, flipped_b, copied_once)) if probed else None
         plans_a = {plan.name or "": plan for plan in first.program.execution_plan or ()}
         plans_b = {plan.name or "": plan for plan in second.program.execution_plan or ()}
-        moved = moved_constants(first.program, second.program, moved_by)
-        swapped = swapped_checks(first.program, second.program, moved, moved_by)
     chosen = list(methods) if methods else list(plans_a)
     results, skipped = [], []
     path_a = str(ptd) if ptd is not None else None
@@ -264,7 +264,7 @@ def validate_in_runtime(original: ProgramLike, rewritten: ProgramLike, *, ptd: O
                                                    f"{size})")
             runs.append(_run(data, data_path, method, method_calls, what, report))
             done += calls
-        checks = _checks(runs, calls, probed_copies(plans_a[method], plans_b[method], moved_by), moved[method]) \
+        checks = _checks(runs, calls, copied_once[method], moved[method]) \
             + ([swapped[method]] if method in swapped else [])
         results.append(MethodValidation(method, moved[method], checks))
     if not results and not skipped:

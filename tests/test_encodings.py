@@ -167,13 +167,13 @@ def test_the_executorch_engine_probes_its_copies(toy: "ToyEncoding", tmp_path: P
 
 def test_its_copies_are_probed_wherever_they_are(toy: "ToyEncoding", tmp_path: Path) -> None:
     from pte_devconst.rewriter.encodings import moved_by_encodings
-    from pte_devconst.runner.executorch_engine import probed_copies
+    from pte_devconst.runner.executorch_engine import kernel_holders, probed_copies
 
     out = tmp_path / "toy.pte"
     api.rewrite(MLP, out, runtime="1.7")
     with open_pte(MLP) as before, open_pte(out) as after:
         a, b = before.program.execution_plan[0], after.program.execution_plan[0]  # type: ignore[index]
-        probed = probed_copies(a, b, moved_by_encodings)
+        probed = probed_copies(b, kernel_holders(moved_by_encodings(a, b)))
     assert [(c, k) for c, k, _, _ in probed] == [(0, 2), (0, 3), (0, 4)]
     assert {out_ for *_, out_ in probed} == toy.held(b)
 

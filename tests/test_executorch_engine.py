@@ -23,7 +23,8 @@ from conftest import EXAMPLES, pte_path
 from forge import edit_program, flip_byte, moved_spans, swapped_moved_constants
 from pte_devconst import api
 from pte_devconst.rewriter.encodings.first_call import first_call_prologue
-from pte_devconst.runner.executorch_engine import flip, probed_copies
+from pte_devconst.program.moves import moved_values
+from pte_devconst.runner.executorch_engine import flip, kernel_holders, probed_copies
 from pte_devconst.runner.isolated import RuntimeDied, worker
 from pte_devconst.runner.verdict import ValidationResult
 from pte_devconst.schema import model as m
@@ -216,7 +217,7 @@ def test_the_flip_moves_every_placement_to_the_cpu() -> None:
     assert changes.buffers == 1 and changes.copies == 6 and changes.tensors > 0
     with open_pte(FIXTURES / "mlp_copy.pte") as pte:
         plan = pte.program.execution_plan[0]  # type: ignore[index]
-        assert probed_copies(plan, plan) == []  # per-call copies, nothing moved: nothing to probe
+        assert probed_copies(plan, kernel_holders(moved_values(plan, plan))) == []  # per-call copies, nothing moved
 
 
 def test_without_executorch_one_line_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
