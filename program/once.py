@@ -30,13 +30,13 @@ ordinary jump (what ``transfers.py``, the copy rule and the lifetimes handle, co
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from pte_devconst.schema import model as m
 from pte_devconst.util.record import record
 
 from .effects import MethodEffects
-from .kernel_effects import copy_slots
+from .kernel_effects import CopySlots, copy_slots
 from .readers import readers_in_order
 from .regions import Region, planned_region
 
@@ -139,19 +139,30 @@ def copies_made_once(plan: m.ExecutionPlan, region: Optional[OnceRegion] = None
     region = region if region is not None else once_region(plan)
     if region is None:
         return {}
-    instructions = (plan.chains or ())[0].instructions or ()
+    found: dict[int, tuple[int, int]] = {}
+    for k, slots in constant_copies(plan, 0, 1, region.end):
+        if slots.to_device:
+            found.setdefault(slots.out, (slots.source, k))
+    return found
+
+
+def constant_copies(plan: m.ExecutionPlan, chain: int = 0, start: int = 0, stop: Optional[int] = None
+                    ) -> Iterator[tuple[int, CopySlots]]:
+    """(instruction, its arguments by role) of each device copy kernel in [``start``, ``stop``) of ``chain`` whose
+    source is a constant (the file's bytes): what a run-once region, an encoding's reader of its own files and the
+    runtime engine's probe look for."""
+    chains = plan.chains or ()
+    instructions = (chains[chain].instructions or ()) if 0 <= chain < len(chains) else ()
     values = plan.values or ()
     ops = plan.operators or ()
-    found: dict[int, tuple[int, int]] = {}
-    for k in range(1, region.end):
+    for k in range(max(start, 0), len(instructions) if stop is None else min(stop, len(instructions))):
         ins = instructions[k]
         if not isinstance(ins, m.KernelCall) or not 0 <= ins.op_index < len(ops):
             continue
         slots = copy_slots(ops[ins.op_index].qualified_name, ins.args or ())
         source = values[slots.source] if slots is not None and 0 <= slots.source < len(values) else None
-        if slots is not None and slots.to_device and isinstance(source, m.Tensor) and source.is_constant:
-            found.setdefault(slots.out, (slots.source, k))
-    return found
+        if slots is not None and isinstance(source, m.Tensor) and source.is_constant:
+            yield k, slots
 
 
 def once_length(plan: m.ExecutionPlan) -> int:

@@ -32,8 +32,9 @@ from typing import Any, Callable, Collection, Iterable, Mapping, Optional, Seque
 
 import torch
 
-from pte_devconst.program.kernel_effects import copy_slots, is_device_copy
+from pte_devconst.program.kernel_effects import is_device_copy
 from pte_devconst.program.moves import COPIED_ONCE, MovedReader, MovedValue, moved_values
+from pte_devconst.program.once import constant_copies
 from pte_devconst.schema import model as m
 from pte_devconst.schema.pte_file import ProgramBytes, open_pte
 from pte_devconst.schema.pte_writer import unchanged_segments
@@ -92,19 +93,8 @@ def probed_copies(plan: m.ExecutionPlan, holders: Collection[int]) -> list[tuple
     catch."""
     if not holders:
         return []
-    values = plan.values or ()
-    ops = [op.qualified_name for op in plan.operators or ()]
-    found = []
-    for c, chain in enumerate(plan.chains or ()):
-        for k, ins in enumerate(chain.instructions or ()):
-            slots = copy_slots(ops[ins.op_index], ins.args or ()) \
-                if isinstance(ins, m.KernelCall) and 0 <= ins.op_index < len(ops) else None
-            if slots is None or slots.out not in holders:
-                continue
-            source = values[slots.source] if 0 <= slots.source < len(values) else None
-            if isinstance(source, m.Tensor) and source.is_constant:
-                found.append((c, k, slots.source, slots.out))
-    return found
+    return [(c, k, slots.source, slots.out) for c in range(len(plan.chains or ()))
+            for k, slots in constant_copies(plan, c) if slots.out in holders]
 
 
 def copy_word(moved: Sequence[MovedConstant]) -> str:

@@ -25,7 +25,7 @@ from pte_devconst.program.executorch import H2D_COPY
 from pte_devconst.program.kernel_effects import copy_slots, is_h2d_copy
 from pte_devconst.program.moves import COPIED_ONCE, MovedValue, copied_values
 from pte_devconst.program.layout import is_aligned
-from pte_devconst.program.once import OnceRegion, once_region
+from pte_devconst.program.once import OnceRegion, constant_copies, once_region
 from pte_devconst.program.regions import memory_device
 from pte_devconst.program.runtime import Runtime
 from pte_devconst.schema import model as m
@@ -271,14 +271,9 @@ def claimed_copies(plan: m.ExecutionPlan) -> dict[int, tuple[int, int]]:
     if not (0 <= guard < len(values) and isinstance(values[guard], m.Bool)) or not isinstance(last, m.MoveCall) \
             or last.move_to != guard:
         return {}
-    ops = [op.qualified_name for op in plan.operators or ()]
     found: dict[int, tuple[int, int]] = {}
-    for k in range(1, end - 1):
-        ins = instructions[k]
-        slots = copy_slots(ops[ins.op_index], ins.args or ()) \
-            if isinstance(ins, m.KernelCall) and 0 <= ins.op_index < len(ops) else None
-        source = values[slots.source] if slots is not None and 0 <= slots.source < len(values) else None
-        if slots is not None and slots.to_device and isinstance(source, m.Tensor) and source.is_constant:
+    for k, slots in constant_copies(plan, 0, 1, end - 1):
+        if slots.to_device:
             found.setdefault(slots.out, (slots.source, k))
     return found
 
