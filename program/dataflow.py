@@ -73,13 +73,21 @@ class Declaration:
     written: tuple[int, ...]
     problem: str = ""
 
+    def past_the_call(self, n_args: int) -> tuple[int, ...]:
+        """The argument positions this declaration binds that a call of ``n_args`` arguments does not pass, in
+        order: a backend binding them reads and writes past the call's argument list (undefined behaviour; the
+        1.5.1 runtime's XNNPACK crashes on one machine and refuses on another).  Empty for a ``problem``."""
+        if self.problem:
+            return ()
+        return tuple(sorted(p for p in self.read + self.written if not 0 <= p < n_args))
+
     def disagreement(self, n_args: int) -> str:
         """Why this declaration does not bind a call of ``n_args`` arguments ("" when it does: every position
         named once, read or written); the ``problem`` when it has one."""
         if self.problem:
             return self.problem
         named = self.read + self.written
-        past = sorted(p for p in named if not 0 <= p < n_args)
+        past = self.past_the_call(n_args)
         if past:
             return (f"its blob binds argument {past[0]}, past the call's {n_args} arguments (it binds "
                     f"{len(named)}: {len(self.read)} read, {len(self.written)} written)")

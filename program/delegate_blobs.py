@@ -4,8 +4,10 @@ backend's.
 A DelegateCall passes its arguments (the delegate's inputs, then its outputs) to a blob that fixed, when it was
 compiled, how many inputs it reads and outputs it writes.  A blob of another call site (two delegates of a
 program pointing at one segment, a tool that re-pointed a delegate) reads arguments that are not there: the
-runtime refuses the program, or reads past its argument list (XNNPACK, in the 1.5.1 runtime: a SIGSEGV).
-``inspect`` and ``check`` say so before anything runs (``call_site_mismatches``).
+runtime refuses the program, or reads past its argument list (XNNPACK, in the 1.5.1 runtime: a SIGSEGV on one
+machine, ``xnn_status_invalid_parameter`` on another).  ``inspect`` and ``check`` say so before anything runs
+(``call_site_mismatches``), and ``validate`` refuses to run a call whose blob binds arguments it does not pass
+(``unbindable_calls``): what such a run shows is undefined.
 
 XNNPACK (``XnnpackBackend``), read as its 1.5.1 runtime reads it (backends/xnnpack/runtime/XNNHeader.cpp,
 ``XNNCompiler::compileModel``, ``XNNExecutor::prepare_args``): a blob of at least 30 bytes; when bytes 4-8 are
@@ -221,12 +223,7 @@ def call_site_mismatches(plans: Sequence[m.ExecutionPlan], labels: Sequence[str]
     found = []
     for plan, label, method_declared in zip(plans, labels, declared):
         delegates = plan.delegates or ()
-        calls: dict[int, list[tuple[int, int]]] = {}  # delegate -> (instruction, arguments) of each call
-        for chain in plan.chains or ():
-            for k, ins in enumerate(chain.instructions or ()):
-                if isinstance(ins, m.DelegateCall) and 0 <= ins.delegate_index < len(delegates):
-                    calls.setdefault(ins.delegate_index, []).append((k, len(ins.args or ())))
-        for index, sites in sorted(calls.items()):
+        for index, sites in sorted(_calls_by_delegate(plan).items()):
             declaration = method_declared.get(index)
             if declaration is None:
                 continue
@@ -247,6 +244,41 @@ def call_site_mismatches(plans: Sequence[m.ExecutionPlan], labels: Sequence[str]
                          f"({declared_n}): the runtime would refuse it or read arguments that are not there (a "
                          f"blob of another call site?); at instruction {first}, "
                          f"{declaration.disagreement(next(n for k, n in sites if k == first))}")
+    return found
+
+
+def _calls_by_delegate(plan: m.ExecutionPlan) -> dict[int, list[tuple[int, int]]]:
+    """Delegate index -> (instruction, number of arguments) of each of its calls in ``plan``."""
+    delegates = plan.delegates or ()
+    calls: dict[int, list[tuple[int, int]]] = {}
+    for chain in plan.chains or ():
+        for k, ins in enumerate(chain.instructions or ()):
+            if isinstance(ins, m.DelegateCall) and 0 <= ins.delegate_index < len(delegates):
+                calls.setdefault(ins.delegate_index, []).append((k, len(ins.args or ())))
+    return calls
+
+
+def unbindable_calls(plans: Sequence[m.ExecutionPlan], labels: Sequence[str],
+                     declared: Sequence[Mapping[int, Declaration]]) -> list[str]:
+    """One line per delegate whose blob binds an argument that one of its calls does not pass
+    (``Declaration.past_the_call``): its backend would read or write past the call's argument list, which no
+    run can prove anything about (``validate`` refuses such a program instead of running it).  A call that
+    passes arguments the blob does not bind is not here: its backend ignores or refuses them, in its own words."""
+    found = []
+    for plan, label, method_declared in zip(plans, labels, declared):
+        for index, sites in sorted(_calls_by_delegate(plan).items()):
+            declaration = method_declared.get(index)
+            if declaration is None:
+                continue
+            past = next(((k, n) for k, n in sites if declaration.past_the_call(n)), None)
+            if past is None:
+                continue
+            instruction, passed = past
+            found.append(f"method {label!r}: delegate {index} ({(plan.delegates or ())[index].id}) at instruction "
+                         f"{instruction} passes {passed} arguments, and its blob binds "
+                         f"{len(declaration.read) + len(declaration.written)} ({len(declaration.read)} read, "
+                         f"{len(declaration.written)} written): its backend would read past the call's arguments "
+                         "(a blob of another call site?)")
     return found
 
 

@@ -44,6 +44,7 @@ from pte_devconst.util.units import human_bytes, plural
 
 from .run import program_size, resolve_inputs
 from .staging import staged_program
+from .method import refuse_unbindable
 from .validate import moved_constants, same_bits, swapped_checks
 from .verdict import Check, EngineFacts, FlipChanges, MethodValidation, MovedConstant, Status, ValidationResult
 
@@ -207,6 +208,8 @@ def validate_in_runtime(original: ProgramLike, rewritten: ProgramLike, *, ptd: O
     calls = max(calls, MIN_CALLS)
     registered = runtime_backends()
     with open_pte(original) as first, open_pte(rewritten) as second:
+        refuse_unbindable(first, str(original))
+        refuse_unbindable(second, str(rewritten))
         used = sorted({d.id or "" for pte in (first, second) for plan in pte.program.execution_plan or ()
                        for d in plan.delegates or ()})
         missing = [backend for backend in used if backend not in registered]

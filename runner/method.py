@@ -14,7 +14,8 @@ from pte_devconst.program.kernel_effects import copy_slots, is_h2d_copy
 from pte_devconst.schema.devices import TARGET_DEVICE_KEY
 from pte_devconst.schema.scalar_types import scalar_type_name
 from pte_devconst.schema.ptd_file import PtdFile
-from pte_devconst.schema.pte_file import ProgramBytes, open_pte
+from pte_devconst.program.delegate_blobs import declared_splits, unbindable_calls
+from pte_devconst.schema.pte_file import ProgramBytes, PteFile, open_pte
 
 from .copies import LOAD, Cause, CopyLedger, Direction
 from .derivation import Derivation
@@ -439,6 +440,20 @@ def _executor_errors(backend_id: str, step: str, where: str) -> Iterator[None]:
                           where=where) from None
 
 
+def refuse_unbindable(pte: PteFile, file: str) -> None:
+    """A program with a delegate call its blob binds past (``delegate_blobs.unbindable_calls``) is refused before
+    anything runs (``run``, and ``validate`` in both engines): its backend would read memory that is no argument,
+    and what a run then shows (a crash, the backend's refusal, or plausible numbers) depends on the machine, not on
+    the program."""
+    plans = pte.program.execution_plan or ()
+    found = unbindable_calls(plans, [plan.name or "" for plan in plans],
+                             declared_splits(pte.program, pte.delegate_blob))
+    if found:
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise PteDevconstError(f"{found[0]}{more}: pte-devconst does not run such a program (inspect and "
+                               "check name every such delegate)", file=file)
+
+
 class LoadedProgram:
     """An opened .pte (plus optional .ptd) whose methods load on demand; close it when done."""
 
@@ -449,6 +464,7 @@ class LoadedProgram:
         self.transcript = transcript
         self.pte = open_pte(pte_path)  # a path, or a program in memory (ProgramBytes)
         try:
+            refuse_unbindable(self.pte, self.pte.path)
             self.ptd = PtdFile.open(ptd_path) if ptd_path else None
         except BaseException:
             self.pte.close()

@@ -59,6 +59,7 @@ from pte_devconst.schema.pte_file import ProgramBytes, PteFile, open_pte
 
 from .copies import LOAD, Cause, CopyEvent, Direction
 from .delegates import OpaquePolicy
+from .method import refuse_unbindable
 from pte_devconst.program.dtypes import dtype_name
 from .run import RunResult, calls_from, load_torch_file, run_program, synthetic_inputs
 from .transcript import compare_transcripts, replaced_origins, summarize
@@ -618,6 +619,8 @@ def _read_pair(original: str | Path | ProgramBytes, rewritten: str | Path | Prog
     """Both programs opened once: what moved (named by ``value_names`` where the program leaves a constant
     unnamed), the methods to validate (each in both programs), and what the tables decide of each."""
     with open_pte(original) as a, open_pte(rewritten) as b:
+        refuse_unbindable(a, str(original))
+        refuse_unbindable(b, str(rewritten))
         moved = moved_constants(a.program, b.program, moved_by)
         for method, found in moved.items():
             known = (value_names or {}).get(method, {})

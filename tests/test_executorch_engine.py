@@ -5,7 +5,8 @@ The engine flips both programs to the CPU with the project's own writer, runs th
 a child process) over >= 3 calls per method, compares outputs bit for bit, and probes each first-call copy.  It
 passes the project's rewrites in both encodings, conversions and --fold, and fails (exit 1) planted wrong ones: a
 flipped byte in a moved constant, two moved constants' bytes swapped, a guard that never clears.  A backend that
-crashes is an error naming the delegate and the signal; one that refuses its blob, its own message.
+crashes is an error naming the delegate and the signal; one that refuses its blob, its own message; a call its
+blob binds past is refused before anything runs.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ from conftest import EXAMPLES, pte_path
 from forge import edit_program, flip_byte, moved_spans, swapped_moved_constants
 from pte_devconst import api
 from pte_devconst.rewriter.encodings.first_call import first_call_prologue
+from pte_devconst.program.dataflow import Declaration
+from pte_devconst.program.delegate_blobs import unbindable_calls
 from pte_devconst.program.moves import moved_values
 from pte_devconst.runner.executorch_engine import flip, kernel_holders, probed_copies
-from pte_devconst.runner.isolated import RuntimeDied, worker
+from pte_devconst.runner.isolated import RuntimeDied, RuntimeWorker, worker
 from pte_devconst.runner.verdict import ValidationResult
 from pte_devconst.schema import model as m
 from pte_devconst.schema.pte_file import open_pte
@@ -295,8 +298,9 @@ def test_two_folders_validate_in_the_real_runtime_and_their_json_follows_the_sch
 
 
 def _swapped_blob(tmp_path: Path) -> Path:
-    """attention_copy with delegate 1 pointing at delegate 0's blob: the call passes 4 arguments, the blob declares
-    5 (the 1.5.1 runtime's XNNPACK reads past the argument list: SIGSEGV)."""
+    """attention_copy with delegate 1 pointing at delegate 0's blob: the call passes 4 arguments, the blob binds
+    5 (the 1.5.1 runtime's XNNPACK reads past the argument list: a SIGSEGV on one machine, an invalid-parameter
+    error on another)."""
 
     def swap(program: m.Program) -> m.Program:
         plan = program.execution_plan[0]  # type: ignore[index]
@@ -307,11 +311,60 @@ def _swapped_blob(tmp_path: Path) -> Path:
     return edit_program(FIXTURES / "attention_copy.pte", tmp_path / "swapped.pte", swap)
 
 
-def test_a_backend_that_crashes_is_an_error_naming_the_delegate_and_the_signal(tmp_path: Path) -> None:
+def test_a_call_its_blob_binds_past_is_refused_before_anything_runs(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the runtime does with such a call is undefined (the case crashed here and was refused on another
+    machine), so neither engine nor ``run`` hands it to the runtime: one line naming the delegate and the counts,
+    the same on every machine, and the runtime's child is never asked to execute anything."""
     swapped = _swapped_blob(tmp_path)
-    done = invoke("validate", swapped, swapped, "--simulate-devices", "--inputs", _inputs("attention_copy"))
+    asked: list[str] = []
+    ask = RuntimeWorker.request
+
+    def recorded(self: RuntimeWorker, kind: str, *args: object, what: str, where: str = "") -> object:
+        asked.append(kind)
+        return ask(self, kind, *args, what=what, where=where)
+
+    monkeypatch.setattr(RuntimeWorker, "request", recorded)
+    refusal = ("swapped.pte: method 'forward': delegate 1 (XnnpackBackend) at instruction 8 passes 4 arguments, "
+               "and its blob binds 5 (3 read, 2 written): its backend would read past the call's arguments")
+    for command in (("validate", swapped, swapped, "--simulate-devices", "--inputs", _inputs("attention_copy")),
+                    ("validate", swapped, swapped, "--engine", "executorch", "--inputs", _inputs("attention_copy")),
+                    ("validate", FIXTURES / "attention_copy.pte", swapped, "--simulate-devices"),
+                    ("run", swapped, "--simulate-devices")):
+        done = invoke(*command)
+        assert done.exit_code == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert refusal in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert "execute" not in asked and "load" not in asked
+    # a blob that binds fewer arguments than the call passes reads nothing that is not there: not refused here
+    plan = open_pte(FIXTURES / "attention_copy.pte").program.execution_plan[0]  # type: ignore[index]
+    declared = {0: Declaration("XnnpackBackend", (0,), (1,))}
+    assert unbindable_calls([plan], ["forward"], [declared]) == []
+    assert unbindable_calls([plan], ["forward"], [{0: Declaration("XnnpackBackend", (0, 1, 2, 3, 4, 5, 6), (7,))}])
+
+
+@pytest.mark.parametrize("engine", ["runner", "executorch"])
+def test_a_backend_that_crashes_is_an_error_naming_the_delegate_and_the_signal(engine: str,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runtime's child dies by SIGSEGV as it is asked to execute (sent by the test, so the same on every
+    machine): one error line naming what ran and the signal, and the next request starts a new child."""
+    ask = RuntimeWorker.request
+
+    def crashing(self: RuntimeWorker, kind: str, *args: object, what: str, where: str = "") -> object:
+        if kind == "execute":
+            os.kill(self.process.pid, signal.SIGSEGV)
+            self.process.wait()
+        return ask(self, kind, *args, what=what, where=where)
+
+    monkeypatch.setattr(RuntimeWorker, "request", crashing)
+    program = FIXTURES / "attention_copy.pte"
+    done = invoke("validate", program, program, "--simulate-devices", "--engine", engine,
+                  "--inputs", _inputs("attention_copy"))
     assert done.exit_code == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert "delegate 1, XnnpackBackend" in done.stderr and "died by SIGSEGV (signal 11)" in done.stderr
+    assert "died by SIGSEGV (signal 11)" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    named = ("(delegate 0, XnnpackBackend)" if engine == "runner"
+             else "while it was asked to run call 1 of method 'forward' of the original")
+    assert named in done.stderr, done.stderr
+    monkeypatch.setattr(RuntimeWorker, "request", ask)
     # the next request starts a new child: the process goes on
     assert api.validate(FIXTURES / "mlp_copy.pte", FIXTURES / "mlp_copy.pte", inputs=_inputs("mlp_copy"),
                         engine="executorch").verdict.value == "nothing moved"
