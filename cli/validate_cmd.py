@@ -125,10 +125,10 @@ def skipped_lines(result: ValidationResult) -> list[str]:
 
 def verdict_line(result: ValidationResult) -> str:
     """The verdict in capitals, and what it means when nothing moved (no vacuous PASS)."""
-    from pte_devconst.types import NOTHING_MOVED, Verdict
+    from pte_devconst.types import Verdict
 
     word = result.verdict.value.upper()
-    return f"{word}: {NOTHING_MOVED}" if result.verdict is Verdict.NOTHING_MOVED else word
+    return f"{word}: {result.why_nothing_moved}" if result.verdict is Verdict.NOTHING_MOVED else word
 
 
 def ran_line(result: ValidationResult) -> str:

@@ -45,7 +45,7 @@ from pte_devconst.util.units import human_bytes, plural
 from .run import program_size, resolve_inputs
 from .staging import staged_program
 from .method import refuse_unbindable
-from .validate import moved_constants, same_bits, swapped_checks
+from .validate import moved_constants, same_bits, same_bytes, swapped_checks
 from .verdict import Check, EngineFacts, FlipChanges, MethodValidation, MovedConstant, Status, ValidationResult
 
 HOST_COPY = m.Operator("aten::alias_copy", "out")  # what a flip runs where the program copies to or from a device
@@ -222,6 +222,7 @@ def validate_in_runtime(original: ProgramLike, rewritten: ProgramLike, *, ptd: O
         flipped_b, changes_b = flip(second.program)
         moved = moved_constants(first.program, second.program, moved_by)  # read once: the probe and the rows
         swapped = swapped_checks(first.program, second.program, moved, moved_by)
+        identical = not any(moved.values()) and same_bytes(first, second)
         copied_once = {name: probed_copies(second.program.plan(name), kernel_holders(values))
                        for name, values in moved.items()}
         probed = sum(len(copies) for copies in copied_once.values())
@@ -264,7 +265,8 @@ def validate_in_runtime(original: ProgramLike, rewritten: ProgramLike, *, ptd: O
         raise PteDevconstError("no method to validate")
     return ValidationResult(str(original), str(rewritten), False, calls, results, skipped,
                             engine=EngineFacts(runtime_version(), tuple(used), changes_a, changes_b, probed,
-                                               copy_word([c for values in moved.values() for c in values])))
+                                               copy_word([c for values in moved.values() for c in values])),
+                            identical=identical)
 
 
 def _checks(runs: Sequence[list[list[Any]]], calls: int, copied_once: Sequence[tuple[int, ...]],

@@ -89,6 +89,18 @@ def swapped_checks(original: m.Program, rewritten: m.Program, moved: Mapping[str
             for method, back in moved_constants(rewritten, original, reader).items() if back}
 
 
+_COMPARE_CHUNK = 16 << 20  # bytes compared at a time: memory bounded whatever the files' size
+
+
+def same_bytes(first: PteFile, second: PteFile) -> bool:
+    """Whether two opened programs are the same bytes (what a rewrite that can move nothing writes): looked at
+    only when nothing moved, so that NOTHING MOVED says so instead of asking whether the pair is a rewrite."""
+    if first.size != second.size:
+        return False
+    return all(bytes(first.data[at:at + _COMPARE_CHUNK]) == bytes(second.data[at:at + _COMPARE_CHUNK])
+               for at in range(0, first.size, _COMPARE_CHUNK))
+
+
 def _tensor(values: Sequence[m.EValue], index: int) -> m.Tensor:
     """``values[index]``, a tensor: moved_values names tensors only (a constant before, planned after)."""
     value = values[index]
@@ -591,7 +603,7 @@ def validate(original: str | Path | ProgramBytes, rewritten: str | Path | Progra
         raise PteDevconstError("the inputs name none of the program's methods", file=str(inputs))
     _refuse_nothing_compared(results, expected_data, expected_path)
     return ValidationResult(str(original), str(rewritten), simulate_devices, calls, results, skipped, warnings,
-                            opaque_delegates, rtol, atol)
+                            opaque_delegates, rtol, atol, identical=pair.identical)
 
 
 def _refuse_options(calls: int, inputs: Any, expected: Any) -> None:
@@ -611,6 +623,7 @@ class PairTables:
     plans: dict[str, m.ExecutionPlan]  # the original's
     exact: dict[str, bool]  # both run the same arithmetic (``_compute_signature``): outputs bit-identical
     static: dict[str, list[Check]]  # ``static_checks``
+    identical: bool  # nothing moved and the two files are the same bytes (``same_bytes``)
 
 
 def _read_pair(original: str | Path | ProgramBytes, rewritten: str | Path | ProgramBytes,
@@ -638,7 +651,8 @@ def _read_pair(original: str | Path | ProgramBytes, rewritten: str | Path | Prog
         static = {name: static_checks(plans[name], b.program.plan(name), moved[name],
                                       (declared[0].get(name), declared[1].get(name)))
                   + ([swapped[name]] if name in swapped else []) for name in names}
-    return PairTables(names, moved, plans, exact, static)
+        identical = not any(moved.values()) and same_bytes(a, b)
+    return PairTables(names, moved, plans, exact, static, identical)
 
 
 def _refuse_expected_without_entries(expected_data: Any, names: Sequence[str], input_data: Any,

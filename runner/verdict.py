@@ -29,6 +29,10 @@ from .transcript import BoundaryDifference, Resident
 MAX_DIFFERENCES_IN_JSON = 100
 NOTHING_MOVED = ("no constant of the first program lives in device memory in the second, so there is no rewrite "
                  "to validate (is the second file the first one's rewrite?)")
+# Said instead when the two files hold the same bytes: a rewrite that can move nothing writes such a copy.
+NOTHING_MOVED_IDENTICAL = ("the two files hold the same program, byte for byte, so there is no rewrite to validate "
+                           "(rewrite writes an identical copy where nothing can move; inspect says why each "
+                           "constant stays)")
 # The report's fields in the order the JSON gives them; each engine fills those it has (``_ordered``).
 REPORT_FIELDS = ("original", "rewritten", "engine", "runtime", "passed", "verdict", "exit_code", "devices", "calls",
                  "delegates", "flip", "probed_copies", "opaque_delegates", "warnings", "tolerance", "skipped_methods",
@@ -292,6 +296,12 @@ class ValidationResult:
     rtol: Optional[float] = None  # given; None: each floating dtype's default
     atol: Optional[float] = None
     engine: Optional[EngineFacts] = None  # --engine executorch: the installed runtime ran both programs
+    identical: bool = False  # the two files hold the same bytes (looked at only when nothing moved)
+
+    @property
+    def why_nothing_moved(self) -> str:
+        """What the NOTHING MOVED verdict says of this pair (its words, for a renderer)."""
+        return NOTHING_MOVED_IDENTICAL if self.identical else NOTHING_MOVED
 
     @property
     def passed(self) -> bool:

@@ -206,7 +206,8 @@ def test_a_pair_given_in_the_wrong_order_fails_in_both_engines_with_one_row(runt
                             **({"simulate_devices": True} if engine == "runner" else {})).passed
     assert rows[0] is not None and rows[0] == rows[1] and "look swapped" in rows[0]
     same = api.validate(source, source, inputs=_inputs("mlp_copy"), engine="executorch")
-    assert same.verdict.name == "NOTHING_MOVED"
+    assert same.verdict.name == "NOTHING_MOVED" and same.identical and "byte for byte" in same.why_nothing_moved
+    assert not api.validate(source, out, inputs=_inputs("mlp_copy"), engine="executorch").identical
 
 
 def test_the_flip_moves_every_placement_to_the_cpu() -> None:

@@ -320,13 +320,20 @@ def test_expected_without_inputs_is_refused() -> None:
     assert done.exit_code == 2 and "--expected needs --inputs" in done.output and "Traceback" not in done.output
 
 
-def test_a_file_validated_against_itself_says_nothing_moved_in_its_verdict() -> None:
+def test_a_file_validated_against_itself_says_nothing_moved_in_its_verdict(tmp_path: Path) -> None:
     """Was: PASS, exit 0, with the row "per-call H2D bytes fell by the moved constants' bytes: pass, 3488 B -> 3488 B"
-    (a rewrite that did nothing vouched for)."""
+    (a rewrite that did nothing vouched for).  Two files of the same bytes (what rewrite writes where nothing can
+    move) are said to be so; another pair where nothing moved asks whether the second is the first one's rewrite."""
     done = invoke("validate", EXAMPLES / "mlp_copy.pte", EXAMPLES / "mlp_copy.pte", "--simulate-devices",
                   env={"COLUMNS": "200"})
     assert done.exit_code == 3, done.output  # ExitCode.UNKNOWN: no check failed, nothing was vouched for
-    assert "PASS" not in done.stdout and done.stdout.splitlines()[-1].startswith("NOTHING MOVED: no constant of")
+    assert "PASS" not in done.stdout and done.stdout.splitlines()[-1].startswith(
+        "NOTHING MOVED: the two files hold the same program, byte for byte")
+    padded = tmp_path / "padded.pte"  # the same program, and bytes after it: not the same file
+    padded.write_bytes((EXAMPLES / "mlp_copy.pte").read_bytes() + bytes(16))
+    other = invoke("validate", EXAMPLES / "mlp_copy.pte", padded, "--simulate-devices")  # the runtime engine's:
+    assert other.exit_code == 3 and other.stdout.splitlines()[-1].startswith(  # tests/test_executorch_engine.py
+        "NOTHING MOVED: no constant of") and "first one's rewrite?" in other.stdout, other.output
     assert re.search(r"per-call H2D bytes fell by the moved constants' bytes\s+│\s+skipped\s+│\s+nothing moved",
                      done.stdout), done.stdout
     report = json.loads(invoke("validate", EXAMPLES / "mlp_copy.pte", EXAMPLES / "mlp_copy.pte", "--simulate-devices",
