@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from pte_devconst.runner.copies import CopyTotals
     from pte_devconst.runner.memory import CallerRole
     from pte_devconst.runner.run import OutputSummary, RunResult
-    from pte_devconst.runner.verdict import NOTHING_MOVED, EngineFacts, MethodValidation, ValidationResult, Verdict
+    from pte_devconst.runner.verdict import EngineFacts, MethodValidation, ValidationResult, Verdict
 
 # name -> the module (under pte_devconst) that defines it
 _HOMES = {
@@ -52,13 +52,13 @@ _HOMES = {
     "older_advice": "rewriter.words", "output_clause": "rewriter.words",
     "CopyTotals": "runner.copies", "CallerRole": "runner.memory",
     "OutputSummary": "runner.run", "RunResult": "runner.run",
-    "NOTHING_MOVED": "runner.verdict", "EngineFacts": "runner.verdict", "MethodValidation": "runner.verdict",
+    "EngineFacts": "runner.verdict", "MethodValidation": "runner.verdict",
     "ValidationResult": "runner.verdict", "Verdict": "runner.verdict",
 }
 
 __all__ = ["Acceptance", "BufferGrowth", "CallerRole", "CheckReport", "CopyTotals", "DEFAULT_RUNTIME", "DeviceMemory",
            "Diagnostic", "Encoding", "EngineFacts", "FileCheck", "Finding", "Flow", "FoldGain", "GateRule",
-           "MethodDiff", "MethodFlows", "MethodSummary", "MethodValidation", "NOTHING_MOVED", "OutputSummary",
+           "MethodDiff", "MethodFlows", "MethodSummary", "MethodValidation", "OutputSummary",
            "PerCallCopySummary", "ProgramDiff", "ProgramNames", "ProgramSummary", "RULES", "RewriteOptions",
            "RewritePlan", "RewriteRequest", "RewriteResult", "RunResult", "Runtime", "RuntimeNeed", "ValidationResult",
            "ValueSummary", "Verdict", "VerifyMode", "constant_label", "conversion_phrase", "encodings", "loads_line",

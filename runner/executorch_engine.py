@@ -44,8 +44,7 @@ from pte_devconst.util.units import human_bytes, plural
 
 from .run import program_size, resolve_inputs
 from .staging import staged_program
-from .method import refuse_unbindable
-from .validate import moved_constants, same_bits, same_bytes, swapped_checks
+from .validate import pair_moves, same_bits
 from .verdict import Check, EngineFacts, FlipChanges, MethodValidation, MovedConstant, Status, ValidationResult
 
 HOST_COPY = m.Operator("aten::alias_copy", "out")  # what a flip runs where the program copies to or from a device
@@ -208,8 +207,7 @@ def validate_in_runtime(original: ProgramLike, rewritten: ProgramLike, *, ptd: O
     calls = max(calls, MIN_CALLS)
     registered = runtime_backends()
     with open_pte(original) as first, open_pte(rewritten) as second:
-        refuse_unbindable(first, str(original))
-        refuse_unbindable(second, str(rewritten))
+        read = pair_moves(first, second, (str(original), str(rewritten)), moved_by)
         used = sorted({d.id or "" for pte in (first, second) for plan in pte.program.execution_plan or ()
                        for d in plan.delegates or ()})
         missing = [backend for backend in used if backend not in registered]
@@ -220,9 +218,7 @@ def validate_in_runtime(original: ProgramLike, rewritten: ProgramLike, *, ptd: O
                 "this program; --engine runner can (its delegate executors, or opaque stand-ins)")
         flipped_a, changes_a = flip(first.program)
         flipped_b, changes_b = flip(second.program)
-        moved = moved_constants(first.program, second.program, moved_by)  # read once: the probe and the rows
-        swapped = swapped_checks(first.program, second.program, moved, moved_by)
-        identical = not any(moved.values()) and same_bytes(first, second)
+        moved, swapped = read.moved, read.swapped  # read once: the probe and the rows
         copied_once = {name: probed_copies(second.program.plan(name), kernel_holders(values))
                        for name, values in moved.items()}
         probed = sum(len(copies) for copies in copied_once.values())
@@ -266,7 +262,7 @@ def validate_in_runtime(original: ProgramLike, rewritten: ProgramLike, *, ptd: O
     return ValidationResult(str(original), str(rewritten), False, calls, results, skipped,
                             engine=EngineFacts(runtime_version(), tuple(used), changes_a, changes_b, probed,
                                                copy_word([c for values in moved.values() for c in values])),
-                            identical=identical)
+                            identical=read.identical)
 
 
 def _checks(runs: Sequence[list[list[Any]]], calls: int, copied_once: Sequence[tuple[int, ...]],

@@ -101,6 +101,27 @@ def same_bytes(first: PteFile, second: PteFile) -> bool:
                for at in range(0, first.size, _COMPARE_CHUNK))
 
 
+@record
+class PairMoves:
+    """What both engines read of a pair before anything runs: what moved, per method (``moved_constants``), the
+    wrong-order rows (``swapped_checks``), and whether the two files are the same bytes (``same_bytes``, only
+    where nothing moved)."""
+
+    moved: dict[str, list[MovedConstant]]
+    swapped: dict[str, Check]
+    identical: bool
+
+
+def pair_moves(first: PteFile, second: PteFile, files: tuple[str, str], reader: MovedReader) -> PairMoves:
+    """``PairMoves`` of two opened programs (``files``: their names, for an error), each first refused if it has a
+    delegate call its blob binds past (``method.refuse_unbindable``): the one reading both engines start from."""
+    refuse_unbindable(first, files[0])
+    refuse_unbindable(second, files[1])
+    moved = moved_constants(first.program, second.program, reader)
+    return PairMoves(moved, swapped_checks(first.program, second.program, moved, reader),
+                     not any(moved.values()) and same_bytes(first, second))
+
+
 def _tensor(values: Sequence[m.EValue], index: int) -> m.Tensor:
     """``values[index]``, a tensor: moved_values names tensors only (a constant before, planned after)."""
     value = values[index]
@@ -632,9 +653,8 @@ def _read_pair(original: str | Path | ProgramBytes, rewritten: str | Path | Prog
     """Both programs opened once: what moved (named by ``value_names`` where the program leaves a constant
     unnamed), the methods to validate (each in both programs), and what the tables decide of each."""
     with open_pte(original) as a, open_pte(rewritten) as b:
-        refuse_unbindable(a, str(original))
-        refuse_unbindable(b, str(rewritten))
-        moved = moved_constants(a.program, b.program, moved_by)
+        read = pair_moves(a, b, (str(original), str(rewritten)), moved_by)
+        moved = read.moved
         for method, found in moved.items():
             known = (value_names or {}).get(method, {})
             found[:] = [replace(c, name=known[c.value]) if c.name is None and not c.folded and c.value in known
@@ -647,12 +667,10 @@ def _read_pair(original: str | Path | ProgramBytes, rewritten: str | Path | Prog
         exact = {name: _compute_signature(plans[name], a) == _compute_signature(b.program.plan(name), b)
                  for name in names}
         declared = _declared_by_method(a), _declared_by_method(b)
-        swapped = swapped_checks(a.program, b.program, moved, moved_by)
         static = {name: static_checks(plans[name], b.program.plan(name), moved[name],
                                       (declared[0].get(name), declared[1].get(name)))
-                  + ([swapped[name]] if name in swapped else []) for name in names}
-        identical = not any(moved.values()) and same_bytes(a, b)
-    return PairTables(names, moved, plans, exact, static, identical)
+                  + ([read.swapped[name]] if name in read.swapped else []) for name in names}
+    return PairTables(names, moved, plans, exact, static, read.identical)
 
 
 def _refuse_expected_without_entries(expected_data: Any, names: Sequence[str], input_data: Any,
