@@ -137,10 +137,15 @@ def copies_made_once(plan: m.ExecutionPlan, region: Optional[OnceRegion] = None
     """Destination value -> (source value, chain 0 instruction) of each copy to a device of a host constant inside
     the run-once region (the first such copy per destination)."""
     region = region if region is not None else once_region(plan)
-    if region is None:
-        return {}
+    return leading_copies(plan, region.end) if region is not None else {}
+
+
+def leading_copies(plan: m.ExecutionPlan, stop: int) -> dict[int, tuple[int, int]]:
+    """Destination value -> (source value, chain 0 instruction) of each copy to a device of a host constant in chain
+    0's instructions [1, ``stop``) (the first such copy per destination): what a run-once region ending at ``stop``
+    copies, or what a region's shape claims to (an encoding's reader of its own files)."""
     found: dict[int, tuple[int, int]] = {}
-    for k, slots in constant_copies(plan, 0, 1, region.end):
+    for k, slots in constant_copies(plan, 0, 1, stop):
         if slots.to_device:
             found.setdefault(slots.out, (slots.source, k))
     return found

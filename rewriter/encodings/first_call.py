@@ -25,7 +25,7 @@ from pte_devconst.program.executorch import H2D_COPY
 from pte_devconst.program.kernel_effects import copy_slots, is_h2d_copy
 from pte_devconst.program.moves import COPIED_ONCE, MovedValue, copied_values
 from pte_devconst.program.layout import is_aligned
-from pte_devconst.program.once import OnceRegion, constant_copies, once_region
+from pte_devconst.program.once import OnceRegion, leading_copies, once_region
 from pte_devconst.program.regions import memory_device
 from pte_devconst.program.runtime import Runtime
 from pte_devconst.schema import model as m
@@ -244,17 +244,7 @@ def first_call_copies(plan: m.ExecutionPlan, prologue: Optional[FirstCallPrologu
                       ) -> dict[int, tuple[int, int]]:
     """Destination value -> (source value, chain 0 instruction) of each copy the prologue makes."""
     prologue = prologue if prologue is not None else first_call_prologue(plan)
-    if prologue is None:
-        return {}
-    instructions = (plan.chains or ())[0].instructions or ()
-    found: dict[int, tuple[int, int]] = {}
-    for k in prologue.copies:
-        ins = instructions[k]
-        assert isinstance(ins, m.KernelCall), "first_call_prologue holds copies only"
-        slots = copy_slots(H2D_COPY, ins.args or ())
-        assert slots is not None, "first_call_prologue holds copies with a source and an out"
-        found.setdefault(slots.out, (slots.source, k))
-    return found
+    return leading_copies(plan, prologue.end - 1) if prologue is not None else {}  # its copies, the move aside
 
 
 def claimed_copies(plan: m.ExecutionPlan) -> dict[int, tuple[int, int]]:
@@ -271,11 +261,7 @@ def claimed_copies(plan: m.ExecutionPlan) -> dict[int, tuple[int, int]]:
     if not (0 <= guard < len(values) and isinstance(values[guard], m.Bool)) or not isinstance(last, m.MoveCall) \
             or last.move_to != guard:
         return {}
-    found: dict[int, tuple[int, int]] = {}
-    for k, slots in constant_copies(plan, 0, 1, end - 1):
-        if slots.to_device:
-            found.setdefault(slots.out, (slots.source, k))
-    return found
+    return leading_copies(plan, end - 1)
 
 
 # --- what it records in the plan --------------------------------------------------------------------------
