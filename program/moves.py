@@ -101,10 +101,10 @@ def copied_values(before: m.ExecutionPlan, after: m.ExecutionPlan, copies_before
     values_after = after.values or ()
     devices = after.buffer_devices()
     moved = []
-    already = copies_before
     for dst, (src, _) in sorted(copies_after.items()):
         target = values_after[dst] if 0 <= dst < len(values_after) else None
-        if not isinstance(target, m.Tensor) or target.allocation_info is None or already.get(dst, (-1,))[0] == src:
+        if not isinstance(target, m.Tensor) or target.allocation_info is None \
+                or copies_before.get(dst, (-1,))[0] == src:
             continue
         device = devices.get(target.allocation_info.memory_id, m.CPU)
         if devices_only and device.is_cpu:
